@@ -1,0 +1,140 @@
+// Package attention implements the attention mechanisms of polysketch, each
+// with its forward and backward pass: the softmax reference, FlashAttention,
+// exact polynomial attention, and PolySketch attention (random sketches made
+// non-negative by self-tensoring, the block lower-triangular multiply, and
+// exact polynomial attention inside local blocks).
+//
+// Every mechanism takes Q, K, V of shape [B,H,N,h] and returns O of the same
+// shape. Causal mechanisms never let position i see positions after i.
+package attention
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/polysketch/polysketch/tensor"
+)
+
+// Kind names a mechanism.
+type Kind string
+
+const (
+	Softmax    Kind = "softmax"    // textbook softmax(QKᵀ/√h)V; materializes N×N, for tests and small N
+	Flash      Kind = "flash"      // tiled online-softmax (FlashAttention-2), O(N) memory
+	Polynomial Kind = "polynomial" // exact (q·k)^p / (1 + Σ (q·k')^p), tiled, O(N) memory
+	Polysketch Kind = "polysketch" // sketched polynomial attention, linear in N
+)
+
+// Kinds lists every mechanism, in the order tables print them.
+var Kinds = []Kind{Softmax, Flash, Polynomial, Polysketch}
+
+// SketchKind names the random sketch behind polysketch features.
+type SketchKind string
+
+const (
+	Gaussian SketchKind = "gaussian" // Algorithm 1 of PolySketchFormer: Gaussian projections, √(1/r) per level
+	SRHT     SketchKind = "srht"     // subsampled randomized Hadamard transform (TensorSRHT)
+)
+
+// Options configures a mechanism. The zero value is not valid; start from
+// DefaultOptions.
+type Options struct {
+	Causal     bool       // mask future positions
+	Degree     int        // p, even and ≥ 2 (polynomial, polysketch); powers of two for polysketch
+	SketchSize int        // r, columns of the degree-p/2 sketch (polysketch)
+	Block      int        // b, rows per block of the lower-triangular multiply and local attention; also flash's tile
+	Local      bool       // exact (q·k)^p inside diagonal blocks (polysketch)
+	Sketch     SketchKind // which random sketch (polysketch)
+	CumSum     bool       // per-token cumulative sums instead of the block algorithm (polysketch baseline; implies !Local)
+	Remat      bool       // keep nothing per block for backward; recompute it ("checkpoint attention")
+	Seed       uint64     // seed of the random sketch
+}
+
+// DefaultOptions returns the settings of the paper's main experiments:
+// causal, degree 4, r = 32, b = 256, local exact blocks, Gaussian sketch.
+func DefaultOptions() Options {
+	return Options{Causal: true, Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian, Seed: 1}
+}
+
+// Mechanism is one attention mechanism. Forward remembers its inputs (by
+// reference: do not modify q, k, v before Backward) and whatever it saved
+// for the backward pass. A Mechanism is not safe for concurrent use; it
+// parallelizes internally over batch, heads and blocks.
+type Mechanism interface {
+	// Forward computes o = Attention(q, k, v); all four are [B,H,N,h].
+	Forward(o, q, k, v *tensor.Tensor)
+	// Backward computes the gradients dq, dk, dv (overwritten, not
+	// accumulated) of the last Forward from the output gradient do.
+	Backward(dq, dk, dv, do *tensor.Tensor)
+	// Kind names the mechanism.
+	Kind() Kind
+}
+
+// New returns the mechanism of the given kind, after validating opts.
+func New(kind Kind, opts Options) (Mechanism, error) {
+	if err := opts.validate(kind); err != nil {
+		return nil, err
+	}
+	switch kind {
+	case Softmax:
+		return newSoftmax(opts), nil
+	case Flash:
+		return newFlash(opts), nil
+	case Polynomial:
+		return newPolynomial(opts), nil
+	case Polysketch:
+		return newPolysketch(opts), nil
+	}
+	return nil, fmt.Errorf("unknown attention mechanism %q: use one of %v", kind, Kinds)
+}
+
+func (o Options) validate(kind Kind) error {
+	if o.Block <= 0 {
+		return fmt.Errorf("block size %d: must be positive", o.Block)
+	}
+	if kind != Polynomial && kind != Polysketch {
+		return nil
+	}
+	if o.Degree < 2 || o.Degree%2 != 0 {
+		return fmt.Errorf("degree %d: polynomial attention needs an even degree ≥ 2 (2, 4, 8)", o.Degree)
+	}
+	if kind == Polysketch {
+		if o.Degree&(o.Degree-1) != 0 {
+			return fmt.Errorf("degree %d: polysketch needs a power of two (2, 4, 8)", o.Degree)
+		}
+		if o.SketchSize <= 0 {
+			return fmt.Errorf("sketch size %d: must be positive", o.SketchSize)
+		}
+		switch o.Sketch {
+		case Gaussian, SRHT:
+		default:
+			return fmt.Errorf("sketch %q: use %q or %q", o.Sketch, Gaussian, SRHT)
+		}
+	}
+	return nil
+}
+
+// Check validates user-supplied q, k, v: equal [B,H,N,h] shapes and finite
+// values. Mechanisms panic on bad shapes (a programming error); data from
+// users goes through Check first.
+func Check(q, k, v *tensor.Tensor) error {
+	if q.Dims() != 4 {
+		return fmt.Errorf("q has shape %v: want [B,H,N,h]", q.Shape)
+	}
+	if !tensor.SameShape(q, k) || !tensor.SameShape(q, v) {
+		return fmt.Errorf("q %v, k %v, v %v: shapes must be equal", q.Shape, k.Shape, v.Shape)
+	}
+	return errors.Join(q.CheckFinite("q"), k.CheckFinite("k"), v.CheckFinite("v"))
+}
+
+// mustMatch panics unless every tensor has the shape of the first.
+func mustMatch(op string, ts ...*tensor.Tensor) {
+	if ts[0].Dims() != 4 {
+		panic(fmt.Sprintf("attention.%s: shape %v, want [B,H,N,h]", op, ts[0].Shape))
+	}
+	for _, t := range ts[1:] {
+		if !tensor.SameShape(ts[0], t) {
+			panic(fmt.Sprintf("attention.%s: shapes %v and %v differ", op, ts[0].Shape, t.Shape))
+		}
+	}
+}

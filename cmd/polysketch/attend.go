@@ -1,0 +1,9 @@
+package main
+
+import (
+	"errors"
+	"io"
+)
+
+// STUB: replaced by the real implementation.
+func runAttend(args []string, stdout io.Writer) error { return errors.New("not implemented yet") }

@@ -1,0 +1,101 @@
+// Command polysketch trains, evaluates and samples transformer language
+// models with PolySketch attention, and benchmarks its kernels.
+//
+// Usage:
+//
+//	polysketch <command> [flags]
+//
+// Run "polysketch help" for the list of commands and "polysketch <command>
+// -h" for the flags of one.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand: run parses its own flags from args.
+type command struct {
+	summary string
+	run     func(args []string, stdout io.Writer) error
+}
+
+var commands = map[string]command{
+	"bench":  {"measure speed: bench gemm | bench attention", runBench},
+	"attend": {"run one attention mechanism on tensors from a safetensors file", runAttend},
+}
+
+var benches = map[string]command{
+	"gemm":      {"GFLOPS of SGEMM for square and attention-shaped sizes", benchGEMM},
+	"attention": {"forward and backward time per token of each attention mechanism", benchAttention},
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "polysketch:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout, "polysketch", commands)
+		return nil
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown command %q; run 'polysketch help' for the list", args[0])
+	}
+	return c.run(args[1:], stdout)
+}
+
+func runBench(args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout, "polysketch bench", benches)
+		return nil
+	}
+	c, ok := benches[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown benchmark %q; run 'polysketch bench help' for the list", args[0])
+	}
+	return c.run(args[1:], stdout)
+}
+
+func usage(w io.Writer, prefix string, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "usage: %s <command> [flags]\n\ncommands:\n", prefix)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}
+
+// newFlags returns a flag set that reports errors instead of exiting, so
+// that every failure reaches main as one line.
+func newFlags(name string, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("polysketch "+name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	return fs
+}
+
+// parseFlags parses args and rejects stray positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))
+	}
+	return nil
+}

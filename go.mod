@@ -1,0 +1,3 @@
+module github.com/polysketch/polysketch
+
+go 1.26
