@@ -68,6 +68,35 @@ type Mechanism interface {
 	Backward(dq, dk, dv, do *tensor.Tensor)
 	// Kind names the mechanism.
 	Kind() Kind
+	// Workspace returns the bytes Forward and Backward together keep or
+	// allocate for inputs of shape [B,H,N,h], beyond q, k, v, o and their
+	// gradients. Benchmarks use it to report a size as out of memory
+	// before trying it, as the paper does.
+	Workspace(B, H, N, h int) int64
+}
+
+// Sketched is implemented by mechanisms built on random sketch matrices, so
+// that other implementations can reproduce their output exactly.
+type Sketched interface {
+	// SketchMatrices returns the matrices of the sketch by name, in the
+	// order Algorithm 1 applies them: "g1", "g2", … (each [h,r] at the
+	// first level, [r,r] above it). For degree 4 the features are
+	// φ(x) = (((x·g1) ∗ (x·g2))/√r)^⊗2. Valid after the first Forward.
+	SketchMatrices() map[string]*tensor.Tensor
+}
+
+// Decoder runs a causal mechanism one position at a time, for generation.
+// Its outputs equal, to float tolerance, those of Forward over the whole
+// sequence. Polysketch keeps a recurrent state of constant size, so every
+// step costs the same whatever its position; the others keep a KV cache.
+type Decoder interface {
+	// Step consumes q, k, v of the next position, each [B,H,h], and writes
+	// that position's output to o ([B,H,h]).
+	Step(o, q, k, v *tensor.Tensor)
+	// Len is the number of positions consumed since the last Reset.
+	Len() int
+	// Reset forgets every position, keeping buffers for reuse.
+	Reset()
 }
 
 // New returns the mechanism of the given kind, after validating opts.

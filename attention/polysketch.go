@@ -1,12 +1,872 @@
 package attention
 
-import "github.com/polysketch/polysketch/tensor"
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
 
-// STUB: replaced by the real implementation.
-type polysketchAttn struct{ opts Options }
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
 
-func newPolysketch(o Options) Mechanism { return &polysketchAttn{opts: o} }
+// polysketchAttn is PolySketch attention (Kind Polysketch): polynomial
+// attention of degree p with weights w_ij = φ(q_i)·φ(k_j) ≥ 0, where
+// φ(x) = M(x)^⊗2 self-tensors the degree-p/2 random sketch M of Algorithm 1
+// (see sketch). Causal outputs are
+//
+//	o_i = Σ_{j≤i} w_ij v_j / (1 + Σ_{j≤i} w_ij),
+//
+// computed by the block algorithm (see lt.go) with blocks of b = Block rows:
+// for keys in earlier blocks w_ij = φ(q_i)·φ(k_j) through the prefix
+// states Z_l = Σ_{j<l} φ(K_j)ᵀV_j and ζ_l = Σ_{j<l} φ(K_j)ᵀ1; inside the
+// diagonal block the weights are exact, (q_i·k_j)^p, with Local, or the
+// same sketched weights (M(q_i)·M(k_j))² computed as lt((L·Rᵀ)²) from the
+// r-dimensional sketches without forming features. Denominators use the
+// separate vector states ζ_l, not a column of ones appended to V.
+// Non-causal attention is φ(Q)·(φ(K)ᵀV) / (1 + φ(Q)·φ(K)ᵀ1) over all
+// positions; Local and the diagonal blocks apply to causal attention only.
+// With CumSum the causal sums run token by token instead (Performer's
+// prefix sums: the slow baseline, sketched weights everywhere, Local and
+// Remat ignored; see cumsum.go).
+//
+// Features are the r(r+1)/2 symmetric entries of M^⊗2 (M_c² and √2·M_c·M_d
+// for c < d), 528 for r = 32: the same dot products as the r² entries of
+// M^⊗2 at half the work. All heavy work is GEMMs on one block at a time
+// (features are kept transposed, [F × rows], so that the elementwise
+// work runs along rows), in parallel over batch×heads×blocks; only the
+// prefix scan of the per-block states is sequential over blocks, and it
+// splits over state elements instead. Results do not depend on GOMAXPROCS.
+//
+// What Backward needs: without Remat, Forward keeps the per-block prefix
+// states (F·(h+1) floats per block), the projections of the sketches of
+// q and k, and the denominators; Backward then runs the same three phases
+// backwards (suffix sums of φ(Q_l)ᵀ·dO_l/D_l) and recomputes only the
+// cheap parts (features from the kept sketches, the diagonal blocks).
+// With Remat ("checkpoint attention") Forward keeps nothing; each head
+// streams over its blocks with one running state, in parallel over
+// batch×heads only, and Backward recomputes everything in two sweeps
+// (forward for the prefix states, backward for the suffix states),
+// keeping only the denominators and one gradient term per token between
+// them. Both compute every value with the same operations in the same
+// order, so their gradients are bitwise identical.
+type polysketchAttn struct {
+	opts Options
+	sk   *sketch // drawn from opts.Seed on the first Forward, for its head size
 
-func (a *polysketchAttn) Kind() Kind                             { return Polysketch }
-func (a *polysketchAttn) Forward(o, q, k, v *tensor.Tensor)      { panic("not implemented") }
-func (a *polysketchAttn) Backward(dq, dk, dv, do *tensor.Tensor) { panic("not implemented") }
+	L psLayout // sizes for the last Forward's shape
+
+	// Inputs and outputs of the call in progress, and the output gradient.
+	q, k, v, o     []float32
+	dq, dk, dv, do []float32
+	ready          bool // a Forward ran, so Backward may
+	statesValid    bool // states hold Forward's prefix states (non-Remat)
+
+	// Buffers, carved from mem (see carve).
+	mem        []float32
+	states     []float32 // [bh × slots × stateSize]: per block H_l/Z_l/G_l/U_l, each F×h then F
+	preQ, preK []float32 // [bh × n × preW]: sketch projections, block l at row l·b as [preW × rows]
+	den        []float32 // [bh × n]: denominators
+	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
+	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
+
+	pool workPool
+	// Steps of the phases, bound once so that running them allocates nothing.
+	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
+	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
+	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
+	scanFn                                               func(states []float32, t, stride, lo, hi int, run, tmp []float32)
+}
+
+// psLayout is the shape of one problem and everything sized from it.
+type psLayout struct {
+	bh, n, h  int
+	plan      blocks
+	t, bs     int // blocks per head, rows of the largest block
+	slots     int // states per head: t, or t+1 when non-causal (the total)
+	ro, F     int // columns of M, features per token
+	stateSize int // F·h + F
+	preW      int // rows of sketch projections per token
+	workers   int
+	causal    bool
+	sketched  bool // causal diagonal blocks use sketched weights
+	mode      psMode
+}
+
+type psMode int
+
+const (
+	modeBlocks psMode = iota // phases over all blocks; keeps states for Backward
+	modeStream               // Remat: each head streams over its blocks
+	modeCumSum               // per-token prefix sums
+)
+
+func newPolysketch(o Options) Mechanism {
+	a := &polysketchAttn{opts: o}
+	a.pool.init()
+	a.stepPrepare = a.prepareItem
+	a.stepFinish = a.finishItem
+	a.stepBwdQueries = a.bwdQueriesItem
+	a.stepBwdKeys = a.bwdKeysItem
+	a.stepScan = a.scanItem
+	a.stepStreamFwd = a.streamForward
+	a.stepStreamBwd = a.streamBackward
+	a.stepCumFwd = a.cumsumForward
+	a.stepCumBwd = a.cumsumBackward
+	return a
+}
+
+func (a *polysketchAttn) Kind() Kind { return Polysketch }
+
+// SketchMatrices returns the sketch's matrices, "g1", "g2", … as Algorithm
+// 1 samples and applies them ([h,r] on the first level, [r,r] above); the
+// SRHT ones as their dense equivalents D·H·P. For degree 4,
+// φ(x) = (((x·g1) ∗ (x·g2))/√r)^⊗2. Degree 2 has none (M(x) = x). Nil
+// before the first Forward, which fixes the head size.
+func (a *polysketchAttn) SketchMatrices() map[string]*tensor.Tensor {
+	if a.sk == nil {
+		return nil
+	}
+	return a.sk.matrices()
+}
+
+// layout computes the sizes for inputs [B,H,N,h] with the given number of
+// workers.
+func (a *polysketchAttn) layout(B, H, N, h, workers int, sk *sketch) psLayout {
+	o := a.opts
+	L := psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
+	L.t = L.plan.count()
+	L.bs = min(o.Block, N)
+	L.ro = sk.out
+	L.F = featureDim(L.ro)
+	L.stateSize = L.F*h + L.F
+	L.preW = sk.preW
+	L.slots = L.t
+	if !o.Causal {
+		L.slots++
+	}
+	L.sketched = o.Causal && !o.Local
+	switch {
+	case o.CumSum && o.Causal:
+		L.mode = modeCumSum
+		L.sketched = false
+	case o.Remat:
+		L.mode = modeStream
+	}
+	items := L.bh
+	if L.mode == modeBlocks {
+		items = L.bh * L.t
+	}
+	L.workers = max(1, min(workers, items))
+	return L
+}
+
+// carve lays the buffers of layout L out in mem, or with mem nil only
+// counts them; it returns the number of floats.
+func (a *polysketchAttn) carve(L *psLayout, sk *sketch, mem []float32) int {
+	off := 0
+	take := func(n int) []float32 {
+		off += n
+		if mem == nil {
+			return nil
+		}
+		return mem[off-n : off : off]
+	}
+	n := L.bh * L.n
+	var states, preQ, preK, gd, dmk []float32
+	if L.mode == modeBlocks {
+		states = take(L.bh * L.slots * L.stateSize)
+		preQ = take(n * L.preW)
+		preK = take(n * L.preW)
+	}
+	den := take(n)
+	if L.mode != modeBlocks && L.causal {
+		gd = take(n)
+	}
+	if L.sketched {
+		dmk = take(n * L.ro)
+	}
+	if mem != nil {
+		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
+	}
+	for wi := 0; wi < L.workers; wi++ {
+		var w *psWorker
+		if mem != nil {
+			w = a.pool.workers[wi]
+		} else {
+			w = new(psWorker)
+		}
+		w.carve(L, sk, take)
+	}
+	return off
+}
+
+// setup sizes everything for q's shape, drawing the sketch on first use.
+func (a *polysketchAttn) setup(q *tensor.Tensor) {
+	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	if a.sk == nil || a.sk.in != h {
+		a.sk = newSketch(a.opts.Sketch, a.opts.Degree/2, h, a.opts.SketchSize, a.opts.Seed)
+	}
+	a.L = a.layout(B, H, N, h, runtime.GOMAXPROCS(0), a.sk)
+	for len(a.pool.workers) < a.L.workers {
+		a.pool.workers = append(a.pool.workers, new(psWorker))
+	}
+	size := a.carve(&a.L, a.sk, nil)
+	if cap(a.mem) < size {
+		a.mem = make([]float32, size) // exactly what Workspace reports
+	}
+	a.carve(&a.L, a.sk, a.mem)
+	a.pool.active = a.L.workers
+}
+
+// Workspace returns the bytes of the buffers Forward and Backward use for
+// inputs [B,H,N,h] at the current GOMAXPROCS: exactly what setup carves,
+// plus the sketch matrices.
+func (a *polysketchAttn) Workspace(B, H, N, h int) int64 {
+	sk := a.sk
+	if sk == nil || sk.in != h {
+		sk = newSketch(a.opts.Sketch, a.opts.Degree/2, h, a.opts.SketchSize, a.opts.Seed)
+	}
+	L := a.layout(B, H, N, h, runtime.GOMAXPROCS(0), sk)
+	floats := a.carve(&L, sk, nil)
+	for _, lv := range sk.levels {
+		floats += len(lv.gT) + len(lv.signs) + 2*len(lv.idx) // int is two floats
+	}
+	return int64(floats) * 4
+}
+
+// Forward computes o = PolySketch attention of q, k, v.
+func (a *polysketchAttn) Forward(o, q, k, v *tensor.Tensor) {
+	mustMatch("Polysketch.Forward", q, k, v, o)
+	a.setup(q)
+	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
+	a.ready, a.statesValid = true, false
+	switch a.L.mode {
+	case modeCumSum:
+		a.pool.run(a.L.bh, a.stepCumFwd)
+	case modeStream:
+		a.pool.run(a.L.bh, a.stepStreamFwd)
+	default:
+		a.forwardBlocks()
+		a.statesValid = true
+	}
+	a.o = nil
+}
+
+// forwardBlocks runs the three phases over all blocks; with a.o nil it
+// only rebuilds what Backward needs.
+func (a *polysketchAttn) forwardBlocks() {
+	L := &a.L
+	a.pool.run(L.bh*L.t, a.stepPrepare)
+	if L.causal {
+		a.scan(prefixScan)
+	} else {
+		a.scan(nil)
+	}
+	a.pool.run(L.bh*L.t, a.stepFinish)
+}
+
+// Backward computes dq, dk, dv of the last Forward from do.
+func (a *polysketchAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
+	if !a.ready {
+		panic("attention.Polysketch.Backward: no Forward before")
+	}
+	mustMatch("Polysketch.Backward", dq, dk, dv, do)
+	if dq.Shape[0]*dq.Shape[1] != a.L.bh || dq.Shape[2] != a.L.n || dq.Shape[3] != a.L.h {
+		panic(fmt.Sprintf("attention.Polysketch.Backward: gradients %v for a Forward of [%d,%d,%d]", dq.Shape, a.L.bh, a.L.n, a.L.h))
+	}
+	a.dq, a.dk, a.dv, a.do = dq.Data, dk.Data, dv.Data, do.Data
+	L := &a.L
+	switch L.mode {
+	case modeCumSum:
+		a.pool.run(L.bh, a.stepCumBwd)
+	case modeStream:
+		a.pool.run(L.bh, a.stepStreamBwd)
+	default:
+		if !a.statesValid { // a second Backward: the first consumed the states
+			a.forwardBlocks()
+		}
+		a.statesValid = false
+		a.pool.run(L.bh*L.t, a.stepBwdQueries)
+		if L.causal {
+			a.scan(suffixScan)
+		} else {
+			a.scan(nil)
+		}
+		a.pool.run(L.bh*L.t, a.stepBwdKeys)
+	}
+	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
+}
+
+// scan runs fn (prefixScan or suffixScan) over each head's states, or with
+// fn nil sums states 0..t-1 of each head into state t; in parallel over
+// heads and chunks of state elements.
+func (a *polysketchAttn) scan(fn func(states []float32, t, stride, lo, hi int, run, tmp []float32)) {
+	a.scanFn = fn
+	chunks := (a.L.stateSize + scanChunk - 1) / scanChunk
+	a.pool.run(a.L.bh*chunks, a.stepScan)
+}
+
+func (a *polysketchAttn) scanItem(w *psWorker, i int) {
+	L := &a.L
+	chunks := (L.stateSize + scanChunk - 1) / scanChunk
+	hd, ch := i/chunks, i%chunks
+	lo, hi := ch*scanChunk, min((ch+1)*scanChunk, L.stateSize)
+	st := a.states[hd*L.slots*L.stateSize : (hd+1)*L.slots*L.stateSize]
+	if a.scanFn == nil {
+		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+		return
+	}
+	a.scanFn(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+}
+
+// Per-item steps of the block phases. Item i is block i%t of head i/t.
+
+func (a *polysketchAttn) slot(hd, l int) []float32 {
+	L := &a.L
+	at := (hd*L.slots + l) * L.stateSize
+	return a.states[at : at+L.stateSize]
+}
+
+// pre returns the kept sketch projections of block l of head hd.
+func (a *polysketchAttn) pre(p []float32, hd, l int) []float32 {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	at := (hd*L.n + lo) * L.preW
+	return p[at : at+rows*L.preW]
+}
+
+func (a *polysketchAttn) prepareItem(w *psWorker, i int) {
+	L := &a.L
+	hd, l := i/L.t, i%L.t
+	var state []float32
+	if !L.causal || l < L.t-1 { // the last block's state is never used
+		state = a.slot(hd, l)
+	}
+	if state != nil || L.sketched {
+		a.keysPrep(w, hd, l, a.pre(a.preK, hd, l), state)
+	}
+	a.queriesPrep(w, hd, l, a.pre(a.preQ, hd, l), a.o)
+}
+
+func (a *polysketchAttn) finishItem(w *psWorker, i int) {
+	L := &a.L
+	hd, l := i/L.t, i%L.t
+	var z []float32
+	switch {
+	case !L.causal:
+		z = a.slot(hd, L.t)
+	case l > 0:
+		z = a.slot(hd, l)
+	}
+	a.finish(w, hd, l, a.pre(a.preQ, hd, l), z, a.o)
+}
+
+func (a *polysketchAttn) bwdQueriesItem(w *psWorker, i int) {
+	L := &a.L
+	hd, l := i/L.t, i%L.t
+	var z, g []float32
+	switch {
+	case !L.causal:
+		z, g = a.slot(hd, L.t), a.slot(hd, l)
+	case l > 0:
+		z = a.slot(hd, l)
+		g = z // G_l replaces Z_l once Z_l is used
+	}
+	if L.sketched {
+		_, rows := L.plan.span(l)
+		a.sk.output(a.rows(a.k, hd, l), L.h, rows, a.pre(a.preK, hd, l), w.mk)
+	}
+	a.bwdQueries(w, hd, l, a.pre(a.preQ, hd, l), z, g, false)
+}
+
+func (a *polysketchAttn) bwdKeysItem(w *psWorker, i int) {
+	L := &a.L
+	hd, l := i/L.t, i%L.t
+	var u []float32
+	switch {
+	case !L.causal:
+		u = a.slot(hd, L.t)
+	case l < L.t-1:
+		u = a.slot(hd, l)
+	}
+	a.bwdKeys(w, hd, l, a.pre(a.preK, hd, l), u)
+}
+
+// rows returns the rows of block l of head hd of an [bh, n, h] tensor.
+func (a *polysketchAttn) rows(x []float32, hd, l int) []float32 {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	at := (hd*L.n + lo) * L.h
+	return x[at : at+rows*L.h]
+}
+
+// Streaming (Remat): one head per item, blocks in sequence.
+
+func (a *polysketchAttn) streamForward(w *psWorker, hd int) {
+	L := &a.L
+	clear(w.run)
+	if !L.causal {
+		for l := 0; l < L.t; l++ {
+			a.keysPrep(w, hd, l, w.preK, w.hbuf)
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+		for l := 0; l < L.t; l++ {
+			a.queriesPrep(w, hd, l, w.preQ, a.o)
+			a.finish(w, hd, l, w.preQ, w.run, a.o)
+		}
+		return
+	}
+	for l := 0; l < L.t; l++ {
+		var state, z []float32
+		if l < L.t-1 {
+			state = w.hbuf
+		}
+		if l > 0 {
+			z = w.run
+		}
+		if state != nil || L.sketched {
+			a.keysPrep(w, hd, l, w.preK, state)
+		}
+		a.queriesPrep(w, hd, l, w.preQ, a.o)
+		a.finish(w, hd, l, w.preQ, z, a.o)
+		if state != nil {
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+	}
+}
+
+func (a *polysketchAttn) streamBackward(w *psWorker, hd int) {
+	L := &a.L
+	clear(w.run)
+	if !L.causal {
+		for l := 0; l < L.t; l++ {
+			a.keysPrep(w, hd, l, w.preK, w.hbuf)
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+		clear(w.acc)
+		for l := 0; l < L.t; l++ {
+			a.queriesPrep(w, hd, l, w.preQ, nil)
+			a.finish(w, hd, l, w.preQ, w.run, nil)
+			a.bwdQueries(w, hd, l, w.preQ, w.run, w.hbuf, false)
+			vec.Add(w.acc, w.acc, w.hbuf)
+		}
+		for l := 0; l < L.t; l++ {
+			a.sketchKeys(w, hd, l, w.preK)
+			a.bwdKeys(w, hd, l, w.preK, w.acc)
+		}
+		return
+	}
+	// Sweep 1, forward: prefix states, denominators, dq, local terms.
+	for l := 0; l < L.t; l++ {
+		var state, z []float32
+		if l < L.t-1 {
+			state = w.hbuf
+		}
+		if l > 0 {
+			z = w.run
+		}
+		if state != nil || L.sketched {
+			a.keysPrep(w, hd, l, w.preK, state)
+		}
+		a.queriesPrep(w, hd, l, w.preQ, nil)
+		a.finish(w, hd, l, w.preQ, z, nil)
+		a.bwdQueries(w, hd, l, w.preQ, z, nil, true)
+		lo, rows := L.plan.span(l)
+		copy(a.gd[hd*L.n+lo:hd*L.n+lo+rows], w.gd[:rows])
+		if state != nil {
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+	}
+	// Sweep 2, backward: suffix states U_l = Σ_{j>l} φ(Q_j)ᵀ·dO_j/D_j, dk, dv.
+	clear(w.run)
+	for l := L.t - 1; l >= 0; l-- {
+		var u []float32
+		if l < L.t-1 {
+			u = w.run
+		}
+		if u != nil || L.sketched {
+			a.sketchKeys(w, hd, l, w.preK)
+		}
+		a.bwdKeys(w, hd, l, w.preK, u)
+		if l > 0 {
+			a.queryStateAgain(w, hd, l, w.preQ, w.hbuf)
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+	}
+}
+
+// Block steps, shared by all modes so that they compute the same bits.
+
+// sketchKeys computes the sketch of block l's keys into pre and w.mk.
+func (a *polysketchAttn) sketchKeys(w *psWorker, hd, l int, pre []float32) {
+	_, rows := a.L.plan.span(l)
+	a.sk.apply(a.rows(a.k, hd, l), a.L.h, rows, pre, w.mk, &w.sks)
+}
+
+// keysPrep sketches block l's keys and, if state is not nil, computes the
+// block's state H_l = φ(K_l)ᵀV_l and z_l = φ(K_l)ᵀ1 into it.
+func (a *polysketchAttn) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
+	L := &a.L
+	_, rows := L.plan.span(l)
+	a.sketchKeys(w, hd, l, pre)
+	if state == nil {
+		return
+	}
+	F, h := L.F, L.h
+	phi := w.phi[:F*rows]
+	selfTensor(phi, w.mk, w.tk, L.ro, rows)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
+	z := state[F*h : F*h+F]
+	for f := range z {
+		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
+	}
+}
+
+// queriesPrep sketches block l's queries into pre and w.mq, sets the
+// denominators to 1 plus the diagonal block's row sums, and, if o is not
+// nil, the block's outputs to its diagonal block's weighted values.
+func (a *polysketchAttn) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	a.sk.apply(a.rows(a.q, hd, l), L.h, rows, pre, w.mq, &w.sks)
+	d := a.den[hd*L.n+lo : hd*L.n+lo+rows]
+	for i := range d {
+		d[i] = 1
+	}
+	if !L.causal {
+		return
+	}
+	a.localWeights(w, hd, l)
+	lowerRowSums(d, w.w, rows)
+	if o != nil {
+		lowerMul(a.rows(o, hd, l), L.h, w.w, a.rows(a.v, hd, l), L.h, rows, L.h, 0)
+	}
+}
+
+// localWeights computes S and W = lt(S^p) of block l's diagonal block into
+// w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local, else
+// S = M(Q_l)·M(K_l)ᵀ and p = 2 (from w.mq and w.mk).
+func (a *polysketchAttn) localWeights(w *psWorker, hd, l int) {
+	L := &a.L
+	_, rows := L.plan.span(l)
+	s, ww := w.s[:rows*rows], w.w[:rows*rows]
+	if !L.sketched {
+		lowerABt(s, a.rows(a.q, hd, l), L.h, a.rows(a.k, hd, l), L.h, rows, L.h)
+		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
+		return
+	}
+	ro := L.ro
+	transposeInto(w.mqr, w.mq, rows, ro, rows)
+	transposeInto(w.mkr, w.mk, rows, ro, rows)
+	lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
+	lowerPow(ww, s, w.tmp, rows, 2)
+}
+
+// finish adds the cross-block terms with prefix state z (nil for none) to
+// the denominators of block l and, if o is not nil, computes its outputs.
+func (a *polysketchAttn) finish(w *psWorker, hd, l int, pre, z, o []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	F, h := L.F, L.h
+	d := a.den[hd*L.n+lo : hd*L.n+lo+rows]
+	var out []float32
+	if o != nil {
+		out = a.rows(o, hd, l)
+	}
+	if z != nil {
+		a.sk.output(a.rows(a.q, hd, l), h, rows, pre, w.mq)
+		phi := w.phi[:F*rows]
+		selfTensor(phi, w.mq, w.tq, L.ro, rows)
+		c := w.cross[:rows]
+		clear(c)
+		zeta := z[F*h : F*h+F]
+		for f, zf := range zeta {
+			vec.Axpy(zf, phi[f*rows:(f+1)*rows], c)
+		}
+		vec.Add(d, d, c)
+		if out != nil {
+			beta := float32(0)
+			if L.causal {
+				beta = 1
+			}
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, z, h, beta, out, h)
+		}
+	}
+	if out != nil {
+		for i, di := range d {
+			vec.Scale(1/di, out[i*h:(i+1)*h])
+		}
+	}
+}
+
+// loadGrad sets w.g to dO/D for block l: the gradient of its numerators.
+func (a *polysketchAttn) loadGrad(w *psWorker, hd, l int) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	h := L.h
+	g := w.g[:rows*h]
+	copy(g, a.rows(a.do, hd, l))
+	for i, di := range a.den[hd*L.n+lo : hd*L.n+lo+rows] {
+		vec.Scale(1/di, g[i*h:(i+1)*h])
+	}
+}
+
+// bwdQueries computes, for block l with prefix state z (nil for none), the
+// denominator gradients w.gd, dq, and the diagonal block's contributions
+// to dv and dk (or to the gradient of M(K), a.dmk). With g not nil it
+// writes the block's state G_l = φ(Q_l)ᵀ·dO_l/D_l and γ_l = φ(Q_l)ᵀ·gd
+// into it. weightsValid says w.s and w.w already hold the diagonal block.
+//
+// The gradient of the denominator D_i needs dO_i·o_i, which it gets without
+// o: dO_i·o_i = g_i·num_i = (g_i·Z_lᵀ)·φ(q_i) + Σ_j W_ij (g_i·v_j), both
+// already at hand as dφ(q_i) and dW.
+func (a *polysketchAttn) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weightsValid bool) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	F, h, ro := L.F, L.h, L.ro
+	d := a.den[hd*L.n+lo : hd*L.n+lo+rows]
+	a.loadGrad(w, hd, l)
+	gr := w.g[:rows*h]
+	cross, gd := w.cross[:rows], w.gd[:rows]
+	clear(cross)
+	a.sk.output(a.rows(a.q, hd, l), h, rows, pre, w.mq)
+	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
+	if z != nil {
+		selfTensor(phi, w.mq, w.tq, ro, rows)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
+		tmp := w.tmp[:rows]
+		for f := 0; f < F; f++ {
+			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
+			vec.Add(cross, cross, tmp)
+		}
+	}
+	var s, ww, dw []float32
+	v := a.rows(a.v, hd, l)
+	if L.causal {
+		s, ww, dw = w.s[:rows*rows], w.w[:rows*rows], w.dw[:rows*rows]
+		if !weightsValid {
+			a.localWeights(w, hd, l)
+		}
+		lowerABt(dw, gr, h, v, h, rows, h)
+		lowerRowDots(gd, ww, dw, rows)
+	} else {
+		clear(gd)
+	}
+	for i := range gd {
+		gd[i] = -(cross[i] + gd[i]) / d[i]
+	}
+	if z != nil {
+		for f, zf := range z[F*h : F*h+F] {
+			vec.Axpy(zf, gd, dphi[f*rows:(f+1)*rows])
+		}
+	}
+	dq := a.rows(a.dq, hd, l)
+	if L.causal {
+		for i, gi := range gd {
+			row := dw[i*rows : i*rows+i+1]
+			for j := range row {
+				row[j] += gi
+			}
+		}
+		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
+		if L.sketched {
+			lowerPowGrad(dw, s, w.tmp, rows, 2)
+			lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
+			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
+			lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
+		} else {
+			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
+			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
+			lowerTMul(a.rows(a.dk, hd, l), h, dw, a.rows(a.q, hd, l), h, rows, h, 0)
+		}
+	}
+	dm := w.dmq[:ro*rows]
+	have := false
+	if z != nil {
+		selfTensorBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		have = true
+	}
+	if L.sketched {
+		addTransposed(dm, w.dmr, rows, ro, have)
+		have = true
+	}
+	if have {
+		a.sk.backward(dq, h, rows, L.causal && !L.sketched, dm, pre, &w.sks)
+	}
+	if g != nil {
+		a.queryState(w, rows, g)
+	}
+}
+
+// queryState writes G = φ(Q_l)ᵀ·g and γ = φ(Q_l)ᵀ·gd into state, from
+// w.phi, w.g and w.gd.
+func (a *polysketchAttn) queryState(w *psWorker, rows int, state []float32) {
+	F, h := a.L.F, a.L.h
+	phi := w.phi[:F*rows]
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, w.g, h, 0, state, h)
+	gd := w.gd[:rows]
+	for f := 0; f < F; f++ {
+		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
+	}
+}
+
+// queryStateAgain recomputes block l's G_l and γ_l into state (streaming),
+// from the kept denominators and denominator gradients.
+func (a *polysketchAttn) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	a.sk.apply(a.rows(a.q, hd, l), L.h, rows, pre, w.mq, &w.sks)
+	selfTensor(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
+	a.loadGrad(w, hd, l)
+	copy(w.gd[:rows], a.gd[hd*L.n+lo:hd*L.n+lo+rows])
+	a.queryState(w, rows, state)
+}
+
+// bwdKeys computes block l's dk and adds to its dv, with suffix state u
+// (nil for none): dV_l += φ(K_l)·U_l, dφ(K_l) = V_l·U_lᵀ + 1·u_lᵀ.
+func (a *polysketchAttn) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	F, h, ro := L.F, L.h, L.ro
+	dm := w.dmk[:ro*rows]
+	have := false
+	if u != nil {
+		a.sk.output(a.rows(a.k, hd, l), h, rows, pre, w.mk)
+		phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
+		selfTensor(phi, w.mk, w.tk, ro, rows)
+		beta := float32(0)
+		if L.causal {
+			beta = 1
+		}
+		v := a.rows(a.v, hd, l)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, u, h, beta, a.rows(a.dv, hd, l), h)
+		for f, uf := range u[F*h : F*h+F] {
+			fill(dphi[f*rows:(f+1)*rows], uf)
+		}
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 1, dphi, rows)
+		selfTensorBackward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		have = true
+	}
+	if L.sketched {
+		addTransposed(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
+		have = true
+	}
+	if have {
+		a.sk.backward(a.rows(a.dk, hd, l), h, rows, L.causal && !L.sketched, dm, pre, &w.sks)
+	}
+}
+
+// fill sets every element of x to v, by doubling copies.
+func fill(x []float32, v float32) {
+	if len(x) == 0 {
+		return
+	}
+	x[0] = v
+	for k := 1; k < len(x); k *= 2 {
+		copy(x[k:], x[:k])
+	}
+}
+
+// addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
+// row-major matrix, into dst, a [c × n] matrix.
+func addTransposed(dst, src []float32, n, c int, accumulate bool) {
+	for i := 0; i < n; i++ {
+		row := src[i*c : (i+1)*c]
+		if accumulate {
+			for t, x := range row {
+				dst[t*n+i] += x
+			}
+		} else {
+			for t, x := range row {
+				dst[t*n+i] = x
+			}
+		}
+	}
+}
+
+// psWorker is one goroutine's scratch for one block of up to bs rows.
+type psWorker struct {
+	mq, mk, tq, tk []float32 // Mᵀ of queries and keys and √2·Mᵀ: [ro × bs]
+	dmq, dmk       []float32 // their gradients
+	phi, dphi      []float32 // Φᵀ and its gradient: [F × bs]
+	s, w, dw       []float32 // diagonal block S, W and gradient: [bs × bs]
+	mqr, mkr, dmr  []float32 // row-major M for sketched diagonal blocks: [bs × ro]
+	g              []float32 // dO/D: [bs × h]
+	gd, cross, tmp []float32 // [bs], tmp [2·bs]
+	preQ, preK     []float32 // sketch projections when not kept: [preW × bs]
+	run, hbuf, acc []float32 // running, block and total states; scan scratch
+	fq, fk, df     []float32 // CumSum: row-major features and gradient [bs × F]
+	sks            sketchScratch
+}
+
+// carve takes the worker's buffers for layout L from take.
+func (w *psWorker) carve(L *psLayout, sk *sketch, take func(int) []float32) {
+	bs, ro, F := L.bs, L.ro, L.F
+	w.mq, w.mk, w.tq, w.tk = take(ro*bs), take(ro*bs), take(ro*bs), take(ro*bs)
+	w.dmq, w.dmk = take(ro*bs), take(ro*bs)
+	w.phi, w.dphi = take(F*bs), take(F*bs)
+	w.g = take(bs * L.h)
+	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
+	ab, buf := sk.scratchSize(bs)
+	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
+	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
+	w.preQ, w.preK, w.acc, w.fq, w.fk, w.df = nil, nil, nil, nil, nil, nil
+	if L.causal && L.mode != modeCumSum {
+		w.s, w.w, w.dw = take(bs*bs), take(bs*bs), take(bs*bs)
+	}
+	if L.sketched {
+		w.mqr, w.mkr, w.dmr = take(bs*ro), take(bs*ro), take(bs*ro)
+	}
+	switch L.mode {
+	case modeBlocks:
+		n := min(scanChunk, L.stateSize)
+		w.run, w.hbuf = take(n), take(n)
+	case modeStream:
+		w.preQ, w.preK = take(L.preW*bs), take(L.preW*bs)
+		w.run, w.hbuf = take(L.stateSize), take(L.stateSize)
+		if !L.causal {
+			w.acc = take(L.stateSize)
+		}
+	case modeCumSum:
+		w.preQ, w.preK = take(L.preW*bs), take(L.preW*bs)
+		w.run = take(L.stateSize)
+		w.fq, w.fk, w.df = take(bs*F), take(bs*F), take(bs*F)
+	}
+}
+
+// workPool runs the items of a phase on up to len(workers) goroutines, each
+// with its own worker scratch, taking items in order from a shared counter.
+// Which goroutine runs an item never changes its result.
+type workPool struct {
+	workers []*psWorker
+	active  int
+	items   int
+	next    atomic.Int64
+	step    func(w *psWorker, i int)
+	body    func(wi int)
+}
+
+func (p *workPool) init() {
+	p.body = func(wi int) {
+		w := p.workers[wi]
+		for {
+			i := int(p.next.Add(1) - 1)
+			if i >= p.items {
+				return
+			}
+			p.step(w, i)
+		}
+	}
+}
+
+func (p *workPool) run(items int, step func(w *psWorker, i int)) {
+	if items == 0 {
+		return
+	}
+	p.items, p.step = items, step
+	p.next.Store(0)
+	n := min(p.active, items)
+	parallel.Workers(n, n, p.body)
+}

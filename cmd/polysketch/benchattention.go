@@ -1,9 +1,500 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/tensor"
 )
 
-// STUB: replaced by the real implementation.
-func benchAttention(args []string, stdout io.Writer) error { return errors.New("not implemented yet") }
+const benchAttentionHelp = `usage: polysketch bench attention [flags]
+
+Measures the latency per token of each attention mechanism, forward and
+forward+backward, at each context length N: softmax, flash, polynomial,
+polysketch, and polysketch-cumsum (polysketch with the per-token
+cumulative-sum algorithm instead of blocks, and no local attention).
+
+Each case runs once to warm up, then up to --reps more times, stopping
+early once the case has used --max-seconds; it reports the best (fastest)
+run, since other work on the machine only ever adds time. µs/token is that
+time over B·N tokens (all H heads included).
+
+A case whose memory would exceed --mem-limit is reported as OOM without
+running it; the prediction is q, k, v, o and their four gradients plus the
+mechanism's Workspace. A case whose single run is predicted to exceed --max-seconds is reported as
+skipped: the prediction scales the time at the previous context length by
+(N/N_prev)² for softmax, flash and polynomial, N/N_prev for polysketch.
+In JSON, both have null seconds, us_per_token and peak_bytes.
+
+peak_bytes is the largest Go heap in use (runtime/metrics
+/memory/classes/heap/objects:bytes, sampled every millisecond and after
+each call) above the heap before the case allocated its tensors: the eight
+tensors and whatever the mechanism allocates. The runtime counts small
+objects per span, so tiny cases are off by a few KiB; short spikes between
+samples can be missed.
+
+--plot FILE writes µs/token of forward+backward against N (log₂ axis), one
+line per mechanism, as a PNG (off by default).
+
+flags:
+`
+
+// benchMechanism is one line of the benchmark: a mechanism with its options.
+type benchMechanism struct {
+	name   string
+	kind   attention.Kind
+	cumsum bool
+	growth float64 // time grows as N^growth: 2 for quadratic mechanisms
+}
+
+var benchMechanisms = []benchMechanism{
+	{"softmax", attention.Softmax, false, 2},
+	{"flash", attention.Flash, false, 2},
+	{"polynomial", attention.Polynomial, false, 2},
+	{"polysketch", attention.Polysketch, false, 1},
+	{"polysketch-cumsum", attention.Polysketch, true, 1},
+}
+
+// benchRow is one line of output. Seconds, USPerToken and PeakBytes are
+// nil for a case that was not run; note says why.
+type benchRow struct {
+	Mechanism  string   `json:"mechanism"`
+	N          int      `json:"n"`
+	H          int      `json:"h"`
+	Pass       string   `json:"pass"`
+	Seconds    *float64 `json:"seconds"`
+	USPerToken *float64 `json:"us_per_token"`
+	PeakBytes  *int64   `json:"peak_bytes"`
+	note       string
+}
+
+const (
+	passForward  = "forward"
+	passBackward = "forward+backward"
+)
+
+// benchAttentionConfig is the validated flags.
+type benchAttentionConfig struct {
+	ns              []int
+	h, batch, heads int
+	opts            attention.Options
+	mechanisms      []benchMechanism
+	memLimit        byteSize
+	maxSeconds      float64
+	reps            int
+	json            bool
+	plot            string
+}
+
+func benchAttention(args []string, stdout io.Writer) error {
+	fs := newFlags("bench attention", stdout)
+	def := attention.DefaultOptions()
+	cfg := benchAttentionConfig{memLimit: defaultMemLimit()}
+	var (
+		ns         = fs.String("n", "512,1024,2048,4096,8192,16384,32768,65536", "comma-separated context lengths N")
+		mechanisms = fs.String("mechanisms", "softmax,flash,polynomial,polysketch,polysketch-cumsum", "comma-separated mechanisms to run")
+		sketch     = fs.String("sketch", string(def.Sketch), "polysketch random sketch: gaussian or srht")
+	)
+	fs.IntVar(&cfg.h, "head-dim", 64, "head dimension h (the \"h\" of JSON lines)")
+	fs.IntVar(&cfg.batch, "batch", 1, "batch size B")
+	fs.IntVar(&cfg.heads, "heads", 2, "heads H (the default 2 keeps two cores busy over heads)")
+	fs.IntVar(&cfg.opts.Degree, "degree", def.Degree, "degree p of polynomial and polysketch attention")
+	fs.IntVar(&cfg.opts.SketchSize, "sketch-size", def.SketchSize, "sketch size r of polysketch")
+	fs.IntVar(&cfg.opts.Block, "block", def.Block, "block size b")
+	fs.BoolVar(&cfg.opts.Local, "local", def.Local, "polysketch: exact polynomial attention inside diagonal blocks")
+	fs.BoolVar(&cfg.opts.Causal, "causal", def.Causal, "mask future positions")
+	fs.BoolVar(&cfg.opts.Remat, "remat", false, "recompute per-block state in backward instead of keeping it")
+	fs.Uint64Var(&cfg.opts.Seed, "seed", def.Seed, "seed of the sketch and of the random inputs")
+	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB, 512MiB); the default is half of physical memory, at most 8GiB")
+	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 5, "time budget of one case: skip a case whose run is predicted to take longer, and stop repeating once it is spent")
+	fs.IntVar(&cfg.reps, "reps", 3, "timed runs per case after the warm-up, at most")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, h, pass, seconds, us_per_token, peak_bytes) instead of a table")
+	fs.StringVar(&cfg.plot, "plot", "", "write a PNG plot of forward+backward µs/token against N to this file")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchAttentionHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg.opts.Sketch = attention.SketchKind(*sketch)
+	if err := cfg.parse(*ns, *mechanisms); err != nil {
+		return fmt.Errorf("bench attention: %w", err)
+	}
+	return cfg.run(stdout)
+}
+
+// parse fills in and checks cfg from the list flags.
+func (cfg *benchAttentionConfig) parse(ns, mechanisms string) error {
+	for _, f := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--n %q: want comma-separated positive integers", ns)
+		}
+		cfg.ns = append(cfg.ns, n)
+	}
+	slices.Sort(cfg.ns) // extrapolation runs from small to large
+	cfg.ns = slices.Compact(cfg.ns)
+
+	for _, f := range strings.Split(mechanisms, ",") {
+		f = strings.TrimSpace(f)
+		i := slices.IndexFunc(benchMechanisms, func(m benchMechanism) bool { return m.name == f })
+		if i < 0 {
+			var known []string
+			for _, m := range benchMechanisms {
+				known = append(known, m.name)
+			}
+			return fmt.Errorf("--mechanisms: unknown mechanism %q; use some of %s", f, strings.Join(known, ","))
+		}
+		if !slices.Contains(cfg.mechanisms, benchMechanisms[i]) {
+			cfg.mechanisms = append(cfg.mechanisms, benchMechanisms[i])
+		}
+	}
+	switch {
+	case cfg.h <= 0:
+		return fmt.Errorf("--head-dim %d: must be positive", cfg.h)
+	case cfg.batch <= 0:
+		return fmt.Errorf("--batch %d: must be positive", cfg.batch)
+	case cfg.heads <= 0:
+		return fmt.Errorf("--heads %d: must be positive", cfg.heads)
+	case cfg.memLimit <= 0:
+		return fmt.Errorf("--mem-limit %v: must be positive", cfg.memLimit)
+	case !(cfg.maxSeconds > 0):
+		return fmt.Errorf("--max-seconds %v: must be positive", cfg.maxSeconds)
+	case cfg.reps <= 0:
+		return fmt.Errorf("--reps %d: must be positive", cfg.reps)
+	}
+	if cfg.plot != "" {
+		// Fail now rather than after minutes of measuring.
+		if st, err := os.Stat(filepath.Dir(cfg.plot)); err != nil || !st.IsDir() {
+			return fmt.Errorf("--plot %s: no such directory", cfg.plot)
+		}
+	}
+	for _, m := range cfg.mechanisms {
+		if err := checkAttentionFlags(m.kind, cfg.opts); err != nil {
+			return err
+		}
+		if _, err := attention.New(m.kind, m.options(cfg.opts)); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+func (m benchMechanism) options(o attention.Options) attention.Options {
+	if m.cumsum {
+		o.CumSum, o.Local = true, false
+	}
+	return o
+}
+
+// run measures every case, printing rows as they come, then writes the plot.
+func (cfg *benchAttentionConfig) run(stdout io.Writer) error {
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	if !cfg.json {
+		fmt.Fprintf(w, "attention latency: B=%d H=%d h=%d p=%d r=%d b=%d local=%t causal=%t; best of up to %d runs after a warm-up; GOMAXPROCS=%d\n",
+			cfg.batch, cfg.heads, cfg.h, cfg.opts.Degree, cfg.opts.SketchSize, cfg.opts.Block, cfg.opts.Local, cfg.opts.Causal, cfg.reps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "%-18s %6s  %-16s %10s %10s %10s\n", "mechanism", "n", "pass", "seconds", "µs/token", "peak MiB")
+		w.Flush()
+	}
+	series := make([]chart.Series, len(cfg.mechanisms))
+	for i, m := range cfg.mechanisms {
+		series[i].Name = m.name
+		var history [2]*timing // per pass: the last measurement
+		for _, n := range cfg.ns {
+			rows, err := cfg.measure(m, n, &history)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if err := cfg.print(w, r); err != nil {
+					return err
+				}
+				if r.Pass == passBackward && r.USPerToken != nil {
+					series[i].X = append(series[i].X, float64(n))
+					series[i].Y = append(series[i].Y, *r.USPerToken)
+				}
+			}
+			w.Flush()
+		}
+	}
+	if cfg.plot != "" {
+		c := &chart.Chart{
+			Title:  fmt.Sprintf("attention latency per token, forward+backward (B=%d, H=%d, h=%d)", cfg.batch, cfg.heads, cfg.h),
+			X:      chart.Axis{Label: "context length N", Log: 2},
+			Y:      chart.Axis{Label: "µs per token", Log: 10},
+			Series: series,
+			Width:  20, Height: 12,
+		}
+		if err := chart.Write(cfg.plot, c); err != nil {
+			return fmt.Errorf("bench attention: %w", err)
+		}
+	}
+	return w.Flush()
+}
+
+func (cfg *benchAttentionConfig) print(w io.Writer, r benchRow) error {
+	if cfg.json {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if r.Seconds == nil {
+		_, err := fmt.Fprintf(w, "%-18s %6d  %-16s %s\n", r.Mechanism, r.N, r.Pass, r.note)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%-18s %6d  %-16s %10.6f %10.3f %10.1f\n", r.Mechanism, r.N, r.Pass, *r.Seconds, *r.USPerToken, float64(*r.PeakBytes)/(1<<20))
+	return err
+}
+
+// timing is one measured run time, for extrapolating to larger n.
+type timing struct {
+	n       int
+	seconds float64
+}
+
+// predict extrapolates the time of one run at n from the last measurement
+// by the mechanism's asymptotic growth, n^growth. Fitting the growth to
+// the measurements instead proved unreliable on a busy machine; at small n
+// the asymptotic rate overestimates, which errs on the side of the budget.
+func predict(last *timing, n int, growth float64) (float64, bool) {
+	if last == nil {
+		return 0, false
+	}
+	return last.seconds * math.Pow(float64(n)/float64(last.n), growth), true
+}
+
+// measure runs mechanism m at context length n: both passes, or OOM or
+// skipped rows.
+func (cfg *benchAttentionConfig) measure(m benchMechanism, n int, history *[2]*timing) ([]benchRow, error) {
+	passes := []string{passForward, passBackward}
+	rows := make([]benchRow, len(passes))
+	for i, p := range passes {
+		rows[i] = benchRow{Mechanism: m.name, N: n, H: cfg.h, Pass: p}
+	}
+	mech, err := attention.New(m.kind, m.options(cfg.opts))
+	if err != nil {
+		return nil, fmt.Errorf("bench attention: %s: %w", m.name, err)
+	}
+	elems := int64(cfg.batch) * int64(cfg.heads) * int64(n) * int64(cfg.h)
+	need := 8*4*elems + mech.Workspace(cfg.batch, cfg.heads, n, cfg.h)
+	if need > int64(cfg.memLimit) {
+		for i := range rows {
+			rows[i].note = fmt.Sprintf("OOM: needs %v > --mem-limit %v", byteSize(need), cfg.memLimit)
+		}
+		return rows, nil
+	}
+	skipped := 0
+	for i := range passes {
+		if t, ok := predict(history[i], n, m.growth); ok && t > cfg.maxSeconds {
+			rows[i].note = fmt.Sprintf("skipped: predicted %.3g s per run > --max-seconds %g", t, cfg.maxSeconds)
+			skipped++
+		}
+	}
+	if skipped == len(passes) {
+		return rows, nil
+	}
+
+	runtime.GC()
+	base := heapInUse()
+	shape := []int{cfg.batch, cfg.heads, n, cfg.h}
+	rng := rand.New(rand.NewPCG(cfg.opts.Seed, uint64(n)))
+	scale := math.Pow(float64(cfg.h), -0.25) // q·k of unit variance
+	q, k, v, do := randn(rng, scale, shape), randn(rng, scale, shape), randn(rng, 1, shape), randn(rng, 1, shape)
+	o, dq, dk, dv := tensor.New(shape...), tensor.New(shape...), tensor.New(shape...), tensor.New(shape...)
+
+	for i, p := range passes {
+		if rows[i].note != "" {
+			continue
+		}
+		call := func() {
+			mech.Forward(o, q, k, v)
+			if p == passBackward {
+				mech.Backward(dq, dk, dv, do)
+			}
+		}
+		best, peak := cfg.time(call)
+		history[i] = &timing{n, best}
+		peakBytes := int64(peak) - int64(base)
+		us := best * 1e6 / float64(cfg.batch*n)
+		rows[i].Seconds, rows[i].USPerToken, rows[i].PeakBytes = &best, &us, &peakBytes
+	}
+	// Return the memory before the next case measures its baseline.
+	mech, q, k, v, o, dq, dk, dv, do = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	debug.FreeOSMemory()
+	return rows, nil
+}
+
+// time runs call once to warm up, then up to cfg.reps times while the case
+// has used less than cfg.maxSeconds, and returns the best time and the
+// peak heap in use.
+func (cfg *benchAttentionConfig) time(call func()) (best float64, peak uint64) {
+	s := startHeapSampler()
+	start := time.Now()
+	call()
+	s.sample()
+	best = math.Inf(1)
+	for r := 0; r < cfg.reps && (r == 0 || time.Since(start).Seconds() < cfg.maxSeconds); r++ {
+		t := time.Now()
+		call()
+		best = min(best, time.Since(t).Seconds())
+		s.sample()
+	}
+	return best, s.stop()
+}
+
+func randn(rng *rand.Rand, scale float64, shape []int) *tensor.Tensor {
+	t := tensor.New(shape...)
+	for i := range t.Data {
+		t.Data[i] = float32(rng.NormFloat64() * scale)
+	}
+	return t
+}
+
+const heapMetric = "/memory/classes/heap/objects:bytes"
+
+func heapInUse() uint64 {
+	s := []metrics.Sample{{Name: heapMetric}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// heapSampler records the peak heap in use, sampled every millisecond by a
+// goroutine and whenever sample is called.
+type heapSampler struct {
+	peak atomic.Uint64
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startHeapSampler() *heapSampler {
+	s := &heapSampler{quit: make(chan struct{})}
+	s.sample()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-tick.C:
+				s.sample()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *heapSampler) sample() {
+	v := heapInUse()
+	for {
+		old := s.peak.Load()
+		if v <= old || s.peak.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// stop ends sampling and returns the peak.
+func (s *heapSampler) stop() uint64 {
+	close(s.quit)
+	s.wg.Wait()
+	s.sample()
+	return s.peak.Load()
+}
+
+// byteSize is a number of bytes as a flag: 8GiB, 512MiB, 1.5GB, 4096.
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	scale  float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
+	{"B", 1},
+}
+
+func (b *byteSize) Set(s string) error {
+	num, scale := strings.TrimSpace(s), 1.0
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, scale = strings.TrimSpace(rest), u.scale
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v*scale >= 1) || v*scale > math.MaxInt64/2 {
+		return errors.New("want a positive size such as 8GiB, 512MiB or 1000000")
+	}
+	*b = byteSize(v * scale)
+	return nil
+}
+
+func (b byteSize) String() string {
+	switch v := float64(b); {
+	case v >= 1<<30:
+		return fmt.Sprintf("%.4gGiB", v/(1<<30))
+	case v >= 1<<20:
+		return fmt.Sprintf("%.4gMiB", v/(1<<20))
+	case v >= 1<<10:
+		return fmt.Sprintf("%.4gKiB", v/(1<<10))
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}
+
+// defaultMemLimit is half of physical memory, at most 8 GiB (8 GiB when
+// physical memory is unknown), leaving room for whatever else runs.
+func defaultMemLimit() byteSize {
+	const most = 8 << 30
+	total := physicalMemory()
+	if total <= 0 {
+		return most
+	}
+	return byteSize(min(total/2, most))
+}
+
+// physicalMemory reads MemTotal from /proc/meminfo; 0 if unknown.
+func physicalMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}

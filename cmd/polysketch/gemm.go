@@ -1,9 +1,148 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/polysketch/polysketch/blas"
 )
 
-// STUB: replaced by the real implementation.
-func benchGEMM(args []string, stdout io.Writer) error { return errors.New("not implemented yet") }
+// gemmCases are the default products, written m×k×n: square sizes, then
+// the shapes attention runs (scores, values, projections).
+const gemmCases = "256x256x256,512x512x512,1024x1024x1024,2048x2048x2048,256x64x256,256x1024x64,1024x256x64,4096x64x4096"
+
+// gemmResult is one line of --json output.
+type gemmResult struct {
+	Impl    string  `json:"impl"`
+	M       int     `json:"m"`
+	N       int     `json:"n"`
+	K       int     `json:"k"`
+	Threads int     `json:"threads"`
+	GFLOPS  float64 `json:"gflops"`
+}
+
+// benchGEMM measures C = A·B (no transposes, beta = 0) for each
+// implementation in blas.Impls. The implementations take turns on each
+// case, so that load from other processes hits them alike, and the best of
+// several repetitions counts.
+func benchGEMM(args []string, stdout io.Writer) error {
+	fs := newFlags("bench gemm", stdout)
+	jsonOut := fs.Bool("json", false, "print JSON lines (impl, m, n, k, threads, gflops) instead of a table")
+	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "threads per product (GOMAXPROCS, and OpenBLAS's)")
+	minTime := fs.Duration("min-time", 50*time.Millisecond, "minimum time of one repetition of a case")
+	reps := fs.Int("reps", 5, "repetitions per case and implementation; the best counts")
+	casesFlag := fs.String("cases", gemmCases, "comma-separated products, each m×k×n written `MxKxN`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *threads < 1 || *reps < 1 || *minTime <= 0 {
+		return fmt.Errorf("bench gemm: --threads and --reps must be ≥ 1 and --min-time > 0")
+	}
+	cases, err := parseCases(*casesFlag)
+	if err != nil {
+		return fmt.Errorf("bench gemm: %w", err)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*threads))
+
+	impls := blas.Impls()
+	enc := json.NewEncoder(stdout)
+	if !*jsonOut {
+		for _, impl := range impls {
+			fmt.Fprintf(stdout, "%s: %s\n", impl.Name, impl.Detail)
+		}
+		fmt.Fprintf(stdout, "threads: %d, best of %d × ≥%v\n\n", *threads, *reps, *minTime)
+		fmt.Fprintf(stdout, "%16s", "m×k×n")
+		for _, impl := range impls {
+			fmt.Fprintf(stdout, "%16s", impl.Name+" GFLOPS")
+		}
+		for _, impl := range impls[1:] {
+			fmt.Fprintf(stdout, "%16s", impls[0].Name+"/"+impl.Name)
+		}
+		fmt.Fprintln(stdout)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, cs := range cases {
+		m, k, n := cs[0], cs[1], cs[2]
+		a, b, c := randFloats(rng, m*k), randFloats(rng, k*n), make([]float32, m*n)
+		best := make([]float64, len(impls))
+		for range *reps {
+			for i, impl := range impls {
+				best[i] = max(best[i], gflops(impl, m, n, k, a, b, c, *minTime))
+			}
+		}
+		if *jsonOut {
+			for i, impl := range impls {
+				r := gemmResult{Impl: impl.Name, M: m, N: n, K: k, Threads: *threads, GFLOPS: round1(best[i])}
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%16s", fmt.Sprintf("%d×%d×%d", m, k, n))
+		for _, g := range best {
+			fmt.Fprintf(stdout, "%16.1f", g)
+		}
+		for _, g := range best[1:] {
+			fmt.Fprintf(stdout, "%16.2f", best[0]/g)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return nil
+}
+
+// gflops runs the product until minTime has passed (after one warm-up
+// call) and returns its rate.
+func gflops(impl blas.Impl, m, n, k int, a, b, c []float32, minTime time.Duration) float64 {
+	impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
+	calls := 0
+	start := time.Now()
+	var elapsed time.Duration
+	for elapsed < minTime {
+		impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
+		calls++
+		elapsed = time.Since(start)
+	}
+	return 2 * float64(m) * float64(n) * float64(k) * float64(calls) / elapsed.Seconds() / 1e9
+}
+
+func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
+
+// parseCases parses "MxKxN,MxKxN,…" (× also accepted).
+func parseCases(s string) ([][3]int, error) {
+	var cases [][3]int
+	for _, f := range strings.Split(s, ",") {
+		dims := strings.Split(strings.ReplaceAll(strings.TrimSpace(f), "×", "x"), "x")
+		if len(dims) != 3 {
+			return nil, fmt.Errorf("case %q: want MxKxN", f)
+		}
+		var c [3]int
+		for i, d := range dims {
+			v, err := strconv.Atoi(d)
+			if err != nil || v < 1 {
+				return nil, fmt.Errorf("case %q: dimension %q is not a positive integer", f, d)
+			}
+			c[i] = v
+		}
+		cases = append(cases, c)
+	}
+	if len(cases) == 0 {
+		return nil, errors.New("no cases")
+	}
+	return cases, nil
+}
+
+func randFloats(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}

@@ -1,0 +1,310 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Incremental decoding. A Decoder consumes q, k, v of one new position per
+// Step and returns that position's output, equal to float tolerance to the
+// row of a full causal Forward. Two kinds of state do this:
+//
+//   - cacheDecoder (softmax, flash, polynomial): a KV cache; position n
+//     costs O(n·h) per head and the cache grows with the sequence.
+//   - sketchDecoder (polysketch): the recurrent state of the block
+//     algorithm, constant in size, so that every position costs the same.
+
+// NewDecoder returns a Decoder running the causal mechanism m one position
+// at a time for B sequences of H heads of size h. Softmax and flash keep a
+// KV cache and weight it by softmax(q·k/√h); polynomial keeps a KV cache
+// and weights it by (q·k)^p/(1 + Σ (q·k')^p). Their caches start small
+// and double when full, so a Decoder accepts sequences of any length, with
+// memory growing as 2·n·h floats per head and a few allocations over a
+// sequence (none once the cache has reached its size; Reset keeps it).
+// Polysketch keeps the prefix state over completed blocks and the keys and
+// values of the current block (see sketchDecoder): constant memory and
+// cost per position, however long the sequence.
+//
+// A polysketch Decoder shares m's sketch (drawing it now if m has not run
+// yet), so do not run it concurrently with m.Forward. Non-causal
+// mechanisms have no incremental form and get an error.
+func NewDecoder(m Mechanism, B, H, h int) (Decoder, error) {
+	if B <= 0 || H <= 0 || h <= 0 {
+		return nil, fmt.Errorf("decoder for [B=%d, H=%d, h=%d]: sizes must be positive", B, H, h)
+	}
+	var causal bool
+	var dec Decoder
+	switch a := m.(type) {
+	case *softmaxAttn:
+		causal, dec = a.causal, newCacheDecoder(B, H, h, 0)
+	case flashAttn:
+		causal, dec = a.causal, newCacheDecoder(B, H, h, 0)
+	case polynomialAttn:
+		causal, dec = a.causal, newCacheDecoder(B, H, h, a.weights.(polyWeighting).p)
+	case *polysketchAttn:
+		causal = a.opts.Causal
+		if causal {
+			dec = newSketchDecoder(a, B, H, h)
+		}
+	default:
+		return nil, fmt.Errorf("no decoder for mechanism %T", m)
+	}
+	if !causal {
+		return nil, fmt.Errorf("%s attention is not causal: decoding one position at a time needs Options.Causal", m.Kind())
+	}
+	return dec, nil
+}
+
+// checkStep panics unless o, q, k, v are all [B,H,h].
+func checkStep(op string, bh, h int, o, q, k, v *tensor.Tensor) {
+	for _, t := range []*tensor.Tensor{o, q, k, v} {
+		if t.Dims() != 3 || t.Shape[0]*t.Shape[1] != bh || t.Shape[2] != h {
+			panic(fmt.Sprintf("attention.%s: shape %v, want [B,H,h] with B·H = %d, h = %d", op, t.Shape, bh, h))
+		}
+	}
+}
+
+// stepWorkers returns how many goroutines a step of work floats deserves:
+// one below about 32k floats, where starting goroutines costs more than
+// it saves.
+func stepWorkers(items, work int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), items, work>>15))
+}
+
+// cacheDecoder is a KV cache, one per head: position n attends to the
+// keys and values of positions 0…n.
+type cacheDecoder struct {
+	bh, h  int
+	degree int     // 0 for softmax, else the degree p of polynomial weights
+	scale  float32 // softmax: 1/√h, as the mechanisms scale q·k
+	n      int     // positions consumed
+	size   int     // positions the cache holds before it must grow
+	k, v   []float32 // [bh × size × h]
+	w      []float32 // [bh × size] attention weights of the current step
+
+	o, q, kn, vn []float32 // the Step in progress
+	team         team
+	stepFn       func(w, i int) // bound once: handing it to team allocates nothing
+}
+
+func newCacheDecoder(B, H, h, degree int) *cacheDecoder {
+	d := &cacheDecoder{bh: B * H, h: h, degree: degree, scale: float32(1 / math.Sqrt(float64(h)))}
+	d.stepFn = d.stepHead
+	return d
+}
+
+func (d *cacheDecoder) Len() int { return d.n }
+func (d *cacheDecoder) Reset()   { d.n = 0 }
+
+func (d *cacheDecoder) Step(o, q, k, v *tensor.Tensor) {
+	checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	if d.n == d.size {
+		d.grow(max(16, 2*d.size))
+	}
+	d.o, d.q, d.kn, d.vn = o.Data, q.Data, k.Data, v.Data
+	d.team.run(stepWorkers(d.bh, d.bh*(d.n+1)*d.h), d.bh, d.stepFn)
+	d.o, d.q, d.kn, d.vn = nil, nil, nil, nil
+	d.n++
+}
+
+// grow moves the cache to room for size positions per head.
+func (d *cacheDecoder) grow(size int) {
+	h := d.h
+	k, v := make([]float32, d.bh*size*h), make([]float32, d.bh*size*h)
+	for i := 0; i < d.bh; i++ {
+		copy(k[i*size*h:], d.k[i*d.size*h:(i*d.size+d.n)*h])
+		copy(v[i*size*h:], d.v[i*d.size*h:(i*d.size+d.n)*h])
+	}
+	d.k, d.v, d.w, d.size = k, v, make([]float32, d.bh*size), size
+}
+
+// stepHead appends head i's key and value and computes its output.
+func (d *cacheDecoder) stepHead(_, i int) {
+	h, n := d.h, d.n
+	base := i * d.size * h
+	keys, vals := d.k[base:base+(n+1)*h], d.v[base:base+(n+1)*h]
+	copy(keys[n*h:], d.kn[i*h:(i+1)*h])
+	copy(vals[n*h:], d.vn[i*h:(i+1)*h])
+	q, o := d.q[i*h:(i+1)*h], d.o[i*h:(i+1)*h]
+	w := d.w[i*d.size : i*d.size+n+1]
+	for j := range w {
+		w[j] = vec.Dot(q, keys[j*h:(j+1)*h])
+	}
+	if d.degree == 0 {
+		vec.Scale(d.scale, w)
+		vec.Softmax(w)
+	} else {
+		for j, s := range w {
+			w[j] = ipow(s, d.degree)
+		}
+		vec.Scale(1/(1+vec.Sum(w)), w)
+	}
+	clear(o)
+	for j, wj := range w {
+		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
+	}
+}
+
+// sketchDecoder decodes causal polysketch attention with the state of the
+// block algorithm (lt.go), blocks being positions [l·b, (l+1)·b) exactly
+// as in Forward. For position i in block l,
+//
+//	o_i = (φ(q_i)ᵀ·Z_l + Σ_{j∈l, j≤i} w_ij v_j) / (1 + φ(q_i)·ζ_l + Σ_{j∈l, j≤i} w_ij),
+//
+// with Z_l = Σ_{j<l·b} φ(k_j)v_jᵀ and ζ_l = Σ_{j<l·b} φ(k_j) over the
+// completed blocks, and the local weights w_ij = (q_i·k_j)^p with Local,
+// else the sketched (M(q_i)·M(k_j))² = φ(q_i)·φ(k_j) (also for CumSum,
+// whose weights are sketched everywhere). The features φ and sketches M
+// are those of the mechanism (sketch.apply, selfTensor). The current
+// block's φ(K)ᵀV and φ(K)ᵀ1 accumulate one token at a time, and are added
+// to Z and ζ when the block completes, so every position costs the same:
+// two F×h rank-one products, the sketch of one q and one k, and at most b
+// local weights.
+type sketchDecoder struct {
+	sk        *sketch
+	bh, h     int
+	b, p      int  // block size and degree
+	local     bool // exact weights inside the current block
+	ro, F, kw int  // sketch width, features, floats kept per key in the block
+	stateSize int  // F·h + F
+	n         int
+
+	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
+	block  []float32 // [bh × stateSize]: the current block's φ(K)ᵀV and φ(K)ᵀ1
+	keys   []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
+	vals   []float32 // [bh × b × h]
+	wts    []float32 // [bh × b]: local weights of the step
+
+	// The step's sketches and features of all bh heads, transposed as the
+	// sketch works: [rows × bh].
+	preQ, preK     []float32 // [preW × bh]
+	mq, mk, tq, tk []float32 // [ro × bh]
+	phiQ, phiK     []float32 // [F × bh]
+	mqr, mkr       []float32 // [bh × ro]: M(q), M(k) row-major (sketched local weights)
+	fq, fk         []float32 // [bh × F]: φ(q), φ(k) row-major
+	sks            sketchScratch
+
+	o, q, k, v []float32 // the Step in progress
+	team       team
+	stepFn     func(w, i int)
+}
+
+func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
+	o := a.opts
+	if a.sk == nil || a.sk.in != h {
+		a.sk = newSketch(o.Sketch, o.Degree/2, h, o.SketchSize, o.Seed) // as the first Forward would
+	}
+	sk := a.sk
+	bh := B * H
+	d := &sketchDecoder{sk: sk, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
+		ro: sk.out, F: featureDim(sk.out)}
+	d.stateSize = d.F*h + d.F
+	d.kw = h
+	if !d.local {
+		d.kw = d.ro
+	}
+	d.prefix, d.block = make([]float32, bh*d.stateSize), make([]float32, bh*d.stateSize)
+	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
+	d.wts = make([]float32, bh*d.b)
+	d.preQ, d.preK = make([]float32, sk.preW*bh), make([]float32, sk.preW*bh)
+	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
+	d.phiQ, d.phiK = make([]float32, d.F*bh), make([]float32, d.F*bh)
+	d.fq, d.fk = make([]float32, bh*d.F), make([]float32, bh*d.F)
+	if !d.local {
+		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
+	}
+	d.sks = sk.newScratch(bh)
+	d.stepFn = d.stepHead
+	return d
+}
+
+func (d *sketchDecoder) Len() int { return d.n }
+
+func (d *sketchDecoder) Reset() {
+	d.n = 0
+	clear(d.prefix)
+	clear(d.block)
+}
+
+func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
+	checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	bh, h, ro, F := d.bh, d.h, d.ro, d.F
+	// Sketches and features of every head's q and k: one product each.
+	d.sk.apply(q.Data, h, bh, d.preQ, d.mq, &d.sks)
+	d.sk.apply(k.Data, h, bh, d.preK, d.mk, &d.sks)
+	selfTensor(d.phiQ, d.mq, d.tq, ro, bh)
+	selfTensor(d.phiK, d.mk, d.tk, ro, bh)
+	transposeInto(d.fq, d.phiQ, bh, F, bh)
+	transposeInto(d.fk, d.phiK, bh, F, bh)
+	if !d.local {
+		transposeInto(d.mqr, d.mq, bh, ro, bh)
+		transposeInto(d.mkr, d.mk, bh, ro, bh)
+	}
+	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
+	d.team.run(stepWorkers(bh, bh*2*d.stateSize), bh, d.stepFn)
+	d.o, d.q, d.k, d.v = nil, nil, nil, nil
+	d.n++
+}
+
+// stepHead advances head i by one position.
+func (d *sketchDecoder) stepHead(_, i int) {
+	h, F, kw, b := d.h, d.F, d.kw, d.b
+	pos := d.n % b // index within the current block
+	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
+	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
+	if pos == 0 && d.n > 0 { // the previous block is complete
+		vec.Add(prefix, prefix, block)
+		clear(block)
+	}
+
+	// Keep this position's key (or its sketch) and value in the block.
+	keys := d.keys[i*b*kw : (i*b+pos+1)*kw]
+	vals := d.vals[i*b*h : (i*b+pos+1)*h]
+	var q []float32
+	if d.local {
+		q = d.q[i*h : (i+1)*h]
+		copy(keys[pos*kw:], d.k[i*h:(i+1)*h])
+	} else {
+		q = d.mqr[i*kw : (i+1)*kw]
+		copy(keys[pos*kw:], d.mkr[i*kw:(i+1)*kw])
+	}
+	v := d.v[i*h : (i+1)*h]
+	copy(vals[pos*h:], v)
+
+	// Local weights inside the block, exact or sketched.
+	w := d.wts[i*b : i*b+pos+1]
+	p := d.p
+	if !d.local {
+		p = 2
+	}
+	for j := range w {
+		w[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
+	}
+	den := 1 + vec.Sum(w)
+	o := d.o[i*h : (i+1)*h]
+	clear(o)
+	for j, wj := range w {
+		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
+	}
+
+	// Completed blocks, through the prefix state.
+	fq := d.fq[i*F : (i+1)*F]
+	if d.n >= b {
+		for f, x := range fq {
+			vec.Axpy(x, prefix[f*h:(f+1)*h], o)
+		}
+		den += vec.Dot(fq, prefix[F*h:])
+	}
+	vec.Scale(1/den, o)
+
+	// Fold this position's key into the block's state.
+	fk := d.fk[i*F : (i+1)*F]
+	for f, x := range fk {
+		vec.Axpy(x, v, block[f*h:(f+1)*h])
+	}
+	vec.Add(block[F*h:], block[F*h:], fk)
+}

@@ -1,0 +1,297 @@
+package attention
+
+import (
+	"fmt"
+
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Block lower-triangular multiplication (PolySketchFormer, Sec. 3.1).
+//
+// For A, B ∈ R^{n×m} and C ∈ R^{n×k}, lt(A·Bᵀ)·C keeps the entries j ≤ i
+// of A·Bᵀ and never forms that n×n matrix. With the rows cut into blocks
+// of b (the last one may be shorter):
+//
+//	H_l = B_lᵀ·C_l                    state of block l, m×k      (blocks in parallel)
+//	Z_l = Σ_{j<l} H_j                 exclusive prefix sum        (sequential, cheap)
+//	Y_l = A_l·Z_l + lt(A_l·B_lᵀ)·C_l  output rows of block l      (blocks in parallel)
+//
+// for O(n·b·(m+k) + n·m·k) work. The backward pass mirrors it with suffix
+// sums: with U_l = Σ_{j>l} A_jᵀ·dY_j,
+//
+//	dA_l = dY_l·Z_lᵀ + (diagonal part),  dB_l = C_l·U_lᵀ + …,  dC_l = B_l·U_l + ….
+//
+// ltMul and ltMulBackward run this on materialized matrices. Polysketch
+// attention runs the same three phases with A = φ(Q) and B = φ(K) produced
+// block by block, and shares the pieces below: the block partition, the
+// scans over per-block states, and the diagonal-block kernels, which
+// compute lt(S^p)·C for S = A_l·B_lᵀ and p = 1 (ltMul), p = 2 (sketched
+// local blocks, lt((L·Rᵀ)²) with L = M(Q_l), R = M(K_l)) or the degree p
+// (exact local blocks, lt((Q_l·K_lᵀ)^p)).
+
+// blocks cuts n rows into blocks of size rows; the last may be shorter.
+type blocks struct{ n, size int }
+
+func (p blocks) count() int { return (p.n + p.size - 1) / p.size }
+
+// span returns the first row and the row count of block l.
+func (p blocks) span(l int) (lo, rows int) {
+	lo = l * p.size
+	return lo, min(p.size, p.n-lo)
+}
+
+// prefixScan replaces the t states in states (state l at offset l·stride),
+// restricted to elements [lo, hi) of each, by their exclusive prefix sums:
+// state l becomes Σ_{j<l} state j, added in order j = 0, 1, …. run and tmp
+// are scratch of hi-lo elements. The last state is not added to anything.
+func prefixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
+	w := hi - lo
+	run, tmp = run[:w], tmp[:w]
+	clear(run)
+	for l := 0; l < t; l++ {
+		s := states[l*stride+lo : l*stride+hi]
+		if l == t-1 {
+			copy(s, run)
+			break
+		}
+		copy(tmp, s)
+		copy(s, run)
+		vec.Add(run, run, tmp)
+	}
+}
+
+// suffixScan is prefixScan in the other direction: state l becomes
+// Σ_{j>l} state j, added in order j = t-1, t-2, ….
+func suffixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
+	w := hi - lo
+	run, tmp = run[:w], tmp[:w]
+	clear(run)
+	for l := t - 1; l >= 0; l-- {
+		s := states[l*stride+lo : l*stride+hi]
+		if l == 0 {
+			copy(s, run)
+			break
+		}
+		copy(tmp, s)
+		copy(s, run)
+		vec.Add(run, run, tmp)
+	}
+}
+
+// sumStates writes into dst the sum of the t states (elements [lo, hi)),
+// added in order 0, 1, … onto zero.
+func sumStates(dst, states []float32, t, stride, lo, hi int) {
+	d := dst[lo:hi]
+	clear(d)
+	for l := 0; l < t; l++ {
+		vec.Add(d, d, states[l*stride+lo:l*stride+hi])
+	}
+}
+
+// Diagonal-block kernels. A block of n rows has the n×n matrices S = A·Bᵀ
+// and W = lt(S^p), stored row-major with leading dimension n. Only the
+// lower triangle is computed, in stripes of diagTile rows: stripe i spans
+// rows [i·t, i·t+t) and columns [0, i·t+t); entries above the diagonal
+// inside a stripe are zero, and nothing right of a stripe is ever read.
+
+const diagTile = 64
+
+// lowerABt computes the lower triangle of dst = a·bᵀ (a, b: n rows of k
+// columns, leading dimensions lda, ldb).
+func lowerABt(dst, a []float32, lda int, b []float32, ldb, n, k int) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, i1-i0, i1, k, 1, a[i0*lda:], lda, b, ldb, 0, dst[i0*n:], n)
+		for i := i0; i < i1; i++ {
+			clear(dst[i*n+i+1 : i*n+i1])
+		}
+	}
+}
+
+// lowerMul computes dst = L·y (or dst += L·y with beta 1) for the lower
+// triangular n×n matrix L and y with k columns.
+func lowerMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float32) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, i1-i0, k, i1, 1, L[i0*n:], n, y, ldy, beta, dst[i0*ldd:], ldd)
+	}
+}
+
+// lowerTMul computes dst = Lᵀ·y (or dst += Lᵀ·y with beta 1).
+func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float32) {
+	for j0 := 0; j0 < n; j0 += diagTile {
+		j1 := min(j0+diagTile, n)
+		// Rows j0..j1 of Lᵀ·y = (L[j0:n, j0:j1])ᵀ · y[j0:n].
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, j1-j0, k, n-j0, 1, L[j0*n+j0:], n, y[j0*ldy:], ldy, beta, dst[j0*ldd:], ldd)
+	}
+}
+
+// lowerRowSums adds Σ_{j≤i} w_ij to d[i].
+func lowerRowSums(d, w []float32, n int) {
+	for i := 0; i < n; i++ {
+		d[i] += vec.Sum(w[i*n : i*n+i+1])
+	}
+}
+
+// lowerRowDots sets d[i] = Σ_{j≤i} x_ij·y_ij.
+func lowerRowDots(d, x, y []float32, n int) {
+	for i := 0; i < n; i++ {
+		d[i] = vec.Dot(x[i*n:i*n+i+1], y[i*n:i*n+i+1])
+	}
+}
+
+// lowerPow sets w = s^p on the lower triangle (p ≥ 1), and zero above the
+// diagonal inside the diagonal tiles; tmp is scratch of n.
+func lowerPow(w, s, tmp []float32, n, p int) {
+	for i := 0; i < n; i++ {
+		clear(w[i*n+i+1 : i*n+min(n, (i/diagTile+1)*diagTile)])
+		powInto(w[i*n:i*n+i+1], s[i*n:i*n+i+1], tmp[:i+1], p)
+	}
+}
+
+// lowerPowGrad replaces dw by p·s^(p-1) ∗ dw on the lower triangle: the
+// gradient of S from that of W = S^p. tmp is scratch of 2n.
+func lowerPowGrad(dw, s, tmp []float32, n, p int) {
+	if p == 1 {
+		return
+	}
+	for i := 0; i < n; i++ {
+		d, t := dw[i*n:i*n+i+1], tmp[:i+1]
+		powInto(t, s[i*n:i*n+i+1], tmp[n:n+i+1], p-1)
+		vec.Mul(d, d, t)
+		vec.Scale(float32(p), d)
+	}
+}
+
+// powInto sets dst = x^p elementwise (p ≥ 1) by repeated squaring, with
+// base as scratch; base must not alias dst or x.
+func powInto(dst, x, base []float32, p int) {
+	copy(base, x)
+	first := true
+	for {
+		if p&1 == 1 {
+			if first {
+				copy(dst, base)
+				first = false
+			} else {
+				vec.Mul(dst, dst, base)
+			}
+		}
+		if p >>= 1; p == 0 {
+			return
+		}
+		vec.Mul(base, base, base)
+	}
+}
+
+// ipow returns x^p for p ≥ 0 by repeated squaring.
+func ipow(x float32, p int) float32 {
+	r := float32(1)
+	for p > 0 {
+		if p&1 == 1 {
+			r *= x
+		}
+		x *= x
+		p >>= 1
+	}
+	return r
+}
+
+// ltMul computes y = lt(a·bᵀ)·c for row-major a, b [n×m] and c, y [n×k]
+// with the block algorithm, blocks of the given size, in parallel over
+// blocks. It is deterministic for any GOMAXPROCS.
+func ltMul(y, a, b, c []float32, n, m, k, block int) {
+	lt := newLTMul(n, m, k, block)
+	lt.forward(y, a, b, c)
+}
+
+// ltMulBackward computes the gradients da, db, dc (overwritten) of
+// y = lt(a·bᵀ)·c from dy.
+func ltMulBackward(da, db, dc, dy, a, b, c []float32, n, m, k, block int) {
+	lt := newLTMul(n, m, k, block)
+	lt.forward(nil, a, b, c) // the prefix states Z_l
+	lt.backward(da, db, dc, dy, a, b, c)
+}
+
+// ltMultiplier holds the per-block states of one lt(a·bᵀ)·c.
+type ltMultiplier struct {
+	n, m, k int
+	plan    blocks
+	states  []float32 // [t × m·k]
+}
+
+func newLTMul(n, m, k, block int) *ltMultiplier {
+	if n <= 0 || m <= 0 || k <= 0 || block <= 0 {
+		panic(fmt.Sprintf("attention.ltMul: n=%d m=%d k=%d block=%d", n, m, k, block))
+	}
+	p := blocks{n, block}
+	return &ltMultiplier{n: n, m: m, k: k, plan: p, states: make([]float32, p.count()*m*k)}
+}
+
+// forward leaves Z_l in states and, if y is not nil, computes y.
+func (lt *ltMultiplier) forward(y, a, b, c []float32) {
+	m, k, t, sz := lt.m, lt.k, lt.plan.count(), lt.m*lt.k
+	parallel.For(t, func(l int) {
+		lo, rows := lt.plan.span(l)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, m, k, rows, 1, b[lo*m:], m, c[lo*k:], k, 0, lt.states[l*sz:], k)
+	})
+	scanParallel(lt.states, t, sz, prefixScan)
+	if y == nil {
+		return
+	}
+	parallel.For(t, func(l int) {
+		lo, rows := lt.plan.span(l)
+		s := make([]float32, rows*rows)
+		lowerABt(s, a[lo*m:], m, b[lo*m:], m, rows, m)
+		lowerMul(y[lo*k:], k, s, c[lo*k:], k, rows, k, 0)
+		if l > 0 {
+			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, k, m, 1, a[lo*m:], m, lt.states[l*sz:], k, 1, y[lo*k:], k)
+		}
+	})
+}
+
+// backward computes the gradients from dy, with Z_l in states.
+func (lt *ltMultiplier) backward(da, db, dc, dy, a, b, c []float32) {
+	m, k, t, sz := lt.m, lt.k, lt.plan.count(), lt.m*lt.k
+	// Phase 1: dA_l and the diagonal blocks, then G_l = A_lᵀ·dY_l in place of Z_l.
+	parallel.For(t, func(l int) {
+		lo, rows := lt.plan.span(l)
+		s := make([]float32, rows*rows)
+		ds := make([]float32, rows*rows)
+		lowerABt(s, a[lo*m:], m, b[lo*m:], m, rows, m)
+		lowerABt(ds, dy[lo*k:], k, c[lo*k:], k, rows, k) // dS = lt(dY·Cᵀ)
+		lowerTMul(dc[lo*k:], k, s, dy[lo*k:], k, rows, k, 0)
+		lowerMul(da[lo*m:], m, ds, b[lo*m:], m, rows, m, 0)
+		lowerTMul(db[lo*m:], m, ds, a[lo*m:], m, rows, m, 0)
+		z := lt.states[l*sz : (l+1)*sz]
+		if l > 0 {
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, rows, m, k, 1, dy[lo*k:], k, z, k, 1, da[lo*m:], m)
+		}
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, m, k, rows, 1, a[lo*m:], m, dy[lo*k:], k, 0, z, k)
+	})
+	scanParallel(lt.states, t, sz, suffixScan)
+	// Phase 3: dB_l += C_l·U_lᵀ, dC_l += B_l·U_l.
+	parallel.For(t-1, func(l int) {
+		lo, rows := lt.plan.span(l)
+		u := lt.states[l*sz:]
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, rows, m, k, 1, c[lo*k:], k, u, k, 1, db[lo*m:], m)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, k, m, 1, b[lo*m:], m, u, k, 1, dc[lo*k:], k)
+	})
+}
+
+// scanChunk is the number of state elements one scan task covers: the
+// scans are elementwise, so they split over elements as well as over heads.
+const scanChunk = 4096
+
+// scanParallel runs scan over t states of size sz, split into chunks of
+// elements done in parallel.
+func scanParallel(states []float32, t, sz int, scan func(states []float32, t, stride, lo, hi int, run, tmp []float32)) {
+	chunks := (sz + scanChunk - 1) / scanChunk
+	parallel.For(chunks, func(ch int) {
+		lo, hi := ch*scanChunk, min((ch+1)*scanChunk, sz)
+		run, tmp := make([]float32, hi-lo), make([]float32, hi-lo)
+		scan(states, t, sz, lo, hi, run, tmp)
+	})
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package attention
+
+// psRace reports a -race build, whose instrumentation allocates.
+const psRace = false

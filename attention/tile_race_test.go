@@ -1,0 +1,6 @@
+//go:build race
+
+package attention
+
+// The race detector allocates on its own; allocation counts mean nothing.
+func init() { raceEnabled = true }

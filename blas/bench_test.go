@@ -1,0 +1,79 @@
+package blas
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// benchShapes are the square sizes and the attention-shaped products
+// (m×k×n) that bench gemm also reports.
+var benchShapes = [][3]int{ // m, k, n
+	{256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048},
+	{256, 64, 256}, {256, 1024, 64}, {1024, 256, 64}, {4096, 64, 4096},
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}
+
+// BenchmarkSgemm measures C = A·B on GOMAXPROCS threads for every
+// implementation, and for the package's own code with each kernel this CPU
+// runs (go-KERNEL).
+func BenchmarkSgemm(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	defer func(k *kernel) { active = k }(active)
+	for _, s := range benchShapes {
+		m, k, n := s[0], s[1], s[2]
+		a, bb, c := randSlice(rng, m*k), randSlice(rng, k*n), make([]float32, m*n)
+		run := func(name string, f sgemmFunc) {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", name, m, k, n), func(b *testing.B) {
+				for b.Loop() {
+					f(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n)
+				}
+				b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+			})
+		}
+		for _, impl := range Impls()[1:] {
+			run(impl.Name, impl.Sgemm)
+		}
+		for _, kn := range kernels() {
+			active = kn
+			run("go-"+kn.name, Sgemm)
+		}
+	}
+}
+
+// BenchmarkSgemmSerial measures the single-goroutine path on the
+// tile-sized products attention runs from its own workers, per transpose
+// form and kernel.
+func BenchmarkSgemmSerial(b *testing.B) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	defer func(k *kernel) { active = k }(active)
+	for _, kn := range kernels() {
+		active = kn
+		for _, tr := range transposes {
+			for _, s := range [][3]int{{64, 64, 64}, {128, 64, 128}, {256, 64, 256}, {256, 256, 64}} {
+				m, k, n := s[0], s[1], s[2]
+				a, bb, c := randSlice(rng, m*k), randSlice(rng, k*n), make([]float32, m*n)
+				lda, ldb := k, n
+				if tr[0] == Trans {
+					lda = m
+				}
+				if tr[1] == Trans {
+					ldb = k
+				}
+				b.Run(fmt.Sprintf("%s/%c%c/%dx%dx%d", kn.name, tr[0], tr[1], m, k, n), func(b *testing.B) {
+					for b.Loop() {
+						SgemmSerial(tr[0], tr[1], m, n, k, 1, a, lda, bb, ldb, 0, c, n)
+					}
+					b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+				})
+			}
+		}
+	}
+}

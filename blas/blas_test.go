@@ -1,0 +1,385 @@
+package blas
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// naive is the reference: a triple loop accumulating in float64. It reads
+// C only when beta ≠ 0 and A, B only when alpha ≠ 0, as BLAS does.
+func naive(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			if alpha != 0 {
+				for p := 0; p < k; p++ {
+					x, y := at(tA, a, lda, i, p), at(tB, b, ldb, p, j)
+					s += float64(x) * float64(y)
+				}
+			}
+			v := float64(alpha) * s
+			if beta != 0 {
+				v += float64(beta) * float64(c[i*ldc+j])
+			}
+			c[i*ldc+j] = float32(v)
+		}
+	}
+}
+
+// at returns element [r, c] of op(X) for X stored row-major with ld.
+func at(t Transpose, x []float32, ld, r, c int) float32 {
+	if t == Trans {
+		return x[c*ld+r]
+	}
+	return x[r*ld+c]
+}
+
+// bound returns, for each element of C, the error float32 arithmetic may
+// make: a few ulps per term of the k sum, scaled by the sum of the terms'
+// magnitudes.
+func bound(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float64 {
+	e := make([]float64, m*n)
+	const eps = 1.0 / (1 << 23)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				x, y := at(tA, a, lda, i, p), at(tB, b, ldb, p, j)
+				s += math.Abs(float64(x) * float64(y))
+			}
+			mag := math.Abs(float64(alpha)) * s
+			if beta != 0 {
+				mag += math.Abs(float64(beta) * float64(c[i*ldc+j]))
+			}
+			e[i*n+j] = 2*float64(k+2)*eps*mag + 1e-30
+		}
+	}
+	return e
+}
+
+// problem is one Sgemm call with its operands.
+type problem struct {
+	tA, tB        Transpose
+	m, n, k       int
+	alpha, beta   float32
+	lda, ldb, ldc int
+	a, b, c       []float32
+}
+
+// newProblem makes random operands; pad > 0 makes every leading dimension
+// that much larger than its matrix is wide, so the operands are strided
+// views. C's padding holds a sentinel that no call may change.
+func newProblem(rng *rand.Rand, tA, tB Transpose, m, n, k int, alpha, beta float32, pad int) *problem {
+	p := &problem{tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, beta: beta}
+	ar, ac := stored(tA, m, k)
+	br, bc := stored(tB, k, n)
+	p.lda, p.ldb, p.ldc = max(1, ac)+pad, max(1, bc)+pad, max(1, n)+pad
+	fill := func(rows, ld int) []float32 {
+		s := make([]float32, rows*ld)
+		for i := range s {
+			s[i] = float32(rng.NormFloat64())
+		}
+		return s
+	}
+	p.a, p.b, p.c = fill(ar, p.lda), fill(br, p.ldb), fill(m, p.ldc)
+	for i := 0; i < m; i++ {
+		for j := n; j < p.ldc; j++ {
+			p.c[i*p.ldc+j] = sentinel
+		}
+	}
+	if beta == 0 {
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				p.c[i*p.ldc+j] = float32(math.NaN()) // must be overwritten
+			}
+		}
+	}
+	return p
+}
+
+const sentinel = 12345.0
+
+type sgemmFunc func(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+
+// check runs f on a copy of p and compares it with the reference.
+func (p *problem) check(t *testing.T, name string, f sgemmFunc) {
+	t.Helper()
+	got := append([]float32(nil), p.c...)
+	want := append([]float32(nil), p.c...)
+	f(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, got, p.ldc)
+	naive(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
+	tol := bound(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
+	bad := 0
+	for i := 0; i < p.m; i++ {
+		for j := 0; j < p.ldc; j++ {
+			g, w := got[i*p.ldc+j], want[i*p.ldc+j]
+			if j >= p.n {
+				if g != sentinel {
+					t.Errorf("%s %v: C[%d,%d] outside the view changed to %v", name, p, i, j, g)
+					bad++
+				}
+			} else if d := math.Abs(float64(g) - float64(w)); !(d <= tol[i*p.n+j]) {
+				t.Errorf("%s %v: C[%d,%d] = %v, want %v (tolerance %.3g)", name, p, i, j, g, w, tol[i*p.n+j])
+				bad++
+			}
+			if bad > 5 {
+				t.FailNow()
+			}
+		}
+	}
+}
+
+func (p *problem) String() string {
+	return fmt.Sprintf("%c%c m=%d n=%d k=%d alpha=%v beta=%v lda=%d ldb=%d ldc=%d", p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.beta, p.lda, p.ldb, p.ldc)
+}
+
+// tiny returns a copy of kn with the smallest blocking it allows, so that
+// small tests cross every block edge.
+func tiny(kn *kernel) *kernel {
+	t := *kn
+	t.name += "-tiny"
+	t.mc, t.kc, t.nc = 2*kn.mr, 5, 2*kn.nr
+	return &t
+}
+
+// eachKernel runs f with every kernel this CPU has active in turn, each
+// also with tiny blocking.
+func eachKernel(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	defer func(k *kernel) { active = k }(active)
+	for _, kn := range kernels() {
+		for _, k := range []*kernel{kn, tiny(kn)} {
+			active = k
+			t.Run(k.name, f)
+		}
+	}
+}
+
+var transposes = [][2]Transpose{{NoTrans, NoTrans}, {NoTrans, Trans}, {Trans, NoTrans}, {Trans, Trans}}
+
+func TestSgemm(t *testing.T) {
+	sizes := [][3]int{ // m, n, k
+		{1, 1, 1}, {1, 1, 0}, {0, 3, 2}, {3, 0, 2}, {0, 0, 0},
+		{2, 3, 4}, {5, 7, 3}, {13, 17, 11}, {15, 33, 9}, {29, 31, 37},
+		{64, 64, 64}, {6, 16, 1}, {14, 32, 5}, {7, 65, 260}, {45, 3, 70},
+	}
+	if !testing.Short() {
+		sizes = append(sizes, [3]int{200, 150, 300}, [3]int{3, 4100, 5})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	scalars := [][2]float32{{1, 0}, {1, 1}, {-0.5, 0}, {2, -1.5}, {0, 0.5}, {0, 0}}
+	eachKernel(t, func(t *testing.T) {
+		for _, s := range sizes {
+			for _, tr := range transposes {
+				for _, ab := range scalars {
+					for _, pad := range []int{0, 3} {
+						p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], ab[0], ab[1], pad)
+						p.check(t, "Sgemm", Sgemm)
+						p.check(t, "SgemmSerial", SgemmSerial)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestSgemmLarge crosses the real block sizes (several kc and mc blocks)
+// and runs the parallel split.
+func TestSgemmLarge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	eachKernel(t, func(t *testing.T) {
+		for _, tr := range transposes {
+			m, n, k := 301, 97, 530
+			if testing.Short() {
+				m, n, k = 181, 45, 270
+			}
+			p := newProblem(rng, tr[0], tr[1], m, n, k, 0.75, 0.5, 2)
+			p.check(t, "Sgemm", Sgemm)
+		}
+	})
+}
+
+func TestNaNInA(t *testing.T) {
+	// alpha = 0 must not read A: a NaN there must not reach C.
+	a := []float32{float32(math.NaN())}
+	b := []float32{1}
+	c := []float32{2}
+	Sgemm(NoTrans, NoTrans, 1, 1, 1, 0, a, 1, b, 1, 3, c, 1)
+	if c[0] != 6 {
+		t.Errorf("alpha=0: C = %v, want 6", c[0])
+	}
+	// But otherwise NaN propagates, as in the reference.
+	Sgemm(NoTrans, NoTrans, 1, 1, 1, 1, a, 1, b, 1, 0, c, 1)
+	if !math.IsNaN(float64(c[0])) {
+		t.Errorf("NaN in A: C = %v, want NaN", c[0])
+	}
+}
+
+// TestDeterminism checks that the thread count does not change a bit of
+// the result, and that SgemmSerial agrees with Sgemm.
+func TestDeterminism(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	eachKernel(t, func(t *testing.T) {
+		for _, tr := range transposes {
+			p := newProblem(rng, tr[0], tr[1], 157, 203, 300, 1.5, 0.25, 1)
+			var results [][]float32
+			for _, procs := range []int{1, 2, 3} {
+				runtime.GOMAXPROCS(procs)
+				c := append([]float32(nil), p.c...)
+				Sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+				results = append(results, c)
+			}
+			c := append([]float32(nil), p.c...)
+			SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+			results = append(results, c)
+			for r := 1; r < len(results); r++ {
+				for i := range c {
+					if math.Float32bits(results[r][i]) != math.Float32bits(results[0][i]) {
+						t.Fatalf("%v: run %d differs from GOMAXPROCS=1 at %d: %v vs %v", p, r, i, results[r][i], results[0][i])
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestSgemmSerialAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	eachKernel(t, func(t *testing.T) {
+		for _, tr := range transposes {
+			p := newProblem(rng, tr[0], tr[1], 67, 131, 64, 1, 1, 0)
+			n := testing.AllocsPerRun(20, func() {
+				SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
+			})
+			if n != 0 {
+				t.Errorf("%v: %v allocations per call, want 0", p, n)
+			}
+		}
+	})
+}
+
+func TestSgemmBatched(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	eachKernel(t, func(t *testing.T) {
+		for _, batch := range []int{0, 1, 3, 8} {
+			for _, tr := range transposes {
+				m, n, k := 19, 35, 23
+				ps := make([]*problem, batch)
+				var a, b, c []float32
+				for i := range ps {
+					ps[i] = newProblem(rng, tr[0], tr[1], m, n, k, 0.5, 2, 1)
+					a, b, c = append(a, ps[i].a...), append(b, ps[i].b...), append(c, ps[i].c...)
+				}
+				if batch == 0 {
+					SgemmBatched(tr[0], tr[1], 0, m, n, k, 1, nil, 0, 64, nil, 0, 64, 0, nil, 0, 64)
+					continue
+				}
+				p := ps[0]
+				sa, sb, sc := len(p.a), len(p.b), len(p.c)
+				for _, procs := range []int{1, 2} {
+					runtime.GOMAXPROCS(procs)
+					got := append([]float32(nil), c...)
+					SgemmBatched(p.tA, p.tB, batch, m, n, k, p.alpha, a, sa, p.lda, b, sb, p.ldb, p.beta, got, sc, p.ldc)
+					for i, q := range ps {
+						want := append([]float32(nil), q.c...)
+						Sgemm(q.tA, q.tB, m, n, k, q.alpha, q.a, q.lda, q.b, q.ldb, q.beta, want, q.ldc)
+						for j, w := range want {
+							if g := got[i*sc+j]; math.Float32bits(g) != math.Float32bits(w) {
+								t.Fatalf("batch %d of %d, %v: C[%d] = %v, Sgemm gives %v", i, batch, q, j, g, w)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+	// Stride 0 shares one B (a weight) across the batch.
+	a := []float32{1, 2, 3, 4}             // two 1×2 matrices
+	b := []float32{10, 20}                 // one 2×1 matrix
+	c := []float32{float32(math.NaN()), 0} // two 1×1 outputs
+	SgemmBatched(NoTrans, NoTrans, 2, 1, 1, 2, 1, a, 2, 2, b, 0, 1, 0, c, 1, 1)
+	if c[0] != 50 || c[1] != 110 {
+		t.Errorf("shared B: C = %v, want [50 110]", c)
+	}
+}
+
+// TestBadInput checks that inconsistent arguments panic with a message
+// naming the shapes instead of computing garbage or writing out of bounds.
+func TestBadInput(t *testing.T) {
+	buf := func(n int) []float32 { return make([]float32, n) }
+	cases := []struct {
+		name string
+		call func()
+		want string
+	}{
+		{"short a", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(7), 2, buf(6), 3, 0, buf(12), 3) }, "len(a)=7, want ≥ 8 for a 4×2 matrix with lda=2"},
+		{"short b", func() { Sgemm(NoTrans, Trans, 4, 3, 2, 1, buf(8), 2, buf(5), 2, 0, buf(12), 3) }, "len(b)=5, want ≥ 6 for a 3×2 matrix"},
+		{"short c", func() { SgemmSerial(Trans, NoTrans, 4, 3, 2, 1, buf(8), 4, buf(6), 3, 0, buf(13), 4) }, "len(c)=13, want ≥ 15 for a 4×3 matrix with ldc=4"},
+		{"small lda", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(100), 1, buf(100), 3, 0, buf(100), 3) }, "lda=1 < 2 columns of A"},
+		{"small ldb", func() { Sgemm(NoTrans, Trans, 4, 3, 2, 1, buf(100), 2, buf(100), 1, 0, buf(100), 3) }, "ldb=1 < 2 columns of B"},
+		{"small ldc", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(100), 2, buf(100), 3, 0, buf(100), 2) }, "ldc=2 < n=3"},
+		{"negative", func() { Sgemm(NoTrans, NoTrans, -1, 3, 2, 1, nil, 2, nil, 3, 0, nil, 3) }, "m=-1 n=3 k=2): negative dimension"},
+		{"bad transpose", func() { Sgemm('X', NoTrans, 1, 1, 1, 1, buf(1), 1, buf(1), 1, 0, buf(1), 1) }, "bad tA 'X'"},
+		{"batched short c", func() {
+			SgemmBatched(NoTrans, NoTrans, 3, 2, 2, 2, 1, buf(12), 4, 2, buf(12), 4, 2, 0, buf(11), 4, 2)
+		}, "len(c)=11, want ≥ 12 for 3 2×2 matrices with ldc=2, strideC=4"},
+		{"batched overlap", func() {
+			SgemmBatched(NoTrans, NoTrans, 3, 2, 2, 2, 1, buf(12), 4, 2, buf(12), 4, 2, 0, buf(12), 3, 2)
+		}, "strideC=3 < 4"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if r == nil || !strings.Contains(msg, c.want) {
+					t.Errorf("panic %v, want one containing %q", r, c.want)
+				}
+			}()
+			c.call()
+		})
+	}
+}
+
+// FuzzSgemm checks arbitrary shapes, transposes and leading dimensions
+// against the reference on every kernel.
+func FuzzSgemm(f *testing.F) {
+	f.Add(uint8(3), uint8(5), uint8(7), uint8(0), uint8(0), uint8(1), uint64(1))
+	f.Add(uint8(15), uint8(33), uint8(1), uint8(1), uint8(2), uint8(0), uint64(2))
+	f.Add(uint8(29), uint8(2), uint8(40), uint8(2), uint8(5), uint8(2), uint64(3))
+	f.Add(uint8(1), uint8(64), uint8(0), uint8(3), uint8(1), uint8(3), uint64(4))
+	f.Fuzz(func(t *testing.T, m, n, k, tr, pad, ab uint8, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		scalars := [][2]float32{{1, 0}, {1, 1}, {-2, 0.5}, {0, 3}}
+		s := scalars[int(ab)%len(scalars)]
+		x := transposes[tr%4]
+		p := newProblem(rng, x[0], x[1], int(m%70), int(n%70), int(k%70), s[0], s[1], int(pad%4))
+		defer func(k *kernel) { active = k }(active)
+		for _, kn := range kernels() {
+			for _, kk := range []*kernel{kn, tiny(kn)} {
+				active = kk
+				p.check(t, kk.name, Sgemm)
+			}
+		}
+	})
+}
+
+func TestNoAsmEnv(t *testing.T) {
+	t.Setenv("POLYSKETCH_NOASM", "1")
+	if k := choose(); k != goKernel {
+		t.Errorf("POLYSKETCH_NOASM=1 chose %s, want %s", k.name, goKernel.name)
+	}
+	t.Setenv("POLYSKETCH_NOASM", "")
+	if k := choose(); k != kernels()[0] {
+		t.Errorf("default chose %s, want %s", k.name, kernels()[0].name)
+	}
+}

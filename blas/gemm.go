@@ -1,0 +1,196 @@
+package blas
+
+import (
+	"sync"
+
+	"github.com/polysketch/polysketch/internal/parallel"
+)
+
+// gemm is one product in flight: the arguments of Sgemm and the kernel
+// that computes it.
+type gemm struct {
+	kn     *kernel
+	tA, tB Transpose
+	m, n   int
+	k      int
+	alpha  float32
+	a      []float32
+	lda    int
+	b      []float32
+	ldb    int
+	beta   float32
+	c      []float32
+	ldc    int
+}
+
+// workspace holds packing buffers; pooled so that steady-state calls do
+// not allocate.
+type workspace struct {
+	a, b []float32
+}
+
+var pool = sync.Pool{New: func() any { return new(workspace) }}
+
+// grow returns buf resized to n elements, reallocating only when it is too
+// small.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// trivial does the products that need no multiplication (empty C, or
+// alpha or k zero: C = beta·C without reading A and B) and reports whether
+// it did.
+func (g *gemm) trivial() bool {
+	if g.m == 0 || g.n == 0 {
+		return true
+	}
+	if g.alpha != 0 && g.k != 0 {
+		return false
+	}
+	for i := 0; i < g.m; i++ {
+		row := g.c[i*g.ldc : i*g.ldc+g.n]
+		switch g.beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= g.beta
+			}
+		}
+	}
+	return true
+}
+
+// betaFor returns the beta to apply to the k block starting at pc: the
+// caller's for the first block, 1 after, since earlier blocks have already
+// scaled C.
+func (g *gemm) betaFor(pc int) (beta float32, accum bool) {
+	if pc == 0 {
+		return g.beta, g.beta != 0
+	}
+	return 1, true
+}
+
+// serial runs the whole product on the calling goroutine.
+func (g *gemm) serial() {
+	if g.trivial() {
+		return
+	}
+	kn := g.kn
+	ws := pool.Get().(*workspace)
+	for jc := 0; jc < g.n; jc += kn.nc {
+		nb := min(kn.nc, g.n-jc)
+		nStr := ceilDiv(nb, kn.nr)
+		for pc := 0; pc < g.k; pc += kn.kc {
+			kb := min(kn.kc, g.k-pc)
+			ws.b = grow(ws.b, nStr*kn.nr*kb)
+			g.packB(ws.b, jc, nb, pc, kb, 0, nStr)
+			for ic := 0; ic < g.m; ic += kn.mc {
+				mb := min(kn.mc, g.m-ic)
+				ws.a = grow(ws.a, ceilDiv(mb, kn.mr)*kn.mr*kb)
+				g.packA(ws.a, ic, mb, pc, kb)
+				g.macro(ws.a, ws.b, ic, mb, jc, nb, 0, nStr, pc, kb)
+			}
+		}
+	}
+	pool.Put(ws)
+}
+
+// Below this many multiply-adds a product runs on one goroutine: starting
+// others costs more than it saves.
+const parallelMin = 1 << 18
+
+// run computes the product on up to threads goroutines. Per nc×kc panel
+// of B it packs the panel (split by strips), then splits C's rows (and,
+// when there are too few, its columns) into items, each of which packs its
+// own block of A. Block edges are multiples of mr and nr, so every element
+// of C sees the same kernel calls whatever the split.
+func (g *gemm) run(threads int) {
+	if threads <= 1 || g.m*g.n*g.k < parallelMin {
+		g.serial()
+		return
+	}
+	if g.trivial() {
+		return
+	}
+	kn := g.kn
+	ws := pool.Get().(*workspace)
+	defer pool.Put(ws)
+
+	mStr := ceilDiv(g.m, kn.mr)
+	want := 3 * threads // items per panel, for dynamic load balance
+	rb := ceilDiv(g.m, kn.mc)
+	if rb < want {
+		rb = max(rb, min(want, mStr/2)) // blocks of at least 2 strips
+	}
+	for jc := 0; jc < g.n; jc += kn.nc {
+		nb := min(kn.nc, g.n-jc)
+		nStr := ceilDiv(nb, kn.nr)
+		cb := 1
+		if rb < want {
+			cb = max(1, min(ceilDiv(want, rb), nStr/4)) // chunks of at least 4 strips
+		}
+		for pc := 0; pc < g.k; pc += kn.kc {
+			kb := min(kn.kc, g.k-pc)
+			ws.b = grow(ws.b, nStr*kn.nr*kb)
+			bp := ws.b
+			groups := min(nStr, 4*threads)
+			parallel.Workers(groups, threads, func(i int) {
+				g.packB(bp, jc, nb, pc, kb, i*nStr/groups, (i+1)*nStr/groups)
+			})
+			parallel.Workers(rb*cb, threads, func(item int) {
+				ib, jb := item/cb, item%cb
+				s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
+				ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
+				wa := pool.Get().(*workspace)
+				wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
+				g.packA(wa.a, ic, mb, pc, kb)
+				g.macro(wa.a, bp, ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
+				pool.Put(wa)
+			})
+		}
+	}
+}
+
+// macro multiplies the packed mb×kb block of A by strips [s0, s1) of the
+// packed kb×nb panel of B into C[ic:ic+mb, jc+s0·nr : jc+s1·nr].
+func (g *gemm) macro(ap, bp []float32, ic, mb, jc, nb, s0, s1, pc, kb int) {
+	kn := g.kn
+	mr, nr := kn.mr, kn.nr
+	beta, accum := g.betaFor(pc)
+	var tmp [maxTile]float32
+	for s := s0; s < s1; s++ {
+		jr := s * nr
+		cols := min(nr, nb-jr)
+		bs := bp[s*nr*kb:]
+		for ir := 0; ir < mb; ir += mr {
+			rows := min(mr, mb-ir)
+			as := ap[ir*kb:]
+			off := (ic+ir)*g.ldc + jc + jr
+			if rows == mr && cols == nr {
+				kn.call(kb, &as[0], &bs[0], &g.c[off], g.ldc, g.alpha, beta, accum)
+				continue
+			}
+			// Edge tile: compute it whole into tmp, then add the part
+			// that lies inside C.
+			kn.call(kb, &as[0], &bs[0], &tmp[0], nr, g.alpha, 0, false)
+			for i := 0; i < rows; i++ {
+				t := tmp[i*nr : i*nr+cols]
+				c := g.c[off+i*g.ldc : off+i*g.ldc+cols]
+				if accum {
+					for j, v := range t {
+						c[j] = v + beta*c[j]
+					}
+				} else {
+					copy(c, t)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,38 @@
+//go:build !purego
+
+package blas
+
+import "golang.org/x/sys/cpu"
+
+const (
+	asmAVX2 = 1 + iota
+	asmAVX512
+)
+
+var (
+	avx512Kernel = &kernel{name: "avx512-14x32", mr: 14, nr: 32, mc: 168, kc: 256, nc: 4096, asm: asmAVX512}
+	avx2Kernel   = &kernel{name: "avx2-6x16", mr: 6, nr: 16, mc: 144, kc: 256, nc: 4096, asm: asmAVX2}
+)
+
+// asmKernels lists the assembly kernels this CPU runs, fastest first.
+func asmKernels() []*kernel {
+	var ks []*kernel
+	if cpu.X86.HasAVX512F {
+		ks = append(ks, avx512Kernel)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append(ks, avx2Kernel)
+	}
+	return ks
+}
+
+func callAsm(id, k int, a, b, c *float32, ldc int, alpha, beta float32, accum int) {
+	switch id {
+	case asmAVX512:
+		kernelAVX512(k, a, b, c, ldc, alpha, beta, accum)
+	case asmAVX2:
+		kernelAVX2(k, a, b, c, ldc, alpha, beta, accum)
+	default:
+		panic("blas: unknown assembly kernel")
+	}
+}

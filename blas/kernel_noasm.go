@@ -1,0 +1,14 @@
+//go:build !amd64 || purego
+
+package blas
+
+// asmKernels lists no kernel: this build has no assembly.
+func asmKernels() []*kernel { return nil }
+
+func callAsm(id, k int, a, b, c *float32, ldc int, alpha, beta float32, accum int) {
+	panic("blas: no assembly kernels in this build")
+}
+
+func transpose8(dst *float32, dstride int, src *float32, sstride int, blocks int) {
+	panic("blas: no assembly in this build")
+}

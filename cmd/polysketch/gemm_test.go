@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/polysketch/polysketch/blas"
+)
+
+// tinyGEMM is a bench gemm run small enough for a unit test.
+var tinyGEMM = []string{"bench", "gemm", "--cases", "8x4x16,3x5x7", "--reps", "2", "--min-time", "1ms"}
+
+func TestBenchGEMMJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := run(append(slices.Clone(tinyGEMM), "--json", "--threads", "1"), &buf); err != nil {
+		t.Fatal(err)
+	}
+	impls := blas.Impls()
+	dec := json.NewDecoder(&buf)
+	dec.DisallowUnknownFields()
+	var got []gemmResult
+	for dec.More() {
+		var r gemmResult
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("line %d: %v", len(got)+1, err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 2*len(impls) {
+		t.Fatalf("%d lines, want %d: %+v", len(got), 2*len(impls), got)
+	}
+	for i, r := range got {
+		want := [3]int{8, 16, 4} // m, n, k of 8x4x16
+		if i >= len(impls) {
+			want = [3]int{3, 7, 5}
+		}
+		if r.Impl != impls[i%len(impls)].Name || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS > 0) {
+			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, GFLOPS > 0", i+1, r, impls[i%len(impls)].Name, want)
+		}
+	}
+}
+
+func TestBenchGEMMTable(t *testing.T) {
+	var buf bytes.Buffer
+	if err := run(tinyGEMM, &buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"go GFLOPS", "8×4×16", "3×5×7"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchGEMMBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--cases", "8x4"},
+		{"--cases", "8x0x4"},
+		{"--cases", "axbxc"},
+		{"--threads", "0"},
+		{"--reps", "0"},
+		{"stray"},
+	} {
+		var buf bytes.Buffer
+		if err := run(append([]string{"bench", "gemm"}, args...), &buf); err == nil {
+			t.Errorf("bench gemm %v: no error", args)
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package data
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"unicode/utf8"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
+)
+
+// chunkSize is the most text tokenized at once. Files are read in chunks
+// of about this size, tokenized in parallel and written in order, so
+// memory use is bounded whatever the size of the corpus or its files.
+const chunkSize = 1 << 20
+
+// A chunk is text from one or more consecutive files; each file's part is
+// tokenized on its own, so no token spans two files.
+type chunk struct {
+	text []byte
+	ends []int // end of each file's part in text
+	ids  []int32
+	done chan struct{}
+}
+
+// encodeFiles tokenizes the files, in order, into w: up to workers chunks
+// at once, cut every size bytes of text (see cutPoint), so the tokens do
+// not depend on the number of workers. It returns the number of cuts
+// forced where text had no cut point.
+func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+	workers = max(workers, 1)
+	inFlight := 2*workers + 1
+	free := make(chan *chunk, inFlight)
+	for range inFlight {
+		free <- &chunk{text: make([]byte, 0, size), done: make(chan struct{}, 1)}
+	}
+	todo := make(chan *chunk, inFlight)
+	ordered := make(chan *chunk, inFlight)
+	quit := make(chan struct{})
+
+	r := &fileReader{files: files, size: size}
+	var readErr error
+	go func() {
+		defer close(ordered)
+		defer close(todo)
+		defer r.close()
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			var c *chunk
+			select {
+			case c = <-free:
+			case <-quit:
+				return
+			}
+			more, err := r.fill(c)
+			if err != nil {
+				readErr = err
+				return
+			}
+			if len(c.text) > 0 {
+				ordered <- c
+				todo <- c
+			}
+			if !more {
+				return
+			}
+		}
+	}()
+	for range workers {
+		go func() {
+			for c := range todo {
+				c.ids = c.ids[:0]
+				start := 0
+				for _, end := range c.ends {
+					c.ids = tok.Encode(c.ids, c.text[start:end])
+					start = end
+				}
+				c.done <- struct{}{}
+			}
+		}()
+	}
+	var writeErr error
+	for c := range ordered {
+		<-c.done
+		if writeErr == nil {
+			if writeErr = w.write(c.ids); writeErr != nil {
+				close(quit)
+			}
+		}
+		free <- c
+	}
+	if readErr != nil {
+		return r.forced, readErr
+	}
+	return r.forced, writeErr
+}
+
+// fileReader reads the files of a corpus into chunks.
+type fileReader struct {
+	files  []File
+	size   int
+	next   int      // index of the next file to open
+	f      *os.File // the file being read, or nil
+	read   int64    // bytes read from f
+	carry  []byte   // text of f read but left for the next chunk
+	forced int      // cuts made by forcedCut
+}
+
+// fill fills c with up to r.size bytes of text and reports whether there
+// is more.
+func (r *fileReader) fill(c *chunk) (more bool, err error) {
+	c.text = append(c.text[:0], r.carry...)
+	c.ends = c.ends[:0]
+	r.carry = r.carry[:0]
+	start := 0 // of the current file's part
+	for len(c.text) < r.size {
+		if r.f == nil {
+			if r.next == len(r.files) {
+				break
+			}
+			if err := r.open(); err != nil {
+				return false, err
+			}
+			start = len(c.text)
+			continue
+		}
+		n, err := r.f.Read(c.text[len(c.text):r.size])
+		c.text = c.text[:len(c.text)+n]
+		r.read += int64(n)
+		if err == io.EOF {
+			if err := r.closeFile(); err != nil {
+				return false, err
+			}
+			c.ends = append(c.ends, len(c.text))
+			start = len(c.text)
+		} else if err != nil {
+			return false, pathError("cannot read corpus file", r.f.Name(), err)
+		}
+	}
+	if r.f != nil {
+		// The current file goes on in the next chunk.
+		cut := start + cutPoint(c.text[start:])
+		if cut == start && start == 0 {
+			cut = forcedCut(c.text)
+			r.forced++
+		}
+		r.carry = append(r.carry, c.text[cut:]...)
+		c.text = c.text[:cut]
+		if cut > start {
+			c.ends = append(c.ends, cut)
+		}
+	}
+	return r.f != nil || r.next < len(r.files), nil
+}
+
+// open opens the next file, checking that it is the file that was listed.
+func (r *fileReader) open() error {
+	want := r.files[r.next]
+	r.next++
+	if want.Size == 0 {
+		return nil
+	}
+	f, err := os.Open(want.Path)
+	if err != nil {
+		return pathError("cannot read corpus file", want.Path, err)
+	}
+	info, err := f.Stat()
+	switch {
+	case err != nil:
+		err = pathError("cannot read corpus file", want.Path, err)
+	case !info.Mode().IsRegular():
+		err = fmt.Errorf("corpus file %q is now %s, not a regular file: run again, or remove it from the corpus", want.Path, kind(info.Mode()))
+	case info.Size() != want.Size || !info.ModTime().Equal(want.ModTime):
+		err = fmt.Errorf("corpus file %q changed since the corpus was listed: run again", want.Path)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	r.f, r.read = f, 0
+	return nil
+}
+
+func (r *fileReader) closeFile() error {
+	f := r.f
+	r.f = nil
+	f.Close()
+	if want := r.files[r.next-1]; r.read != want.Size {
+		return fmt.Errorf("corpus file %q changed while being read (%d bytes, was %d): run again", want.Path, r.read, want.Size)
+	}
+	return nil
+}
+
+func (r *fileReader) close() {
+	if r.f != nil {
+		r.f.Close()
+	}
+}
+
+// cutPoint returns the last place in text where it can be cut into two
+// parts that tokenize to the same tokens as the whole, or 0 if there is
+// none: before an ASCII space that follows a printable ASCII character.
+// That holds for the byte tokenizer, trivially, and for GPT-2, whose
+// pieces never hold a space after a non-space: a space only ever leads a
+// piece or joins other white space.
+func cutPoint(text []byte) int {
+	for i := len(text) - 1; i > 0; i-- {
+		if text[i] == ' ' && text[i-1] > ' ' && text[i-1] < 0x7f {
+			return i
+		}
+	}
+	return 0
+}
+
+// forcedCut returns where to cut text that has no cut point: at its end,
+// or before a last character that is incomplete. Tokens on either side may
+// then differ from those of the whole (only for text without a space in
+// a whole chunk).
+func forcedCut(text []byte) int {
+	for i := len(text) - 1; i >= 0 && i >= len(text)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(text[i]) {
+			if !utf8.FullRune(text[i:]) && i > 0 {
+				return i
+			}
+			break
+		}
+	}
+	return len(text)
+}

@@ -1,0 +1,55 @@
+// Package tokenizer turns bytes into token ids and back.
+//
+// Two tokenizers are provided: [Byte], one token per byte (vocabulary 256),
+// which accepts any input; and [GPT2], the byte-pair encoding of GPT-2
+// (vocabulary 50257), whose vocabulary and merges come from the
+// github.com/tiktoken-go/tokenizer module, compiled into the binary so that
+// nothing is downloaded at run time. [Lookup] finds one by name.
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Tokenizer converts between bytes and token ids in [0, VocabSize()).
+// Implementations are safe for concurrent use.
+type Tokenizer interface {
+	// Name is the name Lookup knows the tokenizer by; it identifies the
+	// token ids in cache files and checkpoints.
+	Name() string
+
+	// VocabSize is one more than the largest token id.
+	VocabSize() int
+
+	// Encode appends the tokens of text to dst and returns the extended
+	// slice. It accepts any bytes, including invalid UTF-8.
+	Encode(dst []int32, text []byte) []int32
+
+	// Decode appends the bytes of tokens to dst and returns the extended
+	// slice. It fails on an id outside [0, VocabSize()), appending the
+	// bytes of the tokens before it.
+	Decode(dst []byte, tokens []int32) ([]byte, error)
+}
+
+// Default is the name of the default tokenizer.
+const Default = "byte"
+
+// Names lists the names Lookup accepts, Default first.
+func Names() []string { return []string{Default, "gpt2"} }
+
+// Lookup returns the tokenizer with the given name: "byte" or "gpt2".
+func Lookup(name string) (Tokenizer, error) {
+	switch name {
+	case "byte":
+		return Byte, nil
+	case "gpt2":
+		return GPT2()
+	}
+	return nil, fmt.Errorf("unknown tokenizer %q: choose one of %s", name, strings.Join(Names(), ", "))
+}
+
+// invalidToken is the error for an id outside the vocabulary.
+func invalidToken(t Tokenizer, id int32) error {
+	return fmt.Errorf("%s tokenizer: token id %d outside the vocabulary [0, %d)", t.Name(), id, t.VocabSize())
+}

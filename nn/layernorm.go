@@ -1,0 +1,158 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/polysketch/polysketch/internal/parallel"
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Affine selects the learned parameters of a LayerNorm.
+type Affine int
+
+const (
+	GainBias Affine = iota // y = x̂⊙g + b, the standard layer normalization
+	GainOnly               // y = x̂⊙g
+	NoAffine               // y = x̂, parameter-free (e.g. for q and k of polynomial attention)
+)
+
+// LayerNorm normalizes every row of its input to zero mean and unit
+// variance, x̂ = (x − mean)/√(var + Eps) with the biased variance, then
+// applies the learned gain and bias selected by its Affine mode. The gain
+// starts at one and the bias at zero.
+type LayerNorm struct {
+	Dim  int
+	Eps  float32 // added to the variance; NewLayerNorm sets 1e-5
+	Gain *Param  // [Dim], not decayed; nil unless GainBias or GainOnly
+	Bias *Param  // [Dim], not decayed; nil unless GainBias
+
+	rows    int
+	xhat    []float32 // [rows, Dim], normalized input of the last Forward
+	rstd    []float32 // [rows], 1/√(var+Eps)
+	ones    []float32 // [Dim] of 1, to add a constant to a row with vec.Axpy
+	scratch []float32 // per row block: gain partial, bias partial, a temporary row
+}
+
+// NewLayerNorm returns a LayerNorm over the last dimension, of size dim,
+// whose parameters are called name+".gain" and name+".bias".
+func NewLayerNorm(name string, dim int, affine Affine) *LayerNorm {
+	l := &LayerNorm{Dim: dim, Eps: 1e-5}
+	if affine == GainBias || affine == GainOnly {
+		l.Gain = NewParam(name+".gain", false, dim)
+		l.Gain.Value.Fill(1)
+	}
+	if affine == GainBias {
+		l.Bias = NewParam(name+".bias", false, dim)
+	}
+	return l
+}
+
+// Share returns a LayerNorm with the same parameters and Eps but its own
+// caches, to normalize a second input with the same gain and bias (for
+// example k with the parameters of q). Gradients of both accumulate into the
+// shared parameters; list them once.
+func (l *LayerNorm) Share() *LayerNorm {
+	return &LayerNorm{Dim: l.Dim, Eps: l.Eps, Gain: l.Gain, Bias: l.Bias}
+}
+
+// Params lists the gain and bias that exist.
+func (l *LayerNorm) Params() []*Param {
+	var ps []*Param
+	if l.Gain != nil {
+		ps = append(ps, l.Gain)
+	}
+	if l.Bias != nil {
+		ps = append(ps, l.Bias)
+	}
+	return ps
+}
+
+// Forward normalizes x of shape [..., Dim] into y of the same number of
+// rows; y may be x. It keeps x̂ and 1/σ of every row, not x itself.
+func (l *LayerNorm) Forward(y, x *tensor.Tensor) {
+	d := l.Dim
+	rows := rowsOf("LayerNorm.Forward", "x", x, d)
+	checkRows("LayerNorm.Forward", "y", y, rows, d)
+	l.rows = rows
+	l.ones = ones(l.ones, d)
+	l.xhat = tensor.Grow(l.xhat, rows*d)
+	l.rstd = tensor.Grow(l.rstd, rows)
+	forRows(rows, d, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, xh, yr := x.Data[r*d:(r+1)*d], l.xhat[r*d:(r+1)*d], y.Data[r*d:(r+1)*d]
+			mean, variance := vec.MeanVar(xr)
+			rs := float32(1 / math.Sqrt(float64(variance)+float64(l.Eps)))
+			l.rstd[r] = rs
+			copy(xh, xr)
+			vec.Axpy(-mean, l.ones, xh) // x − mean, rounded as a plain subtraction
+			vec.Scale(rs, xh)
+			if l.Gain == nil {
+				copy(yr, xh)
+				continue
+			}
+			vec.Mul(yr, xh, l.Gain.Value.Data)
+			if l.Bias != nil {
+				vec.Add(yr, yr, l.Bias.Value.Data)
+			}
+		}
+	})
+}
+
+// Backward takes dy for the y of the last Forward, writes dx (unless nil;
+// dx may be dy) and adds Σ dy⊙x̂ to the gain gradient and Σ dy to the bias
+// gradient. With g = dy⊙gain, dx = (g − mean(g) − x̂·mean(g⊙x̂))/σ.
+func (l *LayerNorm) Backward(dx, dy *tensor.Tensor) {
+	d, rows := l.Dim, l.rows
+	checkRows("LayerNorm.Backward", "dy", dy, rows, d)
+	if dx != nil {
+		checkRows("LayerNorm.Backward", "dx", dx, rows, d)
+	}
+	if dx == nil && l.Gain == nil {
+		return
+	}
+	nb := blocks(rows)
+	l.scratch = tensor.Grow(l.scratch, nb*3*d)
+	inv := 1 / float32(d)
+	parallel.For(nb, func(b int) {
+		s := l.scratch[b*3*d : (b+1)*3*d]
+		pg, pb, tmp := s[:d], s[d:2*d], s[2*d:]
+		clear(pg)
+		clear(pb)
+		for r := b * reduceRows; r < min((b+1)*reduceRows, rows); r++ {
+			dyr, xh := dy.Data[r*d:(r+1)*d], l.xhat[r*d:(r+1)*d]
+			// Parameter partials first: dx may overwrite dy below.
+			if l.Gain != nil {
+				vec.Mul(tmp, dyr, xh)
+				vec.Add(pg, pg, tmp)
+			}
+			if l.Bias != nil {
+				vec.Add(pb, pb, dyr)
+			}
+			if dx == nil {
+				continue
+			}
+			// g = dy⊙gain lives in dx: dx = (g − mean(g) − x̂·mean(g⊙x̂))/σ.
+			g := dx.Data[r*d : (r+1)*d]
+			if l.Gain != nil {
+				vec.Mul(g, dyr, l.Gain.Value.Data)
+			} else {
+				copy(g, dyr)
+			}
+			m1, m2 := vec.Sum(g)*inv, vec.Dot(g, xh)*inv
+			rs := l.rstd[r]
+			vec.Scale(rs, g)
+			vec.Axpy(-rs*m2, xh, g)
+			vec.Axpy(-rs*m1, l.ones, g)
+		}
+	})
+	for b := range nb {
+		s := l.scratch[b*3*d : (b+1)*3*d]
+		if l.Gain != nil {
+			vec.Add(l.Gain.Grad.Data, l.Gain.Grad.Data, s[:d])
+		}
+		if l.Bias != nil {
+			vec.Add(l.Bias.Grad.Data, l.Bias.Grad.Data, s[d:2*d])
+		}
+	}
+}

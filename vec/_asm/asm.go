@@ -1,0 +1,869 @@
+// Command _asm generates vec_amd64.s and stubs_amd64.go, the AVX2+FMA
+// kernels of package vec. Run it through go generate in the vec directory.
+//
+// Every kernel has the same shape: a loop over several 8-lane vectors at a
+// time, a loop over single vectors, and a tail of 1 to 7 elements done with
+// masked loads and stores, so that no scalar code is needed for exp and its
+// kin. The Go versions in ../generic.go compute the same things with the same
+// constants; keep the two in sync.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+func main() {
+	ConstraintExpr("!purego")
+
+	dot()
+	axpy()
+	scale()
+	binary("mul", "dst[i] = a[i]·b[i]", VMULPS)
+	binary("add", "dst[i] = a[i]+b[i]", VADDPS)
+	sum()
+	maxKernel()
+	unary("exp", "dst[i] = e^src[i]", expv)
+	unary("tanh", "dst[i] = tanh(src[i])", tanhv)
+	unary("gelu", "dst[i] = GELU(src[i])", geluv)
+	geluBackward()
+	expSubSum(true)
+	expSubSum(false)
+	sumDev()
+	mulSub()
+	normAffine()
+	layerNormReduce()
+	layerNormDx()
+
+	Generate()
+}
+
+// Constants, each a 32-byte vector of eight equal lanes so that it can be a
+// memory operand of a 256-bit instruction.
+var consts = map[string]constant{}
+
+type constant struct {
+	mem  Mem
+	bits uint32
+}
+
+func splatBits(name string, bits uint32) Mem {
+	if c, ok := consts[name]; ok {
+		if c.bits != bits {
+			panic(fmt.Sprintf("constant %s defined twice, as %#x and %#x", name, c.bits, bits))
+		}
+		return c.mem
+	}
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := 0; i < 8; i++ {
+		DATA(4*i, U32(bits))
+	}
+	consts[name] = constant{m, bits}
+	return m
+}
+
+func splat(name string, v float32) Mem { return splatBits(name, math.Float32bits(v)) }
+
+// The constants of ../generic.go.
+const (
+	expHi    = 89
+	expLo    = -104
+	log2e    = 1.44269504088896341
+	expMagic = 12582912
+	ln2Hi    = 0.693359375
+	ln2Lo    = -2.12194440e-4
+	expP0    = 0.49999994
+	expP1    = 0.166665196
+	expP2    = 0.0416683964
+	expP3    = 0.00836879667
+	expP4    = 0.00138144335
+
+	tanhSmall = 0.625
+	tanhQ0    = -0.333332807
+	tanhQ1    = 0.133314416
+	tanhQ2    = -0.0537397154
+	tanhQ3    = 0.020639088
+	tanhQ4    = -0.00570498733
+
+	geluC0 = 0.7978845608028654
+	geluC1 = 0.044715
+	geluA  = -2 * geluC0
+	geluB  = -2 * geluC0 * geluC1
+	geluD0 = 2 * geluC0
+	geluD1 = 6 * geluC0 * geluC1
+)
+
+func one() Mem { return splat("one", 1) }
+
+// iota holds 0, 1, …, 7: comparing n against it gives the mask of the
+// first n lanes.
+func iota() Mem {
+	if iotaMem == nil {
+		m := GLOBL("iota", RODATA|NOPTR)
+		for i := 0; i < 8; i++ {
+			DATA(4*i, U32(i))
+		}
+		iotaMem = &m
+	}
+	return *iotaMem
+}
+
+var iotaMem *Mem
+
+// mask returns a vector whose first n lanes are all ones, 0 < n < 8.
+func mask(n Register) VecVirtual {
+	m := YMM()
+	VMOVD(n.(GPVirtual).As32(), m.AsX())
+	VPBROADCASTD(m.AsX(), m)
+	VPCMPGTD(iota(), m, m)
+	return m
+}
+
+// loop emits the loop structure shared by all kernels over n elements: body
+// processes k vectors at the current pointers, first unroll at a time, then
+// one at a time; tail handles the last 1 to 7 elements under a mask.
+func loop(n Register, ptrs []Register, unroll int, body func(k int), tail func(m VecVirtual)) {
+	advance := func(k int) {
+		for _, p := range ptrs {
+			ADDQ(U32(32*k), p)
+		}
+		SUBQ(U32(8*k), n)
+	}
+	if unroll > 1 {
+		Label("loopN")
+		CMPQ(n, U32(8*unroll))
+		JB(LabelRef("loop1"))
+		body(unroll)
+		advance(unroll)
+		JMP(LabelRef("loopN"))
+	}
+	Label("loop1")
+	CMPQ(n, U32(8))
+	JB(LabelRef("tail"))
+	body(1)
+	advance(1)
+	JMP(LabelRef("loop1"))
+	Label("tail")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	tail(mask(n))
+	Label("done")
+}
+
+// paramAddr returns the stack slot of a scalar argument.
+func paramAddr(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+func ptr(name string) Mem { return Mem{Base: Load(Param(name).Base(), GP64())} }
+
+func regs(k int) []VecVirtual {
+	r := make([]VecVirtual, k)
+	for i := range r {
+		r[i] = YMM()
+	}
+	return r
+}
+
+func bases(ms ...Mem) []Register {
+	r := make([]Register, len(ms))
+	for i, m := range ms {
+		r[i] = m.Base
+	}
+	return r
+}
+
+// hsum adds the lanes of v, in a fixed order, into the low lane of the
+// returned register.
+func hsum(v VecVirtual) VecVirtual {
+	return hreduce(v, VADDPS, VADDSS)
+}
+
+func hreduce(v VecVirtual, op, opss func(ops ...Op)) VecVirtual {
+	hi, lo, t := XMM(), XMM(), XMM()
+	VEXTRACTF128(U8(1), v, hi)
+	op(hi, v.AsX(), lo)
+	VMOVHLPS(lo, lo, t)
+	op(t, lo, lo)
+	VMOVSHDUP(lo, t)
+	opss(t, lo, lo)
+	return lo
+}
+
+func doc(name, what string) {
+	TEXT(name, NOSPLIT, "")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %s with AVX2 and FMA.", name, what))
+}
+
+func dot() {
+	TEXT("dotAVX2", NOSPLIT, "func(x, y []float32) float32")
+	Pragma("noescape")
+	Doc("dotAVX2 returns Σ x[i]·y[i] with AVX2 and FMA; len(y) ≥ len(x).")
+	x, y := ptr("x"), ptr("y")
+	n := Load(Param("x").Len(), GP64())
+	acc := regs(4)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	loop(n, bases(x, y), 4, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(x.Offset(32*j), xs[j])
+		}
+		for j := range xs {
+			VFMADD231PS(y.Offset(32*j), xs[j], acc[j])
+		}
+	}, func(m VecVirtual) {
+		xv, yv := YMM(), YMM()
+		VMASKMOVPS(x, m, xv)
+		VMASKMOVPS(y, m, yv)
+		VFMADD231PS(yv, xv, acc[1])
+	})
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	Store(hsum(acc[0]), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+func axpy() {
+	TEXT("axpyAVX2", NOSPLIT, "func(alpha float32, x, y []float32)")
+	Pragma("noescape")
+	Doc("axpyAVX2 computes y += alpha·x with AVX2 and FMA; len(y) ≥ len(x).")
+	alpha := YMM()
+	VBROADCASTSS(paramAddr("alpha"), alpha)
+	x, y := ptr("x"), ptr("y")
+	n := Load(Param("x").Len(), GP64())
+	loop(n, bases(x, y), 4, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(x.Offset(32*j), xs[j])
+		}
+		for j := range xs {
+			VFMADD213PS(y.Offset(32*j), alpha, xs[j])
+		}
+		for j := range xs {
+			VMOVUPS(xs[j], y.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv, yv := YMM(), YMM()
+		VMASKMOVPS(x, m, xv)
+		VMASKMOVPS(y, m, yv)
+		VFMADD231PS(xv, alpha, yv)
+		VMASKMOVPS(yv, m, y)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func scale() {
+	TEXT("scaleAVX2", NOSPLIT, "func(alpha float32, x []float32)")
+	Pragma("noescape")
+	Doc("scaleAVX2 computes x *= alpha with AVX2.")
+	alpha := YMM()
+	VBROADCASTSS(paramAddr("alpha"), alpha)
+	x := ptr("x")
+	n := Load(Param("x").Len(), GP64())
+	loop(n, bases(x), 4, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMULPS(x.Offset(32*j), alpha, xs[j])
+		}
+		for j := range xs {
+			VMOVUPS(xs[j], x.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(x, m, xv)
+		VMULPS(xv, alpha, xv)
+		VMASKMOVPS(xv, m, x)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// binary emits dst[i] = op(a[i], b[i]).
+func binary(name, what string, op func(ops ...Op)) {
+	TEXT(name+"AVX2", NOSPLIT, "func(dst, a, b []float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%sAVX2 computes %s with AVX2; len(a), len(b) ≥ len(dst).", name, what))
+	dst, a, b := ptr("dst"), ptr("a"), ptr("b")
+	n := Load(Param("dst").Len(), GP64())
+	loop(n, bases(dst, a, b), 4, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(a.Offset(32*j), xs[j])
+		}
+		for j := range xs {
+			op(b.Offset(32*j), xs[j], xs[j])
+		}
+		for j := range xs {
+			VMOVUPS(xs[j], dst.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		av, bv := YMM(), YMM()
+		VMASKMOVPS(a, m, av)
+		VMASKMOVPS(b, m, bv)
+		op(bv, av, av)
+		VMASKMOVPS(av, m, dst)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func sum() {
+	TEXT("sumAVX2", NOSPLIT, "func(x []float32) float32")
+	Pragma("noescape")
+	Doc("sumAVX2 returns Σ x[i] with AVX2.")
+	x := ptr("x")
+	n := Load(Param("x").Len(), GP64())
+	acc := regs(4)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	loop(n, bases(x), 4, func(k int) {
+		for j := 0; j < k; j++ {
+			VADDPS(x.Offset(32*j), acc[j], acc[j])
+		}
+	}, func(m VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(x, m, xv)
+		VADDPS(xv, acc[1], acc[1])
+	})
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	Store(hsum(acc[0]), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// maxKernel keeps, besides the running maxima, the lanes that have seen a
+// NaN: VMAXPS returns its second source when either is NaN, so a NaN would
+// be forgotten by the next comparison.
+func maxKernel() {
+	TEXT("maxAVX2", NOSPLIT, "func(x []float32) float32")
+	Pragma("noescape")
+	Doc("maxAVX2 returns the largest element of x, -Inf if x is empty, NaN if x holds a NaN, with AVX2.")
+	x := ptr("x")
+	n := Load(Param("x").Len(), GP64())
+	negInf := splatBits("negInf", 0xff800000)
+	acc := regs(4)
+	for _, a := range acc {
+		VMOVUPS(negInf, a)
+	}
+	nan := YMM()
+	VXORPS(nan, nan, nan)
+	loop(n, bases(x), 4, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(x.Offset(32*j), xs[j])
+		}
+		for j := range xs {
+			VMAXPS(xs[j], acc[j], acc[j])
+		}
+		for j := 0; j < k; j += 2 {
+			u := YMM()
+			if j+1 < k {
+				VCMPPS(U8(3), xs[j+1], xs[j], u) // unordered: either is NaN
+			} else {
+				VCMPPS(U8(3), xs[j], xs[j], u)
+			}
+			VORPS(u, nan, nan)
+		}
+	}, func(m VecVirtual) {
+		xv, u, ni := YMM(), YMM(), YMM()
+		VMASKMOVPS(x, m, xv)
+		VMOVUPS(negInf, ni)
+		VBLENDVPS(m, xv, ni, xv)
+		VMAXPS(xv, acc[1], acc[1])
+		VCMPPS(U8(3), xv, xv, u)
+		VORPS(u, nan, nan)
+	})
+	r := GP32()
+	VMOVMSKPS(nan, r)
+	TESTL(r, r)
+	JNZ(LabelRef("isnan"))
+	VMAXPS(acc[1], acc[0], acc[0])
+	VMAXPS(acc[3], acc[2], acc[2])
+	VMAXPS(acc[2], acc[0], acc[0])
+	Store(hreduce(acc[0], VMAXPS, VMAXSS), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+	Label("isnan")
+	q := XMM()
+	VMOVSS(splatBits("nan", 0x7fc00000), q)
+	Store(q, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// unary emits dst[i] = f(src[i]) two vectors at a time.
+func unary(name, what string, f func(xs []VecVirtual) []VecVirtual) {
+	TEXT(name+"AVX2", NOSPLIT, "func(dst, src []float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%sAVX2 computes %s with AVX2 and FMA; len(src) ≥ len(dst).", name, what))
+	dst, src := ptr("dst"), ptr("src")
+	n := Load(Param("dst").Len(), GP64())
+	loop(n, bases(dst, src), 2, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(src.Offset(32*j), xs[j])
+		}
+		ys := f(xs)
+		for j := range ys {
+			VMOVUPS(ys[j], dst.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(src, m, xv)
+		y := f([]VecVirtual{xv})[0]
+		VMASKMOVPS(y, m, dst)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// broadcast loads a constant into a register, for the operand positions
+// that cannot take memory.
+func broadcast(name string, v float32) VecVirtual {
+	r := YMM()
+	VBROADCASTSS(splat(name, v), r)
+	return r
+}
+
+// expv returns e^x for each of xs, which it overwrites. See exp1 in
+// ../generic.go: x = n·ln2 + r, e^r by a polynomial, 2^n = 2^k1·2^k2 built
+// in the exponent bits.
+func expv(xs []VecVirtual) []VecVirtual {
+	// Clamp into [expLo, expHi]. VMINPS and VMAXPS return their second
+	// source, x, if either is NaN, so NaN survives.
+	hi, lo := broadcast("expHi", expHi), broadcast("expLo", expLo)
+	for _, x := range xs {
+		VMINPS(x, hi, x)
+		VMAXPS(x, lo, x)
+	}
+	magic := splat("expMagic", expMagic)
+	ts, ns := regs(len(xs)), regs(len(xs))
+	for j, x := range xs {
+		VMOVUPS(magic, ts[j])
+		VFMADD231PS(splat("log2e", log2e), x, ts[j]) // t = x·log2e + magic: n in the low mantissa bits
+		VSUBPS(magic, ts[j], ns[j])                  // n as a float
+	}
+	for j, x := range xs { // r = x - n·ln2, x overwritten
+		VFNMADD231PS(splat("ln2Hi", ln2Hi), ns[j], x)
+		VFNMADD231PS(splat("ln2Lo", ln2Lo), ns[j], x)
+	}
+	ps := regs(len(xs))
+	for j := range xs {
+		VMOVUPS(splat("expP4", expP4), ps[j])
+	}
+	for _, c := range []struct {
+		name string
+		v    float32
+	}{{"expP3", expP3}, {"expP2", expP2}, {"expP1", expP1}, {"expP0", expP0}, {"one", 1}, {"one", 1}} {
+		for j, r := range xs {
+			VFMADD213PS(splat(c.name, c.v), r, ps[j]) // p = p·r + c
+		}
+	}
+	// With kb = n + 254 (the bits of t minus those of magic - 254):
+	// 2^k1 has exponent field kb>>1 = k1 + 127, and 2^k2 has kb - (kb>>1),
+	// so the field of 2^k2 is (kb<<23) - (field of 2^k1 << 23).
+	bias := splatBits("expMagic254", math.Float32bits(expMagic)-254)
+	for j := range xs {
+		kb, s1 := ns[j], YMM() // n is dead: reuse its register
+		VPSUBD(bias, ts[j], kb)
+		VPSRAD(U8(1), kb, s1)
+		VPSLLD(U8(23), s1, s1)
+		VPSLLD(U8(23), kb, kb)
+		VPSUBD(s1, kb, kb)
+		VMULPS(s1, ps[j], ps[j])
+		VMULPS(kb, ps[j], ps[j])
+	}
+	return ps
+}
+
+// tanhv returns tanh x for each of xs, which it overwrites; see tanh1 in
+// ../generic.go. Both branches are computed and blended.
+func tanhv(xs []VecVirtual) []VecVirtual {
+	k := len(xs)
+	as, sgn, small := regs(k), regs(k), regs(k)
+	for j, x := range xs {
+		VANDPS(splatBits("absMask", 0x7fffffff), x, as[j])
+		VXORPS(as[j], x, sgn[j]) // the sign bit of x
+	}
+	// Small |x|: a + a·z·q(z).
+	zs, qs := regs(k), regs(k)
+	for j, a := range as {
+		VMULPS(a, a, zs[j])
+		VMOVUPS(splat("tanhQ4", tanhQ4), qs[j])
+	}
+	for _, c := range []struct {
+		name string
+		v    float32
+	}{{"tanhQ3", tanhQ3}, {"tanhQ2", tanhQ2}, {"tanhQ1", tanhQ1}, {"tanhQ0", tanhQ0}} {
+		for j, z := range zs {
+			VFMADD213PS(splat(c.name, c.v), z, qs[j])
+		}
+	}
+	for j, a := range as {
+		VMULPS(a, zs[j], zs[j])                                   // a·z
+		VFMADD213PS(a, qs[j], zs[j])                              // a·z·q + a
+		VCMPPS(U8(1), splat("tanhSmall", tanhSmall), a, small[j]) // a < tanhSmall; false for NaN
+	}
+	// Large |x|: 1 - 2/(e^(2a) + 1).
+	es := regs(k)
+	for j, a := range as {
+		VADDPS(a, a, es[j])
+	}
+	es = expv(es)
+	for j, e := range es {
+		two := YMM()
+		VADDPS(one(), e, e)
+		VMOVUPS(splat("two", 2), two)
+		VDIVPS(e, two, two)
+		VMOVUPS(one(), e)
+		VSUBPS(two, e, e)
+		VBLENDVPS(small[j], zs[j], e, e)
+		VORPS(sgn[j], e, e)
+	}
+	return es
+}
+
+// geluv returns GELU(x) for each of xs; see geluGeneric in ../generic.go.
+func geluv(xs []VecVirtual) []VecVirtual {
+	lo := broadcast("minus100", -100)
+	ws, es := regs(len(xs)), regs(len(xs))
+	for j, x := range xs {
+		VMAXPS(x, lo, x) // keeps NaN, as in expv
+		VMULPS(x, x, ws[j])
+		VMOVUPS(splat("geluA", geluA), es[j])
+		VFMADD231PS(splat("geluB", geluB), ws[j], es[j])
+		VMULPS(x, es[j], ws[j])                                // v = -2u
+		VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|v|
+	}
+	es = expv(es)
+	for j, e := range es {
+		pos, num := YMM(), YMM()
+		VXORPS(pos, pos, pos)
+		VCMPPS(U8(1), ws[j], pos, pos) // 0 < v
+		VMULPS(xs[j], e, num)
+		VBLENDVPS(pos, num, xs[j], num) // x·E if v > 0 else x
+		VADDPS(one(), e, e)
+		VDIVPS(e, num, e)
+	}
+	return es
+}
+
+func geluBackward() {
+	TEXT("geluBackwardAVX2", NOSPLIT, "func(dx, x, dy []float32)")
+	Pragma("noescape")
+	Doc("geluBackwardAVX2 computes dx[i] = dy[i]·GELU'(x[i]) with AVX2 and FMA; len(x), len(dy) ≥ len(dx).")
+	dx, x, dy := ptr("dx"), ptr("x"), ptr("dy")
+	n := Load(Param("dx").Len(), GP64())
+	f := func(xs, dys []Op) []VecVirtual {
+		k := len(xs)
+		lo, hi := broadcast("minus100", -100), broadcast("plus100", 100)
+		vs, x2s, ws, es := regs(k), regs(k), regs(k), regs(k)
+		for j := range xs {
+			VMINPS(xs[j], hi, vs[j])
+			VMAXPS(vs[j], lo, vs[j])
+			VMULPS(vs[j], vs[j], x2s[j])
+			VMOVUPS(splat("geluA", geluA), ws[j])
+			VFMADD231PS(splat("geluB", geluB), x2s[j], ws[j])
+			VMULPS(vs[j], ws[j], ws[j])                            // w = -2u
+			VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|w|
+		}
+		es = expv(es)
+		out := regs(k)
+		for j, e := range es {
+			d, ed, pos, du := YMM(), YMM(), YMM(), YMM()
+			VADDPS(one(), e, d)
+			VDIVPS(d, broadcast("one", 1), d) // D = 1/(1+E)
+			VMULPS(e, d, ed)                  // E·D
+			VXORPS(pos, pos, pos)
+			VCMPPS(U8(1), ws[j], pos, pos)       // 0 < w
+			VBLENDVPS(pos, ed, d, out[j])        // σ(2u)
+			VMOVUPS(splat("geluD0", geluD0), du) // d(2u)/dx
+			VFMADD231PS(splat("geluD1", geluD1), x2s[j], du)
+			VMULPS(vs[j], du, du)
+			VMULPS(ed, du, du)
+			VFMADD213PS(out[j], d, du) // σ + x·2u'·E·D·D
+			VMULPS(dys[j], du, out[j])
+		}
+		return out
+	}
+	loop(n, bases(dx, x, dy), 2, func(k int) {
+		xs, dys := make([]Op, k), make([]Op, k)
+		for j := range xs {
+			xs[j], dys[j] = x.Offset(32*j), dy.Offset(32*j)
+		}
+		ys := f(xs, dys)
+		for j := range ys {
+			VMOVUPS(ys[j], dx.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv, dyv := YMM(), YMM()
+		VMASKMOVPS(x, m, xv)
+		VMASKMOVPS(dy, m, dyv)
+		y := f([]Op{xv}, []Op{dyv})[0]
+		VMASKMOVPS(y, m, dx)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// expSubSum emits expSubSumAVX2, which sets dst[i] = e^(src[i]-m) and
+// returns their sum (for Softmax), or without store sumExpSubAVX2, which
+// only returns the sum (for LogSumExp).
+func expSubSum(store bool) {
+	var dst, src Mem
+	var n Register
+	if store {
+		TEXT("expSubSumAVX2", NOSPLIT, "func(dst, src []float32, m float32) float32")
+		Pragma("noescape")
+		Doc("expSubSumAVX2 sets dst[i] = e^(src[i]-m) and returns their sum, with AVX2 and FMA; len(src) ≥ len(dst).")
+		dst, src = ptr("dst"), ptr("src")
+		n = Load(Param("dst").Len(), GP64())
+	} else {
+		TEXT("sumExpSubAVX2", NOSPLIT, "func(x []float32, m float32) float32")
+		Pragma("noescape")
+		Doc("sumExpSubAVX2 returns Σ e^(x[i]-m) with AVX2 and FMA.")
+		src = ptr("x")
+		n = Load(Param("x").Len(), GP64())
+	}
+	m := YMM()
+	VBROADCASTSS(paramAddr("m"), m)
+	acc := regs(2)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	ptrs := bases(src)
+	if store {
+		ptrs = bases(dst, src)
+	}
+	loop(n, ptrs, 2, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(src.Offset(32*j), xs[j])
+			VSUBPS(m, xs[j], xs[j])
+		}
+		es := expv(xs)
+		for j, e := range es {
+			if store {
+				VMOVUPS(e, dst.Offset(32*j))
+			}
+			VADDPS(e, acc[j], acc[j])
+		}
+	}, func(mk VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(src, mk, xv)
+		VSUBPS(m, xv, xv)
+		e := expv([]VecVirtual{xv})[0]
+		VANDPS(mk, e, e) // the masked-off lanes hold e^-m
+		if store {
+			VMASKMOVPS(e, mk, dst)
+		}
+		VADDPS(e, acc[1], acc[1])
+	})
+	VADDPS(acc[1], acc[0], acc[0])
+	Store(hsum(acc[0]), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+func sumDev() {
+	TEXT("sumDevAVX2", NOSPLIT, "func(x []float32, mu float32) (s, q float32)")
+	Pragma("noescape")
+	Doc("sumDevAVX2 returns Σ (x[i]-mu) and Σ (x[i]-mu)² with AVX2 and FMA.")
+	x := ptr("x")
+	n := Load(Param("x").Len(), GP64())
+	mu := YMM()
+	VBROADCASTSS(paramAddr("mu"), mu)
+	s, q := regs(4), regs(4)
+	for j := range s {
+		VXORPS(s[j], s[j], s[j])
+		VXORPS(q[j], q[j], q[j])
+	}
+	loop(n, bases(x), 4, func(k int) {
+		ds := regs(k)
+		for j := range ds {
+			VMOVUPS(x.Offset(32*j), ds[j])
+			VSUBPS(mu, ds[j], ds[j])
+			VADDPS(ds[j], s[j], s[j])
+			VFMADD231PS(ds[j], ds[j], q[j])
+		}
+	}, func(m VecVirtual) {
+		d := YMM()
+		VMASKMOVPS(x, m, d)
+		VSUBPS(mu, d, d)
+		VANDPS(m, d, d) // the masked-off lanes hold -mu
+		VADDPS(d, s[1], s[1])
+		VFMADD231PS(d, d, q[1])
+	})
+	for _, a := range [][]VecVirtual{s, q} {
+		VADDPS(a[1], a[0], a[0])
+		VADDPS(a[3], a[2], a[2])
+		VADDPS(a[2], a[0], a[0])
+	}
+	Store(hsum(s[0]), Return("s"))
+	Store(hsum(q[0]), Return("q"))
+	VZEROUPPER()
+	RET()
+}
+
+// access loads and stores vector j of the loop body, or the masked tail.
+type access struct {
+	load  func(m Mem) VecVirtual
+	store func(v VecVirtual, m Mem)
+}
+
+func full(j int) access {
+	return access{
+		load: func(m Mem) VecVirtual {
+			r := YMM()
+			VMOVUPS(m.Offset(32*j), r)
+			return r
+		},
+		store: func(v VecVirtual, m Mem) { VMOVUPS(v, m.Offset(32*j)) },
+	}
+}
+
+func masked(mask VecVirtual) access {
+	return access{
+		load: func(m Mem) VecVirtual {
+			r := YMM()
+			VMASKMOVPS(m, mask, r)
+			return r
+		},
+		store: func(v VecVirtual, m Mem) { VMASKMOVPS(v, mask, m) },
+	}
+}
+
+// each runs step on the k vectors of a loop body.
+func each(k int, step func(a access, j int)) {
+	for j := 0; j < k; j++ {
+		step(full(j), j)
+	}
+}
+
+func scalarParam(name string) VecVirtual {
+	r := YMM()
+	VBROADCASTSS(paramAddr(name), r)
+	return r
+}
+
+// xhat returns (x - mu)·rstd.
+func xhat(a access, x Mem, mu, rstd VecVirtual) VecVirtual {
+	v := a.load(x)
+	VSUBPS(mu, v, v)
+	VMULPS(rstd, v, v)
+	return v
+}
+
+func normAffine() {
+	TEXT("normAffineAVX2", NOSPLIT, "func(dst, x, gain, bias []float32, mu, rstd float32)")
+	Pragma("noescape")
+	Doc("normAffineAVX2 computes dst[i] = (x[i]-mu)·rstd·gain[i] + bias[i] with AVX2 and FMA.")
+	dst, x, g, b := ptr("dst"), ptr("x"), ptr("gain"), ptr("bias")
+	n := Load(Param("dst").Len(), GP64())
+	mu, rstd := scalarParam("mu"), scalarParam("rstd")
+	step := func(a access, _ int) {
+		v := xhat(a, x, mu, rstd)
+		VFMADD213PS(a.load(b), a.load(g), v)
+		a.store(v, dst)
+	}
+	loop(n, bases(dst, x, g, b), 4, func(k int) { each(k, step) }, func(m VecVirtual) { step(masked(m), 0) })
+	VZEROUPPER()
+	RET()
+}
+
+// layerNormReduce emits the first pass of the LayerNorm backward: with
+// x̂ = (x-mu)·rstd and g = dy·gain, it returns Σ g and Σ g·x̂ and adds dy·x̂
+// to dgain and dy to dbias. Masked-off lanes load dy = 0 and so add nothing.
+func layerNormReduce() {
+	TEXT("layerNormReduceAVX2", NOSPLIT, "func(dgain, dbias, x, gain, dy []float32, mu, rstd float32) (sg, sgx float32)")
+	Pragma("noescape")
+	Doc("layerNormReduceAVX2 is the first pass of LayerNormBackward, with AVX2 and FMA.")
+	dg, db, x, g, dy := ptr("dgain"), ptr("dbias"), ptr("x"), ptr("gain"), ptr("dy")
+	n := Load(Param("dgain").Len(), GP64())
+	mu, rstd := scalarParam("mu"), scalarParam("rstd")
+	sg, sgx := regs(2), regs(2)
+	for j := range sg {
+		VXORPS(sg[j], sg[j], sg[j])
+		VXORPS(sgx[j], sgx[j], sgx[j])
+	}
+	step := func(a access, j int) {
+		xh := xhat(a, x, mu, rstd)
+		d := a.load(dy)
+		t := a.load(dg)
+		VFMADD231PS(xh, d, t) // dgain += dy·x̂
+		a.store(t, dg)
+		t = a.load(db)
+		VADDPS(d, t, t) // dbias += dy
+		a.store(t, db)
+		VMULPS(a.load(g), d, d) // g = dy·gain
+		VADDPS(d, sg[j%2], sg[j%2])
+		VFMADD231PS(xh, d, sgx[j%2])
+	}
+	loop(n, bases(dg, db, x, g, dy), 2, func(k int) { each(k, step) }, func(m VecVirtual) { step(masked(m), 1) })
+	VADDPS(sg[1], sg[0], sg[0])
+	VADDPS(sgx[1], sgx[0], sgx[0])
+	Store(hsum(sg[0]), Return("sg"))
+	Store(hsum(sgx[0]), Return("sgx"))
+	VZEROUPPER()
+	RET()
+}
+
+// layerNormDx emits the second pass of the LayerNorm backward:
+// dx += rstd·(g - a - x̂·b).
+func layerNormDx() {
+	TEXT("layerNormDxAVX2", NOSPLIT, "func(dx, x, gain, dy []float32, mu, rstd, a, b float32)")
+	Pragma("noescape")
+	Doc("layerNormDxAVX2 is the second pass of LayerNormBackward, with AVX2 and FMA.")
+	dx, x, g, dy := ptr("dx"), ptr("x"), ptr("gain"), ptr("dy")
+	n := Load(Param("dx").Len(), GP64())
+	mu, rstd := scalarParam("mu"), scalarParam("rstd")
+	ma, mb := scalarParam("a"), scalarParam("b")
+	step := func(ac access, _ int) {
+		xh := xhat(ac, x, mu, rstd)
+		gv := ac.load(dy)
+		VMULPS(ac.load(g), gv, gv)
+		VSUBPS(ma, gv, gv)       // g - a
+		VFNMADD231PS(mb, xh, gv) // - x̂·b
+		t := ac.load(dx)
+		VFMADD231PS(rstd, gv, t) // dx += rstd·(…)
+		ac.store(t, dx)
+	}
+	loop(n, bases(dx, x, g, dy), 2, func(k int) { each(k, step) }, func(m VecVirtual) { step(masked(m), 0) })
+	VZEROUPPER()
+	RET()
+}
+
+func mulSub() {
+	TEXT("mulSubAVX2", NOSPLIT, "func(dst, a, b []float32, c float32)")
+	Pragma("noescape")
+	Doc("mulSubAVX2 computes dst[i] = a[i]·(b[i]-c) with AVX2; len(a), len(b) ≥ len(dst).")
+	dst, a, b := ptr("dst"), ptr("a"), ptr("b")
+	n := Load(Param("dst").Len(), GP64())
+	c := scalarParam("c")
+	step := func(ac access, _ int) {
+		v := ac.load(b)
+		VSUBPS(c, v, v)
+		VMULPS(ac.load(a), v, v)
+		ac.store(v, dst)
+	}
+	loop(n, bases(dst, a, b), 4, func(k int) { each(k, step) }, func(m VecVirtual) { step(masked(m), 0) })
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,56 @@
+package vec_test
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Attention weights of one query over four keys, the third masked out.
+func ExampleSoftmax() {
+	scores := []float32{1, 2, float32(math.Inf(-1)), 3}
+	vec.Softmax(scores)
+	fmt.Printf("%.4f\n", scores)
+
+	// A fully masked row attends to nothing.
+	masked := []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
+	vec.Softmax(masked)
+	fmt.Println(masked)
+	// Output:
+	// [0.0900 0.2447 0.0000 0.6652]
+	// [0 0]
+}
+
+// Layer normalization of one row: the statistics from MeanVar, then a
+// scaling and a shift.
+func ExampleMeanVar() {
+	x := []float32{1, 2, 3, 4, 5}
+	mean, variance := vec.MeanVar(x)
+	rstd := float32(1 / math.Sqrt(float64(variance)+1e-5))
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = (v - mean) * rstd
+	}
+	fmt.Println(mean, variance)
+	fmt.Printf("%.3f\n", y)
+	// Output:
+	// 3 2
+	// [-1.414 -0.707 0.000 0.707 1.414]
+}
+
+func ExampleGELU() {
+	x := []float32{-3, -1, 0, 1, 3}
+	y := make([]float32, len(x))
+	vec.GELU(y, x)
+	fmt.Printf("%.4f\n", y)
+
+	// The gradient with respect to x of Σ GELU(x[i]): dy = 1.
+	dy := []float32{1, 1, 1, 1, 1}
+	dx := make([]float32, len(x))
+	vec.GELUBackward(dx, x, dy)
+	fmt.Printf("%.4f\n", dx)
+	// Output:
+	// [-0.0036 -0.1588 0.0000 0.8412 2.9964]
+	// [-0.0116 -0.0830 0.5000 1.0830 1.0116]
+}

@@ -1,0 +1,39 @@
+//go:build !amd64 || purego
+
+package vec
+
+// hasAsm reports whether the CPU runs the assembly kernels: there are none
+// for this architecture or with the purego tag.
+const hasAsm = false
+
+// useAsm is always false here; it exists for the tests.
+var useAsm = false
+
+func dot(x, y []float32) float32                      { return dotGeneric(x, y) }
+func axpy(alpha float32, x, y []float32)              { axpyGeneric(alpha, x, y) }
+func scale(alpha float32, x []float32)                { scaleGeneric(alpha, x) }
+func mul(dst, a, b []float32)                         { mulGeneric(dst, a, b) }
+func add(dst, a, b []float32)                         { addGeneric(dst, a, b) }
+func sum(x []float32) float32                         { return sumGeneric(x) }
+func max32(x []float32) float32                       { return maxGeneric(x) }
+func exp(dst, src []float32)                          { expGeneric(dst, src) }
+func tanh(dst, src []float32)                         { tanhGeneric(dst, src) }
+func gelu(dst, src []float32)                         { geluGeneric(dst, src) }
+func geluBackward(dx, x, dy []float32)                { geluBackwardGeneric(dx, x, dy) }
+func expSubSum(dst, src []float32, m float32) float32 { return expSubSumGeneric(dst, src, m) }
+func sumExpSub(x []float32, m float32) float32        { return sumExpSubGeneric(x, m) }
+func sumDev(x []float32, mu float32) (s, q float32)   { return sumDevGeneric(x, mu) }
+
+func normAffine(dst, x, gain, bias []float32, mu, rstd float32) {
+	normAffineGeneric(dst, x, gain, bias, mu, rstd)
+}
+
+func layerNormReduce(dgain, dbias, x, gain, dy []float32, mu, rstd float32) (sg, sgx float32) {
+	return layerNormReduceGeneric(dgain, dbias, x, gain, dy, mu, rstd)
+}
+
+func layerNormDx(dx, x, gain, dy []float32, mu, rstd, a, b float32) {
+	layerNormDxGeneric(dx, x, gain, dy, mu, rstd, a, b)
+}
+
+func mulSub(dst, a, b []float32, c float32) { mulSubGeneric(dst, a, b, c) }
