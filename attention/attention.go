@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -44,7 +45,8 @@ type Options struct {
 	SketchSize int        // r, columns of the degree-p/2 sketch (polysketch)
 	Block      int        // b, rows per block of the lower-triangular multiply and local attention; also flash's tile
 	Local      bool       // exact (q·k)^p inside diagonal blocks (polysketch)
-	Sketch     SketchKind // which random sketch (polysketch)
+	Sketch     SketchKind // which random sketch (polysketch), or the initialization of a learned one
+	Learned    bool       // learned sketches: each projection a small trained network (polysketch)
 	CumSum     bool       // per-token cumulative sums instead of the block algorithm (polysketch baseline; implies !Local)
 	Remat      bool       // keep nothing per block for backward; recompute it ("checkpoint attention")
 	Seed       uint64     // seed of the random sketch
@@ -73,6 +75,13 @@ type Mechanism interface {
 	// gradients. Benchmarks use it to report a size as out of memory
 	// before trying it, as the paper does.
 	Workspace(B, H, N, h int) int64
+}
+
+// Trainable is implemented by mechanisms that own parameters (learned
+// sketches). Backward accumulates (+=) into their gradients, as the nn
+// layers do, and the model lists them with its own parameters.
+type Trainable interface {
+	Params() []*nn.Param
 }
 
 // Sketched is implemented by mechanisms built on random sketch matrices, so

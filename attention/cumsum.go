@@ -28,7 +28,7 @@ func (a *polysketchAttn) cumsumFeatures(w *psWorker, hd, l int) {
 	a.sketchKeys(w, hd, l, w.preK)
 	selfTensor(phi, w.mk, w.tk, L.ro, rows)
 	transposeInto(w.fk, phi, rows, F, rows)
-	a.sk.apply(a.rows(a.q, hd, l), L.h, rows, w.preQ, w.mq, &w.sks)
+	a.skApply(w, false, hd, l, w.preQ, w.mq)
 	selfTensor(phi, w.mq, w.tq, L.ro, rows)
 	transposeInto(w.fq, phi, rows, F, rows)
 }
@@ -88,7 +88,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
 		selfTensorBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
-		a.sk.backward(a.rows(a.dq, hd, l), h, rows, false, w.dmq, w.preQ, &w.sks)
+		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
 	clear(w.run)
@@ -118,6 +118,6 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
 		selfTensorBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
-		a.sk.backward(a.rows(a.dk, hd, l), h, rows, false, w.dmk, w.preK, &w.sks)
+		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }

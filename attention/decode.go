@@ -30,7 +30,9 @@ import (
 // cost per position, however long the sequence.
 //
 // A polysketch Decoder shares m's sketch (drawing it now if m has not run
-// yet), so do not run it concurrently with m.Forward. Non-causal
+// yet), learned sketches included, whose current parameters it reads at
+// every Step; do not run it concurrently with m's Forward or Backward or
+// with updates of the parameters. Non-causal
 // mechanisms have no incremental form and get an error.
 func NewDecoder(m Mechanism, B, H, h int) (Decoder, error) {
 	if B <= 0 || H <= 0 || h <= 0 {
@@ -79,10 +81,10 @@ func stepWorkers(items, work int) int {
 // keys and values of positions 0…n.
 type cacheDecoder struct {
 	bh, h  int
-	degree int     // 0 for softmax, else the degree p of polynomial weights
-	scale  float32 // softmax: 1/√h, as the mechanisms scale q·k
-	n      int     // positions consumed
-	size   int     // positions the cache holds before it must grow
+	degree int       // 0 for softmax, else the degree p of polynomial weights
+	scale  float32   // softmax: 1/√h, as the mechanisms scale q·k
+	n      int       // positions consumed
+	size   int       // positions the cache holds before it must grow
 	k, v   []float32 // [bh × size × h]
 	w      []float32 // [bh × size] attention weights of the current step
 
@@ -159,7 +161,8 @@ func (d *cacheDecoder) stepHead(_, i int) {
 // completed blocks, and the local weights w_ij = (q_i·k_j)^p with Local,
 // else the sketched (M(q_i)·M(k_j))² = φ(q_i)·φ(k_j) (also for CumSum,
 // whose weights are sketched everywhere). The features φ and sketches M
-// are those of the mechanism (sketch.apply, selfTensor). The current
+// are those of the mechanism (sketch.apply, selfTensor), random or
+// learned. The current
 // block's φ(K)ᵀV and φ(K)ᵀ1 accumulate one token at a time, and are added
 // to Z and ζ when the block completes, so every position costs the same:
 // two F×h rank-one products, the sketch of one q and one k, and at most b
@@ -195,10 +198,7 @@ type sketchDecoder struct {
 
 func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
 	o := a.opts
-	if a.sk == nil || a.sk.in != h {
-		a.sk = newSketch(o.Sketch, o.Degree/2, h, o.SketchSize, o.Seed) // as the first Forward would
-	}
-	sk := a.sk
+	sk := a.sketchFor(h) // the mechanism's own: drawn (or built) now if no Forward ran yet
 	bh := B * H
 	d := &sketchDecoder{sk: sk, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
 		ro: sk.out, F: featureDim(sk.out)}

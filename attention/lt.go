@@ -201,7 +201,10 @@ func ipow(x float32, p int) float32 {
 
 // ltMul computes y = lt(a·bᵀ)·c for row-major a, b [n×m] and c, y [n×k]
 // with the block algorithm, blocks of the given size, in parallel over
-// blocks. It is deterministic for any GOMAXPROCS.
+// blocks. It is deterministic for any GOMAXPROCS. It is the plain form of
+// the algorithm on materialized matrices and allocates its states and
+// scratch; polysketch runs the same phases with features made block by
+// block and buffers it keeps.
 func ltMul(y, a, b, c []float32, n, m, k, block int) {
 	lt := newLTMul(n, m, k, block)
 	lt.forward(y, a, b, c)

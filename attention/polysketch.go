@@ -2,6 +2,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 
@@ -51,9 +52,15 @@ import (
 // keeping only the denominators and one gradient term per token between
 // them. Both compute every value with the same operations in the same
 // order, so their gradients are bitwise identical.
+//
+// With Learned (and degree ≥ 4) M is the learned sketch of Algorithm 2
+// (sketch_learned.go): Forward first runs its networks on all rows of q
+// and k and keeps M(Q), M(K) (also with Remat); the phases read M from
+// there and leave dM; Backward ends by running the networks backward,
+// into dq, dk and the parameter gradients.
 type polysketchAttn struct {
 	opts Options
-	sk   *sketch // drawn from opts.Seed on the first Forward, for its head size
+	sk   *sketch // drawn (or built, if learned) from opts.Seed for the head size, on first use
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -71,11 +78,16 @@ type polysketchAttn struct {
 	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
 
+	// Learned sketches only.
+	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
+	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
+
 	pool workPool
 	// Steps of the phases, bound once so that running them allocates nothing.
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
+	stepNetFwd, stepNetBwd, stepNetReduce                func(w *psWorker, i int)
 	scanFn                                               func(states []float32, t, stride, lo, hi int, run, tmp []float32)
 }
 
@@ -92,6 +104,12 @@ type psLayout struct {
 	causal    bool
 	sketched  bool // causal diagonal blocks use sketched weights
 	mode      psMode
+	// A learned sketch runs on chunks of rows of q, then of k; see
+	// sketch_learned.go.
+	learned bool
+	chunk   int // rows per chunk
+	chunks  int // chunks of q (and of k)
+	groups  int // partial sums of the parameter gradients
 }
 
 type psMode int
@@ -103,6 +121,9 @@ const (
 )
 
 func newPolysketch(o Options) Mechanism {
+	if o.Learned {
+		o.Sketch = learnedSketch // so that every newSketch builds the networks, the decoder's too
+	}
 	a := &polysketchAttn{opts: o}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem
@@ -114,6 +135,9 @@ func newPolysketch(o Options) Mechanism {
 	a.stepStreamBwd = a.streamBackward
 	a.stepCumFwd = a.cumsumForward
 	a.stepCumBwd = a.cumsumBackward
+	a.stepNetFwd = a.netForwardItem
+	a.stepNetBwd = a.netBackwardItem
+	a.stepNetReduce = a.netReduceItem
 	return a
 }
 
@@ -123,7 +147,8 @@ func (a *polysketchAttn) Kind() Kind { return Polysketch }
 // 1 samples and applies them ([h,r] on the first level, [r,r] above); the
 // SRHT ones as their dense equivalents D·H·P. For degree 4,
 // φ(x) = (((x·g1) ∗ (x·g2))/√r)^⊗2. Degree 2 has none (M(x) = x). Nil
-// before the first Forward, which fixes the head size.
+// before the first Forward, which fixes the head size, and nil for a
+// learned sketch, which has networks (Params) instead of random matrices.
 func (a *polysketchAttn) SketchMatrices() map[string]*tensor.Tensor {
 	if a.sk == nil {
 		return nil
@@ -158,6 +183,13 @@ func (a *polysketchAttn) layout(B, H, N, h, workers int, sk *sketch) psLayout {
 	if L.mode == modeBlocks {
 		items = L.bh * L.t
 	}
+	if sk.net != nil {
+		L.learned = true
+		L.chunk = min(netChunk, L.bh*L.n)
+		L.chunks = (L.bh*L.n + L.chunk - 1) / L.chunk
+		L.groups = min(netGroups, 2*L.chunks)
+		items = max(items, 2*L.chunks)
+	}
 	L.workers = max(1, min(workers, items))
 	return L
 }
@@ -187,8 +219,17 @@ func (a *polysketchAttn) carve(L *psLayout, sk *sketch, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
+	var ms, dms [2][]float32
+	var pgrad []float32
+	if L.learned {
+		for i := range ms {
+			ms[i], dms[i] = take(n*L.ro), take(n*L.ro)
+		}
+		pgrad = take(L.groups * sk.net.size)
+	}
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
+		a.ms, a.dms, a.pgrad = ms, dms, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
 		var w *psWorker
@@ -205,10 +246,7 @@ func (a *polysketchAttn) carve(L *psLayout, sk *sketch, mem []float32) int {
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *polysketchAttn) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	if a.sk == nil || a.sk.in != h {
-		a.sk = newSketch(a.opts.Sketch, a.opts.Degree/2, h, a.opts.SketchSize, a.opts.Seed)
-	}
-	a.L = a.layout(B, H, N, h, runtime.GOMAXPROCS(0), a.sk)
+	a.L = a.layout(B, H, N, h, runtime.GOMAXPROCS(0), a.sketchFor(h))
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(psWorker))
 	}
@@ -222,7 +260,8 @@ func (a *polysketchAttn) setup(q *tensor.Tensor) {
 
 // Workspace returns the bytes of the buffers Forward and Backward use for
 // inputs [B,H,N,h] at the current GOMAXPROCS: exactly what setup carves,
-// plus the sketch matrices.
+// plus the sketch matrices, or a learned sketch's parameters and their
+// gradients.
 func (a *polysketchAttn) Workspace(B, H, N, h int) int64 {
 	sk := a.sk
 	if sk == nil || sk.in != h {
@@ -233,6 +272,9 @@ func (a *polysketchAttn) Workspace(B, H, N, h int) int64 {
 	for _, lv := range sk.levels {
 		floats += len(lv.gT) + len(lv.signs) + 2*len(lv.idx) // int is two floats
 	}
+	if sk.net != nil {
+		floats += 2 * sk.net.size
+	}
 	return int64(floats) * 4
 }
 
@@ -242,6 +284,9 @@ func (a *polysketchAttn) Forward(o, q, k, v *tensor.Tensor) {
 	a.setup(q)
 	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
 	a.ready, a.statesValid = true, false
+	if a.L.learned {
+		a.pool.run(2*a.L.chunks, a.stepNetFwd)
+	}
 	switch a.L.mode {
 	case modeCumSum:
 		a.pool.run(a.L.bh, a.stepCumFwd)
@@ -295,6 +340,10 @@ func (a *polysketchAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 			a.scan(nil)
 		}
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
+	}
+	if L.learned {
+		a.pool.run(L.groups, a.stepNetBwd)
+		a.pool.run(len(a.sk.net.segs), a.stepNetReduce)
 	}
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
@@ -375,8 +424,7 @@ func (a *polysketchAttn) bwdQueriesItem(w *psWorker, i int) {
 		g = z // G_l replaces Z_l once Z_l is used
 	}
 	if L.sketched {
-		_, rows := L.plan.span(l)
-		a.sk.output(a.rows(a.k, hd, l), L.h, rows, a.pre(a.preK, hd, l), w.mk)
+		a.skOutput(true, hd, l, a.pre(a.preK, hd, l), w.mk)
 	}
 	a.bwdQueries(w, hd, l, a.pre(a.preQ, hd, l), z, g, false)
 }
@@ -499,10 +547,69 @@ func (a *polysketchAttn) streamBackward(w *psWorker, hd int) {
 
 // Block steps, shared by all modes so that they compute the same bits.
 
+// skApply computes Mᵀ of block l of head hd, of the keys (key) or the
+// queries, into mT, keeping the sketch's projections in pre; a learned
+// sketch reads M from Forward's pass over all rows.
+func (a *polysketchAttn) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+	if a.L.learned {
+		a.learnedRows(key, hd, l, mT)
+		return
+	}
+	x := a.q
+	if key {
+		x = a.k
+	}
+	_, rows := a.L.plan.span(l)
+	a.sk.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
+}
+
+// skOutput is skApply from the kept pre (sketch.output): the same bits.
+func (a *polysketchAttn) skOutput(key bool, hd, l int, pre, mT []float32) {
+	if a.L.learned {
+		a.learnedRows(key, hd, l, mT)
+		return
+	}
+	x := a.q
+	if key {
+		x = a.k
+	}
+	_, rows := a.L.plan.span(l)
+	a.sk.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
+}
+
+// skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) and writes
+// (or with accumulate adds) the gradient of the keys (key) or queries into
+// dk or dq. A learned sketch instead keeps dM for the networks' backward
+// pass at the end of Backward.
+func (a *polysketchAttn) skBackward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	if L.learned {
+		side := 0
+		if key {
+			side = 1
+		}
+		dm := a.dms[side][(hd*L.n+lo)*L.ro : (hd*L.n+lo+rows)*L.ro]
+		if dmT == nil {
+			clear(dm)
+		} else {
+			transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
+		}
+		return
+	}
+	if dmT == nil {
+		return
+	}
+	dx := a.dq
+	if key {
+		dx = a.dk
+	}
+	a.sk.backward(a.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
+}
+
 // sketchKeys computes the sketch of block l's keys into pre and w.mk.
 func (a *polysketchAttn) sketchKeys(w *psWorker, hd, l int, pre []float32) {
-	_, rows := a.L.plan.span(l)
-	a.sk.apply(a.rows(a.k, hd, l), a.L.h, rows, pre, w.mk, &w.sks)
+	a.skApply(w, true, hd, l, pre, w.mk)
 }
 
 // keysPrep sketches block l's keys and, if state is not nil, computes the
@@ -530,7 +637,7 @@ func (a *polysketchAttn) keysPrep(w *psWorker, hd, l int, pre, state []float32) 
 func (a *polysketchAttn) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
-	a.sk.apply(a.rows(a.q, hd, l), L.h, rows, pre, w.mq, &w.sks)
+	a.skApply(w, false, hd, l, pre, w.mq)
 	d := a.den[hd*L.n+lo : hd*L.n+lo+rows]
 	for i := range d {
 		d[i] = 1
@@ -576,7 +683,7 @@ func (a *polysketchAttn) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 		out = a.rows(o, hd, l)
 	}
 	if z != nil {
-		a.sk.output(a.rows(a.q, hd, l), h, rows, pre, w.mq)
+		a.skOutput(false, hd, l, pre, w.mq)
 		phi := w.phi[:F*rows]
 		selfTensor(phi, w.mq, w.tq, L.ro, rows)
 		c := w.cross[:rows]
@@ -631,7 +738,7 @@ func (a *polysketchAttn) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32,
 	gr := w.g[:rows*h]
 	cross, gd := w.cross[:rows], w.gd[:rows]
 	clear(cross)
-	a.sk.output(a.rows(a.q, hd, l), h, rows, pre, w.mq)
+	a.skOutput(false, hd, l, pre, w.mq)
 	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
 	if z != nil {
 		selfTensor(phi, w.mq, w.tq, ro, rows)
@@ -657,11 +764,6 @@ func (a *polysketchAttn) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32,
 	for i := range gd {
 		gd[i] = -(cross[i] + gd[i]) / d[i]
 	}
-	if z != nil {
-		for f, zf := range z[F*h : F*h+F] {
-			vec.Axpy(zf, gd, dphi[f*rows:(f+1)*rows])
-		}
-	}
 	dq := a.rows(a.dq, hd, l)
 	if L.causal {
 		for i, gi := range gd {
@@ -686,15 +788,25 @@ func (a *polysketchAttn) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32,
 	have := false
 	if z != nil {
 		selfTensorBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		// The term ζ_l·gdᵀ of dφ(Q_l) reaches M as dM_iᵀ += gd_i·Ψ(ζ_l)·M_iᵀ.
+		symmetricOf(w.psi, z[F*h:F*h+F], ro)
+		aux := w.aux[:ro*rows]
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, ro, rows, ro, 1, w.psi, ro, w.mq, rows, 0, aux, rows)
+		for c := 0; c < ro; c++ {
+			x := aux[c*rows : (c+1)*rows]
+			vec.Mul(x, x, gd)
+			vec.Add(dm[c*rows:(c+1)*rows], dm[c*rows:(c+1)*rows], x)
+		}
 		have = true
 	}
 	if L.sketched {
 		addTransposed(dm, w.dmr, rows, ro, have)
 		have = true
 	}
-	if have {
-		a.sk.backward(dq, h, rows, L.causal && !L.sketched, dm, pre, &w.sks)
+	if !have {
+		dm = nil
 	}
+	a.skBackward(w, false, hd, l, L.causal && !L.sketched, dm, pre)
 	if g != nil {
 		a.queryState(w, rows, g)
 	}
@@ -717,7 +829,7 @@ func (a *polysketchAttn) queryState(w *psWorker, rows int, state []float32) {
 func (a *polysketchAttn) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
-	a.sk.apply(a.rows(a.q, hd, l), L.h, rows, pre, w.mq, &w.sks)
+	a.skApply(w, false, hd, l, pre, w.mq)
 	selfTensor(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
 	a.loadGrad(w, hd, l)
 	copy(w.gd[:rows], a.gd[hd*L.n+lo:hd*L.n+lo+rows])
@@ -733,7 +845,7 @@ func (a *polysketchAttn) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	dm := w.dmk[:ro*rows]
 	have := false
 	if u != nil {
-		a.sk.output(a.rows(a.k, hd, l), h, rows, pre, w.mk)
+		a.skOutput(true, hd, l, pre, w.mk)
 		phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
 		selfTensor(phi, w.mk, w.tk, ro, rows)
 		beta := float32(0)
@@ -742,30 +854,39 @@ func (a *polysketchAttn) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 		}
 		v := a.rows(a.v, hd, l)
 		blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, u, h, beta, a.rows(a.dv, hd, l), h)
-		for f, uf := range u[F*h : F*h+F] {
-			fill(dphi[f*rows:(f+1)*rows], uf)
-		}
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 1, dphi, rows)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 0, dphi, rows)
 		selfTensorBackward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		// The term 1·u_lᵀ of dφ(K_l), the same for every row, reaches M
+		// as dMᵀ += Ψ(u)·Mᵀ (see symmetricOf): r² work, not F per row.
+		symmetricOf(w.psi, u[F*h:F*h+F], ro)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, ro, rows, ro, 1, w.psi, ro, w.mk, rows, 1, dm, rows)
 		have = true
 	}
 	if L.sketched {
 		addTransposed(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
 		have = true
 	}
-	if have {
-		a.sk.backward(a.rows(a.dk, hd, l), h, rows, L.causal && !L.sketched, dm, pre, &w.sks)
+	if !have {
+		dm = nil
 	}
+	a.skBackward(w, true, hd, l, L.causal && !L.sketched, dm, pre)
 }
 
-// fill sets every element of x to v, by doubling copies.
-func fill(x []float32, v float32) {
-	if len(x) == 0 {
-		return
-	}
-	x[0] = v
-	for k := 1; k < len(x); k *= 2 {
-		copy(x[k:], x[:k])
+// symmetricOf writes into psi ([r × r]) the matrix Ψ(u) through which a
+// feature gradient u, the same for every row, reaches M: selfTensorBackward
+// maps dφ_cc = u_cc to dM_c = 2·u_cc·M_c and dφ_cd = u_cd (c < d) to
+// dM_c = √2·u_cd·M_d, dM_d = √2·u_cd·M_c, so dMᵀ = Ψ(u)·Mᵀ with Ψ_cc = 2u_cc
+// and Ψ_cd = Ψ_dc = √2·u_cd.
+func symmetricOf(psi, u []float32, r int) {
+	f := 0
+	for c := 0; c < r; c++ {
+		psi[c*r+c] = 2 * u[f]
+		f++
+		for d := c + 1; d < r; d++ {
+			x := math.Sqrt2 * u[f]
+			psi[c*r+d], psi[d*r+c] = x, x
+			f++
+		}
 	}
 }
 
@@ -793,6 +914,7 @@ type psWorker struct {
 	phi, dphi      []float32 // Φᵀ and its gradient: [F × bs]
 	s, w, dw       []float32 // diagonal block S, W and gradient: [bs × bs]
 	mqr, mkr, dmr  []float32 // row-major M for sketched diagonal blocks: [bs × ro]
+	psi, aux       []float32 // Ψ(u) [ro × ro] and Ψ(u)·Mᵀ [ro × bs]
 	g              []float32 // dO/D: [bs × h]
 	gd, cross, tmp []float32 // [bs], tmp [2·bs]
 	preQ, preK     []float32 // sketch projections when not kept: [preW × bs]
@@ -806,10 +928,14 @@ func (w *psWorker) carve(L *psLayout, sk *sketch, take func(int) []float32) {
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk, w.tq, w.tk = take(ro*bs), take(ro*bs), take(ro*bs), take(ro*bs)
 	w.dmq, w.dmk = take(ro*bs), take(ro*bs)
+	w.psi, w.aux = take(ro*ro), take(ro*bs)
 	w.phi, w.dphi = take(F*bs), take(F*bs)
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
 	ab, buf := sk.scratchSize(bs)
+	if L.learned {
+		ab, buf = sk.scratchSize(L.chunk)
+	}
 	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
 	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
 	w.preQ, w.preK, w.acc, w.fq, w.fk, w.df = nil, nil, nil, nil, nil, nil

@@ -31,6 +31,11 @@ import (
 // every projection of a block of n rows (kept for the backward pass, "pre")
 // form a [preW × n] matrix, and M a [out × n] matrix, so that the
 // elementwise work runs along rows of length n.
+//
+// A learned sketch (kind learnedSketch, Algorithm 2; see sketch_learned.go)
+// has networks net instead of levels and keeps nothing in pre (preW = 0):
+// apply runs the networks on its rows, for the decoder; polysketch runs
+// them on all rows at once and never calls output or backward.
 type sketch struct {
 	kind   SketchKind
 	degree int // d = p/2
@@ -40,6 +45,7 @@ type sketch struct {
 	scale  float32
 	levels []sketchLevel
 	names  []string // every projection's name in the order Algorithm 1 samples it
+	net    *learned // the networks of a learned sketch; nil for random ones
 }
 
 // A sketchLevel is one depth of the recursion of Algorithm 1.
@@ -66,6 +72,10 @@ func newSketch(kind SketchKind, d, in, r int, seed uint64) *sketch {
 	s := &sketch{kind: kind, degree: d, in: in, r: r, out: r, scale: float32(1 / math.Sqrt(float64(r)))}
 	if d == 1 {
 		s.out, s.r = in, in
+		return s
+	}
+	if kind == learnedSketch {
+		s.net = newLearned(d, in, r, seed)
 		return s
 	}
 	depth := bits.TrailingZeros(uint(d))
@@ -143,7 +153,11 @@ func (s *sketch) draw(rng *rand.Rand, j, e int) {
 
 // matrices returns every projection as a dense [in, r] matrix by name; the
 // SRHT ones materialized, so that M(x) can be reproduced by plain products.
+// A learned sketch has none: nil.
 func (s *sketch) matrices() map[string]*tensor.Tensor {
+	if s.net != nil {
+		return nil
+	}
 	m := make(map[string]*tensor.Tensor, len(s.names))
 	for j := range s.levels {
 		lv := &s.levels[j]
@@ -168,7 +182,13 @@ type sketchScratch struct {
 	buf  []float32 // SRHT: [pad × n]
 }
 
+// scratchSize returns the sizes of the buffers of a sketchScratch for
+// blocks of n rows. A learned sketch needs only buf, the activations of
+// chunks of up to netChunk rows.
 func (s *sketch) scratchSize(n int) (ab, buf int) {
+	if s.net != nil {
+		return 0, s.net.perRow * max(1, min(n, netChunk))
+	}
 	ab = s.degree * s.r * n
 	for j := range s.levels {
 		buf = max(buf, s.levels[j].pad*n)
@@ -184,6 +204,10 @@ func (s *sketch) newScratch(n int) sketchScratch {
 // apply computes M for the rows x[i·ldx : i·ldx+in], i < n: the output of
 // every projection into pre ([preW × n]) and Mᵀ into mT ([out × n]).
 func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch) {
+	if s.net != nil {
+		s.net.apply(x, ldx, n, mT, scr)
+		return
+	}
 	if s.degree == 1 {
 		transposeInto(mT, x, ldx, n, s.in)
 		return
@@ -236,6 +260,9 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 // output recomputes Mᵀ from the kept pre of apply (or from x at degree 1),
 // bitwise equal to what apply produced.
 func (s *sketch) output(x []float32, ldx, n int, pre, mT []float32) {
+	if s.net != nil {
+		panic("attention: sketch.output of a learned sketch (polysketch reads M from learnedRows)")
+	}
 	if s.degree == 1 {
 		transposeInto(mT, x, ldx, n, s.in)
 		return
@@ -257,6 +284,9 @@ func (s *sketch) combine(dst, p []float32, np, n int) {
 // backward computes dx (n rows, leading dimension ldx) from dmT = dMᵀ and
 // the pre of apply; with accumulate it adds to dx instead of overwriting.
 func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	if s.net != nil {
+		panic("attention: sketch.backward of a learned sketch (polysketch runs netBackwardItem)")
+	}
 	if s.degree == 1 {
 		transposeAdd(dx, ldx, dmT, n, s.in, accumulate)
 		return

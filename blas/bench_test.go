@@ -77,3 +77,51 @@ func BenchmarkSgemmSerial(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSgemmSmall measures products with few rows of C (m×k times
+// k×n, as when decoding a few tokens through a weight matrix) and, with n
+// and m exchanged (cols), few columns, on GOMAXPROCS threads, with each
+// kernel this CPU runs: without packing (direct), as Sgemm does up to
+// kernel.small rows or columns, and packed, for the thresholds.
+func BenchmarkSgemmSmall(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	defer func(k *kernel) { active = k }(active)
+	ms := []int{1, 4, 16, 32}
+	shapes := [][2]int{{256, 2048}, {2048, 256}, {256, 256}} // k, n
+	for _, kn := range kernels() {
+		pk := *kn
+		pk.streamMax, pk.dotsMax = 0, 0
+		for _, path := range []*kernel{kn, &pk} {
+			name := "direct"
+			if path == &pk {
+				name = "packed"
+			}
+			active = path
+			for _, tr := range [][2]Transpose{{NoTrans, NoTrans}, {NoTrans, Trans}} {
+				for _, cols := range []bool{false, true} {
+					for _, s := range shapes {
+						k, n := s[0], s[1]
+						bb := randSlice(rng, k*n)
+						for _, m := range ms {
+							m, n, form := m, n, "rows"
+							if cols {
+								m, n, form = n, m, "cols"
+							}
+							ldb := n
+							if tr[1] == Trans {
+								ldb = k
+							}
+							a, c := randSlice(rng, m*k), make([]float32, m*n)
+							b.Run(fmt.Sprintf("%s/%s/%c%c/%s/%dx%dx%d", kn.name, name, tr[0], tr[1], form, m, k, n), func(b *testing.B) {
+								for b.Loop() {
+									Sgemm(tr[0], tr[1], m, n, k, 1, a, k, bb, ldb, 0, c, n)
+								}
+								b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+							})
+						}
+					}
+				}
+			}
+		}
+	}
+}

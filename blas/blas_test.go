@@ -379,7 +379,117 @@ func TestNoAsmEnv(t *testing.T) {
 		t.Errorf("POLYSKETCH_NOASM=1 chose %s, want %s", k.name, goKernel.name)
 	}
 	t.Setenv("POLYSKETCH_NOASM", "")
+	for _, want := range kernels() {
+		t.Setenv("POLYSKETCH_KERNEL", want.name)
+		if k := choose(); k != want {
+			t.Errorf("POLYSKETCH_KERNEL=%s chose %s", want.name, k.name)
+		}
+	}
+	t.Setenv("POLYSKETCH_KERNEL", "")
 	if k := choose(); k != kernels()[0] {
 		t.Errorf("default chose %s, want %s", k.name, kernels()[0].name)
 	}
+}
+
+// TestSgemmSmall checks the products that skip packing (small.go) on each
+// kernel: at both sides of every threshold and tile size, for every
+// transpose form, with strided views, beta = 0 over NaNs, and k tails that
+// leave partial vectors. It also checks that each way of skipping packing
+// was taken.
+func TestSgemmSmall(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	scalars := [][2]float32{{1, 0}, {-0.5, 1.5}}
+	eachKernel(t, func(t *testing.T) {
+		kn := active
+		// Few rows: m at the thresholds and row-group edges, n at the
+		// tile edges.
+		ms := []int{1, 2, kn.srows, kn.srows + 1, kn.drows + 1, kn.streamMax, kn.streamMax + 1, kn.dotsMax, kn.dotsMax + 1}
+		ns := []int{dotCols - 1, dotCols, dotCols + 1, kn.sw - 1, kn.sw, kn.sw + 1, 2*kn.sw + 3}
+		ks := []int{1, 7, 17, 40}
+		if testing.Short() {
+			ks = []int{7, 17}
+		}
+		var cases [][3]int
+		for _, m := range ms {
+			for _, n := range ns {
+				for _, k := range ks {
+					cases = append(cases, [3]int{m, n, k}, [3]int{n, m, k}) // and few columns
+				}
+			}
+		}
+		seen := map[smallForm]bool{}
+		for _, s := range cases {
+			for _, tr := range transposes {
+				for i, ab := range scalars {
+					p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], ab[0], ab[1], 3*i)
+					g := gemm{kn: kn, tA: p.tA, tB: p.tB, m: p.m, n: p.n, k: p.k}
+					seen[g.form()] = true
+					p.check(t, "Sgemm", Sgemm)
+					p.check(t, "SgemmSerial", SgemmSerial)
+				}
+			}
+		}
+		for _, f := range []smallForm{packed, streamRows, dotRows, dotColumns} {
+			if !seen[f] {
+				t.Errorf("no case computed as form %d", f)
+			}
+		}
+	})
+}
+
+// TestSmallDeterminism checks that splitting the products that skip
+// packing between goroutines does not change a bit.
+func TestSmallDeterminism(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	eachKernel(t, func(t *testing.T) {
+		for _, s := range [][3]int{{3, 1001, 97}, {1, 2085, 130}, {1003, 3, 100}} {
+			for _, tr := range transposes {
+				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
+				var results [][]float32
+				for _, procs := range []int{1, 2, 3} {
+					runtime.GOMAXPROCS(procs)
+					c := append([]float32(nil), p.c...)
+					Sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+					results = append(results, c)
+				}
+				c := append([]float32(nil), p.c...)
+				SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+				results = append(results, c)
+				for r := 1; r < len(results); r++ {
+					for i := range c {
+						if math.Float32bits(results[r][i]) != math.Float32bits(results[0][i]) {
+							t.Fatalf("%v: run %d differs from GOMAXPROCS=1 at %d: %v vs %v", p, r, i, results[r][i], results[0][i])
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestSmallAllocs checks that the products that skip packing, including
+// those that copy a small operand, do not allocate on one goroutine.
+func TestSmallAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers")
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(1)
+	eachKernel(t, func(t *testing.T) {
+		for _, s := range [][3]int{{1, 2 * active.sw, 64}, {2, 9, 64}, {9, 2, 64}} {
+			for _, tr := range transposes {
+				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1, 0, 0)
+				for name, f := range map[string]sgemmFunc{"Sgemm": Sgemm, "SgemmSerial": SgemmSerial} {
+					n := testing.AllocsPerRun(20, func() {
+						f(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
+					})
+					if n != 0 {
+						t.Errorf("%s %v: %v allocations per call, want 0", name, p, n)
+					}
+				}
+			}
+		}
+	})
 }

@@ -79,7 +79,7 @@ func (g *gemm) betaFor(pc int) (beta float32, accum bool) {
 
 // serial runs the whole product on the calling goroutine.
 func (g *gemm) serial() {
-	if g.trivial() {
+	if g.trivial() || g.small(1) {
 		return
 	}
 	kn := g.kn
@@ -106,19 +106,34 @@ func (g *gemm) serial() {
 // others costs more than it saves.
 const parallelMin = 1 << 18
 
-// run computes the product on up to threads goroutines. Per nc×kc panel
-// of B it packs the panel (split by strips), then splits C's rows (and,
-// when there are too few, its columns) into items, each of which packs its
-// own block of A. Block edges are multiples of mr and nr, so every element
-// of C sees the same kernel calls whatever the split.
+// bBudget bounds the packed B that run holds at once, in floats (16 MiB).
+const bBudget = 4 << 20
+
+// run computes the product on up to threads goroutines in two parallel
+// phases per panel of C's columns: first all of B's panel is packed (split
+// by k block and strip), then C's rows (and, when there are too few, its
+// columns) are split into items, each of which runs through every k block,
+// packing its own blocks of A. Few phases matter: waking the other
+// goroutines costs microseconds, as much as a small product. Block edges
+// are multiples of mr and nr, and each item goes through the k blocks in
+// order, so every element of C sees the same kernel calls whatever the
+// split.
 func (g *gemm) run(threads int) {
+	if g.trivial() || g.small(threads) {
+		return
+	}
 	if threads <= 1 || g.m*g.n*g.k < parallelMin {
 		g.serial()
 		return
 	}
-	if g.trivial() {
-		return
-	}
+	g.parallel(threads)
+}
+
+// parallel is the body of run for products worth splitting. It works on
+// a copy of g, which its goroutines share, so that only this path moves
+// the product to the heap.
+func (h gemm) parallel(threads int) {
+	g := &h
 	kn := g.kn
 	ws := pool.Get().(*workspace)
 	defer pool.Put(ws)
@@ -129,32 +144,38 @@ func (g *gemm) run(threads int) {
 	if rb < want {
 		rb = max(rb, min(want, mStr/2)) // blocks of at least 2 strips
 	}
-	for jc := 0; jc < g.n; jc += kn.nc {
-		nb := min(kn.nc, g.n-jc)
+	nc := min(kn.nc, max(kn.nr, bBudget/g.k/kn.nr*kn.nr))
+	kBlocks := ceilDiv(g.k, kn.kc)
+	for jc := 0; jc < g.n; jc += nc {
+		nb := min(nc, g.n-jc)
 		nStr := ceilDiv(nb, kn.nr)
 		cb := 1
 		if rb < want {
 			cb = max(1, min(ceilDiv(want, rb), nStr/4)) // chunks of at least 4 strips
 		}
-		for pc := 0; pc < g.k; pc += kn.kc {
+		// The panel for the k block at pc starts at pc·nStr·nr.
+		ws.b = grow(ws.b, nStr*kn.nr*g.k)
+		bp := ws.b
+		groups := max(1, min(nStr, 4*threads/kBlocks))
+		parallel.Workers(kBlocks*groups, threads, func(i int) {
+			pc := i / groups * kn.kc
+			gi := i % groups
 			kb := min(kn.kc, g.k-pc)
-			ws.b = grow(ws.b, nStr*kn.nr*kb)
-			bp := ws.b
-			groups := min(nStr, 4*threads)
-			parallel.Workers(groups, threads, func(i int) {
-				g.packB(bp, jc, nb, pc, kb, i*nStr/groups, (i+1)*nStr/groups)
-			})
-			parallel.Workers(rb*cb, threads, func(item int) {
-				ib, jb := item/cb, item%cb
-				s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-				ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
-				wa := pool.Get().(*workspace)
+			g.packB(bp[pc*nStr*kn.nr:], jc, nb, pc, kb, gi*nStr/groups, (gi+1)*nStr/groups)
+		})
+		parallel.Workers(rb*cb, threads, func(item int) {
+			ib, jb := item/cb, item%cb
+			s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
+			ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
+			wa := pool.Get().(*workspace)
+			for pc := 0; pc < g.k; pc += kn.kc {
+				kb := min(kn.kc, g.k-pc)
 				wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
 				g.packA(wa.a, ic, mb, pc, kb)
-				g.macro(wa.a, bp, ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
-				pool.Put(wa)
-			})
-		}
+				g.macro(wa.a, bp[pc*nStr*kn.nr:], ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
+			}
+			pool.Put(wa)
+		})
 	}
 }
 

@@ -19,3 +19,37 @@ func kernelAVX512(k int, a *float32, b *float32, c *float32, ldc int, alpha floa
 //
 //go:noescape
 func transpose8AVX2(dst *float32, dstride int, src *float32, sstride int, blocks int)
+
+// transpose4AVX2 sets dst[(8b+p)·dstride + i] = src[i·sstride + 8b+p] for
+// i < 4, p < 8 and b < blocks, with AVX2.
+//
+//go:noescape
+func transpose4AVX2(dst *float32, dstride int, src *float32, sstride int, blocks int)
+
+// streamAVX2 computes rows ≤ 6 rows of a 16-wide tile of C from A (with
+// strides ars, aps) and B (rows ldb apart) where they lie, with AVX2 and FMA;
+// see package _asm.
+//
+//go:noescape
+func streamAVX2(rows int, k int, a *float32, ars int, aps int, b *float32, ldb int, c *float32, ldc int, alpha float32, beta float32, accum int)
+
+// streamAVX512 computes rows ≤ 14 rows of a 32-wide tile of C from A (with
+// strides ars, aps) and B (rows ldb apart) where they lie, with AVX-512F;
+// see package _asm.
+//
+//go:noescape
+func streamAVX512(rows int, k int, a *float32, ars int, aps int, b *float32, ldb int, c *float32, ldc int, alpha float32, beta float32, accum int)
+
+// dotsAVX2 sets out[i·4+j] to the dot product of rows i < rows ≤ 2 of a
+// (lda apart) and j < 4 of b (ldb apart), of length k, with AVX2 and FMA;
+// mask selects the lanes of a last partial vector. See package _asm.
+//
+//go:noescape
+func dotsAVX2(rows int, k int, a *float32, lda int, b *float32, ldb int, out *float32, mask *int32)
+
+// dotsAVX512 sets out[i·4+j] to the dot product of rows i < rows ≤ 4 of a
+// (lda apart) and j < 4 of b (ldb apart), of length k, with AVX-512F;
+// mask selects the lanes of a last partial vector. See package _asm.
+//
+//go:noescape
+func dotsAVX512(rows int, k int, a *float32, lda int, b *float32, ldb int, out *float32, mask *int32)

@@ -118,18 +118,27 @@ func move16(d, s unsafe.Pointer, off uintptr) {
 // n ≤ i < w, for p < kb: a transpose of n rows of kb elements. With simd
 // (assembly kernels only) strips of 8 rows or more go through 8×8 register
 // transposes, the last group of 8 overlapping the one before when n is not
-// a multiple of 8; k steps past the last multiple of 8 go one by one.
+// a multiple of 8 (strips of 4 to 7 rows likewise through 4×8 ones); k
+// steps past the last multiple of 8 go one by one.
 func packGather(dst []float32, w int, src []float32, ld, n, kb int, simd bool) {
 	_ = dst[kb*w-1]
 	_ = src[(n-1)*ld+kb-1]
 	d0, s0 := unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0])
 	dstep := 4 * w
 	p0 := 0
-	if simd && n >= 8 && kb >= 8 {
+	if simd && n >= 4 && kb >= 8 {
 		p0 = kb &^ 7
-		for i0 := 0; i0 < n; i0 += 8 {
-			i0 = min(i0, n-8)
-			transpose8(&dst[i0], w, &src[i0*ld], ld, p0/8)
+		g := 8 // rows per group
+		if n < 8 {
+			g = 4
+		}
+		for i0 := 0; i0 < n; i0 += g {
+			i0 = min(i0, n-g)
+			if g == 8 {
+				transpose8(&dst[i0], w, &src[i0*ld], ld, p0/8)
+			} else {
+				transpose4(&dst[i0], w, &src[i0*ld], ld, p0/8)
+			}
 		}
 	}
 	if p0 < kb {

@@ -32,6 +32,14 @@ func main() {
 	kernel(shape{name: "kernelAVX512", mr: 14, nvec: 2, width: 16, unroll: 4,
 		vec: func(i int) VecPhysical { return zmm[i] }, nregs: 32, feature: "AVX-512F"})
 	transpose8()
+	transpose4()
+	// Few rows of C: tiles as wide as the packed kernels' (nr), B read in
+	// place. The A broadcasts alternate between two registers when there
+	// are enough.
+	stream(avx2, 2, 6)
+	stream(avx512, 2, 14)
+	dots(avx2, 4, 2)
+	dots(avx512, 4, 4)
 	Generate()
 }
 
@@ -241,4 +249,61 @@ func addr(name string) Mem {
 		panic(err)
 	}
 	return p.Addr
+}
+
+// transpose4 is transpose8 for strips 4 to 7 rows tall (the AVX2 kernel's
+// 6-row strips of A): 4×8 blocks, each output row half a ymm register.
+func transpose4() {
+	TEXT("transpose4AVX2", NOSPLIT, "func(dst *float32, dstride int, src *float32, sstride int, blocks int)")
+	Pragma("noescape")
+	Doc("transpose4AVX2 sets dst[(8b+p)·dstride + i] = src[i·sstride + 8b+p] for",
+		"i < 4, p < 8 and b < blocks, with AVX2.")
+	d0 := Load(Param("dst"), RDI)
+	ds := Load(Param("dstride"), RDX)
+	s0 := Load(Param("src"), RSI)
+	ss := Load(Param("sstride"), RCX)
+	n := Load(Param("blocks"), R8)
+	SHLQ(U8(2), ds)
+	SHLQ(U8(2), ss)
+	ds3, ss3 := R9, R10
+	LEAQ(Mem{Base: ds, Index: ds, Scale: 2}, ds3)
+	LEAQ(Mem{Base: ss, Index: ss, Scale: 2}, ss3)
+	d4 := R11
+	LEAQ(Mem{Base: d0, Index: ds, Scale: 4}, d4)
+	dstep := R13
+	LEAQ(Mem{Base: ds, Index: ds, Scale: 1}, dstep)
+	SHLQ(U8(2), dstep) // 8·ds
+
+	src := []Mem{{Base: s0}, {Base: s0, Index: ss, Scale: 1}, {Base: s0, Index: ss, Scale: 2}, {Base: s0, Index: ss3, Scale: 1}}
+	dlo := []Mem{{Base: d0}, {Base: d0, Index: ds, Scale: 1}, {Base: d0, Index: ds, Scale: 2}, {Base: d0, Index: ds3, Scale: 1}}
+	dhi := []Mem{{Base: d4}, {Base: d4, Index: ds, Scale: 1}, {Base: d4, Index: ds, Scale: 2}, {Base: d4, Index: ds3, Scale: 1}}
+
+	Label("transpose4_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("transpose4_done"))
+	r, t, u := ymm[0:4], ymm[4:8], ymm[8:12]
+	for i := range r {
+		VMOVUPS(src[i], r[i])
+	}
+	VUNPCKLPS(r[1], r[0], t[0])
+	VUNPCKHPS(r[1], r[0], t[1])
+	VUNPCKLPS(r[3], r[2], t[2])
+	VUNPCKHPS(r[3], r[2], t[3])
+	VSHUFPS(U8(0x44), t[2], t[0], u[0]) // column 0 | 4
+	VSHUFPS(U8(0xEE), t[2], t[0], u[1]) // column 1 | 5
+	VSHUFPS(U8(0x44), t[3], t[1], u[2]) // column 2 | 6
+	VSHUFPS(U8(0xEE), t[3], t[1], u[3]) // column 3 | 7
+	for p := range u {
+		VMOVUPS(u[p].AsX(), dlo[p])
+		VEXTRACTF128(U8(1), u[p], dhi[p])
+	}
+	ADDQ(U8(32), s0)
+	ADDQ(dstep, d0)
+	ADDQ(dstep, d4)
+	DECQ(n)
+	JMP(LabelRef("transpose4_loop"))
+
+	Label("transpose4_done")
+	VZEROUPPER()
+	RET()
 }

@@ -38,12 +38,13 @@ func benchGEMM(args []string, stdout io.Writer) error {
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "threads per product (GOMAXPROCS, and OpenBLAS's)")
 	minTime := fs.Duration("min-time", 50*time.Millisecond, "minimum time of one repetition of a case")
 	reps := fs.Int("reps", 5, "repetitions per case and implementation; the best counts")
+	pause := fs.Duration("pause", 100*time.Millisecond, "idle time before each measurement when comparing implementations (OpenBLAS's threads spin for a while after a call and would slow the next one)")
 	casesFlag := fs.String("cases", gemmCases, "comma-separated products, each m×k×n written `MxKxN`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *threads < 1 || *reps < 1 || *minTime <= 0 {
-		return fmt.Errorf("bench gemm: --threads and --reps must be ≥ 1 and --min-time > 0")
+	if *threads < 1 || *reps < 1 || *minTime <= 0 || *pause < 0 {
+		return fmt.Errorf("bench gemm: --threads and --reps must be ≥ 1, --min-time > 0 and --pause ≥ 0")
 	}
 	cases, err := parseCases(*casesFlag)
 	if err != nil {
@@ -74,6 +75,9 @@ func benchGEMM(args []string, stdout io.Writer) error {
 		best := make([]float64, len(impls))
 		for range *reps {
 			for i, impl := range impls {
+				if len(impls) > 1 {
+					time.Sleep(*pause)
+				}
 				best[i] = max(best[i], gflops(impl, m, n, k, a, b, c, *minTime))
 			}
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // tinyGEMM is a bench gemm run small enough for a unit test.
-var tinyGEMM = []string{"bench", "gemm", "--cases", "8x4x16,3x5x7", "--reps", "2", "--min-time", "1ms"}
+var tinyGEMM = []string{"bench", "gemm", "--cases", "8x4x16,3x5x7", "--reps", "2", "--min-time", "1ms", "--pause", "0"}
 
 func TestBenchGEMMJSON(t *testing.T) {
 	var buf bytes.Buffer
@@ -63,6 +63,7 @@ func TestBenchGEMMBadFlags(t *testing.T) {
 		{"--cases", "axbxc"},
 		{"--threads", "0"},
 		{"--reps", "0"},
+		{"--pause", "-1s"},
 		{"stray"},
 	} {
 		var buf bytes.Buffer

@@ -26,13 +26,17 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":  {"measure speed: bench gemm | bench attention", runBench},
-	"attend": {"run one attention mechanism on tensors from a safetensors file", runAttend},
+	"bench":    {"measure speed: bench gemm | bench attention | bench train", runBench},
+	"attend":   {"run one attention mechanism on tensors from a safetensors file", runAttend},
+	"train":    {"train a language model on text files (default: the Go source tree)", runTrain},
+	"eval":     {"loss and perplexity of a checkpoint on a corpus", runEval},
+	"generate": {"sample text from a checkpoint, streaming it token by token", runGenerate},
 }
 
 var benches = map[string]command{
 	"gemm":      {"GFLOPS of SGEMM for square and attention-shaped sizes", benchGEMM},
 	"attention": {"forward and backward time per token of each attention mechanism", benchAttention},
+	"train":     {"training tokens/s and peak memory of each attention mechanism", benchTrain},
 }
 
 func main() {

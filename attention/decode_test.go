@@ -1,0 +1,292 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/polysketch/polysketch/tensor"
+)
+
+// decodeAll runs a fresh Decoder of m over the N positions of q, k, v
+// ([B,H,N,h]) and returns the outputs in the same layout.
+func decodeAll(t *testing.T, m Mechanism, q, k, v *tensor.Tensor) *tensor.Tensor {
+	t.Helper()
+	B, H, h := q.Shape[0], q.Shape[1], q.Shape[3]
+	d, err := NewDecoder(m, B, H, h)
+	if err != nil {
+		t.Fatalf("NewDecoder(%s): %v", m.Kind(), err)
+	}
+	return decodeWith(t, d, q, k, v)
+}
+
+// decodeWith feeds q, k, v position by position to d.
+func decodeWith(t *testing.T, d Decoder, q, k, v *tensor.Tensor) *tensor.Tensor {
+	t.Helper()
+	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	out := tensor.New(q.Shape...)
+	qs, ks, vs, os := tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h)
+	for n := 0; n < N; n++ {
+		for bh := 0; bh < B*H; bh++ {
+			at := (bh*N + n) * h
+			copy(qs.Data[bh*h:(bh+1)*h], q.Data[at:at+h])
+			copy(ks.Data[bh*h:(bh+1)*h], k.Data[at:at+h])
+			copy(vs.Data[bh*h:(bh+1)*h], v.Data[at:at+h])
+		}
+		if d.Len() != n {
+			t.Fatalf("Len() = %d before position %d", d.Len(), n)
+		}
+		d.Step(os, qs, ks, vs)
+		for bh := 0; bh < B*H; bh++ {
+			at := (bh*N + n) * h
+			copy(out.Data[at:at+h], os.Data[bh*h:(bh+1)*h])
+		}
+	}
+	return out
+}
+
+// worstPosition returns the largest |a−b| over the outputs of each
+// position, relative to the largest |b| of the whole sequence, and the
+// position where it occurs.
+func worstPosition(a, b *tensor.Tensor) (float64, int) {
+	B, H, N, h := b.Shape[0], b.Shape[1], b.Shape[2], b.Shape[3]
+	var scale float64
+	for _, x := range b.Data {
+		scale = math.Max(scale, math.Abs(float64(x)))
+	}
+	worst, at := 0.0, -1
+	for bh := 0; bh < B*H; bh++ {
+		for n := 0; n < N; n++ {
+			for j := 0; j < h; j++ {
+				i := (bh*N+n)*h + j
+				if d := math.Abs(float64(a.Data[i])-float64(b.Data[i])) / scale; d > worst || at < 0 {
+					worst, at = d, n
+				}
+			}
+		}
+	}
+	return worst, at
+}
+
+type decodeCase struct {
+	name string
+	kind Kind
+	opts Options
+	N    int
+}
+
+func decodeCases() []decodeCase {
+	base := Options{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
+	with := func(f func(o *Options)) Options { o := base; f(&o); return o }
+	return []decodeCase{
+		{"softmax", Softmax, base, 13},
+		{"flash/b4", Flash, base, 13},
+		{"flash/b64", Flash, with(func(o *Options) { o.Block = 64 }), 13},
+		{"polynomial/p2", Polynomial, with(func(o *Options) { o.Degree = 2 }), 13},
+		{"polynomial/p4", Polynomial, base, 13},
+		{"polynomial/p6", Polynomial, with(func(o *Options) { o.Degree = 6 }), 13},
+		// Polysketch: N = 13 spans blocks [0,4) [4,8) [8,12) [12,13).
+		{"polysketch/local/b4", Polysketch, base, 13},
+		{"polysketch/local/b4/N12", Polysketch, base, 12},
+		{"polysketch/local/b4/N37", Polysketch, base, 37},
+		{"polysketch/local/b5", Polysketch, with(func(o *Options) { o.Block = 5 }), 13},
+		{"polysketch/local/b3/r16", Polysketch, with(func(o *Options) { o.Block = 3; o.SketchSize = 16 }), 13},
+		{"polysketch/local/b1", Polysketch, with(func(o *Options) { o.Block = 1 }), 13},
+		{"polysketch/local/b16", Polysketch, with(func(o *Options) { o.Block = 16 }), 13},
+		{"polysketch/sketched/b4", Polysketch, with(func(o *Options) { o.Local = false }), 13},
+		{"polysketch/cumsum", Polysketch, with(func(o *Options) { o.CumSum = true }), 13},
+		{"polysketch/remat", Polysketch, with(func(o *Options) { o.Remat = true }), 13},
+		{"polysketch/srht", Polysketch, with(func(o *Options) { o.Sketch = SRHT }), 13},
+		{"polysketch/p2", Polysketch, with(func(o *Options) { o.Degree = 2 }), 13},
+		{"polysketch/p8", Polysketch, with(func(o *Options) { o.Degree = 8 }), 13},
+		{"polysketch/learned", Polysketch, with(func(o *Options) { o.Learned = true }), 13},
+		{"polysketch/learned/sketched", Polysketch, with(func(o *Options) { o.Learned = true; o.Local = false }), 13},
+		{"polysketch/learned/p8/b5", Polysketch, with(func(o *Options) { o.Learned = true; o.Degree = 8; o.Block = 5 }), 13},
+	}
+}
+
+// decodeInputs returns q, k, v of shape [2,3,N,8] whose q and k rows are
+// normalized to mean 0 and unit variance, as the model's LayerNorm leaves
+// them for polynomial attention.
+func decodeInputs(N int, seed uint64) (q, k, v *tensor.Tensor) {
+	const B, H, h = 2, 3, 8
+	rng := rand.New(rand.NewPCG(seed, 17))
+	q, k, v = randTensor(rng, 1, B, H, N, h), randTensor(rng, 1, B, H, N, h), randTensor(rng, 1, B, H, N, h)
+	for _, x := range []*tensor.Tensor{q, k} {
+		for r := 0; r < len(x.Data)/h; r++ {
+			row := x.Data[r*h : (r+1)*h]
+			var mean, sq float64
+			for _, e := range row {
+				mean += float64(e)
+			}
+			mean /= h
+			for _, e := range row {
+				sq += (float64(e) - mean) * (float64(e) - mean)
+			}
+			sd := math.Sqrt(sq / h)
+			for i, e := range row {
+				row[i] = float32((float64(e) - mean) / sd)
+			}
+		}
+	}
+	return q, k, v
+}
+
+// decodeTol bounds the decoding error relative to the largest output;
+// measured errors are below 1e-6.
+const decodeTol = 1e-5
+
+// TestDecoderMatchesForward decodes every position of a sequence one at a
+// time and compares each output with the full causal Forward.
+func TestDecoderMatchesForward(t *testing.T) {
+	for _, c := range decodeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v := decodeInputs(c.N, 1)
+			m := mustNew(t, c.kind, c.opts)
+			want := forward(m, q, k, v)
+			got := decodeAll(t, m, q, k, v)
+			if d, n := worstPosition(got, want); d > decodeTol {
+				t.Errorf("decoded output at position %d differs from Forward by %.3g (relative to max |o|), want ≤ %g", n, d, decodeTol)
+			}
+		})
+	}
+}
+
+// TestDecoderSeesBlockBoundaries makes sure the comparison above is sharp
+// for polysketch: outputs computed with blocks one row shorter or longer,
+// or without the exact local blocks, or fully exact, differ from the true
+// ones by far more than the tolerance, so a decoder that misplaced a block
+// boundary, or folded a block into the prefix state too early or too late,
+// would fail TestDecoderMatchesForward.
+func TestDecoderSeesBlockBoundaries(t *testing.T) {
+	const N = 13
+	q, k, v := decodeInputs(N, 1)
+	o := Options{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
+	want := forward(mustNew(t, Polysketch, o), q, k, v)
+	for _, c := range []struct {
+		name string
+		kind Kind
+		f    func(o *Options)
+	}{
+		{"block 3", Polysketch, func(o *Options) { o.Block = 3 }},
+		{"block 5", Polysketch, func(o *Options) { o.Block = 5 }},
+		{"not local", Polysketch, func(o *Options) { o.Local = false }},
+		{"exact", Polynomial, func(*Options) {}},
+	} {
+		wrong := o
+		c.f(&wrong)
+		got := forward(mustNew(t, c.kind, wrong), q, k, v)
+		if d, _ := worstPosition(got, want); d < 100*decodeTol {
+			t.Errorf("%s: outputs differ by only %.3g from blocks of 4; the decoding test could not tell them apart", c.name, d)
+		}
+	}
+}
+
+// TestDecoderReset decodes, resets and decodes another sequence, which
+// must match a fresh decoder bit for bit.
+func TestDecoderReset(t *testing.T) {
+	for _, c := range decodeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			q1, k1, v1 := decodeInputs(c.N, 1)
+			q2, k2, v2 := decodeInputs(c.N, 2)
+			m := mustNew(t, c.kind, c.opts)
+			d, err := NewDecoder(m, 2, 3, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decodeWith(t, d, q1, k1, v1)
+			d.Reset()
+			if d.Len() != 0 {
+				t.Fatalf("Len() = %d after Reset", d.Len())
+			}
+			got := decodeWith(t, d, q2, k2, v2)
+			want := decodeAll(t, mustNew(t, c.kind, c.opts), q2, k2, v2)
+			for i := range want.Data {
+				if got.Data[i] != want.Data[i] {
+					t.Fatalf("element %d after Reset: %v, fresh decoder %v", i, got.Data[i], want.Data[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDecoderBeforeForward builds a polysketch decoder on a mechanism that
+// has not run yet: it must draw the same sketch Forward will.
+func TestDecoderBeforeForward(t *testing.T) {
+	q, k, v := decodeInputs(13, 1)
+	o := Options{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: SRHT, Seed: 9}
+	m := mustNew(t, Polysketch, o)
+	got := decodeAll(t, m, q, k, v)
+	want := forward(m, q, k, v)
+	if d, n := worstPosition(got, want); d > decodeTol {
+		t.Errorf("position %d differs by %.3g", n, d)
+	}
+}
+
+func TestDecoderErrors(t *testing.T) {
+	o := DefaultOptions()
+	o.Causal = false
+	for _, kind := range Kinds {
+		if _, err := NewDecoder(mustNew(t, kind, o), 1, 2, 8); err == nil {
+			t.Errorf("%s: non-causal decoder: no error", kind)
+		}
+	}
+	m := mustNew(t, Softmax, DefaultOptions())
+	for _, s := range [][3]int{{0, 1, 8}, {1, 0, 8}, {1, 1, 0}} {
+		if _, err := NewDecoder(m, s[0], s[1], s[2]); err == nil {
+			t.Errorf("shape %v: no error", s)
+		}
+	}
+	if _, err := NewDecoder(nil, 1, 1, 8); err == nil {
+		t.Error("nil mechanism: no error")
+	}
+}
+
+// TestDecoderStepAllocs checks that steps allocate nothing: polysketch at
+// any position (its state has a fixed size), the caches once grown.
+func TestDecoderStepAllocs(t *testing.T) {
+	if decodeRace {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	for _, c := range []struct {
+		name    string
+		kind    Kind
+		learned bool
+	}{{"softmax", Softmax, false}, {"flash", Flash, false}, {"polynomial", Polynomial, false},
+		{"polysketch", Polysketch, false}, {"polysketch/learned", Polysketch, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: Gaussian, Learned: c.learned, Seed: 3}
+			d, err := NewDecoder(mustNew(t, c.kind, o), 2, 3, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			q, k, v, out := randTensor(rng, 1, 2, 3, 8), randTensor(rng, 1, 2, 3, 8), randTensor(rng, 1, 2, 3, 8), tensor.New(2, 3, 8)
+			const runs = 50
+			if c.kind != Polysketch {
+				for range runs + 2 { // AllocsPerRun warms up with one extra run
+					d.Step(out, q, k, v)
+				}
+				d.Reset() // keeps the grown cache
+			}
+			if a := testing.AllocsPerRun(runs, func() { d.Step(out, q, k, v) }); a != 0 {
+				t.Errorf("%v allocations per step", a)
+			}
+		})
+	}
+}
+
+func ExampleNewDecoder() {
+	m, _ := New(Polysketch, DefaultOptions())
+	const B, H, h = 1, 2, 8
+	d, _ := NewDecoder(m, B, H, h)
+	q, k, v, o := tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h)
+	for pos := 0; pos < 3; pos++ {
+		// Fill q, k, v with the projections of the token at pos, then:
+		v.Fill(float32(pos + 1))
+		d.Step(o, q, k, v)
+	}
+	fmt.Println(d.Len(), "positions decoded")
+	// Output: 3 positions decoded
+}

@@ -1,0 +1,537 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Learned sketches (PolySketchFormer Sec. 2.3 and Appendix D, Algorithm 2,
+// LEARNABLEPOLYSKETCHWITHNEGATIVITY). Every random projection M·G of
+// Algorithm 1 becomes a small dense network f, and each level combines
+// its two networks' outputs as
+//
+//	M = √r·tanh(√(1/r)·[f1(M1) ∗ f2(M2)]),
+//
+// the tanh keeping every entry of M inside (−√r, √r). The recursion over
+// d = p/2 is that of Algorithm 1, with p−2 networks in all: for p = 4,
+// M(x) = √r·tanh(f1(x)∗f2(x)/√r); for p = 8 two such sketches, networks
+// f1, f2 and f3, f4 on x, are combined by f5, f6 on their r-dimensional
+// outputs. Self-tensoring is unchanged, φ(x) = M(x)^⊗2, so attention
+// weights stay non-negative. At p = 2, M(x) = x and there is nothing to
+// learn: a learned polysketch of degree 2 is the plain one, with no
+// parameters.
+//
+// The network f: R^in → R^r. Appendix D gives it "3 hidden layers with
+// size [8r, r, 8r]", "gelu after the first and the third hidden layer" and
+// "layer normalization before the input and the second hidden layer", for
+// about 8hr + 24r² parameters. We read that as
+//
+//	f(x) = W4·GELU(W3·(W2·LN2(GELU(W1·LN1(x) + b1)) + b2) + b3) + b4
+//
+// (hidden layers W1: in→8r, W2: 8r→r, W3: r→8r, output W4: 8r→r; LN2
+// normalizes the input of the second hidden layer; no activation after
+// the r-wide bottleneck). Linear layers have biases and LayerNorms gains
+// and biases, the usual defaults, which add 2·in + 34r parameters to the
+// paper's count. GELU is the tanh approximation (vec.GELU); LayerNorm is
+// nn's (ε = 1e-5).
+//
+// Parameters, shared by all heads of the layer, are named in the order the
+// recursion of Algorithm 2 creates the networks, "sketch.f1", "sketch.f2",
+// … (as the random sketch names its matrices g1, g2, …), each with
+// ".ln1.gain", ".ln1.bias", ".l1.weight", ".l1.bias", ".ln2.gain",
+// ".ln2.bias", ".l2.weight", ".l2.bias", ".l3…", ".l4…"; weights are [in,
+// out] (y = x·W). Initialization is nn's: weights N(0, 1/in) drawn from a
+// PCG seeded with Options.Seed (stream "learned"), network by network in
+// that order and l1…l4 within each; biases 0 and LayerNorm gains 1.
+// Options.Sketch does not enter: the learned sketch starts the same
+// whichever random sketch is named.
+//
+// How polysketch runs it. A network is far more work per row than a
+// random projection (2·(8·in·r + 24r²) FLOPs against 2·in·r), so the
+// networks run once per Forward on all rows of all heads, q and k alike,
+// in chunks of netChunk rows (GEMMs on row-major [rows × width]
+// activations, chunks in parallel), and the mechanism keeps M(Q), M(K) of
+// every row (r floats each, also with Remat). The block phases read their
+// M from there and leave the gradient dM of every row in a buffer. After
+// them, Backward recomputes each chunk's activations (keeping them all
+// would cost about 1400 floats per row and network at h = 64, r = 32),
+// runs the networks backward into dq and dk, and sums the parameter
+// gradients of its chunks into one of netGroups partial sums: group g
+// takes chunks g, g+netGroups, … in order, and the partial sums are added
+// to the gradients in group order, so that no sum depends on GOMAXPROCS.
+
+const (
+	learnedSketch SketchKind = "learned" // internal: newSketch builds the networks of Algorithm 2
+	netWiden                 = 8         // the hidden layers are 8r, r, 8r wide
+	netChunk                 = 256       // rows per chunk of the network passes (fewer cost GEMM speed)
+	netGroups                = 8         // partial sums of the parameter gradients
+	netSegment               = 4096      // floats per item of the gradient reduction
+)
+
+// learned is the learned part of a sketch: the networks of Algorithm 2 level
+// by level, laid out as the projections of sketchLevel (level 0 holds d
+// networks on x, level j > 0 holds d/2^j networks on the outputs of level
+// j−1, network e on output e).
+type learned struct {
+	in, r, hid int
+	levels     [][]*sketchNet
+	params     []*nn.Param
+	size       int // floats in all parameters: the flat gradient layout
+	segs       []paramSegment
+
+	// The scratch of a chunk of c rows is a sequence of [c × width] row-major
+	// arrays; these are their offsets in floats per row.
+	perRow int
+	act    [][]int // first array of network e of level j (see netActs)
+	mt     []int   // level j: the outputs m of its pairs, then their tanh t
+	dy     []int   // level j: the gradients of its networks' outputs
+	dm     []int   // level j: the gradients of its pairs' outputs
+	tmp    int     // two of width hid, one of r, one of max(in, r)
+}
+
+// sketchNet is one network f of Algorithm 2.
+type sketchNet struct {
+	in       int
+	ln1, ln2 *nn.LayerNorm
+	l1, l2   *nn.Linear
+	l3, l4   *nn.Linear
+	off      int // first float of its parameters in the flat gradient layout
+}
+
+// paramSegment is a range of one parameter's elements, a unit of the
+// parallel gradient reduction.
+type paramSegment struct{ p, lo, hi, off int }
+
+// newLearned builds the networks of a degree-d learned sketch (d ≥ 2 a power
+// of two) for inputs of dimension in and sketch size r, initialized from
+// seed.
+func newLearned(d, in, r int, seed uint64) *learned {
+	s := &learned{in: in, r: r, hid: netWiden * r}
+	depth := bits.TrailingZeros(uint(d))
+	s.levels = make([][]*sketchNet, depth)
+	for j := range s.levels {
+		s.levels[j] = make([]*sketchNet, d>>j)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x6c6561726e6564)) // "learned"
+	// Networks placed so far, per level and in all.
+	next, named := make([]int, depth), 0
+	var build func(d int)
+	build = func(d int) { // the recursion of Algorithm 2
+		if d == 1 {
+			return
+		}
+		build(d / 2)
+		build(d / 2)
+		j := bits.TrailingZeros(uint(d)) - 1
+		for range 2 {
+			named++
+			s.levels[j][next[j]] = s.newNet(fmt.Sprintf("sketch.f%d", named), j, rng)
+			next[j]++
+		}
+	}
+	build(d)
+
+	for i, p := range s.params {
+		for lo := 0; lo < p.Value.Len(); lo += netSegment {
+			s.segs = append(s.segs, paramSegment{i, lo, min(lo+netSegment, p.Value.Len()), s.offset(i)})
+		}
+	}
+	// Scratch layout, in floats per row.
+	s.act = make([][]int, depth)
+	s.mt, s.dy, s.dm = make([]int, depth), make([]int, depth), make([]int, depth)
+	off := 0
+	for j, nets := range s.levels {
+		s.act[j] = make([]int, len(nets))
+		for e, f := range nets {
+			s.act[j][e] = off
+			off += f.in + 5*s.hid + 2*r + 4
+		}
+		s.mt[j] = off
+		off += len(nets) * r // m and t of len(nets)/2 pairs
+		s.dy[j] = off
+		off += len(nets) * r
+		s.dm[j] = off
+		off += len(nets) / 2 * r
+	}
+	s.tmp = off
+	s.perRow = off + 2*s.hid + r + max(in, r)
+	return s
+}
+
+// newNet creates network name of level j, drawing its weights from rng.
+func (s *learned) newNet(name string, j int, rng *rand.Rand) *sketchNet {
+	in, r, hid := s.r, s.r, s.hid
+	if j == 0 {
+		in = s.in
+	}
+	f := &sketchNet{in: in, off: s.size}
+	f.ln1 = nn.NewLayerNorm(name+".ln1", in, nn.GainBias)
+	f.l1 = nn.NewLinear(name+".l1", in, hid, true, rng)
+	f.ln2 = nn.NewLayerNorm(name+".ln2", hid, nn.GainBias)
+	f.l2 = nn.NewLinear(name+".l2", hid, r, true, rng)
+	f.l3 = nn.NewLinear(name+".l3", r, hid, true, rng)
+	f.l4 = nn.NewLinear(name+".l4", hid, r, true, rng)
+	for _, p := range f.params() {
+		s.params = append(s.params, p)
+		s.size += p.Value.Len()
+	}
+	return f
+}
+
+// params lists the twelve parameters of f in the flat gradient layout's
+// order.
+func (f *sketchNet) params() []*nn.Param {
+	return []*nn.Param{f.ln1.Gain, f.ln1.Bias, f.l1.Weight, f.l1.Bias, f.ln2.Gain, f.ln2.Bias,
+		f.l2.Weight, f.l2.Bias, f.l3.Weight, f.l3.Bias, f.l4.Weight, f.l4.Bias}
+}
+
+// offset returns the first float of parameter i in the flat layout.
+func (s *learned) offset(i int) int {
+	off := 0
+	for _, p := range s.params[:i] {
+		off += p.Value.Len()
+	}
+	return off
+}
+
+// netGrads are the gradients of one network's parameters, as views of a
+// flat gradient buffer.
+type netGrads struct {
+	g1, b1, w1, c1, g2, b2, w2, c2, w3, c3, w4, c4 []float32
+}
+
+// grads returns f's gradients in the flat buffer flat.
+func (f *sketchNet) grads(flat []float32) netGrads {
+	flat = flat[f.off:]
+	take := func(n int) []float32 {
+		x := flat[:n:n]
+		flat = flat[n:]
+		return x
+	}
+	in, hid, r := f.in, f.l1.Out, f.l2.Out
+	var g netGrads
+	g.g1, g.b1, g.w1, g.c1 = take(in), take(in), take(in*hid), take(hid)
+	g.g2, g.b2, g.w2, g.c2 = take(hid), take(hid), take(hid*r), take(r)
+	g.w3, g.c3, g.w4, g.c4 = take(r*hid), take(hid), take(hid*r), take(r)
+	return g
+}
+
+// netActs are the activations of one network for a chunk of rows, each
+// row-major [rows × width].
+type netActs struct {
+	u0             []float32 // LN1(x): in
+	a1, h1, u1     []float32 // W1·u0 + b1, GELU(a1), LN2(h1): hid
+	a2             []float32 // W2·u1 + b2: r
+	a3, h3         []float32 // W3·a2 + b3, GELU(a3): hid
+	y              []float32 // W4·h3 + b4: r
+	m0, s0, m1, s1 []float32 // mean and 1/σ of LN1 and LN2: 1
+}
+
+// region returns the array of width w at offset off (floats per row) of a
+// scratch buf of capacity c rows, cut to rows rows.
+func region(buf []float32, c, off, w, rows int) []float32 {
+	return buf[c*off : c*off+rows*w]
+}
+
+// acts returns the activations of network e of level j in buf.
+func (s *learned) acts(buf []float32, c, rows, j, e int) netActs {
+	f := s.levels[j][e]
+	in, hid, r := f.in, s.hid, s.r
+	off := s.act[j][e]
+	take := func(w int) []float32 {
+		x := region(buf, c, off, w, rows)
+		off += w
+		return x
+	}
+	var a netActs
+	a.u0, a.a1, a.h1, a.u1 = take(in), take(hid), take(hid), take(hid)
+	a.a2, a.a3, a.h3, a.y = take(r), take(hid), take(hid), take(r)
+	a.m0, a.s0, a.m1, a.s1 = take(1), take(1), take(1), take(1)
+	return a
+}
+
+// pair returns the output m, and its tanh t, of pair i of level j, and the
+// gradient dm of m.
+func (s *learned) pair(buf []float32, c, rows, j, i int) (m, t, dm []float32) {
+	r, np := s.r, len(s.levels[j])/2
+	m = region(buf, c, s.mt[j]+i*r, r, rows)
+	t = region(buf, c, s.mt[j]+(np+i)*r, r, rows)
+	dm = region(buf, c, s.dm[j]+i*r, r, rows)
+	return m, t, dm
+}
+
+// scratchRows is the capacity in rows of a scratch of n floats.
+func (s *learned) scratchRows(n int) int { return n / s.perRow }
+
+// forward computes M for rows ≤ c rows of x (leading dimension ldx) in
+// buf, a scratch of capacity c rows, keeping every activation for
+// backward, and returns M: a view of buf, row-major [rows × r].
+func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32) []float32 {
+	r := s.r
+	var m []float32
+	for j, nets := range s.levels {
+		for e, f := range nets {
+			in, ld := x, ldx
+			if j > 0 {
+				in, _, _ = s.pair(buf, c, rows, j-1, e)
+				ld = r
+			}
+			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e))
+		}
+		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
+		for i := 0; i < len(nets)/2; i++ {
+			y1, y2 := s.acts(buf, c, rows, j, 2*i).y, s.acts(buf, c, rows, j, 2*i+1).y
+			var t []float32
+			m, t, _ = s.pair(buf, c, rows, j, i)
+			vec.Mul(t, y1, y2)
+			vec.Scale(float32(1/math.Sqrt(float64(r))), t)
+			vec.Tanh(t, t)
+			copy(m, t)
+			vec.Scale(float32(math.Sqrt(float64(r))), m)
+		}
+	}
+	return m
+}
+
+// backward takes the gradient dM ([rows × r]) of the M that forward just
+// computed in buf for the rows of x, writes (or with accumulate adds) the
+// gradient of x into dx (leading dimension ldx) and adds the parameter
+// gradients to the flat buffer grads.
+func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, rows, c int, buf, dM, grads []float32) {
+	r, hid := s.r, s.hid
+	tA, tB := region(buf, c, s.tmp, hid, rows), region(buf, c, s.tmp+hid, hid, rows)
+	tR, tX := region(buf, c, s.tmp+2*hid, r, rows), buf[c*(s.tmp+2*hid+r):]
+	for j := len(s.levels) - 1; j >= 0; j-- {
+		nets := s.levels[j]
+		// Through the pairs: dM/dy1 = (1 − t²)·y2, dM/dy2 = (1 − t²)·y1.
+		for i := 0; i < len(nets)/2; i++ {
+			_, t, dm := s.pair(buf, c, rows, j, i)
+			if j == len(s.levels)-1 {
+				dm = dM[:rows*r]
+			}
+			g := tR
+			vec.Mul(g, t, t)
+			vec.Mul(g, g, dm)
+			vec.Scale(-1, g)
+			vec.Add(g, g, dm)
+			a1, a2 := s.acts(buf, c, rows, j, 2*i), s.acts(buf, c, rows, j, 2*i+1)
+			vec.Mul(region(buf, c, s.dy[j]+2*i*r, r, rows), g, a2.y)
+			vec.Mul(region(buf, c, s.dy[j]+(2*i+1)*r, r, rows), g, a1.y)
+		}
+		for e, f := range nets {
+			in, din, ld, acc := x, dx, ldx, accumulate || e > 0
+			if j > 0 {
+				m, _, dm := s.pair(buf, c, rows, j-1, e)
+				in, din, ld, acc = m, dm, r, false
+			}
+			dy := region(buf, c, s.dy[j]+e*r, r, rows)
+			f.backward(din, ld, acc, in, dy, rows, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
+		}
+	}
+}
+
+// forward runs f on rows rows of x (leading dimension ldx) into a.
+func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs) {
+	in, hid := f.in, f.l1.Out
+	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
+	for i := 0; i < rows; i++ {
+		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x[i*ldx:i*ldx+in], g, b, f.ln1.Eps)
+	}
+	affine(a.a1, a.u0, rows, f.l1)
+	vec.GELU(a.h1, a.a1)
+	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
+	for i := 0; i < rows; i++ {
+		a.m1[i], a.s1[i] = vec.LayerNorm(a.u1[i*hid:(i+1)*hid], a.h1[i*hid:(i+1)*hid], g, b, f.ln2.Eps)
+	}
+	affine(a.a2, a.u1, rows, f.l2)
+	affine(a.a3, a.a2, rows, f.l3)
+	vec.GELU(a.h3, a.a3)
+	affine(a.y, a.h3, rows, f.l4)
+}
+
+// backward takes dy, the gradient of f's output for the activations a of
+// input x (leading dimension ldx), writes (or with accumulate adds) the
+// gradient of x into dx (same leading dimension) and adds the parameter
+// gradients to g. tA, tB ([rows × hid]) and tX ([rows × in]) are scratch.
+func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []float32, rows int, a netActs, g netGrads, tA, tB, tX []float32) {
+	in, hid, r := f.in, f.l1.Out, f.l2.Out
+	// y = h3·W4 + b4
+	dh3 := tA
+	affineBackward(dh3, dy, a.h3, rows, f.l4, g.w4, g.c4)
+	vec.GELUBackward(dh3, a.a3, dh3)
+	// a3 = a2·W3 + b3, a2 = u1·W2 + b2
+	da2 := tB[:rows*r]
+	affineBackward(da2, dh3, a.a2, rows, f.l3, g.w3, g.c3)
+	du1 := tA
+	affineBackward(du1, da2, a.u1, rows, f.l2, g.w2, g.c2)
+	// u1 = LN2(h1), h1 = GELU(a1)
+	dh1 := tB
+	clear(dh1)
+	gain := f.ln2.Gain.Value.Data
+	for i := 0; i < rows; i++ {
+		vec.LayerNormBackward(dh1[i*hid:(i+1)*hid], g.g2, g.b2, a.h1[i*hid:(i+1)*hid], gain, du1[i*hid:(i+1)*hid], a.m1[i], a.s1[i])
+	}
+	vec.GELUBackward(dh1, a.a1, dh1)
+	// a1 = u0·W1 + b1, u0 = LN1(x)
+	du0 := tX
+	affineBackward(du0, dh1, a.u0, rows, f.l1, g.w1, g.c1)
+	gain = f.ln1.Gain.Value.Data
+	for i := 0; i < rows; i++ {
+		d := dx[i*ldx : i*ldx+in]
+		if !accumulate {
+			clear(d)
+		}
+		vec.LayerNormBackward(d, g.g1, g.b1, x[i*ldx:i*ldx+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
+	}
+}
+
+// affine computes y = x·W + b for rows rows of x ([rows × l.In]).
+func affine(y, x []float32, rows int, l *nn.Linear) {
+	b := l.Bias.Value.Data
+	for i := 0; i < rows; i++ {
+		copy(y[i*l.Out:(i+1)*l.Out], b)
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x, l.In, l.Weight.Value.Data, l.Out, 1, y, l.Out)
+}
+
+// affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ, adding
+// xᵀ·dy to dw and the column sums of dy to db (rows in order).
+func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, dw, db []float32) {
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
+	for i := 0; i < rows; i++ {
+		vec.Add(db, db, dy[i*l.Out:(i+1)*l.Out])
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, rows, l.In, l.Out, 1, dy, l.Out, l.Weight.Value.Data, l.Out, 0, dx, l.In)
+}
+
+// apply computes Mᵀ ([r × n]) for the n rows of x (leading dimension ldx)
+// chunk by chunk, for sketch.apply; scr.buf holds at least one row.
+func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratch) {
+	c := s.scratchRows(len(scr.buf))
+	for lo := 0; lo < n; lo += c {
+		rows := min(c, n-lo)
+		m := s.forward(x[lo*ldx:], ldx, rows, c, scr.buf)
+		for i := 0; i < rows; i++ {
+			for t, v := range m[i*s.r : (i+1)*s.r] {
+				mT[t*n+lo+i] = v
+			}
+		}
+	}
+}
+
+// The mechanism's side: polysketch with a learned sketch (see the top of
+// this file).
+
+// HeadSized is implemented by mechanisms whose parameters depend on the
+// head size h (polysketch with learned sketches). SetHeadSize creates them
+// for heads of size h, so that Params lists them before the first Forward
+// (for an optimizer, or a checkpoint to load into); without it, the first
+// Forward creates them. A later Forward with another head size panics.
+type HeadSized interface {
+	SetHeadSize(h int)
+}
+
+// SetHeadSize fixes the head size; with a learned sketch it creates the
+// parameters (deterministically from Options.Seed).
+func (a *polysketchAttn) SetHeadSize(h int) {
+	if h <= 0 {
+		panic(fmt.Sprintf("attention.Polysketch.SetHeadSize(%d): must be positive", h))
+	}
+	a.sketchFor(h)
+}
+
+// Params lists the parameters of a learned sketch (see sketch_learned.go
+// for their names and shapes), shared by all heads: nil for random
+// sketches, for degree 2 (nothing to learn), and before the head size is
+// known (SetHeadSize or the first Forward). Backward adds (+=) to their
+// gradients.
+func (a *polysketchAttn) Params() []*nn.Param {
+	if a.sk == nil || a.sk.net == nil {
+		return nil
+	}
+	return append([]*nn.Param(nil), a.sk.net.params...)
+}
+
+// sketchFor returns the sketch for heads of size h, drawing or building it
+// on first use; a learned sketch keeps its head size.
+func (a *polysketchAttn) sketchFor(h int) *sketch {
+	if a.sk != nil && a.sk.in == h {
+		return a.sk
+	}
+	if a.sk != nil && a.sk.net != nil {
+		panic(fmt.Sprintf("attention.Polysketch: learned sketch built for head size %d, given %d", a.sk.in, h))
+	}
+	a.sk = newSketch(a.opts.Sketch, a.opts.Degree/2, h, a.opts.SketchSize, a.opts.Seed)
+	return a.sk
+}
+
+// netRows returns side's input (q for 0, k for 1) and its gradient, and the
+// first row and count of chunk c.
+func (a *polysketchAttn) netRows(side, c int) (x, dx []float32, lo, rows int) {
+	L := &a.L
+	x, dx = a.q, a.dq
+	if side == 1 {
+		x, dx = a.k, a.dk
+	}
+	lo = c * L.chunk
+	return x, dx, lo, min(L.chunk, L.bh*L.n-lo)
+}
+
+// netForwardItem computes M of chunk i (q chunks, then k chunks) into a.ms.
+func (a *polysketchAttn) netForwardItem(w *psWorker, i int) {
+	L := &a.L
+	side := i / L.chunks
+	x, _, lo, rows := a.netRows(side, i%L.chunks)
+	m := a.sk.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf)
+	copy(a.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
+}
+
+// netBackwardItem runs the networks backward over the chunks of group g,
+// from the gradients in a.dms, into dq, dk and the group's partial
+// parameter gradients.
+func (a *polysketchAttn) netBackwardItem(w *psWorker, g int) {
+	L := &a.L
+	net := a.sk.net
+	grads := a.pgrad[g*net.size : (g+1)*net.size]
+	clear(grads)
+	// dq, dk hold the diagonal blocks' exact terms unless those are sketched.
+	acc := L.causal && !L.sketched && L.mode != modeCumSum
+	for i := g; i < 2*L.chunks; i += L.groups {
+		side := i / L.chunks
+		x, dx, lo, rows := a.netRows(side, i%L.chunks)
+		x, dx = x[lo*L.h:], dx[lo*L.h:]
+		net.forward(x, L.h, rows, L.chunk, w.sks.buf)
+		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, a.dms[side][lo*L.ro:], grads)
+	}
+}
+
+// netReduceItem adds the partial sums of segment i to the parameter
+// gradients, in group order.
+func (a *polysketchAttn) netReduceItem(_ *psWorker, i int) {
+	net := a.sk.net
+	s := net.segs[i]
+	dst := net.params[s.p].Grad.Data[s.lo:s.hi]
+	for g := 0; g < a.L.groups; g++ {
+		at := g*net.size + s.off
+		vec.Add(dst, dst, a.pgrad[at+s.lo:at+s.hi])
+	}
+}
+
+// learnedRows writes Mᵀ of block l of head hd ([r × rows]) from the
+// sketches of all rows that Forward computed: queries (key false) or keys.
+func (a *polysketchAttn) learnedRows(key bool, hd, l int, mT []float32) {
+	L := &a.L
+	lo, rows := L.plan.span(l)
+	m := a.ms[0]
+	if key {
+		m = a.ms[1]
+	}
+	at := (hd*L.n + lo) * L.ro
+	transposeInto(mT, m[at:at+rows*L.ro], L.ro, rows, L.ro)
+}

@@ -1,0 +1,301 @@
+package blas
+
+import "github.com/polysketch/polysketch/internal/parallel"
+
+// Products with few rows of C, as in decoding a token or a few through a
+// weight matrix, or with few columns. Packing op(B) copies all of it for
+// 2m flops per element, several times the cost of the product itself when
+// m is 1, and the product is bound by reading B from memory anyway; so
+// these products read both operands where they lie:
+//
+//   - op(B) = B (NN, TN): C is computed in tiles of up to srows rows by sw
+//     columns held in registers (stream), each k step broadcasting one
+//     element of A per row against one row of the tile's columns of B;
+//   - op(B) = Bᵀ (NT, and TT after copying the small A): each element of C
+//     is a dot product of a row of A with a row of B, computed in blocks
+//     of drows×4 (dots);
+//   - few columns (NT, and NN after copying the small B): the same dot
+//     products with the roles of A and B exchanged.
+//
+// An element's k sum runs in one kernel call, in order, whatever the
+// split, so results do not depend on the number of threads; they differ
+// from the packed path's in rounding only.
+
+// smallForm says how a product avoids packing, if it does.
+type smallForm int
+
+const (
+	packed     smallForm = iota
+	streamRows           // few rows, op(B) = B
+	dotRows              // few rows, op(B) = Bᵀ
+	dotColumns           // few columns, op(A) = A
+)
+
+// dotCols is the number of columns of a dots block: four dot products
+// share each load of a row of A.
+const dotCols = 4
+
+// form picks the way to compute g: without packing when C has few rows
+// (or columns) for the kernel and is wide (or tall) enough for one whole
+// tile, so that a last partial tile can overlap the one before. TN and TT
+// products with few columns are not specialized.
+func (g *gemm) form() smallForm {
+	kn := g.kn
+	switch {
+	case g.m <= kn.streamMax && g.tB == NoTrans && g.n >= kn.sw:
+		return streamRows
+	case g.m <= kn.dotsMax && g.tB == Trans && g.n >= dotCols:
+		return dotRows
+	case g.n <= kn.dotsMax && g.tA == NoTrans && g.m >= dotCols:
+		return dotColumns
+	}
+	return packed
+}
+
+// small computes g without packing on up to threads goroutines, splitting
+// C's long side into whole tiles, when form allows; it reports whether it
+// did. g is not trivial.
+func (g *gemm) small(threads int) bool {
+	f := g.form()
+	if f == packed {
+		return false
+	}
+	var ws *workspace
+	h := *g
+	switch {
+	case f == dotRows && g.tA == Trans:
+		// Copy op(A), m×k, to rows of its own: a small transpose.
+		ws = pool.Get().(*workspace)
+		ws.a = grow(ws.a, g.m*g.k)
+		gatherRows(ws.a, g.a, g.lda, g.m, g.k)
+		h.tA, h.a, h.lda = NoTrans, ws.a, g.k
+	case f == dotColumns && g.tB == NoTrans:
+		// Copy op(B)ᵀ, n×k, likewise.
+		ws = pool.Get().(*workspace)
+		ws.b = grow(ws.b, g.n*g.k)
+		gatherRows(ws.b, g.b, g.ldb, g.n, g.k)
+		h.tB, h.b, h.ldb = Trans, ws.b, g.k
+	}
+	long, tile := g.n, g.kn.sw
+	switch f {
+	case dotRows:
+		tile = dotCols
+	case dotColumns:
+		long, tile = g.m, dotCols
+	}
+	tiles := ceilDiv(long, tile)
+	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin {
+		smallParallel(h, f, threads, long, tile)
+	} else {
+		h.smallRange(f, 0, long)
+	}
+	if ws != nil {
+		pool.Put(ws)
+	}
+	return true
+}
+
+// smallParallel splits h's long side (C's columns, or rows for
+// dotColumns) into ranges of whole tiles for up to threads goroutines. It
+// takes h by value: only this path, which starts goroutines anyway, moves
+// it to the heap.
+func smallParallel(h gemm, f smallForm, threads, long, tile int) {
+	tiles := ceilDiv(long, tile)
+	chunks := min(tiles, 2*threads) // a little slack for uneven threads
+	parallel.Workers(chunks, threads, func(c int) {
+		h.smallRange(f, c*tiles/chunks*tile, min((c+1)*tiles/chunks*tile, long))
+	})
+}
+
+// smallRange computes columns [lo, hi) of C (rows for dotColumns) in
+// form f; lo is a multiple of the form's tile.
+func (g *gemm) smallRange(f smallForm, lo, hi int) {
+	switch f {
+	case streamRows:
+		g.streamTiles(lo, hi)
+	case dotRows:
+		g.dotTiles(lo, hi)
+	case dotColumns:
+		g.dotTilesT(lo, hi)
+	}
+}
+
+// gatherRows sets dst[i·k+p] = src[p·ld+i] for i < rows, p < k.
+func gatherRows(dst, src []float32, ld, rows, k int) {
+	for p := 0; p < k; p++ {
+		s := src[p*ld : p*ld+rows]
+		for i, v := range s {
+			dst[i*k+p] = v
+		}
+	}
+}
+
+// streamTiles computes columns [j0, j1) of C with the stream kernel; j0
+// is a multiple of sw. A last partial tile is computed as the whole tile
+// ending at column n, in a copy of C whose new columns are then copied
+// back, so that every column sees the same arithmetic.
+func (g *gemm) streamTiles(j0, j1 int) {
+	kn := g.kn
+	w := kn.sw
+	ars, aps := g.lda, 1
+	if g.tA == Trans {
+		ars, aps = 1, g.lda
+	}
+	accum := g.beta != 0
+	for j := j0; j < j1; j += w {
+		for i := 0; i < g.m; i += kn.srows {
+			rows := min(kn.srows, g.m-i)
+			a := g.a[i*ars:]
+			if j+w <= g.n {
+				kn.stream(rows, g.k, a, ars, aps, g.b[j:], g.ldb, g.c[i*g.ldc+j:], g.ldc, g.alpha, g.beta, accum)
+				continue
+			}
+			jj := g.n - w
+			var tmp [maxTile]float32
+			for r := range rows {
+				copy(tmp[r*w:(r+1)*w], g.c[(i+r)*g.ldc+jj:])
+			}
+			kn.stream(rows, g.k, a, ars, aps, g.b[jj:], g.ldb, tmp[:], w, g.alpha, g.beta, accum)
+			for r := range rows {
+				copy(g.c[(i+r)*g.ldc+j:(i+r)*g.ldc+g.n], tmp[r*w+j-jj:(r+1)*w])
+			}
+		}
+	}
+}
+
+// dotTiles computes columns [j0, j1) of C = alpha·A·Bᵀ + beta·C (A as
+// stored) with the dots kernel; j0 is a multiple of dotCols, and a last
+// partial block overlaps the one before.
+func (g *gemm) dotTiles(j0, j1 int) {
+	kn := g.kn
+	var out [maxDots]float32
+	for j := j0; j < j1; j += dotCols {
+		jj := min(j, g.n-dotCols)
+		for i := 0; i < g.m; i += kn.drows {
+			rows := min(kn.drows, g.m-i)
+			kn.dots(rows, g.k, g.a[i*g.lda:], g.lda, g.b[jj*g.ldb:], g.ldb, &out)
+			for r := range rows {
+				c := g.c[(i+r)*g.ldc+j : (i+r)*g.ldc+min(j+dotCols, g.n)]
+				g.store(c, out[r*dotCols+j-jj:])
+			}
+		}
+	}
+}
+
+// dotTilesT computes rows [i0, i1) of C = alpha·A·Bᵀ + beta·C (A as
+// stored) with the dots kernel on the operands exchanged: blocks of Cᵀ.
+func (g *gemm) dotTilesT(i0, i1 int) {
+	kn := g.kn
+	var out [maxDots]float32
+	for i := i0; i < i1; i += dotCols {
+		ii := min(i, g.m-dotCols)
+		for j := 0; j < g.n; j += kn.drows {
+			cols := min(kn.drows, g.n-j)
+			kn.dots(cols, g.k, g.b[j*g.ldb:], g.ldb, g.a[ii*g.lda:], g.lda, &out)
+			for r := i; r < min(i+dotCols, g.m); r++ {
+				c := g.c[r*g.ldc+j : r*g.ldc+j+cols]
+				for jc := range c {
+					v := g.alpha * out[jc*dotCols+r-ii]
+					if g.beta != 0 {
+						v += g.beta * c[jc]
+					}
+					c[jc] = v
+				}
+			}
+		}
+	}
+}
+
+// store sets c[j] = alpha·s[j] + beta·c[j], overwriting c when beta is 0.
+func (g *gemm) store(c, s []float32) {
+	s = s[:len(c)]
+	if g.beta == 0 {
+		for j, v := range s {
+			c[j] = g.alpha * v
+		}
+		return
+	}
+	for j, v := range s {
+		c[j] = g.alpha*v + g.beta*c[j]
+	}
+}
+
+// maxDots bounds drows·dotCols over all kernels.
+const maxDots = 4 * dotCols
+
+// laneMask[16-r:] starts with r lanes of -1 and then 0s: the mask of a
+// vector's first r lanes, for the dots kernels' last partial vector.
+var laneMask = [32]int32{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+
+// stream computes rows ≤ srows rows of an sw-wide tile of C:
+// C[i,j] = alpha·Σ_p a[i·ars+p·aps]·b[p·ldb+j] (+ beta·C[i,j] when accum).
+func (kn *kernel) stream(rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, accum bool) {
+	w := kn.sw
+	// The kernels index through pointers: check the extremes here.
+	_ = a[(rows-1)*ars+(k-1)*aps]
+	_ = b[(k-1)*ldb+w-1]
+	_ = c[(rows-1)*ldc+w-1]
+	if kn.asm != 0 {
+		acc := 0
+		if accum {
+			acc = 1
+		}
+		streamAsm(kn.asm, rows, k, &a[0], ars, aps, &b[0], ldb, &c[0], ldc, alpha, beta, acc)
+		return
+	}
+	streamGo(rows, k, a, ars, aps, b, ldb, c, ldc, w, alpha, beta, accum)
+}
+
+// dots sets out[i·dotCols+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i < rows ≤
+// drows, j < dotCols, p < k.
+func (kn *kernel) dots(rows, k int, a []float32, lda int, b []float32, ldb int, out *[maxDots]float32) {
+	_ = a[(rows-1)*lda+k-1]
+	_ = b[(dotCols-1)*ldb+k-1]
+	if kn.asm != 0 {
+		dotsAsm(kn.asm, rows, k, &a[0], lda, &b[0], ldb, &out[0])
+		return
+	}
+	dotsGo(rows, k, a, lda, b, ldb, out)
+}
+
+// streamGo is the pure-Go stream kernel, for w ≤ 16 and rows ≤ 4: the
+// tile lives in an array the compiler keeps in L1 rather than registers.
+func streamGo(rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc, w int, alpha, beta float32, accum bool) {
+	var acc [4 * 16]float32
+	for p := 0; p < k; p++ {
+		bp := b[p*ldb : p*ldb+w]
+		for i := 0; i < rows; i++ {
+			s := a[i*ars+p*aps]
+			t := acc[i*w : i*w+w]
+			for j, v := range bp {
+				t[j] += s * v
+			}
+		}
+	}
+	for i := 0; i < rows; i++ {
+		t, cr := acc[i*w:i*w+w], c[i*ldc:i*ldc+w]
+		for j, v := range t {
+			if accum {
+				cr[j] = alpha*v + beta*cr[j]
+			} else {
+				cr[j] = alpha * v
+			}
+		}
+	}
+}
+
+// dotsGo is the pure-Go dots kernel.
+func dotsGo(rows, k int, a []float32, lda int, b []float32, ldb int, out *[maxDots]float32) {
+	b0, b1, b2, b3 := b[:k], b[ldb:ldb+k], b[2*ldb:2*ldb+k], b[3*ldb:3*ldb+k]
+	for i := 0; i < rows; i++ {
+		ai := a[i*lda : i*lda+k]
+		var s0, s1, s2, s3 float32
+		for p, v := range ai {
+			s0 += v * b0[p]
+			s1 += v * b1[p]
+			s2 += v * b2[p]
+			s3 += v * b3[p]
+		}
+		out[i*dotCols], out[i*dotCols+1], out[i*dotCols+2], out[i*dotCols+3] = s0, s1, s2, s3
+	}
+}

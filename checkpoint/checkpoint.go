@@ -1,0 +1,371 @@
+// Package checkpoint saves and restores training runs: a model's weights,
+// its configuration, the optimizer's moments and the position of the data,
+// so that a run stopped at any step continues exactly as if it had not
+// stopped.
+//
+// A checkpoint is a directory of five files:
+//
+//	model.safetensors      the weights, one F32 tensor per parameter, named as model.Params names them
+//	optimizer.safetensors  the AdamW moments, "<param>.m" and "<param>.v" (absent for weights alone)
+//	config.json            {"model": model.Config, "train": the training settings}
+//	state.json             step, tokenizer, data position, tokens seen, training time
+//	manifest.json          format version, and the size and SHA-256 of each file above
+//
+// The weights are plain safetensors, so other ecosystems read them
+// directly (safetensors.numpy.load_file, safetensors.torch.load_file).
+//
+// Save writes a new directory beside the old one, syncs it, and swaps the
+// two, so that at every moment a complete checkpoint exists: a failed or
+// interrupted save leaves the previous checkpoint as it was. Load checks
+// every file against the manifest, every parameter's name and shape
+// against the configuration, and every value for NaN and infinity before
+// returning anything, so a truncated, corrupted or mismatched checkpoint
+// is an error, never a silently wrong model.
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/safetensors"
+	"github.com/polysketch/polysketch/tensor"
+)
+
+// Version is the format version Save writes and Load accepts.
+const Version = 1
+
+// The files of a checkpoint.
+const (
+	weightsFile   = "model.safetensors"
+	optimizerFile = "optimizer.safetensors"
+	configFile    = "config.json"
+	stateFile     = "state.json"
+	manifestFile  = "manifest.json"
+)
+
+// Checkpoint is a saved training run.
+type Checkpoint struct {
+	// Model holds the weights; its Config is saved in config.json. Load
+	// builds it from the saved configuration and fills in the weights.
+	Model *model.Model
+	// Train is the training configuration, saved in config.json beside
+	// the model's and otherwise left to the caller (package train). Nil
+	// saves null.
+	Train json.RawMessage
+	// Optimizer is the optimizer state keyed by parameter name plus ".m"
+	// and ".v", as optim.AdamW.State returns it; nil saves weights alone.
+	Optimizer map[string]*tensor.Tensor
+	// State is the rest of the run's position.
+	State State
+}
+
+// State is where a run stands, saved in state.json.
+type State struct {
+	// Step is the number of optimizer updates taken.
+	Step int `json:"step"`
+	// Tokenizer names the tokenizer (data/tokenizer.Lookup) of the
+	// model's token ids.
+	Tokenizer string `json:"tokenizer"`
+	// Data is the position of the training batches (data.Batcher.State),
+	// base64 in JSON.
+	Data []byte `json:"data,omitempty"`
+	// Tokens is the number of training tokens seen.
+	Tokens int64 `json:"tokens"`
+	// Seconds is the time spent training, over every session of the run.
+	Seconds float64 `json:"seconds"`
+}
+
+// stateJSON is state.json: State with the format version.
+type stateJSON struct {
+	Version int `json:"version"`
+	State
+}
+
+// configJSON is config.json.
+type configJSON struct {
+	Model model.Config    `json:"model"`
+	Train json.RawMessage `json:"train"`
+}
+
+// Save writes c to the checkpoint directory dir, replacing the checkpoint
+// there, if any, only once the new one is complete and on disk. It refuses
+// to save weights or optimizer state that are not finite, and to replace a
+// directory that is not a checkpoint. On error the previous checkpoint is
+// untouched and nothing of the new one is left behind.
+func Save(dir string, c *Checkpoint) error {
+	if err := save(dir, c); err != nil {
+		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+func save(dir string, c *Checkpoint) error {
+	if c.Model == nil {
+		return errors.New("no model")
+	}
+	params := c.Model.Params()
+	weights := make(map[string]*tensor.Tensor, len(params))
+	for _, p := range params {
+		if err := p.Value.CheckFinite("parameter " + p.Name); err != nil {
+			return fmt.Errorf("refusing to save weights that are not finite: %w", err)
+		}
+		weights[p.Name] = p.Value
+	}
+	if c.Optimizer != nil {
+		if err := checkOptimizer(c.Optimizer, params); err != nil {
+			return fmt.Errorf("refusing to save optimizer state: %w", err)
+		}
+	}
+	train := c.Train
+	if train == nil {
+		train = json.RawMessage("null")
+	}
+	cfg, err := json.MarshalIndent(configJSON{Model: c.Model.Config(), Train: train}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding configuration: %w", err)
+	}
+	state, err := json.MarshalIndent(stateJSON{Version: Version, State: c.State}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+
+	tmp, err := prepare(dir)
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	var files []fileSum
+	write := func(name string, encode func(w *hashWriter) error) error {
+		if err := hook("write " + name); err != nil {
+			return err
+		}
+		s, err := writeFile(filepath.Join(tmp, name), encode)
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		s.Name = name
+		files = append(files, s)
+		return nil
+	}
+	raw := func(b []byte) func(*hashWriter) error {
+		return func(w *hashWriter) error { _, err := w.Write(append(b, '\n')); return err }
+	}
+	if err := write(configFile, raw(cfg)); err != nil {
+		return err
+	}
+	if err := write(stateFile, raw(state)); err != nil {
+		return err
+	}
+	meta := map[string]string{"format": "pt"} // what Hugging Face loaders look for
+	if err := write(weightsFile, func(w *hashWriter) error { return safetensors.Encode(w, weights, meta) }); err != nil {
+		return err
+	}
+	if c.Optimizer != nil {
+		meta := map[string]string{"step": strconv.Itoa(c.State.Step)}
+		if err := write(optimizerFile, func(w *hashWriter) error { return safetensors.Encode(w, c.Optimizer, meta) }); err != nil {
+			return err
+		}
+	}
+	man, err := json.MarshalIndent(manifest{Format: formatName, Version: Version, Files: files}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding manifest: %w", err)
+	}
+	if err := write(manifestFile, raw(man)); err != nil {
+		return err
+	}
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := hook("swap"); err != nil {
+		return err
+	}
+	if err := swap(tmp, dir); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// checkOptimizer checks that state holds finite moments of the shape of
+// every parameter, and nothing else.
+func checkOptimizer(state map[string]*tensor.Tensor, params []*nn.Param) error {
+	want := make(map[string]*tensor.Tensor, 2*len(params))
+	for _, p := range params {
+		want[p.Name+".m"] = p.Value
+		want[p.Name+".v"] = p.Value
+	}
+	for _, key := range sortedKeys(want) {
+		t, ok := state[key]
+		if !ok {
+			return fmt.Errorf("no entry %q", key)
+		}
+		if !tensor.SameShape(t, want[key]) {
+			return fmt.Errorf("%q has shape %v, the parameter has %v", key, t.Shape, want[key].Shape)
+		}
+		if err := t.CheckFinite(key); err != nil {
+			return err
+		}
+	}
+	for _, key := range sortedKeys(state) {
+		if _, ok := want[key]; !ok {
+			return fmt.Errorf("entry %q belongs to no parameter of the model", key)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Exists reports whether dir holds a checkpoint, complete or not: a
+// directory with a manifest, or the previous checkpoint that a save
+// interrupted between its two renames left aside.
+func Exists(dir string) bool {
+	for _, d := range []string{dir, backupPath(dir)} {
+		if _, err := os.Stat(filepath.Join(d, manifestFile)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Load reads the checkpoint in dir, checking everything before it returns:
+// the files against the manifest's sizes and checksums, the configuration,
+// the name, shape and finiteness of every weight and moment, and the
+// state. The returned Model is built from the saved configuration with the
+// saved weights. If dir is missing but a save was interrupted between
+// moving the old checkpoint aside and moving the new one in, Load reads
+// the old one.
+func Load(dir string) (*Checkpoint, error) {
+	c, err := load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+func load(dir string) (*Checkpoint, error) {
+	src := dir
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(backupPath(dir), manifestFile)); err == nil {
+			src = backupPath(dir)
+		}
+	}
+	files, err := readVerified(src)
+	if err != nil {
+		return nil, err
+	}
+
+	var cfg configJSON
+	if err := decodeJSON(files[configFile], &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", configFile, err)
+	}
+	if err := cfg.Model.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: model: %w", configFile, err)
+	}
+	m, err := model.New(cfg.Model)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", configFile, err)
+	}
+
+	var st stateJSON
+	if err := decodeJSON(files[stateFile], &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", stateFile, err)
+	}
+	switch {
+	case st.Version != Version:
+		return nil, fmt.Errorf("%s: format version %d, this program reads version %d", stateFile, st.Version, Version)
+	case st.Step < 0 || st.Tokens < 0 || st.Seconds < 0:
+		return nil, fmt.Errorf("%s: negative step, tokens or seconds", stateFile)
+	}
+
+	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", weightsFile, err)
+	}
+	params := m.Params()
+	if err := checkWeights(weights, params); err != nil {
+		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
+	}
+	c := &Checkpoint{Model: m, Train: cfg.Train, State: st.State}
+	if b, ok := files[optimizerFile]; ok {
+		opt, meta, err := safetensors.Decode(bytes.NewReader(b), nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", optimizerFile, err)
+		}
+		if err := checkOptimizer(opt, params); err != nil {
+			return nil, fmt.Errorf("%s: %w", optimizerFile, err)
+		}
+		if meta["step"] != strconv.Itoa(st.Step) {
+			return nil, fmt.Errorf("%s is of step %q, %s of step %d", optimizerFile, meta["step"], stateFile, st.Step)
+		}
+		c.Optimizer = opt
+	}
+	for _, p := range params {
+		p.Value.CopyFrom(weights[p.Name])
+	}
+	return c, nil
+}
+
+// checkWeights checks that weights holds a finite tensor of the right
+// shape for every parameter, and nothing else.
+func checkWeights(weights map[string]*tensor.Tensor, params []*nn.Param) error {
+	names := make(map[string]bool, len(params))
+	for _, p := range params {
+		names[p.Name] = true
+		t, ok := weights[p.Name]
+		if !ok {
+			return fmt.Errorf("no tensor %q", p.Name)
+		}
+		if !tensor.SameShape(t, p.Value) {
+			return fmt.Errorf("tensor %q has shape %v, the model needs %v", p.Name, t.Shape, p.Value.Shape)
+		}
+		if err := t.CheckFinite("tensor " + p.Name); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedKeys(weights) {
+		if !names[name] {
+			return fmt.Errorf("tensor %q is no parameter of the model", name)
+		}
+	}
+	return nil
+}
+
+// DecodeJSON decodes the JSON in b into v strictly, rejecting unknown
+// fields and trailing data: for the Train configuration of a checkpoint,
+// which Load leaves to the caller.
+func DecodeJSON(b []byte, v any) error { return decodeJSON(b, v) }
+
+// decodeJSON decodes b into v, rejecting unknown fields and trailing data.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/optim"
+)
+
+const benchTrainHelp = `usage: polysketch bench train [flags]
+
+Measures training throughput, tokens per second of whole optimizer steps
+(forward, backward, gradient clipping and AdamW), and peak memory, of a
+byte-level model for each attention mechanism and context length N, with
+the same number of tokens in every step: B = --tokens/N sequences of N
+tokens (as the paper's Figure 3 and Table 2 compare mechanisms). The
+defaults are the paper's small model: 4 layers, d_model 256, 4 heads of 64,
+with polysketch at degree 4, r = 32, blocks of 256 and local attention.
+
+Each case takes one warm-up step, then up to --steps timed steps, stopping
+early once the case has used --max-seconds, and reports the fastest step.
+
+A case whose predicted memory exceeds --mem-limit is reported as OOM
+without running it. The prediction adds the weights, gradients and AdamW
+moments, the activations the model keeps per token (about 40·d floats per
+layer, as measured, plus the logits), and each layer's attention workspace as the
+mechanism reports it; it is an estimate, not a bound. A case whose step is
+predicted to exceed --max-seconds is skipped: the prediction scales the
+step time at the previous N by N/N_prev for the quadratic mechanisms
+(softmax, flash, polynomial: with fixed tokens per step their cost per
+token grows with N) and keeps it for polysketch.
+
+peak_bytes is the largest Go heap in use during the case, above the heap
+before it (see bench attention): model, optimizer and activations.
+
+flags:
+`
+
+// benchTrainRow is one line of output. Seconds, TokensPerSec and
+// PeakBytes are nil for a case not run; note says why.
+type benchTrainRow struct {
+	Mechanism    string   `json:"mechanism"`
+	N            int      `json:"n"`
+	Batch        int      `json:"batch"`
+	Seconds      *float64 `json:"seconds"`
+	TokensPerSec *float64 `json:"tokens_per_sec"`
+	PeakBytes    *int64   `json:"peak_bytes"`
+	note         string
+}
+
+type benchTrainConfig struct {
+	ns         []int
+	kinds      []attention.Kind
+	model      model.Config
+	tokens     int
+	steps      int
+	memLimit   byteSize
+	maxSeconds float64
+	json       bool
+}
+
+func benchTrain(args []string, stdout io.Writer) error {
+	fs := newFlags("bench train", stdout)
+	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
+	mc := &cfg.model
+	*mc = model.DefaultConfig()
+	mc.Block = 256
+	var (
+		ns         = fs.String("n", "1024,4096,8192,32768", "comma-separated context lengths N")
+		mechanisms = fs.String("mechanisms", "softmax,flash,polynomial,polysketch", "comma-separated attention mechanisms")
+	)
+	fs.IntVar(&mc.Layers, "layers", 4, "Transformer blocks")
+	fs.IntVar(&mc.Dim, "dim", 256, "model width d")
+	fs.IntVar(&mc.Heads, "heads", 4, "attention heads")
+	fs.IntVar(&mc.Degree, "degree", mc.Degree, "degree p of polynomial and polysketch attention")
+	fs.IntVar(&mc.SketchSize, "sketch-size", mc.SketchSize, "sketch size r of polysketch")
+	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
+	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
+	fs.IntVar(&cfg.tokens, "tokens", 32768, "tokens per step: B = tokens/N sequences (at least 1)")
+	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
+	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
+	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
+	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchTrainHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.parse(*ns, *mechanisms); err != nil {
+		return fmt.Errorf("bench train: %w", err)
+	}
+	return cfg.run(stdout)
+}
+
+func (cfg *benchTrainConfig) parse(ns, mechanisms string) error {
+	for _, f := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--n %q: want comma-separated positive integers", ns)
+		}
+		cfg.ns = append(cfg.ns, n)
+	}
+	slices.Sort(cfg.ns) // extrapolation runs from small to large
+	cfg.ns = slices.Compact(cfg.ns)
+	for _, f := range strings.Split(mechanisms, ",") {
+		k := attention.Kind(strings.TrimSpace(f))
+		if !slices.Contains(attention.Kinds, k) {
+			return fmt.Errorf("--mechanisms: unknown mechanism %q; use some of %v", k, attention.Kinds)
+		}
+		if !slices.Contains(cfg.kinds, k) {
+			cfg.kinds = append(cfg.kinds, k)
+		}
+	}
+	switch {
+	case cfg.tokens <= 0:
+		return fmt.Errorf("--tokens %d: must be positive", cfg.tokens)
+	case cfg.steps <= 0:
+		return fmt.Errorf("--steps %d: must be positive", cfg.steps)
+	case !(cfg.maxSeconds > 0):
+		return fmt.Errorf("--max-seconds %v: must be positive", cfg.maxSeconds)
+	}
+	for _, k := range cfg.kinds {
+		c := cfg.config(k, cfg.ns[0])
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%s: %s", k, oneLine(err))
+		}
+	}
+	return nil
+}
+
+// config returns the model of mechanism k at context n.
+func (cfg *benchTrainConfig) config(k attention.Kind, n int) model.Config {
+	c := cfg.model
+	c.Vocab, c.Attention, c.Context = 256, k, n
+	return c
+}
+
+func (cfg *benchTrainConfig) run(stdout io.Writer) error {
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	if !cfg.json {
+		m := cfg.model
+		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step; p=%d r=%d b=%d local=%t; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
+			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, m.Degree, m.SketchSize, m.Block, m.Local, cfg.steps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "%-12s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
+		w.Flush()
+	}
+	for _, k := range cfg.kinds {
+		var last *timing
+		growth := 1.0 // quadratic attention at fixed tokens per step: time ∝ N
+		if k == attention.Polysketch {
+			growth = 0
+		}
+		for _, n := range cfg.ns {
+			r, err := cfg.measure(k, n, &last, growth)
+			if err != nil {
+				return err
+			}
+			if err := cfg.print(w, r); err != nil {
+				return err
+			}
+			w.Flush()
+		}
+	}
+	return w.Flush()
+}
+
+func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
+	if cfg.json {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if r.Seconds == nil {
+		_, err := fmt.Fprintf(w, "%-12s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%-12s %6d %5d %10.3f %12.0f %10.1f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20))
+	return err
+}
+
+// predictMemory estimates the bytes a training step of model c on B×N
+// tokens holds: see benchTrainHelp.
+func predictMemory(c model.Config, B, N int) (int64, error) {
+	mech, err := attention.New(c.Attention, attention.Options{
+		Causal: true, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
+		Local: c.Local, Sketch: c.Sketch, Seed: c.Seed,
+	})
+	if err != nil {
+		return 0, err
+	}
+	d, V, L := int64(c.Dim), int64(c.Vocab), int64(c.Layers)
+	hidden := int64(c.HiddenSize())
+	params := V*d + L*(4*d*d+3*d*hidden+6*d) + 2*d + V
+	tokens := int64(B) * int64(N)
+	// 40·d floats per layer and token: measured on this model (flash,
+	// N=1024: the attention keeps next to nothing), more than the layers'
+	// named buffers because of the GLU's hidden activations.
+	perToken := L*(40*d) + 10*d + 2*V
+	return 4*(4*params+tokens*perToken) + L*mech.Workspace(B, c.Heads, N, c.HeadSize()), nil
+}
+
+// measure runs the training steps of mechanism k at context n, or
+// reports why not.
+func (cfg *benchTrainConfig) measure(k attention.Kind, n int, last **timing, growth float64) (benchTrainRow, error) {
+	B := max(1, cfg.tokens/n)
+	r := benchTrainRow{Mechanism: string(k), N: n, Batch: B}
+	c := cfg.config(k, n)
+	need, err := predictMemory(c, B, n)
+	if err != nil {
+		return r, fmt.Errorf("bench train: %s: %w", k, err)
+	}
+	if need > int64(cfg.memLimit) {
+		r.note = fmt.Sprintf("OOM: needs about %v > --mem-limit %v", byteSize(need), cfg.memLimit)
+		return r, nil
+	}
+	if t, ok := predict(*last, n, growth); ok && t > cfg.maxSeconds {
+		r.note = fmt.Sprintf("skipped: predicted %.3g s per step > --max-seconds %g", t, cfg.maxSeconds)
+		return r, nil
+	}
+
+	runtime.GC()
+	base := heapInUse()
+	s := startHeapSampler()
+	m, err := model.New(c)
+	if err != nil {
+		s.stop()
+		return r, fmt.Errorf("bench train: %s: %w", k, err)
+	}
+	opt, err := optim.NewAdamW(m.Params(), optim.DefaultConfig())
+	if err != nil {
+		s.stop()
+		return r, err
+	}
+	rng := rand.New(rand.NewPCG(c.Seed, uint64(n)))
+	tokens, targets := make([]int32, B*n), make([]int32, B*n)
+	for i := range tokens {
+		tokens[i], targets[i] = int32(rng.IntN(c.Vocab)), int32(rng.IntN(c.Vocab))
+	}
+	step := func() {
+		params := m.Params()
+		optim.ZeroGrad(params)
+		m.Loss(tokens, targets, B, n)
+		m.Backward()
+		optim.ClipGradNorm(params, 1)
+		opt.Update(1e-4)
+	}
+	start := time.Now()
+	step() // warm-up: sizes every buffer
+	s.sample()
+	best := math.Inf(1)
+	for i := 0; i < cfg.steps && (i == 0 || time.Since(start).Seconds() < cfg.maxSeconds); i++ {
+		t := time.Now()
+		step()
+		best = min(best, time.Since(t).Seconds())
+		s.sample()
+	}
+	peak := int64(s.stop()) - int64(base)
+	*last = &timing{n, best}
+	tps := float64(B*n) / best
+	r.Seconds, r.TokensPerSec, r.PeakBytes = &best, &tps, &peak
+	m, opt = nil, nil
+	debug.FreeOSMemory()
+	return r, nil
+}

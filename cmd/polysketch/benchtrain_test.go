@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// tinyBenchTrain is a bench train small enough for a test.
+var tinyBenchTrain = []string{"bench", "train", "--n", "16,32", "--tokens", "64", "--layers", "1", "--dim", "16", "--heads", "2",
+	"--block", "8", "--sketch-size", "4", "--steps", "1"}
+
+func TestBenchTrainJSON(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(append(tinyBenchTrain, "--json"), &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 8 {
+		t.Fatalf("%d lines, want 4 mechanisms × 2 lengths:\n%s", len(lines), out.String())
+	}
+	for i, line := range lines {
+		var r struct {
+			Mechanism    string   `json:"mechanism"`
+			N            int      `json:"n"`
+			Batch        int      `json:"batch"`
+			Seconds      *float64 `json:"seconds"`
+			TokensPerSec *float64 `json:"tokens_per_sec"`
+			PeakBytes    *int64   `json:"peak_bytes"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		wantN := []int{16, 32}[i%2]
+		if r.N != wantN || r.Batch != 64/wantN || r.Seconds == nil || r.TokensPerSec == nil || r.PeakBytes == nil {
+			t.Fatalf("line %q: want n %d, batch %d and measurements", line, wantN, 64/wantN)
+		}
+		if got := *r.TokensPerSec * *r.Seconds; got < 63.9 || got > 64.1 {
+			t.Errorf("line %q: tokens/s × seconds = %v, want the 64 tokens of a step", line, got)
+		}
+		if *r.PeakBytes <= 0 {
+			t.Errorf("line %q: peak memory %d", line, *r.PeakBytes)
+		}
+	}
+}
+
+func TestBenchTrainOOMAndSkip(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(append(tinyBenchTrain, "--mechanisms", "flash", "--mem-limit", "1KiB"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(out.String(), "OOM: needs about"); c != 2 {
+		t.Errorf("%d OOM rows, want 2:\n%s", c, out.String())
+	}
+	out.Reset()
+	if err := run(append(tinyBenchTrain, "--mechanisms", "softmax,polysketch", "--max-seconds", "1e-9"), &out); err != nil {
+		t.Fatal(err)
+	}
+	// The first length of each runs; the second is predicted too slow.
+	if c := strings.Count(out.String(), "skipped: predicted"); c != 2 {
+		t.Errorf("%d skipped rows, want 2:\n%s", c, out.String())
+	}
+}
+
+func TestBenchTrainFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--n", "0"}, "--n"},
+		{[]string{"--mechanisms", "linear"}, `unknown mechanism "linear"`},
+		{[]string{"--tokens", "0"}, "--tokens 0"},
+		{[]string{"--steps", "0"}, "--steps 0"},
+		{[]string{"--heads", "3"}, "not divisible by heads 3"},
+		{[]string{"--mem-limit", "lots"}, "positive size"},
+	} {
+		var out bytes.Buffer
+		err := run(append(append([]string{}, tinyBenchTrain...), tc.args...), &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

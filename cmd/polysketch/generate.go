@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/tokenizer"
+)
+
+const generateHelp = `usage: polysketch generate [flags]
+
+Samples text from a checkpoint, continuing --prompt, and streams it to
+stdout token by token. Generation is incremental: each token runs the model
+once at one position, keeping per-layer state (for polysketch a state of
+constant size, so every token costs the same; for the other mechanisms a
+KV cache limited to the model's context length).
+
+Sampling: the logits are divided by --temperature (0 picks the most likely
+token every time), cut to the --top-k most likely tokens (0: all), then to
+the smallest set whose probability reaches --top-p (1: all), and a token is
+drawn from what is left with a generator seeded by --seed.
+
+flags:
+`
+
+func runGenerate(args []string, stdout io.Writer) error {
+	fs := newFlags("generate", stdout)
+	var (
+		ckpt   = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
+		prompt = fs.String("prompt", "func main() {\n", "text to continue")
+		n      = fs.Int("tokens", 200, "tokens to generate")
+		echo   = fs.Bool("echo", true, "print the prompt before the generated text")
+		s      sampler
+	)
+	fs.Float64Var(&s.temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
+	fs.IntVar(&s.topK, "top-k", 0, "sample among the k most likely tokens only; 0 for all")
+	fs.Float64Var(&s.topP, "top-p", 0.95, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
+	seed := fs.Uint64("seed", 1, "seed of the sampling")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), generateHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case !(s.temperature >= 0) || math.IsInf(s.temperature, 0):
+		return fmt.Errorf("generate: --temperature %v: must be 0 or positive", s.temperature)
+	case s.topK < 0:
+		return fmt.Errorf("generate: --top-k %d: must not be negative", s.topK)
+	case !(s.topP > 0 && s.topP <= 1):
+		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.topP)
+	case *n < 0:
+		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
+	case *prompt == "":
+		return errors.New("generate: --prompt is empty: the model needs at least one token to start from")
+	}
+
+	dir := checkpointDir(*ckpt)
+	c, err := checkpoint.Load(dir)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	tok, err := tokenizer.Lookup(c.State.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
+	}
+	ids := tok.Encode(nil, []byte(*prompt))
+	dec, err := c.Model.NewDecoder(1)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	if limit := dec.Limit(); limit > 0 && len(ids)+*n > limit {
+		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; generate fewer tokens",
+			len(ids), *n, limit, c.Model.Config().Attention)
+	}
+	s.rng = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *echo {
+		if _, err := io.WriteString(stdout, *prompt); err != nil {
+			return err
+		}
+	}
+	flush(stdout)
+	// The prompt: one step per token, keeping the logits of the last.
+	for _, id := range ids[:len(ids)-1] {
+		if _, err := dec.Step([]int32{id}); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+	}
+	next := ids[len(ids)-1]
+	start := time.Now()
+	var out []byte
+	generated := 0
+	for generated < *n && ctx.Err() == nil {
+		logits, err := dec.Step([]int32{next})
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		next = int32(s.sample(logits.Data))
+		if out, err = tok.Decode(out[:0], []int32{next}); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		if _, err := stdout.Write(out); err != nil {
+			return err
+		}
+		flush(stdout)
+		generated++
+	}
+	fmt.Fprintln(stdout)
+	d := time.Since(start)
+	fmt.Fprintf(stderr, "generated %d tokens in %s (%.1f tokens/s) after a prompt of %d tokens\n",
+		generated, d.Round(time.Millisecond), float64(generated)/d.Seconds(), len(ids))
+	return nil
+}
+
+// flush flushes w if it buffers.
+func flush(w io.Writer) {
+	if f, ok := w.(interface{ Flush() error }); ok {
+		f.Flush()
+	}
+}
+
+// sampler draws tokens from logits by temperature, top-k and top-p.
+type sampler struct {
+	temperature float64
+	topK        int
+	topP        float64
+	rng         *rand.Rand
+
+	order []int     // token ids, most likely first
+	probs []float64 // their probabilities
+}
+
+// sample returns a token id drawn from logits.
+func (s *sampler) sample(logits []float32) int {
+	if s.temperature == 0 {
+		best := 0
+		for i, l := range logits {
+			if l > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	s.order = s.order[:0]
+	for i := range logits {
+		s.order = append(s.order, i)
+	}
+	// Most likely first; ties by id, so that the order is deterministic.
+	slices.SortFunc(s.order, func(a, b int) int {
+		switch {
+		case logits[a] > logits[b]:
+			return -1
+		case logits[a] < logits[b]:
+			return 1
+		}
+		return a - b
+	})
+	if s.topK > 0 && s.topK < len(s.order) {
+		s.order = s.order[:s.topK]
+	}
+	top := float64(logits[s.order[0]])
+	s.probs = s.probs[:0]
+	var sum float64
+	for _, id := range s.order {
+		p := math.Exp((float64(logits[id]) - top) / s.temperature)
+		s.probs = append(s.probs, p)
+		sum += p
+	}
+	// Nucleus: the shortest prefix reaching topP of the probability.
+	keep, acc := len(s.probs), 0.0
+	for i, p := range s.probs {
+		acc += p / sum
+		if acc >= s.topP {
+			keep = i + 1
+			break
+		}
+	}
+	s.order, s.probs = s.order[:keep], s.probs[:keep]
+	sum = 0
+	for _, p := range s.probs {
+		sum += p
+	}
+	u := s.rng.Float64() * sum
+	for i, p := range s.probs {
+		if u < p {
+			return s.order[i]
+		}
+		u -= p
+	}
+	return s.order[len(s.order)-1]
+}

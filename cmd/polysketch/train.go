@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
+)
+
+const trainHelp = `usage: polysketch train [flags]
+
+Trains a decoder-only language model (Transformer++ with PolySketch
+attention by default) on text files, by default the Go toolchain's own
+source tree, showing progress on stderr.
+
+The run lives in the --out directory:
+  checkpoint/     the latest checkpoint: model.safetensors (the weights,
+                  readable by any safetensors loader), optimizer.safetensors,
+                  config.json, state.json, manifest.json (checksums)
+  metrics.jsonl   one JSON line per step: step, loss, lr, grad_norm, tokens,
+                  tokens_per_sec, elapsed, and val_loss, val_ppl when validated
+  loss.png        training and validation loss against step
+
+A checkpoint is saved every --save-every steps, at the end, and on Ctrl-C
+(SIGINT) or SIGTERM, which stop the run cleanly after the step under way;
+--resume continues it exactly where it stopped. A resumed run keeps its
+model and recipe: flags given with --resume must match the checkpoint,
+except --steps, --eval-every, --eval-batches, --save-every, --log-every and
+--cache-dir. A NaN or infinite loss stops the run without saving, leaving
+the last good checkpoint.
+
+The learning rate warms up linearly over --warmup steps to --lr, then decays
+linearly to --min-lr at --steps.
+
+flags:
+`
+
+// stderr receives progress and log lines; tests replace it.
+var stderr io.Writer = os.Stderr
+
+// isTerminal reports whether w is a terminal, where a progress line may
+// rewrite itself; a variable so that tests can pretend.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// trainOptions are the flags of train that are not part of a configuration.
+type trainOptions struct {
+	out      string
+	resume   bool
+	force    bool
+	cacheDir string
+	logEvery int
+}
+
+// trainFlags defines the flags of train on fs, bound to mc, tc and o, with
+// their current values as defaults.
+func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions) {
+	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "text files, directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
+	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, "tokenizer: "+strings.Join(tokenizer.Names(), " or "))
+
+	fs.Var((*kindFlag)(&mc.Attention), "attention", "attention mechanism: softmax, flash, polynomial or polysketch")
+	fs.IntVar(&mc.Degree, "degree", mc.Degree, "degree p of polynomial and polysketch attention")
+	fs.IntVar(&mc.SketchSize, "sketch-size", mc.SketchSize, "sketch size r of polysketch")
+	fs.Var((*sketchFlag)(&mc.Sketch), "sketch", "polysketch random sketch: gaussian or srht")
+	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
+	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
+	fs.BoolVar(&mc.Learned, "learned", mc.Learned, "polysketch: learned sketches instead of random ones")
+	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
+	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
+	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
+	fs.IntVar(&mc.Context, "context", mc.Context, "context length N: tokens per training sequence")
+
+	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
+	fs.IntVar(&tc.Accum, "accum", tc.Accum, "micro-batches per step (gradient accumulation)")
+	fs.IntVar(&tc.Steps, "steps", tc.Steps, "optimizer steps of the whole run")
+	fs.Float64Var(&tc.LR, "lr", tc.LR, "peak learning rate")
+	fs.Float64Var(&tc.MinLR, "min-lr", tc.MinLR, "final learning rate (default: --lr/10)")
+	fs.IntVar(&tc.Warmup, "warmup", tc.Warmup, "steps of linear learning-rate warm-up (unless given, at most --steps/10)")
+	fs.Float64Var(&tc.WeightDecay, "weight-decay", tc.WeightDecay, "AdamW weight decay")
+	fs.Float64Var(&tc.Clip, "clip", tc.Clip, "clip the global gradient norm to this; 0 turns clipping off")
+	fs.IntVar(&tc.EvalEvery, "eval-every", tc.EvalEvery, "steps between validations (0: only at the end)")
+	fs.IntVar(&tc.EvalBatches, "eval-batches", tc.EvalBatches, "validation batches (0: the whole validation split)")
+	fs.IntVar(&tc.SaveEvery, "save-every", tc.SaveEvery, "steps between checkpoints (0: only at the end)")
+	fs.Var(seedFlag{mc, tc}, "seed", "seed of the initial weights, the sketches and the data order")
+
+	fs.StringVar(&o.out, "out", o.out, "directory of the run: checkpoint, metrics.jsonl, loss.png")
+	fs.BoolVar(&o.resume, "resume", o.resume, "continue the run in --out from its checkpoint")
+	fs.BoolVar(&o.force, "force", o.force, "start a new run in --out even if it holds a checkpoint, replacing it")
+	fs.StringVar(&o.cacheDir, "cache-dir", o.cacheDir, "directory for tokenized corpora (default: the user cache directory)")
+	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "steps between progress lines when stderr is not a terminal")
+}
+
+// resumable lists the flags a resumed run may change.
+var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every"}
+
+func runTrain(args []string, stdout io.Writer) error {
+	mc, tc := model.DefaultConfig(), train.DefaultConfig()
+	tc.MinLR = 0 // 0 until set: --lr/10
+	o := trainOptions{out: "run", logEvery: 10}
+	fs := newFlags("train", stdout)
+	trainFlags(fs, &mc, &tc, &o)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), trainHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := absPaths(tc.Corpus); err != nil {
+		return fmt.Errorf("train: --corpus: %w", err)
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["min-lr"] {
+		tc.MinLR = tc.LR / 10
+	}
+	if !set["warmup"] {
+		tc.Warmup = min(tc.Warmup, tc.Steps/10)
+	}
+	ckDir := filepath.Join(o.out, train.CheckpointDir)
+
+	var resumeFrom *checkpoint.Checkpoint
+	switch {
+	case o.resume && o.force:
+		return errors.New("train: --resume and --force contradict each other: continue the run, or replace it")
+	case o.resume:
+		if !checkpoint.Exists(ckDir) {
+			return fmt.Errorf("train: no checkpoint in %s to resume; start a new run without --resume", o.out)
+		}
+		c, saved, err := train.LoadCheckpoint(o.out)
+		if err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		// Parse again over the saved configuration: flags given now
+		// override it, and must not change the model or the recipe.
+		smc, stc := c.Model.Config(), saved
+		fs2 := newFlags("train", io.Discard)
+		trainFlags(fs2, &smc, &stc, &o)
+		if err := fs2.Parse(args); err != nil {
+			return err
+		}
+		if err := absPaths(stc.Corpus); err != nil {
+			return fmt.Errorf("train: --corpus: %w", err)
+		}
+		var bad []string
+		for _, d := range append(checkpoint.Diff(c.Model.Config(), smc), checkpoint.Diff(saved, stc)...) {
+			field, _, _ := strings.Cut(d, ":")
+			name := strings.ReplaceAll(field, "_", "-")
+			if !slices.Contains(resumable, name) {
+				saved, given, _ := strings.Cut(strings.TrimPrefix(d, field+": "), " vs ")
+				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", name, given, saved))
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("train: --resume: %s in %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
+				o.out, strings.Join(bad, ", "))
+		}
+		mc, tc, resumeFrom = smc, stc, c
+		if c.State.Step >= tc.Steps {
+			fmt.Fprintf(stdout, "the run in %s is complete at step %d of %d; pass a larger --steps to train further\n", o.out, c.State.Step, tc.Steps)
+			return nil
+		}
+	case checkpoint.Exists(ckDir) && !o.force:
+		return fmt.Errorf("train: %s already holds a run; pass --resume to continue it, or --force to start over and replace it", o.out)
+	}
+
+	tok, err := tokenizer.Lookup(tc.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("train: --tokenizer: %w", err)
+	}
+	mc.Vocab = tok.VocabSize()
+	if err := mc.Validate(); err != nil {
+		return fmt.Errorf("train: model: %s", oneLine(err))
+	}
+	if err := tc.Validate(); err != nil {
+		return fmt.Errorf("train: %s", oneLine(err))
+	}
+	if o.logEvery < 1 {
+		return fmt.Errorf("train: --log-every %d: must be positive", o.logEvery)
+	}
+
+	p := newProgress(stderr, o.logEvery)
+	trainTokens, valTokens, err := loadCorpus(tc.Corpus, tok, o.cacheDir, p.logf)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+
+	var t *train.Trainer
+	if resumeFrom != nil {
+		t, err = train.Resume(o.out, resumeFrom, tc, trainTokens, valTokens)
+	} else {
+		t, err = train.New(o.out, mc, tc, trainTokens, valTokens)
+	}
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	defer t.Close()
+	t.Logf, t.Progress = p.logf, p.update
+
+	nparams := 0
+	for _, q := range t.Model.Params() {
+		nparams += q.Value.Len()
+	}
+	p.logf("model: %s attention, %d layers, dim %d, %d heads, context %d: %s parameters",
+		mc.Attention, mc.Layers, mc.Dim, mc.Heads, mc.Context, count(nparams))
+	what := "training"
+	if resumeFrom != nil {
+		what = fmt.Sprintf("resuming at step %d:", t.Step())
+	}
+	accum := ""
+	if tc.Accum > 1 {
+		accum = fmt.Sprintf(" × %d micro-batches", tc.Accum)
+	}
+	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s training tokens (%s for validation); Ctrl-C stops and saves",
+		what, tc.Steps, tc.Batch, mc.Context, accum, count(int(trainTokens.Len())), count(int(valTokens.Len())))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once
+	}()
+	start := time.Now()
+	res, err := t.Run(ctx)
+	p.done()
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(stdout, "interrupted at step %d of %d; checkpoint saved in %s\ncontinue with: polysketch train --out %s --resume\n",
+			res.Step, tc.Steps, filepath.Join(o.out, train.CheckpointDir), o.out)
+		return nil
+	case err != nil:
+		return fmt.Errorf("train: %w", err)
+	}
+	fmt.Fprintf(stdout, "step %d of %d: training loss %.4f", res.Step, tc.Steps, res.Loss)
+	if res.Val != nil {
+		fmt.Fprintf(stdout, ", validation loss %.4f (perplexity %.3f, %.3f bits/token)", res.Val.Loss, res.Val.Perplexity(), res.Val.BitsPerToken())
+	}
+	trained := res.Tokens - resumeTokens(resumeFrom)
+	fmt.Fprintf(stdout, "; %s tokens in %s (%s tokens/s)\nrun saved in %s: %s/, %s, %s\n",
+		count(int(trained)), time.Since(start).Round(time.Second), count(int(float64(trained)/time.Since(start).Seconds())),
+		o.out, train.CheckpointDir, train.MetricsFile, train.PlotFile)
+	return nil
+}
+
+// absPaths makes the corpus paths absolute, so that the checkpoint
+// records paths that work from any directory a run is resumed in.
+func absPaths(paths []string) error {
+	for i, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		paths[i] = abs
+	}
+	return nil
+}
+
+func resumeTokens(c *checkpoint.Checkpoint) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.State.Tokens
+}
+
+// loadCorpus lists and tokenizes the corpus of paths (the Go source tree
+// if none) and returns its training and validation splits.
+func loadCorpus(paths []string, tok tokenizer.Tokenizer, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
+	var c *data.Corpus
+	if len(paths) == 0 {
+		c, err = data.GoSource()
+	} else {
+		c, err = data.NewCorpus(paths...)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	logf("corpus: %s: %d files, %.1f MB", c.Desc, len(c.Files), float64(c.Bytes())/1e6)
+	return data.Load(c, tok, data.Options{CacheDir: cacheDir, Logf: logf})
+}
+
+// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// count formats n with a k or M suffix: 950, 12.3k, 3.21M.
+func count(n int) string {
+	switch v := float64(n); {
+	case math.Abs(v) >= 1e6:
+		return fmt.Sprintf("%.3gM", v/1e6)
+	case math.Abs(v) >= 1e4:
+		return fmt.Sprintf("%.3gk", v/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// progress shows training progress: on a terminal, one line rewritten in
+// place; elsewhere, a line every few steps.
+type progress struct {
+	w        io.Writer
+	terminal bool
+	every    int
+	shown    bool // a progress line is on screen, without a newline
+	any      bool // a line was printed: the first step always is
+	last     time.Time
+}
+
+func newProgress(w io.Writer, every int) *progress {
+	return &progress{w: w, terminal: isTerminal(w), every: every}
+}
+
+// logf prints a line of its own, above the progress line.
+func (p *progress) logf(format string, args ...any) {
+	p.clear()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+func (p *progress) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+}
+
+func (p *progress) update(u train.Progress) {
+	line := fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  %s tokens/s  ETA %s",
+		u.Step, u.Steps, u.Loss, u.LR, count(int(u.TokensPerSec)), u.ETA.Round(time.Second))
+	if !p.terminal {
+		if u.Step%p.every == 0 || u.Step == u.Steps || !p.any {
+			p.any = true
+			fmt.Fprintln(p.w, line)
+		}
+		return
+	}
+	if time.Since(p.last) < 100*time.Millisecond && u.Step != u.Steps {
+		return // a terminal need not redraw more than ten times a second
+	}
+	p.last = time.Now()
+	const width = 24
+	done := width * u.Step / max(u.Steps, 1)
+	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
+	fmt.Fprintf(p.w, "\r\033[K[%s] %s", bar, line)
+	p.shown = true
+}
+
+// done ends the progress line.
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintln(p.w)
+		p.shown = false
+	}
+}
+
+// listFlag is a list of strings given comma-separated or by repeating the
+// flag. The first value given replaces the default; later ones append.
+type listFlag struct {
+	list *[]string
+	set  bool
+}
+
+func (l *listFlag) String() string {
+	if l == nil || l.list == nil {
+		return ""
+	}
+	return strings.Join(*l.list, ",")
+}
+
+func (l *listFlag) Set(s string) error {
+	if !l.set {
+		*l.list, l.set = nil, true
+	}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l.list = append(*l.list, f)
+		}
+	}
+	if len(*l.list) == 0 {
+		return errors.New("empty list")
+	}
+	return nil
+}
+
+// kindFlag is an attention.Kind flag, checked when set.
+type kindFlag attention.Kind
+
+func (k *kindFlag) String() string { return string(*k) }
+func (k *kindFlag) Set(s string) error {
+	if !slices.Contains(attention.Kinds, attention.Kind(s)) {
+		return fmt.Errorf("unknown attention %q: use one of %v", s, attention.Kinds)
+	}
+	*k = kindFlag(s)
+	return nil
+}
+
+// sketchFlag is an attention.SketchKind flag, checked when set.
+type sketchFlag attention.SketchKind
+
+func (k *sketchFlag) String() string { return string(*k) }
+func (k *sketchFlag) Set(s string) error {
+	switch attention.SketchKind(s) {
+	case attention.Gaussian, attention.SRHT:
+		*k = sketchFlag(s)
+		return nil
+	}
+	return fmt.Errorf("unknown sketch %q: use %q or %q", s, attention.Gaussian, attention.SRHT)
+}
+
+// seedFlag sets the seed of the model and of the training data together.
+type seedFlag struct {
+	mc *model.Config
+	tc *train.Config
+}
+
+func (s seedFlag) String() string {
+	if s.mc == nil {
+		return "0"
+	}
+	return fmt.Sprint(s.mc.Seed)
+}
+
+func (s seedFlag) Set(v string) error {
+	var n uint64
+	if _, err := fmt.Sscan(v, &n); err != nil || fmt.Sprint(n) != v {
+		return errors.New("want a non-negative integer")
+	}
+	s.mc.Seed, s.tc.Seed = n, n
+	return nil
+}

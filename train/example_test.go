@@ -1,0 +1,80 @@
+package train_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
+)
+
+// Train a tiny model on a text file for a few steps, stop it, and resume
+// it from its checkpoint.
+func Example() {
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 100)
+	if err := os.WriteFile(filepath.Join(dir, "fox.txt"), []byte(text), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	corpus, err := data.NewCorpus(filepath.Join(dir, "fox.txt"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	trainTokens, valTokens, err := data.Load(corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+
+	mc := model.DefaultConfig()
+	mc.Dim, mc.Layers, mc.Heads, mc.Context, mc.Block, mc.SketchSize = 32, 1, 2, 32, 16, 8
+	tc := train.DefaultConfig()
+	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 4, 10, 2, 5, 1
+	run := filepath.Join(dir, "run")
+
+	t, err := train.New(run, mc, tc, trainTokens, valTokens)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Stop after 4 steps, as Ctrl-C would: Run saves a checkpoint.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Progress = func(p train.Progress) {
+		if p.Step == 4 {
+			cancel()
+		}
+	}
+	res, err := t.Run(ctx)
+	t.Close()
+	fmt.Println("stopped at step", res.Step, errors.Is(err, context.Canceled))
+
+	c, saved, err := train.LoadCheckpoint(run)
+	if err != nil {
+		log.Fatal(err)
+	}
+	t, err = train.Resume(run, c, saved, trainTokens, valTokens)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	res, err = t.Run(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ms, _, _ := train.ReadMetrics(filepath.Join(run, train.MetricsFile))
+	fmt.Println("finished at step", res.Step, "with", len(ms), "lines of metrics, validated:", res.Val != nil)
+	// Output:
+	// stopped at step 4 true
+	// finished at step 10 with 10 lines of metrics, validated: true
+}

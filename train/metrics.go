@@ -1,0 +1,153 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/polysketch/polysketch/chart"
+)
+
+// Metrics is one line of a run's metrics log (metrics.jsonl): the
+// measurements of one optimizer step.
+type Metrics struct {
+	Step         int      `json:"step"`           // updates taken, this one included
+	Loss         float64  `json:"loss"`           // mean training cross-entropy of the step's tokens, nats
+	LR           float64  `json:"lr"`             // learning rate of the step's update
+	GradNorm     float64  `json:"grad_norm"`      // global gradient norm before clipping
+	Tokens       int64    `json:"tokens"`         // training tokens seen so far
+	TokensPerSec float64  `json:"tokens_per_sec"` // training throughput of the step (forward, backward, update)
+	Elapsed      float64  `json:"elapsed"`        // seconds since the run started, over all its sessions
+	ValLoss      *float64 `json:"val_loss,omitempty"`
+	ValPPL       *float64 `json:"val_ppl,omitempty"`
+}
+
+// The files a run keeps in its directory beside the checkpoint.
+const (
+	// MetricsFile is the metrics log, one JSON object (Metrics) a line.
+	MetricsFile = "metrics.jsonl"
+	// PlotFile is the loss curve: training and validation loss against step.
+	PlotFile = "loss.png"
+	// CheckpointDir is the checkpoint's directory inside the run's.
+	CheckpointDir = "checkpoint"
+)
+
+// ReadMetrics reads the metrics log at path. A line that does not parse
+// (the last one, cut short by a crash, say) is skipped and counted.
+func ReadMetrics(path string) (ms []Metrics, skipped int, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var m Metrics
+		if err := json.Unmarshal(line, &m); err != nil {
+			skipped++
+			continue
+		}
+		ms = append(ms, m)
+	}
+	return ms, skipped, sc.Err()
+}
+
+// metricsLog appends lines to a run's metrics log.
+type metricsLog struct {
+	f *os.File
+}
+
+// openMetrics opens the metrics log of the run in dir for appending. It
+// first keeps only the lines of steps up to step (those before the
+// checkpoint a run resumes from; none for a new run) and returns them.
+func openMetrics(dir string, step int) (*metricsLog, []Metrics, int, error) {
+	path := filepath.Join(dir, MetricsFile)
+	old, skipped, err := ReadMetrics(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, 0, fmt.Errorf("reading metrics log: %w", err)
+	}
+	var kept []Metrics
+	var buf bytes.Buffer
+	for _, m := range old {
+		if m.Step <= step {
+			kept = append(kept, m)
+			b, _ := json.Marshal(m)
+			buf.Write(append(b, '\n'))
+		}
+	}
+	// Rewrite it whole through a temporary file, so that a crash now
+	// loses nothing.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("opening metrics log: %w", err)
+	}
+	return &metricsLog{f: f}, kept, skipped, nil
+}
+
+// write appends m as one line, in one write, so that readers never see
+// half a line unless the system crashes.
+func (l *metricsLog) write(m Metrics) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("metrics of step %d: %w", m.Step, err)
+	}
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("writing metrics log: %w", err)
+	}
+	return nil
+}
+
+func (l *metricsLog) close() error { return l.f.Close() }
+
+// maxPlotPoints bounds the points of the training-loss line: longer runs
+// are averaged over consecutive steps, which also smooths the noise.
+const maxPlotPoints = 400
+
+// plot draws the training loss (averaged down to maxPlotPoints points) and
+// the validation loss of ms against step into the PNG file at path.
+func plot(path string, ms []Metrics) error {
+	var trainS, valS chart.Series
+	trainS.Name, valS.Name = "training", "validation"
+	per := (len(ms) + maxPlotPoints - 1) / maxPlotPoints
+	for i := 0; i < len(ms); i += max(per, 1) {
+		var x, y float64
+		n := 0
+		for _, m := range ms[i:min(i+per, len(ms))] {
+			x += float64(m.Step)
+			y += m.Loss
+			n++
+		}
+		trainS.X = append(trainS.X, x/float64(n))
+		trainS.Y = append(trainS.Y, y/float64(n))
+	}
+	for _, m := range ms {
+		if m.ValLoss != nil {
+			valS.X = append(valS.X, float64(m.Step))
+			valS.Y = append(valS.Y, *m.ValLoss)
+		}
+	}
+	c := &chart.Chart{
+		Title:  "loss",
+		X:      chart.Axis{Label: "step"},
+		Y:      chart.Axis{Label: "cross-entropy (nats per token)"},
+		Series: []chart.Series{trainS, valS},
+	}
+	return chart.Write(path, c)
+}

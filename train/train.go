@@ -1,0 +1,406 @@
+// Package train trains polysketch language models: the training loop
+// (AdamW, a warm-up-then-linear-decay learning rate, gradient clipping and
+// accumulation), periodic validation, a metrics log and a loss curve, and
+// checkpoints to stop and resume a run exactly.
+//
+// A run lives in a directory:
+//
+//	checkpoint/     the latest checkpoint (package checkpoint)
+//	metrics.jsonl   one line of Metrics per step
+//	loss.png        training and validation loss against step
+//
+// Runs are deterministic: the same configuration and tokens give bitwise
+// the same losses, whatever GOMAXPROCS is, and a run interrupted and
+// resumed gives the same losses as one that was not.
+//
+//	t, err := train.New(dir, modelConfig, trainConfig, trainTokens, valTokens)
+//	res, err := t.Run(ctx) // until Steps, a NaN, or ctx is cancelled
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/optim"
+)
+
+// Trainer runs one training run. Model and Config are for reading: the
+// trainer's optimizer and data batches were made from them.
+type Trainer struct {
+	Model  *model.Model
+	Config Config
+	// Dir is the run's directory: checkpoint, metrics log, loss curve.
+	Dir string
+
+	// Progress, if not nil, is called after every step.
+	Progress func(Progress)
+	// Logf, if not nil, is told about checkpoints, validations and
+	// anything unusual.
+	Logf func(format string, args ...any)
+
+	opt     *optim.AdamW
+	sched   optim.Schedule
+	batches *data.Batcher
+	val     *data.Batcher
+	state   checkpoint.State
+	history []Metrics
+	log     *metricsLog
+	eval    evaluator
+
+	batch           data.Batch
+	inputs, targets []int32
+	saved           int  // step of the last checkpoint; -1 if none
+	pending         bool // a checkpoint of this step is due
+	skipped         int  // lines of the metrics log that did not parse
+}
+
+// Progress is what the Progress callback learns after each step.
+type Progress struct {
+	Metrics
+	Steps int           // steps of the whole run
+	ETA   time.Duration // estimated time to Steps, from this session's speed
+	Saved int           // step of the last checkpoint written, -1 if none
+}
+
+// Result summarizes a Run.
+type Result struct {
+	Step   int   // steps taken, over all sessions
+	Tokens int64 // training tokens seen
+	Loss   float64
+	// Val is the last validation, nil if none ran.
+	Val *Eval
+	// Saved is the step of the last checkpoint, -1 if none was saved.
+	Saved int
+}
+
+// New prepares a fresh run in dir (created if need be) of a model built
+// from mc, trained by tc on train and validated on val (tokens of
+// tokenizer tc.Tokenizer). The run's metrics log starts empty; a
+// checkpoint already in dir is replaced by the run's first one.
+func New(dir string, mc model.Config, tc Config, train, val *data.Tokens) (*Trainer, error) {
+	if err := tc.Validate(); err != nil {
+		return nil, fmt.Errorf("training config: %w", err)
+	}
+	m, err := model.New(mc)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{Model: m, Config: tc, Dir: dir, saved: -1}
+	t.state.Tokenizer = tc.Tokenizer
+	if err := t.init(train, val); err != nil {
+		return nil, err
+	}
+	if t.opt, err = optim.NewAdamW(m.Params(), tc.optimizer()); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	if t.log, t.history, _, err = openMetrics(dir, 0); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// LoadCheckpoint reads the checkpoint of the run in dir, with its
+// training configuration.
+func LoadCheckpoint(dir string) (*checkpoint.Checkpoint, Config, error) {
+	c, err := checkpoint.Load(filepath.Join(dir, CheckpointDir))
+	if err != nil {
+		return nil, Config{}, err
+	}
+	if string(c.Train) == "null" {
+		return nil, Config{}, fmt.Errorf("checkpoint in %s holds no training configuration to resume with", dir)
+	}
+	var tc Config
+	if err := checkpoint.DecodeJSON(c.Train, &tc); err != nil {
+		return nil, Config{}, fmt.Errorf("checkpoint in %s: training configuration: %w", dir, err)
+	}
+	return c, tc, nil
+}
+
+// Resume prepares the run in dir to continue from its checkpoint c (from
+// LoadCheckpoint) with configuration tc, on the same tokens. With the
+// saved configuration it continues exactly where the checkpoint left off;
+// tc may differ from it (more Steps, say), at the price of that exactness.
+// Lines of the metrics log after the checkpoint's step are dropped.
+func Resume(dir string, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
+	if err := tc.Validate(); err != nil {
+		return nil, fmt.Errorf("training config: %w", err)
+	}
+	if c.Optimizer == nil {
+		return nil, fmt.Errorf("checkpoint in %s holds weights only, no optimizer state to resume training with", dir)
+	}
+	if c.State.Tokenizer != tc.Tokenizer {
+		return nil, fmt.Errorf("checkpoint in %s was trained on %s tokens, not %s", dir, c.State.Tokenizer, tc.Tokenizer)
+	}
+	t := &Trainer{Model: c.Model, Config: tc, Dir: dir, state: c.State, saved: c.State.Step}
+	if err := t.init(train, val); err != nil {
+		return nil, err
+	}
+	if err := t.batches.SetState(c.State.Data); err != nil {
+		return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
+	}
+	var err error
+	if t.opt, err = optim.NewAdamW(c.Model.Params(), tc.optimizer()); err != nil {
+		return nil, err
+	}
+	if err := t.opt.LoadState(c.Optimizer); err != nil {
+		return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
+	}
+	t.opt.Step = c.State.Step
+	if t.log, t.history, t.skipped, err = openMetrics(dir, c.State.Step); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// init checks the tokens against the model and makes the batchers.
+func (t *Trainer) init(train, val *data.Tokens) error {
+	mc := t.Model.Config()
+	for _, tok := range []*data.Tokens{train, val} {
+		if tok.Tokenizer() != t.Config.Tokenizer || tok.VocabSize() != mc.Vocab {
+			return fmt.Errorf("%s holds %s tokens (vocabulary %d); the run needs %s tokens for a model of vocabulary %d",
+				tok, tok.Tokenizer(), tok.VocabSize(), t.Config.Tokenizer, mc.Vocab)
+		}
+	}
+	var err error
+	if t.batches, err = data.NewRandom(train, t.Config.Batch, mc.Context, t.Config.Seed); err != nil {
+		return fmt.Errorf("training data: %w", err)
+	}
+	if val.Len() < 2 {
+		return fmt.Errorf("validation data: %s has %d tokens, too few to validate on (need 2)", val, val.Len())
+	}
+	if t.val, err = data.NewSequential(val, t.Config.Batch, min(mc.Context, int(val.Len()-1)), t.Config.EvalBatches); err != nil {
+		return fmt.Errorf("validation data: %w", err)
+	}
+	t.sched = t.Config.schedule()
+	return nil
+}
+
+func (t *Trainer) logf(format string, args ...any) {
+	if t.Logf != nil {
+		t.Logf(format, args...)
+	}
+}
+
+// Step returns the number of steps taken.
+func (t *Trainer) Step() int { return t.opt.Step }
+
+// Close closes the metrics log.
+func (t *Trainer) Close() error { return t.log.close() }
+
+// ErrDiverged is wrapped by the error of a run stopped by a loss or
+// gradient that is not finite.
+var ErrDiverged = errors.New("training diverged")
+
+// Run trains until Config.Steps steps are taken, validating every
+// EvalEvery steps and at the end, and saving a checkpoint every SaveEvery
+// steps and at the end.
+//
+// A checkpoint due after step s is written during step s+1, once the
+// weights of step s have given a finite loss and gradient, so that no
+// checkpoint holds weights already known to be bad. If a loss, gradient
+// norm or validation loss is not finite, Run stops at once, saves nothing,
+// and returns an error wrapping ErrDiverged: the last checkpoint is the
+// last good one. If ctx is cancelled, Run finishes the step under way,
+// saves a checkpoint and returns ctx's error. Either way the Result says
+// where the run stands.
+func (t *Trainer) Run(ctx context.Context) (Result, error) {
+	start := time.Now()
+	startStep, base := t.opt.Step, t.state.Seconds
+	elapsed := func() float64 { return base + time.Since(start).Seconds() }
+	var res Result
+	defer t.plot()
+	t.pending = false
+	if t.skipped > 0 {
+		t.logf("%s: dropped %d lines that do not parse", MetricsFile, t.skipped)
+		t.skipped = 0
+	}
+	for t.opt.Step < t.Config.Steps {
+		if err := ctx.Err(); err != nil {
+			return t.stop(res, elapsed(), err)
+		}
+		m, err := t.step()
+		if err != nil {
+			return t.result(res), t.failed(err)
+		}
+		step := t.opt.Step
+		done := step == t.Config.Steps
+		if done || (t.Config.EvalEvery > 0 && step%t.Config.EvalEvery == 0) {
+			e, err := t.eval.run(ctx, t.Model, t.val)
+			switch {
+			case err == nil && (math.IsNaN(e.Loss) || math.IsInf(e.Loss, 0)):
+				return t.result(res), t.failed(fmt.Errorf("step %d: validation loss is %v: %w", step, e.Loss, ErrDiverged))
+			case err == nil:
+				res.Val = &e
+				loss, ppl := e.Loss, e.Perplexity()
+				m.ValLoss, m.ValPPL = &loss, &ppl
+				t.logf("step %d: validation loss %.4f, perplexity %.3f", step, loss, ppl)
+			case ctx.Err() != nil: // interrupted: log the step without it
+			default:
+				return t.result(res), fmt.Errorf("validation at step %d: %w", step, err)
+			}
+		}
+		t.state.Seconds = elapsed()
+		m.Elapsed = t.state.Seconds
+		if err := t.log.write(m); err != nil {
+			return t.result(res), err
+		}
+		t.history = append(t.history, m)
+		if done {
+			if err := t.save(nil); err != nil {
+				return t.result(res), err
+			}
+		} else if t.Config.SaveEvery > 0 && step%t.Config.SaveEvery == 0 {
+			t.pending = true
+		}
+		if m.ValLoss != nil {
+			t.plot()
+		}
+		if t.Progress != nil {
+			per := time.Since(start) / time.Duration(step-startStep)
+			t.Progress(Progress{Metrics: m, Steps: t.Config.Steps, ETA: per * time.Duration(t.Config.Steps-step), Saved: t.saved})
+		}
+	}
+	return t.result(res), nil
+}
+
+// failed adds to the error of a diverged run where its last checkpoint is.
+func (t *Trainer) failed(err error) error {
+	if !errors.Is(err, ErrDiverged) {
+		return err
+	}
+	err = fmt.Errorf("%w (try a lower learning rate)", err)
+	if t.saved < 0 {
+		return fmt.Errorf("%w; no checkpoint was saved", err)
+	}
+	return fmt.Errorf("%w; nothing saved after step %d: the checkpoint in %s is the last good one", err, t.saved, t.Dir)
+}
+
+// stop saves a checkpoint for a run interrupted by err (ctx's error).
+func (t *Trainer) stop(res Result, elapsed float64, err error) (Result, error) {
+	t.state.Seconds = elapsed
+	if t.saved != t.opt.Step {
+		if serr := t.save(nil); serr != nil {
+			return t.result(res), fmt.Errorf("interrupted at step %d, and the checkpoint could not be saved: %w", t.opt.Step, serr)
+		}
+	}
+	return t.result(res), fmt.Errorf("interrupted at step %d; checkpoint saved in %s: %w", t.opt.Step, t.Dir, err)
+}
+
+func (t *Trainer) result(res Result) Result {
+	res.Step, res.Tokens, res.Saved = t.opt.Step, t.state.Tokens, t.saved
+	if n := len(t.history); n > 0 {
+		res.Loss = t.history[n-1].Loss
+	}
+	return res
+}
+
+// step takes one optimizer step over Accum micro-batches and returns its
+// metrics (without validation and elapsed time). A pending checkpoint of
+// the previous step is saved once its weights have given a finite loss
+// and gradient, before they are updated.
+func (t *Trainer) step() (Metrics, error) {
+	start := time.Now()
+	var pos []byte // data position before this step, for the pending save
+	if t.pending {
+		var err error
+		if pos, err = t.batches.State(); err != nil {
+			return Metrics{}, err
+		}
+	}
+	params := t.Model.Params()
+	optim.ZeroGrad(params)
+	var loss float64
+	var tokens int64
+	for range t.Config.Accum {
+		if err := t.batches.Next(&t.batch); err != nil {
+			return Metrics{}, fmt.Errorf("training data: %w", err)
+		}
+		t.inputs, t.targets = split(t.batch, t.inputs, t.targets)
+		l := t.Model.Loss(t.inputs, t.targets, t.batch.B, t.batch.N)
+		if testHookLoss != nil {
+			l = testHookLoss(t.opt.Step+1, l)
+		}
+		t.Model.Backward()
+		loss += l
+		tokens += int64(t.batch.B * t.batch.N)
+	}
+	loss /= float64(t.Config.Accum)
+	if t.Config.Accum > 1 {
+		optim.ScaleGrads(params, 1/float32(t.Config.Accum))
+	}
+	norm := optim.ClipGradNorm(params, t.Config.Clip)
+	step := t.opt.Step + 1
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return Metrics{}, fmt.Errorf("step %d: loss is %v: %w", step, loss, ErrDiverged)
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return Metrics{}, fmt.Errorf("step %d: gradient norm is %v: %w", step, norm, ErrDiverged)
+	}
+	if t.pending {
+		s := time.Now()
+		if err := t.save(pos); err != nil {
+			return Metrics{}, err
+		}
+		start = start.Add(time.Since(s)) // the throughput is of training alone
+	}
+	lr := t.sched.LR(t.opt.Step)
+	t.opt.Update(lr)
+	t.state.Step = t.opt.Step
+	t.state.Tokens += tokens
+	d := time.Since(start).Seconds()
+	return Metrics{
+		Step: step, Loss: loss, LR: lr, GradNorm: norm,
+		Tokens: t.state.Tokens, TokensPerSec: float64(tokens) / d,
+	}, nil
+}
+
+// testHookLoss, if set, replaces the loss of each micro-batch of step
+// step, for tests of what a diverging run does.
+var testHookLoss func(step int, loss float64) float64
+
+// save writes a checkpoint of the run as it stands after t.opt.Step
+// updates, with the data position pos, or the batcher's current one if pos
+// is nil.
+func (t *Trainer) save(pos []byte) error {
+	if pos == nil {
+		var err error
+		if pos, err = t.batches.State(); err != nil {
+			return err
+		}
+	}
+	tc, err := json.Marshal(t.Config)
+	if err != nil {
+		return err
+	}
+	t.state.Step, t.state.Data = t.opt.Step, pos
+	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state}
+	if err := checkpoint.Save(filepath.Join(t.Dir, CheckpointDir), c); err != nil {
+		return err
+	}
+	t.saved, t.pending = t.opt.Step, false
+	t.logf("step %d: checkpoint saved in %s", t.opt.Step, filepath.Join(t.Dir, CheckpointDir))
+	return nil
+}
+
+// plot redraws the loss curve; a failure is only logged, since the
+// metrics log holds the same data.
+func (t *Trainer) plot() {
+	if len(t.history) == 0 {
+		return
+	}
+	if err := plot(filepath.Join(t.Dir, PlotFile), t.history); err != nil {
+		t.logf("loss curve: %v", err)
+	}
+}
