@@ -9,10 +9,9 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
+
+	"github.com/polysketch/polysketch/internal/atomicfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -50,7 +49,7 @@ type Series struct {
 // Write draws c as a PNG image into the file at path, through a temporary
 // file renamed into place, so that a failure leaves no partial image.
 func Write(path string, c *Chart) error {
-	if err := writeFileAtomic(path, func(w io.Writer) error { return c.encode(w) }); err != nil {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return c.encode(w) }); err != nil {
 		return fmt.Errorf("chart: %s: %w", path, err)
 	}
 	return nil
@@ -233,36 +232,3 @@ func formatPower(base, e, v float64) string {
 // Color returns the color of series i, for callers that draw matching
 // legends or tables.
 func Color(i int) color.Color { return plotutil.Color(i) }
-
-// writeFileAtomic writes path through a temporary file in the same
-// directory: written, synced, closed, then renamed over path. On failure
-// the temporary file is removed and path is untouched.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+strings.TrimPrefix(base, ".")+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}

@@ -28,11 +28,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"unicode/utf8"
+
+	"github.com/polysketch/polysketch/internal/atomicfile"
 
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -469,7 +469,7 @@ func clip(raw []byte) string {
 // renames it over path, so a failure never leaves a partial file nor
 // clobbers an existing one.
 func Write(path string, tensors map[string]*tensor.Tensor, metadata map[string]string) error {
-	if err := writeFileAtomic(path, func(w io.Writer) error { return encode(w, tensors, metadata) }); err != nil {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return encode(w, tensors, metadata) }); err != nil {
 		return fmt.Errorf("safetensors: %s: %w", path, err)
 	}
 	return nil
@@ -592,45 +592,4 @@ func writeString(b *bytes.Buffer, s string) {
 	enc.SetEscapeHTML(false)
 	enc.Encode(s)           // cannot fail for a string
 	b.Truncate(b.Len() - 1) // Encode appends a newline
-}
-
-// writeFileAtomic writes path through a temporary file in the same
-// directory: written, synced, closed, then renamed over path. On failure
-// the temporary file is removed and path is untouched.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+strings.TrimPrefix(base, ".")+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable; not every system can sync a directory.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }

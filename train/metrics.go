@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/polysketch/polysketch/internal/atomicfile"
 
 	"github.com/polysketch/polysketch/chart"
 )
@@ -86,12 +89,7 @@ func openMetrics(dir string, step int) (*metricsLog, []Metrics, int, error) {
 	}
 	// Rewrite it whole through a temporary file, so that a crash now
 	// loses nothing.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)

@@ -144,15 +144,10 @@ func benchAttention(args []string, stdout io.Writer) error {
 
 // parse fills in and checks cfg from the list flags.
 func (cfg *benchAttentionConfig) parse(ns, mechanisms string) error {
-	for _, f := range strings.Split(ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--n %q: want comma-separated positive integers", ns)
-		}
-		cfg.ns = append(cfg.ns, n)
+	var err error
+	if cfg.ns, err = parseContexts(ns); err != nil {
+		return err
 	}
-	slices.Sort(cfg.ns) // extrapolation runs from small to large
-	cfg.ns = slices.Compact(cfg.ns)
 
 	for _, f := range strings.Split(mechanisms, ",") {
 		f = strings.TrimSpace(f)
@@ -497,4 +492,20 @@ func physicalMemory() int64 {
 		}
 	}
 	return 0
+}
+
+// parseContexts parses the --n flag of the benchmarks: comma-separated
+// positive context lengths, returned sorted without repeats, since the
+// time-budget extrapolation runs from small to large.
+func parseContexts(ns string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--n %q: want comma-separated positive integers", ns)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

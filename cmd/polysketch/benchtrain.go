@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -107,15 +106,10 @@ func benchTrain(args []string, stdout io.Writer) error {
 }
 
 func (cfg *benchTrainConfig) parse(ns, mechanisms string) error {
-	for _, f := range strings.Split(ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--n %q: want comma-separated positive integers", ns)
-		}
-		cfg.ns = append(cfg.ns, n)
+	var err error
+	if cfg.ns, err = parseContexts(ns); err != nil {
+		return err
 	}
-	slices.Sort(cfg.ns) // extrapolation runs from small to large
-	cfg.ns = slices.Compact(cfg.ns)
 	for _, f := range strings.Split(mechanisms, ",") {
 		k := attention.Kind(strings.TrimSpace(f))
 		if !slices.Contains(attention.Kinds, k) {
