@@ -13,6 +13,12 @@
 // POLYSKETCH_KERNEL=avx2-6x16 picks the AVX2 kernel on a CPU that also has
 // AVX-512, for comparisons.
 //
+// Products with few rows of C (up to 32 with op(B) = B, 16 with op(B) =
+// Bᵀ on the assembly kernels), as when decoding a token or a few through
+// a weight matrix, and NN and NT products with up to 16 columns skip
+// packing, which would cost several times the product itself: they read
+// the operands in place (see small.go).
+//
 // Sgemm splits C into tiles over up to GOMAXPROCS goroutines. The k sum is
 // never split across goroutines and the kc blocking does not depend on the
 // thread count, so results are bitwise identical for any GOMAXPROCS.

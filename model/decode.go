@@ -2,13 +2,10 @@ package model
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/polysketch/polysketch/attention"
-	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
-	"github.com/polysketch/polysketch/vec"
 )
 
 // Decoder is the generation state of a Model for B sequences decoded in
@@ -38,7 +35,7 @@ type Decoder struct {
 	rope     *nn.RoPE
 	layers   []decoderLayer
 	norm     *nn.LayerNorm
-	head     *nn.Linear // the model's; nil when tied
+	head     *nn.Linear // shares the model's; nil when tied
 	bias     *nn.Param
 
 	tokens     []int32
@@ -48,13 +45,14 @@ type Decoder struct {
 	q, k, v, o *tensor.Tensor // [B,H,1,h], positions along N for RoPE
 	q3, k3, v3 *tensor.Tensor // the same as [B,H,h], for attention.Decoder
 	o3         *tensor.Tensor
-	ab, gated  []float32      // [B, 2·hidden] and [B, hidden]: the GLU's inside
+	heads      *tensor.Tensor // o as [B,1,d], the input of the output projection
 	logits     *tensor.Tensor // [B,V]
 }
 
-// decoderLayer is one layer of the model seen by the Decoder: the model's
-// linear maps (read only), LayerNorms sharing the model's parameters with
-// caches of their own, and the attention state.
+// decoderLayer is one layer of the model seen by the Decoder: layers that
+// share the model's parameters but keep inputs and caches of their own,
+// so that decoding does not disturb the model's Forward/Backward state,
+// and the attention state.
 type decoderLayer struct {
 	ln1, qn, kn, ln2 *nn.LayerNorm
 	qkv, out         *nn.Linear
@@ -70,7 +68,7 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 	c := m.cfg
 	d, H, h := c.Dim, c.Heads, c.HeadSize()
 	dec := &Decoder{
-		cfg: c, batch: B, embScale: m.embScale, head: m.head,
+		cfg: c, batch: B, embScale: m.embScale, head: shareLinear(m.head),
 		embed: &nn.Embedding{Vocab: c.Vocab, Dim: d, Weight: m.embed.Weight},
 		pos:   nn.NewSinusoidal(d),
 		rope:  nn.NewRoPE(h),
@@ -85,7 +83,8 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decoder for layer %d: %w", i, err)
 		}
-		dl := decoderLayer{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: l.qkv, out: l.out, ffn: l.ffn, attn: ad}
+		dl := decoderLayer{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: shareLinear(l.qkv), out: shareLinear(l.out), attn: ad}
+		dl.ffn = &nn.GLU{Dim: l.ffn.Dim, Hidden: l.ffn.Hidden, In: shareLinear(l.ffn.In), Out: shareLinear(l.ffn.Out)}
 		if l.qn != nil {
 			dl.qn, dl.kn = l.qn.Share(), l.qn.Share()
 		}
@@ -96,7 +95,7 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 	dec.qkv = tensor.New(B, 1, 3*d)
 	dec.q, dec.k, dec.v, dec.o = tensor.New(B, H, 1, h), tensor.New(B, H, 1, h), tensor.New(B, H, 1, h), tensor.New(B, H, 1, h)
 	dec.q3, dec.k3, dec.v3, dec.o3 = dec.q.Reshape(B, H, h), dec.k.Reshape(B, H, h), dec.v.Reshape(B, H, h), dec.o.Reshape(B, H, h)
-	dec.ab, dec.gated = make([]float32, B*2*c.HiddenSize()), make([]float32, B*c.HiddenSize())
+	dec.heads = dec.o.Reshape(B, 1, d)
 	dec.logits = tensor.New(B, c.Vocab)
 	return dec, nil
 }
@@ -144,7 +143,7 @@ func (d *Decoder) Step(tokens []int32) (*tensor.Tensor, error) {
 	d.rope.Offset = d.n
 	for _, l := range d.layers {
 		l.ln1.Forward(d.a, d.x)
-		linear(d.qkv.Data, d.a.Data, l.qkv, B)
+		l.qkv.Forward(d.qkv, d.a)
 		// With one position, [B,H,1,h] is [B,d]: the heads are in place.
 		for b := range B {
 			row := d.qkv.Data[b*3*dm : (b+1)*3*dm]
@@ -159,90 +158,30 @@ func (d *Decoder) Step(tokens []int32) (*tensor.Tensor, error) {
 		d.rope.Forward(d.q, d.q)
 		d.rope.Forward(d.k, d.k)
 		l.attn.Step(d.o3, d.q3, d.k3, d.v3)
-		linear(d.y.Data, d.o.Data, l.out, B)
+		l.out.Forward(d.y, d.heads)
 		add(d.x.Data, d.y.Data)
 		l.ln2.Forward(d.a, d.x)
-		d.glu(l.ffn, d.y.Data, d.a.Data)
+		l.ffn.Forward(d.y, d.a)
 		add(d.x.Data, d.y.Data)
 	}
 	d.norm.Forward(d.final, d.x)
 	if d.head != nil {
-		linear(d.logits.Data, d.final.Data, d.head, B)
+		d.head.Forward(d.logits, d.final)
 	} else {
-		tiedLogits(d.logits.Data, d.final.Data, d.embed.Weight.Value.Data, d.bias.Value.Data, B, dm, d.cfg.Vocab)
+		d.embed.Logits(d.logits, d.final)
+		scale(1/d.embScale, d.logits.Data)
+		addRows(d.logits.Data, d.bias.Value.Data)
 	}
 	d.n++
 	return d.logits, nil
 }
 
-// Decoding multiplies a few rows (one per sequence) by each weight matrix.
-// blas.Sgemm packs the whole matrix first, which for one row costs several
-// times the product itself (1×256 by 256×2048: 290 µs against 40 µs for
-// the loop below, on the 2-core development machine), so the Decoder
-// streams each matrix row by row instead. The model's own nn layers keep
-// the training path.
-
-// linear computes y = x·W + b of the Linear l for rows rows of x.
-func linear(y, x []float32, l *nn.Linear, rows int) {
-	var b []float32
-	if l.Bias != nil {
-		b = l.Bias.Value.Data
+// shareLinear returns a Linear with l's parameters and state of its own
+// (nil for nil). Decoding runs a few rows through each layer, which
+// blas.Sgemm computes without packing the weights.
+func shareLinear(l *nn.Linear) *nn.Linear {
+	if l == nil {
+		return nil
 	}
-	matVec(y, x, l.Weight.Value.Data, b, rows, l.In, l.Out)
-}
-
-// matVec sets y = x·W + bias for the rows×in matrix x and the in×out
-// matrix W (bias may be nil), as Σᵢ x[r,i]·W[i,:] in the order of i. Each
-// row of W is read once for all rows of x: decoding one token is bound by
-// reading the weights from memory. The columns are split between
-// goroutines, which cannot change any element.
-func matVec(y, x, w, bias []float32, rows, in, out int) {
-	chunks := max(1, min(runtime.GOMAXPROCS(0), rows*in*out>>17, out/64))
-	parallel.For(chunks, func(c int) {
-		lo, hi := c*out/chunks/16*16, (c+1)*out/chunks/16*16
-		if c == chunks-1 {
-			hi = out
-		}
-		for r := range rows {
-			if bias != nil {
-				copy(y[r*out+lo:r*out+hi], bias[lo:hi])
-			} else {
-				clear(y[r*out+lo : r*out+hi])
-			}
-		}
-		for i := range in {
-			wi := w[i*out+lo : i*out+hi]
-			for r := range rows {
-				vec.Axpy(x[r*in+i], wi, y[r*out+lo:r*out+hi])
-			}
-		}
-	})
-}
-
-// tiedLogits sets logits = x·Eᵀ + bias for the rows×d matrix x and the
-// vocab×d embedding table E, one dot product per logit, split over the
-// vocabulary.
-func tiedLogits(logits, x, table, bias []float32, rows, d, vocab int) {
-	chunks := max(1, min(runtime.GOMAXPROCS(0), rows*vocab*d>>17, vocab/64))
-	parallel.For(chunks, func(c int) {
-		for r := range rows {
-			xr := x[r*d : (r+1)*d]
-			for v := c * vocab / chunks; v < (c+1)*vocab/chunks; v++ {
-				logits[r*vocab+v] = vec.Dot(xr, table[v*d:(v+1)*d]) + bias[v]
-			}
-		}
-	})
-}
-
-// glu computes the GLU block g of the model, (GELU(x·W₁) ⊙ x·W₃)·W₂, for
-// the rows of x into y, with linear.
-func (d *Decoder) glu(g *nn.GLU, y, x []float32) {
-	B, H := d.batch, g.Hidden
-	linear(d.ab, x, g.In, B)
-	for b := range B {
-		ab, h := d.ab[b*2*H:(b+1)*2*H], d.gated[b*H:(b+1)*H]
-		vec.GELU(h, ab[:H])
-		vec.Mul(h, h, ab[H:])
-	}
-	linear(y, d.gated, g.Out, B)
+	return &nn.Linear{In: l.In, Out: l.Out, Weight: l.Weight, Bias: l.Bias}
 }

@@ -12,7 +12,7 @@
 //	    q, k = RoPE(q), RoPE(k)               in every head
 //	    h = h + Attention(q, k, v)·W_o        causal; one mechanism per layer
 //	    h = h + GLU(LN₂(h))                   (GELU(a·W₁) ⊙ a·W₃)·W₂, hidden 4·d
-//	logits = LN(h)·Eᵀ + c                     tied; or LN(h)·W_out + c
+//	logits = LN(h)·Eᵀ/√d + c                  tied; or LN(h)·W_out + c
 //
 // Linear maps have no biases (as in the paper's reference code); every
 // LayerNorm has a gain and a bias, and the q/k LayerNorm of a layer is one
@@ -20,8 +20,11 @@
 // k alike, as the paper's derivation (the same rescaling and bias for q and
 // k) and its reference code have it. The input embedding is scaled by √d
 // (Vaswani et al.) so that tokens are not drowned by the unit-size
-// position embedding. Each layer's sketch has its own seed derived from
-// Config.Seed and the layer index.
+// position embedding; with tied embeddings the logits are scaled back by
+// 1/√d (as T5 does), or the untrained model would predict the current
+// token with a logit of about √d and start far above the uniform loss.
+// Each layer's sketch has its own seed derived from Config.Seed and the
+// layer index.
 //
 // Training uses Loss and Backward:
 //
@@ -196,6 +199,7 @@ func (m *Model) Forward(tokens []int32, B, N int) *tensor.Tensor {
 		m.head.Forward(&m.logits, &m.final)
 	} else {
 		m.embed.Logits(&m.logits, &m.final)
+		scale(1/m.embScale, m.logits.Data)
 		addRows(m.logits.Data, m.bias.Value.Data)
 	}
 	return &m.logits
@@ -229,6 +233,7 @@ func (m *Model) Backward() {
 		m.head.Backward(&m.y, &m.logits)
 	} else {
 		addColSums(m.bias.Grad.Data, m.logits.Data, m.cfg.Vocab)
+		scale(1/m.embScale, m.logits.Data)
 		m.embed.LogitsBackward(&m.y, &m.logits)
 	}
 	m.norm.Backward(&m.x, &m.y) // m.x becomes dL/dx

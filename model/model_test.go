@@ -550,3 +550,34 @@ func TestForwardStepAllocs(t *testing.T) {
 		t.Errorf("a training step allocates %d bytes", bytes)
 	}
 }
+
+// An untrained model must predict close to the uniform distribution: its
+// loss starts near ln(Vocab), not far above it (as it did when the tied
+// output projection rewarded repeating the current token with a logit of
+// about √d).
+func TestInitialLossNearUniform(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		cfg := DefaultConfig()
+		cfg.Tied = tied
+		cfg.Layers = 2
+		cfg.Context = 64
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		const B, N = 2, 64
+		tokens := make([]int32, B*N)
+		targets := make([]int32, B*N)
+		for i := range tokens {
+			tokens[i] = int32(rng.IntN(cfg.Vocab))
+			targets[i] = int32(rng.IntN(cfg.Vocab))
+		}
+		uniform := math.Log(float64(cfg.Vocab))
+		// Logits of variance σ² cost about σ²/2 above uniform; unit
+		// variance (the untied head's N(0, 1/d) init) is expected.
+		if loss := m.Loss(tokens, targets, B, N); math.Abs(loss-uniform) > 1 {
+			t.Errorf("tied=%v: initial loss %.3f, want within 1 of ln(%d) = %.3f", tied, loss, cfg.Vocab, uniform)
+		}
+	}
+}

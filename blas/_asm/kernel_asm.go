@@ -8,7 +8,8 @@
 // for i < mr, j < nr, p < k, where a is an mr-tall strip of A packed
 // column by column and b an nr-wide strip of B packed row by row. The tile
 // stays in registers for the whole k loop: A is broadcast one element at a
-// time and multiplied by whole vectors of B.
+// time and multiplied by whole vectors of B. The kernels of small.go, for
+// products with few rows or columns of C, read A and B in place instead.
 package main
 
 import (
