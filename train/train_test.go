@@ -25,7 +25,7 @@ func tinyModel() model.Config {
 	return model.Config{
 		Vocab: 256, Dim: 16, Layers: 2, Heads: 2, Context: 16,
 		Attention: attention.Polysketch, Degree: 4, SketchSize: 4, Block: 8,
-		Local: true, Sketch: attention.Gaussian, Tied: true, Seed: 1,
+		Local: true, Sketch: attention.Gaussian, Seed: 1,
 	}
 }
 
@@ -503,8 +503,9 @@ func TestEvaluate(t *testing.T) {
 			t.Errorf("losses %v differ with the batch size", losses)
 		}
 	}
-	// An untrained model guesses about uniformly: near ln 256.
-	if math.Abs(losses[0]-math.Log(256)) > 0.5 {
+	// An untrained model guesses about uniformly: near ln 256 (its untied
+	// head's unit-variance logits add about 1/2 nat).
+	if math.Abs(losses[0]-math.Log(256)) > 1 {
 		t.Errorf("untrained loss %v, want near ln 256 = %.3f", losses[0], math.Log(256))
 	}
 	e, err := Evaluate(ctx, m, train, 2, 3)
