@@ -26,7 +26,8 @@ byte-level model for each attention mechanism and context length N, with
 the same number of tokens in every step: B = --tokens/N sequences of N
 tokens (as the paper's Figure 3 and Table 2 compare mechanisms). The
 defaults are the paper's small model: 4 layers, d_model 256, 4 heads of 64,
-with polysketch at degree 4, r = 32, blocks of 256 and local attention.
+with polysketch at degree 4, r = 32, blocks of 256, learned sketches and
+local attention (the paper's best variant; --learned=false for random).
 
 Each case takes one warm-up step, then up to --steps timed steps, stopping
 early once the case has used --max-seconds, and reports the fastest step.
@@ -87,6 +88,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.IntVar(&mc.SketchSize, "sketch-size", mc.SketchSize, "sketch size r of polysketch")
 	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
 	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
+	fs.BoolVar(&mc.Learned, "learned", true, "polysketch: learned sketches (Algorithm 2) instead of random ones")
 	fs.IntVar(&cfg.tokens, "tokens", 32768, "tokens per step: B = tokens/N sequences (at least 1)")
 	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
@@ -140,6 +142,7 @@ func (cfg *benchTrainConfig) parse(ns, mechanisms string) error {
 func (cfg *benchTrainConfig) config(k attention.Kind, n int) model.Config {
 	c := cfg.model
 	c.Vocab, c.Attention, c.Context = 256, k, n
+	c.Learned = c.Learned && k == attention.Polysketch // a polysketch option only
 	return c
 }
 
