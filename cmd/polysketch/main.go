@@ -93,10 +93,19 @@ func newFlags(name string, stdout io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args and rejects stray positional arguments.
+// parseFlags parses args and rejects stray positional arguments. A bad
+// flag gives one error line (no usage dump); -h prints the usage.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
 		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w (see '%s -h')", strings.TrimPrefix(fs.Name(), "polysketch "), err, fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))
