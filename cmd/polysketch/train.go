@@ -86,7 +86,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.Var((*sketchFlag)(&mc.Sketch), "sketch", "polysketch random sketch: gaussian or srht")
 	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
 	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
-	fs.BoolVar(&mc.Learned, "learned", mc.Learned, "polysketch: learned sketches instead of random ones")
+	fs.BoolVar(&mc.Learned, "learned", mc.Learned, "polysketch: learned sketches (Algorithm 2) instead of random ones (--learned=false)")
 	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
 	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
@@ -138,6 +138,9 @@ func runTrain(args []string, stdout io.Writer) error {
 	}
 	if !set["warmup"] {
 		tc.Warmup = min(tc.Warmup, tc.Steps/10)
+	}
+	if !set["learned"] && mc.Attention != attention.Polysketch {
+		mc.Learned = false // the default applies to polysketch only
 	}
 	ckDir := filepath.Join(o.out, train.CheckpointDir)
 
