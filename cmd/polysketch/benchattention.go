@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -249,12 +248,7 @@ func (cfg *benchAttentionConfig) run(stdout io.Writer) error {
 
 func (cfg *benchAttentionConfig) print(w io.Writer, r benchRow) error {
 	if cfg.json {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	if r.Seconds == nil {
 		_, err := fmt.Fprintf(w, "%-18s %6d  %-16s %s\n", r.Mechanism, r.N, r.Pass, r.note)

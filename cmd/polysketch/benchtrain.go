@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -178,12 +177,7 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 
 func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 	if cfg.json {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSONLine(w, r)
 	}
 	if r.Seconds == nil {
 		_, err := fmt.Fprintf(w, "%-12s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)

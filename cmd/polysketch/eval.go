@@ -134,12 +134,7 @@ func runEval(args []string, stdout io.Writer) error {
 		Loss: total.Loss, Perplexity: total.Perplexity(), BitsPerToken: total.BitsPerToken(), Tokens: total.Tokens,
 	}
 	if *asJSON {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return writeJSONLine(stdout, r)
 	}
 	_, err = fmt.Fprintf(stdout, "checkpoint %s (step %d) on %s, split %s: loss %.4f nats/token, perplexity %.3f, %.3f bits/token, over %d tokens\n",
 		r.Checkpoint, r.Step, r.Corpus, r.Split, r.Loss, r.Perplexity, r.BitsPerToken, r.Tokens)

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -111,4 +112,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))
 	}
 	return nil
+}
+
+// writeJSONLine writes v as one line of JSON, the --json output of every
+// command.
+func writeJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }
