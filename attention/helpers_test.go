@@ -145,3 +145,21 @@ func maxRelDiff(a, b []float32) float64 {
 	}
 	return d / (s + 1e-30)
 }
+
+// checkNoAllocs requires a Forward+Backward of m on [1,2,N,h] inputs to
+// allocate nothing once warmed up. Callers run it with GOMAXPROCS=1:
+// starting goroutines allocates.
+func checkNoAllocs(t *testing.T, m Mechanism, N, h int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(12, 13))
+	q, k, v := randTensor(rng, 0.7, 1, 2, N, h), randTensor(rng, 0.7, 1, 2, N, h), randTensor(rng, 1, 1, 2, N, h)
+	o, dq, dk, dv := tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...)
+	step := func() {
+		m.Forward(o, q, k, v)
+		m.Backward(dq, dk, dv, v)
+	}
+	step()
+	if n := testing.AllocsPerRun(3, step); n != 0 {
+		t.Errorf("%s: %v allocations per Forward+Backward after warm-up", m.Kind(), n)
+	}
+}

@@ -36,62 +36,13 @@ func refSketch(x []float64, d int, mats map[string]*tensor.Tensor, next *int) []
 }
 
 // refPolysketch evaluates PolySketch attention in float64 from its
-// definition: w_ij = (M(q_i)·M(k_j))², or (q_i·k_j)^p when Local and i, j
-// share a block of size b; o_i = Σ w_ij v_j / (1 + Σ w_ij) over j ≤ i
-// (causal) or all j.
+// definition (see refSketched) with the random sketch M of Algorithm 1
+// rebuilt from the mechanism's own matrices.
 func refPolysketch(q, k, v *tensor.Tensor, o Options, mats map[string]*tensor.Tensor) []float64 {
-	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	local := o.Local && o.Causal && !o.CumSum
-	out := make([]float64, len(q.Data))
-	row := func(x *tensor.Tensor, at int) []float64 {
-		r := make([]float64, h)
-		for d := range r {
-			r[d] = float64(x.Data[at*h+d])
-		}
-		return r
-	}
-	dot := func(a, b []float64) float64 {
-		var s float64
-		for i := range a {
-			s += a[i] * b[i]
-		}
-		return s
-	}
-	for bh := 0; bh < B*H; bh++ {
-		mq, mk := make([][]float64, N), make([][]float64, N)
-		for i := 0; i < N; i++ {
-			next := 0
-			mq[i] = refSketch(row(q, bh*N+i), o.Degree/2, mats, &next)
-			next = 0
-			mk[i] = refSketch(row(k, bh*N+i), o.Degree/2, mats, &next)
-		}
-		for i := 0; i < N; i++ {
-			den := 1.0
-			num := make([]float64, h)
-			last := N - 1
-			if o.Causal {
-				last = i
-			}
-			for j := 0; j <= last; j++ {
-				var w float64
-				if local && i/o.Block == j/o.Block {
-					w = math.Pow(dot(row(q, bh*N+i), row(k, bh*N+j)), float64(o.Degree))
-				} else {
-					s := dot(mq[i], mk[j])
-					w = s * s
-				}
-				den += w
-				vj := row(v, bh*N+j)
-				for d := range num {
-					num[d] += w * vj[d]
-				}
-			}
-			for d := range num {
-				out[(bh*N+i)*h+d] = num[d] / den
-			}
-		}
-	}
-	return out
+	return refSketched(q, k, v, o, func(x []float64) []float64 {
+		next := 0
+		return refSketch(x, o.Degree/2, mats, &next)
+	})
 }
 
 // psCase is one configuration of the polysketch tests.
@@ -270,18 +221,7 @@ func TestPolysketchNoAllocs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, c := range psCases {
 		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(12, 13))
-			q, k, v := randTensor(rng, 0.7, 1, 2, 21, 6), randTensor(rng, 0.7, 1, 2, 21, 6), randTensor(rng, 1, 1, 2, 21, 6)
-			m := mustNew(t, Polysketch, c.options())
-			o, d := tensor.New(q.Shape...), []*tensor.Tensor{tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...)}
-			step := func() {
-				m.Forward(o, q, k, v)
-				m.Backward(d[0], d[1], d[2], v)
-			}
-			step()
-			if n := testing.AllocsPerRun(3, step); n != 0 {
-				t.Errorf("%v allocations per Forward+Backward after warm-up", n)
-			}
+			checkNoAllocs(t, mustNew(t, Polysketch, c.options()), 21, 6)
 		})
 	}
 }

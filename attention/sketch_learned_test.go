@@ -613,18 +613,7 @@ func TestLearnedNoAllocs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, c := range learnedCases {
 		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(12, 13))
-			q, k, v := randTensor(rng, 0.7, 1, 2, 70, 6), randTensor(rng, 0.7, 1, 2, 70, 6), randTensor(rng, 1, 1, 2, 70, 6)
-			m := newLearnedMech(t, c, 6)
-			o, d := tensor.New(q.Shape...), []*tensor.Tensor{tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...)}
-			step := func() {
-				m.Forward(o, q, k, v)
-				m.Backward(d[0], d[1], d[2], v)
-			}
-			step()
-			if n := testing.AllocsPerRun(3, step); n != 0 {
-				t.Errorf("%v allocations per Forward+Backward after warm-up", n)
-			}
+			checkNoAllocs(t, newLearnedMech(t, c, 6), 70, 6)
 		})
 	}
 }
