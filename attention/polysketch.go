@@ -452,14 +452,20 @@ func (a *polysketchAttn) rows(x []float32, hd, l int) []float32 {
 
 // Streaming (Remat): one head per item, blocks in sequence.
 
+// sumKeyStates adds every block's key state of head hd to w.run (which
+// callers clear): the whole state a non-causal query sees.
+func (a *polysketchAttn) sumKeyStates(w *psWorker, hd int) {
+	for l := 0; l < a.L.t; l++ {
+		a.keysPrep(w, hd, l, w.preK, w.hbuf)
+		vec.Add(w.run, w.run, w.hbuf)
+	}
+}
+
 func (a *polysketchAttn) streamForward(w *psWorker, hd int) {
 	L := &a.L
 	clear(w.run)
 	if !L.causal {
-		for l := 0; l < L.t; l++ {
-			a.keysPrep(w, hd, l, w.preK, w.hbuf)
-			vec.Add(w.run, w.run, w.hbuf)
-		}
+		a.sumKeyStates(w, hd)
 		for l := 0; l < L.t; l++ {
 			a.queriesPrep(w, hd, l, w.preQ, a.o)
 			a.finish(w, hd, l, w.preQ, w.run, a.o)
@@ -489,10 +495,7 @@ func (a *polysketchAttn) streamBackward(w *psWorker, hd int) {
 	L := &a.L
 	clear(w.run)
 	if !L.causal {
-		for l := 0; l < L.t; l++ {
-			a.keysPrep(w, hd, l, w.preK, w.hbuf)
-			vec.Add(w.run, w.run, w.hbuf)
-		}
+		a.sumKeyStates(w, hd)
 		clear(w.acc)
 		for l := 0; l < L.t; l++ {
 			a.queriesPrep(w, hd, l, w.preQ, nil)
