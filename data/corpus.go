@@ -2,6 +2,7 @@ package data
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -20,6 +22,23 @@ type Corpus struct {
 	// Desc describes the corpus in messages: the paths it was made from.
 	Desc  string
 	Files []File
+
+	// origin says where the files were listed from, the same however
+	// they change: NewCorpus's absolute paths, or GoSource's tree. It
+	// tells which token files of the cache hold an earlier state of the
+	// corpus; "" means unknown. listed is pathsDigest of the files as
+	// listed there: if a caller changes Files, origin no longer applies.
+	origin string
+	listed [sha256.Size]byte
+}
+
+// pathsDigest returns a hash of the files' paths.
+func pathsDigest(files []File) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%q\n", f.Path)
+	}
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // A File is one file of a corpus as it was when the corpus was listed.
@@ -54,12 +73,18 @@ func NewCorpus(paths ...string) (*Corpus, error) {
 		return nil, errors.New("no corpus paths given: pass files, directories or glob patterns")
 	}
 	c := &Corpus{Desc: strings.Join(paths, " ")}
+	origin := []string{"paths"}
 	seen := make(map[string]bool)
 	for _, p := range paths {
 		files, err := listPath(p)
 		if err != nil {
 			return nil, err
 		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("corpus path %q: %w", p, err)
+		}
+		origin = append(origin, strconv.Quote(abs))
 		for _, f := range files {
 			abs, err := filepath.Abs(f.Path)
 			if err != nil {
@@ -74,6 +99,7 @@ func NewCorpus(paths ...string) (*Corpus, error) {
 	if err := c.checkNotEmpty(); err != nil {
 		return nil, err
 	}
+	c.origin, c.listed = strings.Join(origin, " "), pathsDigest(c.Files)
 	return c, nil
 }
 
@@ -246,7 +272,7 @@ func GoSource() (*Corpus, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Corpus{Desc: "Go source " + src, Files: files}
+	c := &Corpus{Desc: "Go source " + src, Files: files, origin: "Go source " + strconv.Quote(src), listed: pathsDigest(files)}
 	if err := c.checkNotEmpty(); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,9 @@
 // directories and glob patterns, and [GoSource] is the default, the Go
 // toolchain's own source, present wherever Go is. [Load] splits a corpus
 // into training and validation files, tokenizes each split once (with a
-// tokenizer from package data/tokenizer) into a file in a cache directory, and
-// returns both splits as [Tokens], read from disk on demand, so corpora
-// larger than memory work. A [Batcher] cuts windows of tokens out of
+// tokenizer from package data/tokenizer, its end-of-text token, if it has
+// one, between files) into a file in a cache directory, where it replaces
+// the files of the corpus's earlier states, and returns both splits as
+// [Tokens], read from disk on demand, so corpora larger than memory work. A [Batcher] cuts windows of tokens out of
 // them: at random for training, in order for evaluation.
 package data

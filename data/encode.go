@@ -17,17 +17,34 @@ const chunkSize = 1 << 20
 // A chunk is text from one or more consecutive files; each file's part is
 // tokenized on its own, so no token spans two files.
 type chunk struct {
-	text []byte
-	ends []int // end of each file's part in text
-	ids  []int32
-	done chan struct{}
+	text  []byte
+	parts []part
+	ids   []int32
+	done  chan struct{}
+}
+
+// A part is the text of one file in a chunk.
+type part struct {
+	// end is where the part ends in the chunk's text; it starts where
+	// the part before it ends.
+	end int
+	// newDoc is set if the part starts a file that follows other text:
+	// its tokens come after an end-of-text token.
+	newDoc bool
 }
 
 // encodeFiles tokenizes the files, in order, into w: up to workers chunks
 // at once, cut every size bytes of text (see cutPoint), so the tokens do
 // not depend on the number of workers. It returns the number of cuts
 // forced where text had no cut point.
+//
+// Each file is a document. If tok has an end-of-text token, one goes
+// between consecutive documents, as in GPT-2's training, so that a model
+// sees where one ends and an unrelated one starts; empty files are no
+// documents and add none. Without one, as for the byte tokenizer, whose
+// every id is a byte of text, the documents are simply concatenated.
 func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+	eot, sep := tokenizer.EndOfText(tok)
 	workers = max(workers, 1)
 	inFlight := 2*workers + 1
 	free := make(chan *chunk, inFlight)
@@ -75,9 +92,12 @@ func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, wo
 			for c := range todo {
 				c.ids = c.ids[:0]
 				start := 0
-				for _, end := range c.ends {
-					c.ids = tok.Encode(c.ids, c.text[start:end])
-					start = end
+				for _, p := range c.parts {
+					if sep && p.newDoc {
+						c.ids = append(c.ids, eot)
+					}
+					c.ids = tok.Encode(c.ids, c.text[start:p.end])
+					start = p.end
 				}
 				c.done <- struct{}{}
 			}
@@ -108,13 +128,17 @@ type fileReader struct {
 	read   int64    // bytes read from f
 	carry  []byte   // text of f read but left for the next chunk
 	forced int      // cuts made by forcedCut
+	docs   int      // files with text opened
+	// newDoc is set from opening a file that follows other text to
+	// writing its first part.
+	newDoc bool
 }
 
 // fill fills c with up to r.size bytes of text and reports whether there
 // is more.
 func (r *fileReader) fill(c *chunk) (more bool, err error) {
 	c.text = append(c.text[:0], r.carry...)
-	c.ends = c.ends[:0]
+	c.parts = c.parts[:0]
 	r.carry = r.carry[:0]
 	start := 0 // of the current file's part
 	for len(c.text) < r.size {
@@ -135,7 +159,7 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 			if err := r.closeFile(); err != nil {
 				return false, err
 			}
-			c.ends = append(c.ends, len(c.text))
+			r.endPart(c, len(c.text))
 			start = len(c.text)
 		} else if err != nil {
 			return false, pathError("cannot read corpus file", r.f.Name(), err)
@@ -151,10 +175,18 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 		r.carry = append(r.carry, c.text[cut:]...)
 		c.text = c.text[:cut]
 		if cut > start {
-			c.ends = append(c.ends, cut)
+			r.endPart(c, cut)
 		}
+		// Else all of the file's text in c goes to the next chunk, and
+		// with it r.newDoc.
 	}
 	return r.f != nil || r.next < len(r.files), nil
+}
+
+// endPart ends the current file's part of c at end.
+func (r *fileReader) endPart(c *chunk, end int) {
+	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc})
+	r.newDoc = false
 }
 
 // open opens the next file, checking that it is the file that was listed.
@@ -182,6 +214,8 @@ func (r *fileReader) open() error {
 		return err
 	}
 	r.f, r.read = f, 0
+	r.newDoc = r.docs > 0
+	r.docs++
 	return nil
 }
 

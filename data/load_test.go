@@ -3,7 +3,9 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -43,18 +45,57 @@ func decode(t testing.TB, tok tokenizer.Tokenizer, ids []int32) string {
 	return string(b)
 }
 
-// contents returns the files' texts, concatenated in corpus order.
-func contents(t testing.TB, c *Corpus) string {
+// separator returns the text that tok's tokens of a corpus decode to
+// between documents: GPT-2's end-of-text token, and nothing for the byte
+// tokenizer, which has none.
+func separator(tok tokenizer.Tokenizer) string {
+	switch tok.Name() {
+	case "gpt2", sepTokenizer{}.Name():
+		return "<|endoftext|>"
+	}
+	return ""
+}
+
+// contents returns the texts of the files with text, in corpus order,
+// with tok's separator between them.
+func contents(t testing.TB, c *Corpus, tok tokenizer.Tokenizer) string {
 	t.Helper()
-	var sb strings.Builder
+	var docs []string
 	for _, f := range c.Files {
 		b, err := os.ReadFile(f.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sb.Write(b)
+		if len(b) > 0 {
+			docs = append(docs, string(b))
+		}
 	}
-	return sb.String()
+	return strings.Join(docs, separator(tok))
+}
+
+// sepTokenizer is the byte tokenizer with an end-of-text token, 256. Its
+// tokens of the parts of a text are those of the whole, wherever the text
+// is cut, so tests know exactly what encodeFiles must make.
+type sepTokenizer struct{}
+
+func (sepTokenizer) Name() string     { return "bytesep" }
+func (sepTokenizer) VocabSize() int   { return 257 }
+func (sepTokenizer) EndOfText() int32 { return 256 }
+func (sepTokenizer) Encode(dst []int32, text []byte) []int32 {
+	return tokenizer.Byte.Encode(dst, text)
+}
+func (sepTokenizer) Decode(dst []byte, tokens []int32) ([]byte, error) {
+	for i, id := range tokens {
+		if id == 256 {
+			dst = append(dst, "<|endoftext|>"...)
+			continue
+		}
+		var err error
+		if dst, err = tokenizer.Byte.Decode(dst, tokens[i:i+1]); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
 }
 
 // logs collects what Load says.
@@ -94,7 +135,7 @@ func TestLoadSplitByFile(t *testing.T) {
 				tokens *Tokens
 				files  *Corpus
 			}{{train, trainFiles}, {val, valFiles}} {
-				if got, want := decode(t, tok, readAll(t, tc.tokens)), contents(t, tc.files); got != want {
+				if got, want := decode(t, tok, readAll(t, tc.tokens)), contents(t, tc.files, tok); got != want {
 					t.Errorf("%s decodes to %q, want %q", tc.tokens, got, want)
 				}
 				if tc.tokens.Tokenizer() != tok.Name() || tc.tokens.VocabSize() != tok.VocabSize() {
@@ -283,18 +324,198 @@ func TestCache(t *testing.T) {
 		t.Fatalf("second load: %q, log %q; want a cache hit", text, l)
 	}
 
-	// A change of content and time makes a new token file.
+	// A change of content and time makes a new token file, which
+	// replaces the old one.
 	writeFiles(t, dir, map[string]string{"b.txt": "changed file"})
 	later := time.Now().Add(time.Minute)
 	if err := os.Chtimes(filepath.Join(dir, "b.txt"), later, later); err != nil {
 		t.Fatal(err)
 	}
 	text, l = load()
-	if text != "first filechanged file" || !l.has("tokenized") {
+	if text != "first filechanged file" || !l.has("tokenized") || !l.has("removed") {
 		t.Fatalf("after a change: %q, log %q", text, l)
 	}
-	if got := cacheFiles(); len(got) <= len(first) || !slices.Contains(got, first[0]) {
-		t.Fatalf("cache holds %q after a change, want the old files %q and a new one", got, first)
+	if got := cacheFiles(); len(got) != len(first) || slices.Equal(got, first) {
+		t.Fatalf("cache holds %q after a change, want as many files as before, %q, not the same", got, first)
+	}
+}
+
+// TestLoadRemovesReplaced changes a corpus and loads it again: the token
+// files of its earlier state go, and nothing else in the cache does.
+func TestLoadRemovesReplaced(t *testing.T) {
+	later := time.Now().Add(time.Minute)
+	for _, tc := range []struct {
+		name   string
+		files  map[string]string
+		change func(t *testing.T, dir string)
+	}{
+		{"file rewritten", map[string]string{"a.txt": "alpha beta", "b.txt": "gamma", "c.txt": "delta"}, func(t *testing.T, dir string) {
+			writeFiles(t, dir, map[string]string{"a.txt": "alpha beta gamma"})
+			if err := os.Chtimes(filepath.Join(dir, "a.txt"), later, later); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"file touched", map[string]string{"a.txt": "alpha beta", "b.txt": "gamma", "c.txt": "delta"}, func(t *testing.T, dir string) {
+			for _, f := range []string{"a.txt", "b.txt", "c.txt"} {
+				if err := os.Chtimes(filepath.Join(dir, f), later, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"file added", map[string]string{"a.txt": "alpha beta", "b.txt": "gamma", "c.txt": "delta"}, func(t *testing.T, dir string) {
+			writeFiles(t, dir, map[string]string{"sub/d.txt": "epsilon"})
+		}},
+		{"file removed", map[string]string{"a.txt": "alpha beta", "b.txt": "gamma", "c.txt": "delta"}, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "c.txt")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"one file, split by position", map[string]string{"only.txt": "one two three four"}, func(t *testing.T, dir string) {
+			writeFiles(t, dir, map[string]string{"only.txt": "one two three four five"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, otherDir, cache := t.TempDir(), t.TempDir(), t.TempDir()
+			writeFiles(t, dir, tc.files)
+			writeFiles(t, otherDir, map[string]string{"x.txt": "another corpus", "y.txt": "altogether"})
+			load := func(paths []string, tok tokenizer.Tokenizer, frac float64) (train, val *Tokens) {
+				t.Helper()
+				c, err := NewCorpus(paths...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				train, val, err = Load(c, tok, Options{CacheDir: cache, ValFraction: frac})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { train.Close(); val.Close() })
+				return train, val
+			}
+
+			// What must stay: token files of another corpus, of
+			// the corpus with another tokenizer or validation
+			// fraction, and of the corpus by another path (a
+			// glob), all built before the change; and files that
+			// look like ours but are not provably so.
+			load([]string{otherDir}, tokenizer.Byte, 0)
+			load([]string{dir}, gpt2(t), 0)
+			load([]string{dir}, tokenizer.Byte, 0.4)
+			load([]string{filepath.Join(dir, "*")}, tokenizer.Byte, 0)
+			oldTrain, oldVal := load([]string{dir}, tokenizer.Byte, 0)
+			oldText := decode(t, tokenizer.Byte, append(readAll(t, oldTrain), readAll(t, oldVal)...))
+			old := map[string]bool{oldTrain.Path(): true, oldVal.Path(): true}
+			prefix := filepath.Base(oldTrain.Path())[:len("tokens-byte-0123456789abcdef-")]
+			outside := filepath.Join(t.TempDir(), "outside.bin")
+			copyFile(t, oldTrain.Path(), outside)
+			notOurs := map[string]string{
+				prefix + "train-" + strings.Repeat("0", 24) + ".bin.tmp123": "a build under way",
+				prefix + "val-" + strings.Repeat("1", 24) + ".bin":          "no token file",
+				prefix + "val-" + strings.Repeat("2", 23) + ".bin":          "PSKTOKS\x00 but a short hash",
+				prefix + "tval-" + strings.Repeat("3", 24) + ".bin":         "PSKTOKS\x00 but no split",
+				"tokens-byte-train-" + strings.Repeat("4", 24) + ".bin":     "PSKTOKS\x00 of version 1, whose corpus is unknown",
+			}
+			writeFiles(t, cache, notOurs)
+			link := filepath.Join(cache, prefix+"all-"+strings.Repeat("5", 24)+".bin")
+			if err := os.Symlink(outside, link); err != nil {
+				t.Fatal(err)
+			}
+			before := listDir(t, cache)
+
+			tc.change(t, dir)
+			newTrain, newVal := load([]string{dir}, tokenizer.Byte, 0)
+			after := listDir(t, cache)
+
+			// The files of the earlier state are gone, unless the
+			// change left them as they were, and the new ones are
+			// there; nothing else changed.
+			for p := range old {
+				if p == newTrain.Path() || p == newVal.Path() {
+					delete(old, p)
+				}
+			}
+			if len(old) == 0 {
+				t.Fatal("the change made no new token file, so the test tests nothing")
+			}
+			want := map[string]bool{}
+			for _, name := range before {
+				if !old[filepath.Join(cache, name)] {
+					want[name] = true
+				}
+			}
+			want[filepath.Base(newTrain.Path())] = true
+			want[filepath.Base(newVal.Path())] = true
+			if got := slices.Sorted(maps.Keys(want)); !slices.Equal(after, got) {
+				t.Errorf("cache after the change holds\n%q\nwant\n%q", after, got)
+			}
+			if _, err := os.Stat(outside); err != nil {
+				t.Errorf("the token file a link in the cache points to: %v", err)
+			}
+
+			// Tokens open before still read the removed files.
+			if got := decode(t, tokenizer.Byte, append(readAll(t, oldTrain), readAll(t, oldVal)...)); got != oldText {
+				t.Errorf("tokens of the removed files read %q, want %q", got, oldText)
+			}
+		})
+	}
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listDir returns the names in dir, sorted.
+func listDir(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestLoadKeepsCorpusChangedByCaller changes the files of a corpus that
+// NewCorpus listed: it is no longer the corpus of those paths, so its
+// token files replace none of theirs.
+func TestLoadKeepsCorpusChangedByCaller(t *testing.T) {
+	dir, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "alpha beta", "b.txt": "gamma", "c.txt": "delta", "d.txt": "epsilon"})
+	c, err := NewCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(c *Corpus) {
+		t.Helper()
+		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache, ValFraction: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		train.Close()
+		val.Close()
+	}
+	load(c)
+	before := listDir(t, cache)
+	part := *c
+	part.Files = slices.DeleteFunc(slices.Clone(c.Files), func(f File) bool { return f.Name == "a.txt" || f.Name == "c.txt" })
+	load(&part)
+	after := listDir(t, cache)
+	for _, name := range before {
+		if !slices.Contains(after, name) {
+			t.Errorf("loading part of the corpus removed %s", name)
+		}
+	}
+	if len(after) <= len(before) {
+		t.Errorf("cache holds %q after loading part of the corpus, want more than %q", after, before)
 	}
 }
 
@@ -378,7 +599,8 @@ func TestCacheCorruption(t *testing.T) {
 
 // TestEncodeChunks checks that cutting files into chunks, and the number
 // of workers, change nothing: the tokens are those of each whole file,
-// unless a chunk had to be cut where there was no space.
+// with GPT-2's end-of-text token between files with text, unless a chunk
+// had to be cut where there was no space.
 func TestEncodeChunks(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -388,6 +610,7 @@ func TestEncodeChunks(t *testing.T) {
 	}
 	src := goFiles(t, "fmt", 3)
 	writeFiles(t, dir, map[string]string{
+		"0-empty":      "",
 		"1.go":         src[0],
 		"2.go":         src[1],
 		"3.go":         src[2],
@@ -396,19 +619,36 @@ func TestEncodeChunks(t *testing.T) {
 		"6-random.bin": string(random),
 		"7-unicode":    strings.Repeat("日本語 テキスト\n", 100),
 		"8-nospaces":   strings.Repeat("€", 1000), // forces cuts in small chunks
+		"9-literal":    "the text <|endoftext|> is no separator",
+		"9-zempty":     "",
 	})
 	c, err := NewCorpus(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tok := range []tokenizer.Tokenizer{tokenizer.Byte, gpt2(t)} {
+	for _, tc := range []struct {
+		tok tokenizer.Tokenizer
+		sep []int32 // between documents
+	}{
+		{tokenizer.Byte, nil},
+		{gpt2(t), []int32{50256}},
+	} {
+		tok := tc.tok
 		var want []int32
+		docs := 0
 		for _, f := range c.Files {
 			b, err := os.ReadFile(f.Path)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(b) == 0 {
+				continue
+			}
+			if docs > 0 {
+				want = append(want, tc.sep...)
+			}
 			want = tok.Encode(want, b)
+			docs++
 		}
 		var first []byte
 		for _, size := range []int{16, 100, 4096, chunkSize} {
@@ -417,8 +657,13 @@ func TestEncodeChunks(t *testing.T) {
 				tk, forced := encodeTo(t, path, c, tok, size, workers)
 				got := readAll(t, tk)
 				tk.Close()
-				if decoded := decode(t, tok, got); decoded != contents(t, c) {
+				if decoded := decode(t, tok, got); decoded != contents(t, c, tok) {
 					t.Fatalf("%s, chunks of %d, %d workers: tokens do not decode to the corpus", tok.Name(), size, workers)
+				}
+				if tc.sep != nil {
+					if n := count(got, tc.sep[0]); n != docs-1 {
+						t.Errorf("%s, chunks of %d, %d workers: %d separators between %d documents", tok.Name(), size, workers, n, docs)
+					}
 				}
 				if size >= 4096 && forced > 0 {
 					t.Errorf("%s, chunks of %d: %d forced cuts", tok.Name(), size, forced)
@@ -440,6 +685,67 @@ func TestEncodeChunks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func count(ids []int32, id int32) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEncodeSeparators checks where the end-of-text token goes, exactly,
+// whatever the chunks: between documents, that is files with text, and
+// nowhere else. Chunks of a few bytes cut documents at every place: before
+// their first byte, in their middle, with or without a space to cut at.
+func TestEncodeSeparators(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		docs []string
+		want string // the tokens, 256 written as '|'
+	}{
+		{"one document", []string{"just one"}, "just one"},
+		{"two", []string{"ab cd", "ef"}, "ab cd|ef"},
+		{"empty files are no documents", []string{"", "a", "", "", "b c", ""}, "a|b c"},
+		{"only empty files but one", []string{"", "x", ""}, "x"},
+		{"a document that starts with no space to cut at", []string{"ab cd", "efghij kl mn op", "x"}, "ab cd|efghij kl mn op|x"},
+		{"no spaces", []string{"abcdefghijklmnopqrstuvwxyz", "0123456789", "ABCDEFGHIJ"}, "abcdefghijklmnopqrstuvwxyz|0123456789|ABCDEFGHIJ"},
+		{"one-byte documents", []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}, "a|b|c|d|e|f|g|h|i"},
+		{"spaces", []string{" ", "  a ", "b  ", " c"}, " |  a |b  | c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := map[string]string{}
+			for i, d := range tc.docs {
+				files[fmt.Sprintf("%02d", i)] = d
+			}
+			writeFiles(t, dir, files)
+			c, err := NewCorpus(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []int32
+			for _, b := range []byte(tc.want) {
+				if b == '|' {
+					want = append(want, 256)
+				} else {
+					want = append(want, int32(b))
+				}
+			}
+			for _, size := range []int{1, 2, 3, 5, 8, 13, 1 << 10} {
+				for _, workers := range []int{1, 3} {
+					tk, _ := encodeTo(t, filepath.Join(t.TempDir(), "tokens"), c, sepTokenizer{}, size, workers)
+					if got := readAll(t, tk); !slices.Equal(got, want) {
+						t.Errorf("chunks of %d, %d workers: %v, want %v", size, workers, got, want)
+					}
+					tk.Close()
+				}
+			}
+		})
 	}
 }
 
@@ -561,10 +867,46 @@ func TestLoadGoSource(t *testing.T) {
 		if tok == tokenizer.Byte && (train.Len() != trainFiles.Bytes() || val.Len() != valFiles.Bytes()) {
 			t.Errorf("byte tokens: %d + %d, want %d + %d", train.Len(), val.Len(), trainFiles.Bytes(), valFiles.Bytes())
 		}
-		if got, want := decode(t, tok, readAll(t, val)), contents(t, valFiles); got != want {
+		if got, want := decode(t, tok, readAll(t, val)), contents(t, valFiles, tok); got != want {
 			t.Errorf("%s: validation tokens do not decode to the validation files", tok.Name())
 		}
 		train.Close()
 		val.Close()
+	}
+}
+
+// TestTokensClose closes views of one token file in turn: each is closed
+// on its own, and the file when the last is.
+func TestTokensClose(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"only.txt": "0123456789abcdefghij"})
+	c, err := NewCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: t.TempDir(), ValFraction: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.f != val.f {
+		t.Fatal("the split by position opened the token file twice")
+	}
+	if err := train.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := train.Close(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("second Close: %v, want os.ErrClosed", err)
+	}
+	if err := train.Copy(make([]int32, 1), 0); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Copy after Close: %v, want os.ErrClosed", err)
+	}
+	if got := decode(t, tokenizer.Byte, readAll(t, val)); got != "abcdefghij" {
+		t.Errorf("validation tokens after closing the training ones: %q", got)
+	}
+	if err := val.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := val.f.file.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("token file after closing both views: %v, want it closed", err)
 	}
 }

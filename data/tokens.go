@@ -6,9 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
+	"sync/atomic"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
@@ -25,9 +25,13 @@ import (
 //	24     8    number of tokens
 //	32     32   tokenizer name, zero-padded
 //	64          the tokens
+//
+// Version 2 puts the tokenizer's end-of-text token, if it has one, between
+// documents (see encodeFiles); version 1 files, which do not, are never
+// read.
 const (
 	magic       = "PSKTOKS\x00"
-	version     = 1
+	version     = 2
 	headerSize  = 64
 	maxNameSize = 32
 )
@@ -47,7 +51,8 @@ func tokenWidth(vocab int) int {
 // the windows asked for are in memory. Its methods are safe for concurrent
 // use.
 type Tokens struct {
-	f         *os.File
+	f         *tokenFile
+	closed    atomic.Bool
 	desc      string
 	tokenizer string
 	vocab     int
@@ -66,14 +71,46 @@ func (t *Tokens) VocabSize() int { return t.vocab }
 // Tokenizer returns the name of the tokenizer that made the tokens.
 func (t *Tokens) Tokenizer() string { return t.tokenizer }
 
-// Path returns the file the tokens are stored in.
-func (t *Tokens) Path() string { return t.f.Name() }
+// Path returns the file the tokens are stored in. Another Load of the same
+// corpus, after a change to it, may remove the file, but the tokens stay
+// readable until closed.
+func (t *Tokens) Path() string { return t.f.path }
 
 // String describes the tokens for messages.
 func (t *Tokens) String() string { return t.desc }
 
-// Close closes the file.
-func (t *Tokens) Close() error { return t.f.Close() }
+// Close closes the tokens, and their file once all the tokens Load
+// returned from it are closed. Closing them again is an error.
+func (t *Tokens) Close() error {
+	if t.closed.Swap(true) {
+		return fmt.Errorf("close tokens %s: %w", t.f.path, os.ErrClosed)
+	}
+	return t.f.release()
+}
+
+// A tokenFile is an open token file, shared by the Tokens that view it, so
+// that a view never opens the file again by name: a Load of the same
+// corpus, changed, in another process may have removed the name.
+type tokenFile struct {
+	file *os.File
+	path string       // the file's name in the cache
+	refs atomic.Int64 // open views; the last to close closes the file
+}
+
+func newTokenFile(f *os.File, path string) *tokenFile {
+	tf := &tokenFile{file: f, path: path}
+	tf.refs.Store(1)
+	return tf
+}
+
+func (f *tokenFile) acquire() { f.refs.Add(1) }
+
+func (f *tokenFile) release() error {
+	if f.refs.Add(-1) == 0 {
+		return f.file.Close()
+	}
+	return nil
+}
 
 // Copy reads tokens [off, off+len(dst)) into dst. It panics if they are
 // not all within [0, Len()).
@@ -87,10 +124,13 @@ func (t *Tokens) copy(dst []int32, off int64, scratch []byte) ([]byte, error) {
 	if off < 0 || off+int64(len(dst)) > t.n {
 		panic(fmt.Sprintf("data: reading tokens [%d, %d) of a stream of %d", off, off+int64(len(dst)), t.n))
 	}
+	if t.closed.Load() {
+		return scratch, fmt.Errorf("read tokens from %s: %w", t.f.path, os.ErrClosed)
+	}
 	nb := len(dst) * t.width
 	scratch = slices.Grow(scratch[:0], nb)[:nb]
-	if _, err := t.f.ReadAt(scratch, headerSize+(t.start+off)*int64(t.width)); err != nil {
-		return scratch, fmt.Errorf("read tokens from %s: %w", t.f.Name(), err)
+	if _, err := t.f.file.ReadAt(scratch, headerSize+(t.start+off)*int64(t.width)); err != nil {
+		return scratch, fmt.Errorf("read tokens from %s: %w", t.f.path, err)
 	}
 	switch t.width {
 	case 1:
@@ -109,21 +149,19 @@ func (t *Tokens) copy(dst []int32, off int64, scratch []byte) ([]byte, error) {
 	for i, id := range dst {
 		if uint32(id) >= uint32(t.vocab) {
 			return scratch, fmt.Errorf("token file %s is corrupt: token %d at %d is outside the vocabulary of %d; delete the file to rebuild it",
-				t.f.Name(), id, t.start+off+int64(i), t.vocab)
+				t.f.path, id, t.start+off+int64(i), t.vocab)
 		}
 	}
 	return scratch, nil
 }
 
-// slice returns a view of tokens [lo, hi) of t with its own file handle.
-func (t *Tokens) slice(lo, hi int64, desc string) (*Tokens, error) {
-	f, err := os.Open(t.f.Name())
-	if err != nil {
-		return nil, err
+// slice returns a view of tokens [lo, hi) of t, to be closed on its own.
+func (t *Tokens) slice(lo, hi int64, desc string) *Tokens {
+	if lo < 0 || lo > hi || hi > t.n {
+		panic(fmt.Sprintf("data: slicing tokens [%d, %d) of a stream of %d", lo, hi, t.n))
 	}
-	s := *t
-	s.f, s.desc, s.start, s.n = f, desc, t.start+lo, hi-lo
-	return &s, nil
+	t.f.acquire()
+	return &Tokens{f: t.f, desc: desc, tokenizer: t.tokenizer, vocab: t.vocab, width: t.width, start: t.start + lo, n: hi - lo}
 }
 
 // errBadFile marks a token file that exists but cannot be used.
@@ -136,18 +174,27 @@ func openTokens(path string, tok tokenizer.Tokenizer, desc string) (*Tokens, err
 	if err != nil {
 		return nil, err
 	}
+	return useTokens(f, path, tok, desc)
+}
+
+// useTokens checks the header of the open token file f, named path, against
+// tok and the file's size and returns its tokens, which own f; on failure
+// it closes f.
+func useTokens(f *os.File, path string, tok tokenizer.Tokenizer, desc string) (*Tokens, error) {
 	t, err := checkHeader(f, tok)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%w %s: %v", errBadFile, path, err)
 	}
-	t.desc = desc
+	t.f, t.desc = newTokenFile(f, path), desc
 	return t, nil
 }
 
+// checkHeader returns the Tokens that f's header describes, without the
+// file.
 func checkHeader(f *os.File, tok tokenizer.Tokenizer) (*Tokens, error) {
 	var h [headerSize]byte
-	if _, err := io.ReadFull(f, h[:]); err != nil {
+	if _, err := f.ReadAt(h[:], 0); err != nil {
 		return nil, fmt.Errorf("reading header: %v", err)
 	}
 	if string(h[:8]) != magic {
@@ -173,7 +220,7 @@ func checkHeader(f *os.File, tok tokenizer.Tokenizer) (*Tokens, error) {
 	if size := info.Size(); n > uint64(size) || headerSize+int64(n)*int64(width) != size {
 		return nil, fmt.Errorf("header says %d tokens of %d bytes but the file has %d bytes", n, width, size)
 	}
-	return &Tokens{f: f, tokenizer: name, vocab: vocab, width: width, n: int64(n)}, nil
+	return &Tokens{tokenizer: name, vocab: vocab, width: width, n: int64(n)}, nil
 }
 
 // tokenWriter writes a token file.

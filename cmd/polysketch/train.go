@@ -19,6 +19,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -36,6 +37,7 @@ The run lives in the --out directory:
   metrics.jsonl   one JSON line per step: step, loss, lr, grad_norm, tokens,
                   tokens_per_sec, elapsed, and val_loss, val_ppl when validated
   loss.png        training and validation loss against step
+  .lock           locked while a train runs in the directory
 
 A checkpoint is saved every --save-every steps, at the end, and on Ctrl-C
 (SIGINT) or SIGTERM, which stop the run cleanly after the step under way;
@@ -44,6 +46,14 @@ model and recipe: flags given with --resume must match the checkpoint,
 except --steps, --eval-every, --eval-batches, --save-every, --log-every and
 --cache-dir. A NaN or infinite loss stops the run without saving, leaving
 the last good checkpoint.
+
+Only one train at a time may use a --out directory: train locks its .lock
+file before it reads or writes anything there, and a second train on the
+same --out fails at once instead of overwriting the first one's files.
+The system releases the lock when train ends, however it ends, so a
+crashed run never leaves a stale lock to remove. eval and generate take
+no lock: a checkpoint is swapped in whole, so they may read one while a
+run saves it.
 
 The learning rate warms up linearly over --warmup steps to --lr, then decays
 linearly to --min-lr at --steps.
@@ -115,7 +125,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 // resumable lists the flags a resumed run may change.
 var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every"}
 
-func runTrain(args []string, stdout io.Writer) error {
+func runTrain(args []string, stdout io.Writer) (err error) {
 	mc, tc := model.DefaultConfig(), train.DefaultConfig()
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
@@ -143,11 +153,17 @@ func runTrain(args []string, stdout io.Writer) error {
 		mc.Learned = false // the default applies to polysketch only
 	}
 	ckDir := filepath.Join(o.out, train.CheckpointDir)
+	if o.resume && o.force {
+		return errors.New("train: --resume and --force contradict each other: continue the run, or replace it")
+	}
+	release, err := lockRun(o.out)
+	if err != nil {
+		return err
+	}
+	defer func() { release(err != nil) }()
 
 	var resumeFrom *checkpoint.Checkpoint
 	switch {
-	case o.resume && o.force:
-		return errors.New("train: --resume and --force contradict each other: continue the run, or replace it")
 	case o.resume:
 		if !checkpoint.Exists(ckDir) {
 			return fmt.Errorf("train: no checkpoint in %s to resume; start a new run without --resume", o.out)
@@ -267,6 +283,65 @@ func runTrain(args []string, stdout io.Writer) error {
 		count(int(trained)), time.Since(start).Round(time.Second), count(int(float64(trained)/time.Since(start).Seconds())),
 		o.out, train.CheckpointDir, train.MetricsFile, train.PlotFile)
 	return nil
+}
+
+// lockFile is the lock of a run, in its directory. It is beside the
+// checkpoint directory, not in it, since a save swaps that one whole; and
+// --force replaces the files of a run, never the directory, so a lock
+// taken on it holds for the new run.
+const lockFile = ".lock"
+
+// lockRun locks the run directory out, made if need be, so that two
+// trainings never write one run. Readers of a run (eval, generate) need no
+// lock: a checkpoint is swapped in whole, so they see the old one or the
+// new one; loss.png is replaced whole too, and metrics.jsonl grows by
+// whole lines.
+//
+// release gives the lock back; failed says the run stopped with an error,
+// in which case the directories lockRun made are removed again if they
+// hold nothing but the lock, so that a mistyped flag leaves nothing behind.
+// Removing the lock file is safe: filelock.TryLock checks that the file it
+// locked is still in place.
+func lockRun(out string) (release func(failed bool), err error) {
+	// made is the outermost directory that MkdirAll will create, if any.
+	var made string
+	for d := filepath.Clean(out); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		made = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	path := filepath.Join(out, lockFile)
+	lk, err := filelock.TryLock(path)
+	if errors.Is(err, filelock.ErrLocked) {
+		return nil, fmt.Errorf("train: %s is in use by another polysketch train (lock %s held); wait for it or choose another --out", out, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	return func(failed bool) {
+		tidy := false
+		if failed && made != "" {
+			if entries, err := os.ReadDir(out); err == nil && len(entries) == 1 {
+				// Removed while still locked, so that nobody locks it meanwhile.
+				tidy = os.Remove(path) == nil
+			}
+		}
+		lk.Unlock()
+		if tidy {
+			for d := filepath.Clean(out); ; d = filepath.Dir(d) {
+				if os.Remove(d) != nil || d == made {
+					break
+				}
+			}
+		}
+	}, nil
 }
 
 // absPaths makes the corpus paths absolute, so that the checkpoint

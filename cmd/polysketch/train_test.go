@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -214,6 +215,102 @@ func TestTrainInterrupt(t *testing.T) {
 	if c.State.Step < 1 || c.State.Step >= 100000 || len(ms) != c.State.Step {
 		t.Errorf("checkpoint at step %d with %d lines of metrics", c.State.Step, len(ms))
 	}
+	// Stopping released the run's lock.
+	l, err := filelock.TryLock(filepath.Join(runDir, lockFile))
+	if err != nil {
+		t.Fatalf("after the interrupted train: %v", err)
+	}
+	l.Unlock()
+}
+
+// TestTrainLocked checks that a train on a run that another train holds
+// fails with one line before it reads or writes anything there, whatever
+// it was asked to do.
+func TestTrainLocked(t *testing.T) {
+	dir, args := tinyRun(t)
+	runDir := filepath.Join(dir, "run")
+	cache := filepath.Join(dir, "cache")
+	if _, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--steps", "2")...); err != nil {
+		t.Fatal(err)
+	}
+	// The first run is over, so its lock is free: take it, as a train
+	// under way would. A lock through another open file conflicts even
+	// within one process.
+	lockPath := filepath.Join(runDir, lockFile)
+	l, err := filelock.TryLock(lockPath)
+	if err != nil {
+		t.Fatalf("the lock of a finished run: %v", err)
+	}
+	before := snapshotTree(t, runDir)
+	want := fmt.Sprintf("train: %s is in use by another polysketch train (lock %s held); wait for it or choose another --out", runDir, lockPath)
+	for _, extra := range [][]string{
+		{"--steps", "4"},
+		{"--force", "--steps", "4"},
+		{"--resume", "--steps", "4"},
+	} {
+		a := append(append([]string{"train"}, args...), extra...)
+		if extra[0] == "--resume" {
+			a = append([]string{"train", "--out", runDir, "--cache-dir", cache}, extra...)
+		}
+		out, errOut, err := runQuiet(t, a...)
+		if err == nil || err.Error() != want {
+			t.Errorf("train %s on a locked run: %v, want\n%s", extra[0], err, want)
+		}
+		if out != "" || errOut != "" {
+			t.Errorf("train %s on a locked run printed %q and %q", extra[0], out, errOut)
+		}
+		if after := snapshotTree(t, runDir); after != before {
+			t.Errorf("train %s on a locked run changed its files", extra[0])
+		}
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runQuiet(t, "train", "--out", runDir, "--resume", "--steps", "3", "--cache-dir", cache); err != nil {
+		t.Fatalf("resume once the lock is free: %v", err)
+	}
+	if ms := metricsOf(t, runDir); len(ms) != 3 {
+		t.Errorf("resumed run has %d lines of metrics, want 3", len(ms))
+	}
+}
+
+// TestTrainLockTidy checks that a train that fails before it writes
+// anything leaves no directory behind, and leaves one it did not make.
+func TestTrainLockTidy(t *testing.T) {
+	dir, args := tinyRun(t)
+	fresh := filepath.Join(dir, "new")
+	_, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--out", filepath.Join(fresh, "run"), "--heads", "3")...)
+	if err == nil {
+		t.Fatal("train with 3 heads of a width of 16 succeeded")
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed train left %s: %v", fresh, err)
+	}
+	mine := t.TempDir()
+	if _, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--out", mine, "--heads", "3")...); err == nil {
+		t.Fatal("train with 3 heads of a width of 16 succeeded")
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("a failed train removed the --out it did not make: %v", err)
+	}
+}
+
+// snapshotTree returns the names and contents of the files under dir.
+func snapshotTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		fmt.Fprintf(&b, "%s %x\n", path, data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // TestTrainLearned trains with learned sketches, whose parameters must

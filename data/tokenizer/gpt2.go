@@ -10,7 +10,10 @@ import (
 	"github.com/tiktoken-go/tokenizer/codec"
 )
 
-// GPT-2's vocabulary: 50256 byte-pair tokens and the end-of-text token.
+// GPT-2's vocabulary: 50256 byte-pair tokens and the end-of-text token,
+// id 50256 in GPT-2's encoder.json. The module knows the id only privately,
+// so it is a constant here; the tests check it against the module's
+// vocabulary.
 const (
 	gpt2Vocab     = 50257
 	gpt2EndOfText = 50256
@@ -36,7 +39,8 @@ const (
 //
 // Encode never produces the end-of-text token 50256: the text
 // "<|endoftext|>" is encoded as ordinary text. Decode turns 50256 into that
-// text.
+// text, and [EndOfText] returns it, for putting between documents as
+// GPT-2's training did.
 func GPT2() (Tokenizer, error) { return loadGPT2() }
 
 var loadGPT2 = sync.OnceValues(func() (Tokenizer, error) {
@@ -94,6 +98,9 @@ type gpt2 struct {
 
 func (*gpt2) Name() string   { return "gpt2" }
 func (*gpt2) VocabSize() int { return gpt2Vocab }
+
+// EndOfText returns the end-of-text token; see [EndOfText].
+func (*gpt2) EndOfText() int32 { return gpt2EndOfText }
 
 func (g *gpt2) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	for _, id := range tokens {

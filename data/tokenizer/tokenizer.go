@@ -4,7 +4,8 @@
 // which accepts any input; and [GPT2], the byte-pair encoding of GPT-2
 // (vocabulary 50257), whose vocabulary and merges come from the
 // github.com/tiktoken-go/tokenizer module, compiled into the binary so that
-// nothing is downloaded at run time. [Lookup] finds one by name.
+// nothing is downloaded at run time. [Lookup] finds one by name, and
+// [EndOfText] gives the token, if any, that separates documents.
 package tokenizer
 
 import (
@@ -47,6 +48,19 @@ func Lookup(name string) (Tokenizer, error) {
 		return GPT2()
 	}
 	return nil, fmt.Errorf("unknown tokenizer %q: choose one of %s", name, strings.Join(Names(), ", "))
+}
+
+// EndOfText returns t's end-of-text token, the id that separates documents
+// in a stream of tokens, and true; or false if t has none. A Tokenizer has
+// one if it has a method EndOfText() int32 returning it: [GPT2] does
+// (50256, which Decode turns into the text "<|endoftext|>"); [Byte] does
+// not, as each of its 256 ids is a byte of text and none is left over.
+func EndOfText(t Tokenizer) (id int32, ok bool) {
+	e, ok := t.(interface{ EndOfText() int32 })
+	if !ok {
+		return 0, false
+	}
+	return e.EndOfText(), true
 }
 
 // invalidToken is the error for an id outside the vocabulary.

@@ -71,6 +71,63 @@ func TestGPT2KnownIDs(t *testing.T) {
 	}
 }
 
+// eotTokenizer is a tokenizer of another package with an end-of-text
+// token: EndOfText finds it by its method.
+type eotTokenizer struct{ Tokenizer }
+
+func (eotTokenizer) EndOfText() int32 { return 7 }
+
+func TestEndOfText(t *testing.T) {
+	for _, tc := range []struct {
+		tok    Tokenizer
+		want   int32
+		wantOK bool
+		text   string // what Decode makes of the token
+	}{
+		{Byte, 0, false, ""},
+		{mustGPT2(t), 50256, true, "<|endoftext|>"}, // GPT-2's encoder.json
+		{eotTokenizer{Byte}, 7, true, "\a"},
+	} {
+		id, ok := EndOfText(tc.tok)
+		if id != tc.want || ok != tc.wantOK {
+			t.Errorf("EndOfText(%s) = %d, %v; want %d, %v", tc.tok.Name(), id, ok, tc.want, tc.wantOK)
+		}
+		if !ok {
+			continue
+		}
+		if got, err := tc.tok.Decode(nil, []int32{id}); err != nil || string(got) != tc.text {
+			t.Errorf("%s: Decode([%d]) = %q, %v; want %q", tc.tok.Name(), id, got, err, tc.text)
+		}
+	}
+}
+
+// TestGPT2EndOfTextInModule checks the constant against the module's
+// vocabulary: the module has byte-pair tokens 0 to 50255 and no token
+// 50256, which r50k_base keeps for "<|endoftext|>", and it encodes that
+// text as ordinary text, as GPT2 does.
+func TestGPT2EndOfTextInModule(t *testing.T) {
+	codec, err := tiktoken.Get(tiktoken.R50kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := mustGPT2(t)
+	eot, _ := EndOfText(g)
+	if eot != int32(g.VocabSize()-1) {
+		t.Errorf("end-of-text token %d is not the last of the vocabulary of %d", eot, g.VocabSize())
+	}
+	if s, err := codec.Decode([]uint{uint(eot) - 1}); err != nil || s == "" {
+		t.Errorf("module: token %d = %q, %v; want a byte-pair token", eot-1, s, err)
+	}
+	if s, err := codec.Decode([]uint{uint(eot)}); err == nil {
+		t.Errorf("module decodes token %d to %q; want no byte-pair token there", eot, s)
+	}
+	text := "a<|endoftext|>b"
+	got, want := g.Encode(nil, []byte(text)), moduleEncode(t, text)
+	if !slices.Equal(got, want) || slices.Contains(got, eot) {
+		t.Errorf("Encode(%q) = %v, module %v; want the same, without %d", text, got, want, eot)
+	}
+}
+
 // gpt2ByteOrder returns the ids of the 256 single-byte tokens of GPT-2 as
 // its published bytes_to_unicode orders them: the printable bytes '!'..'~',
 // '¡'..'¬', '®'..'ÿ' first, then the other bytes in increasing order.
