@@ -94,13 +94,18 @@ type Sketched interface {
 	SketchMatrices() map[string]*tensor.Tensor
 }
 
-// Decoder runs a causal mechanism one position at a time, for generation.
-// Its outputs equal, to float tolerance, those of Forward over the whole
-// sequence. Polysketch keeps a recurrent state of constant size, so every
-// step costs the same whatever its position; the others keep a KV cache.
+// Decoder runs a causal mechanism incrementally, for generation: a chunk
+// of positions at a time (a prompt) or one (each generated token). Its
+// outputs equal, to float tolerance, those of Forward over the whole
+// sequence, however the sequence is cut into chunks. Polysketch keeps a
+// recurrent state of constant size, so every position costs the same
+// whatever its index; the others keep a KV cache.
 type Decoder interface {
-	// Step consumes q, k, v of the next position, each [B,H,h], and writes
-	// that position's output to o ([B,H,h]).
+	// Step consumes q, k, v of the next n ≥ 1 positions, each [B,H,n,h]
+	// (or [B,H,h] for n = 1), and writes their outputs to o, of the same
+	// shape. Position t of the chunk sees every position consumed before
+	// and positions 0…t of the chunk, so one Step of n positions equals n
+	// Steps of one; it runs them as matrix products.
 	Step(o, q, k, v *tensor.Tensor)
 	// Len is the number of positions consumed since the last Reset.
 	Len() int

@@ -5,29 +5,39 @@ import (
 	"math"
 	"runtime"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
 
-// Incremental decoding. A Decoder consumes q, k, v of one new position per
-// Step and returns that position's output, equal to float tolerance to the
-// row of a full causal Forward. Two kinds of state do this:
+// Incremental decoding. A Decoder consumes q, k, v of n new positions per
+// Step (n = 1 for a generated token, more for a prompt) and returns their
+// outputs, equal to float tolerance to the rows of a full causal Forward.
+// Two kinds of state do this:
 //
 //   - cacheDecoder (softmax, flash, polynomial): a KV cache; position n
 //     costs O(n·h) per head and the cache grows with the sequence.
 //   - sketchDecoder (polysketch): the recurrent state of the block
 //     algorithm, constant in size, so that every position costs the same.
+//
+// A Step of one position works with vector operations over the heads; a
+// Step of several runs each head's chunk as matrix products (the scores of
+// the whole chunk against the cache; the sketches, features and state
+// updates of whole block segments for polysketch), heads in parallel.
 
-// NewDecoder returns a Decoder running the causal mechanism m one position
-// at a time for B sequences of H heads of size h. Softmax and flash keep a
-// KV cache and weight it by softmax(q·k/√h); polynomial keeps a KV cache
-// and weights it by (q·k)^p/(1 + Σ (q·k')^p). Their caches start small
-// and double when full, so a Decoder accepts sequences of any length, with
-// memory growing as 2·n·h floats per head and a few allocations over a
-// sequence (none once the cache has reached its size; Reset keeps it).
-// Polysketch keeps the prefix state over completed blocks and the keys and
-// values of the current block (see sketchDecoder): constant memory and
-// cost per position, however long the sequence.
+// NewDecoder returns a Decoder running the causal mechanism m a few
+// positions at a time for B sequences of H heads of size h. Softmax and
+// flash keep a KV cache and weight it by softmax(q·k/√h); polynomial keeps
+// a KV cache and weights it by (q·k)^p/(1 + Σ (q·k')^p). Their caches
+// start small and double when full, so a Decoder accepts sequences of any
+// length, with memory growing as 2·n·h floats per head and a few
+// allocations over a sequence (none once the cache has reached its size;
+// Reset keeps it). Polysketch keeps the prefix state over completed blocks
+// and the keys and values of the current block (see sketchDecoder):
+// constant memory and cost per position, however long the sequence.
+// A Step of n > 1 positions also keeps per-worker scratch of O(n) rows
+// (O(n·Len()) scores for a KV cache), allocated at the first Step of that
+// size and reused after.
 //
 // A polysketch Decoder shares m's sketch (drawing it now if m has not run
 // yet), learned sketches included, whose current parameters it reads at
@@ -61,13 +71,22 @@ func NewDecoder(m Mechanism, B, H, h int) (Decoder, error) {
 	return dec, nil
 }
 
-// checkStep panics unless o, q, k, v are all [B,H,h].
-func checkStep(op string, bh, h int, o, q, k, v *tensor.Tensor) {
-	for _, t := range []*tensor.Tensor{o, q, k, v} {
-		if t.Dims() != 3 || t.Shape[0]*t.Shape[1] != bh || t.Shape[2] != h {
-			panic(fmt.Sprintf("attention.%s: shape %v, want [B,H,h] with B·H = %d, h = %d", op, t.Shape, bh, h))
+// checkStep panics unless o, q, k, v are all [B,H,h] or all [B,H,n,h],
+// with B·H = bh, and returns n.
+func checkStep(op string, bh, h int, o, q, k, v *tensor.Tensor) int {
+	n := 1
+	if q.Dims() == 4 {
+		n = q.Shape[2]
+	}
+	if (q.Dims() != 3 && q.Dims() != 4) || q.Shape[0]*q.Shape[1] != bh || q.Shape[q.Dims()-1] != h || n < 1 {
+		panic(fmt.Sprintf("attention.%s: shape %v, want [B,H,h] or [B,H,n≥1,h] with B·H = %d, h = %d", op, q.Shape, bh, h))
+	}
+	for _, t := range []*tensor.Tensor{o, k, v} {
+		if !tensor.SameShape(q, t) {
+			panic(fmt.Sprintf("attention.%s: shapes %v and %v differ", op, q.Shape, t.Shape))
 		}
 	}
+	return n
 }
 
 // stepWorkers returns how many goroutines a step of work floats deserves:
@@ -86,16 +105,20 @@ type cacheDecoder struct {
 	n      int       // positions consumed
 	size   int       // positions the cache holds before it must grow
 	k, v   []float32 // [bh × size × h]
-	w      []float32 // [bh × size] attention weights of the current step
+	w      []float32 // [bh × size] attention weights of a one-position step
+
+	chunk  int       // positions of the Step in progress
+	scores []float32 // chunks: per worker, [chunk × (n+chunk)] weights
 
 	o, q, kn, vn []float32 // the Step in progress
 	team         team
 	stepFn       func(w, i int) // bound once: handing it to team allocates nothing
+	chunkFn      func(w, i int)
 }
 
 func newCacheDecoder(B, H, h, degree int) *cacheDecoder {
 	d := &cacheDecoder{bh: B * H, h: h, degree: degree, scale: float32(1 / math.Sqrt(float64(h)))}
-	d.stepFn = d.stepHead
+	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }
 
@@ -103,14 +126,22 @@ func (d *cacheDecoder) Len() int { return d.n }
 func (d *cacheDecoder) Reset()   { d.n = 0 }
 
 func (d *cacheDecoder) Step(o, q, k, v *tensor.Tensor) {
-	checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
-	if d.n == d.size {
-		d.grow(max(16, 2*d.size))
+	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	if d.n+n > d.size {
+		d.grow(max(16, 2*d.size, d.n+n))
 	}
 	d.o, d.q, d.kn, d.vn = o.Data, q.Data, k.Data, v.Data
-	d.team.run(stepWorkers(d.bh, d.bh*(d.n+1)*d.h), d.bh, d.stepFn)
+	total := d.n + n
+	if n == 1 {
+		d.team.run(stepWorkers(d.bh, d.bh*total*d.h), d.bh, d.stepFn)
+	} else {
+		workers := stepWorkers(d.bh, d.bh*n*total*d.h)
+		d.chunk = n
+		d.scores = tensor.Grow(d.scores, workers*n*total)
+		d.team.run(workers, d.bh, d.chunkFn)
+	}
 	d.o, d.q, d.kn, d.vn = nil, nil, nil, nil
-	d.n++
+	d.n = total
 }
 
 // grow moves the cache to room for size positions per head.
@@ -122,6 +153,20 @@ func (d *cacheDecoder) grow(size int) {
 		copy(v[i*size*h:], d.v[i*d.size*h:(i*d.size+d.n)*h])
 	}
 	d.k, d.v, d.w, d.size = k, v, make([]float32, d.bh*size), size
+}
+
+// weigh turns the scores q·k of one position against the keys it sees
+// into its attention weights, in place.
+func (d *cacheDecoder) weigh(w []float32) {
+	if d.degree == 0 {
+		vec.Scale(d.scale, w)
+		vec.Softmax(w)
+		return
+	}
+	for j, s := range w {
+		w[j] = ipow(s, d.degree)
+	}
+	vec.Scale(1/(1+vec.Sum(w)), w)
 }
 
 // stepHead appends head i's key and value and computes its output.
@@ -136,19 +181,32 @@ func (d *cacheDecoder) stepHead(_, i int) {
 	for j := range w {
 		w[j] = vec.Dot(q, keys[j*h:(j+1)*h])
 	}
-	if d.degree == 0 {
-		vec.Scale(d.scale, w)
-		vec.Softmax(w)
-	} else {
-		for j, s := range w {
-			w[j] = ipow(s, d.degree)
-		}
-		vec.Scale(1/(1+vec.Sum(w)), w)
-	}
+	d.weigh(w)
 	clear(o)
 	for j, wj := range w {
 		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
 	}
+}
+
+// chunkHead appends head i's chunk of keys and values and computes the
+// chunk's outputs: S = Q·Kᵀ against the whole cache, each row weighed over
+// the keys it sees and zeroed beyond (the causal mask), then O = W·V.
+func (d *cacheDecoder) chunkHead(w, i int) {
+	h, n0, n := d.h, d.n, d.chunk
+	total := n0 + n
+	base := i * d.size * h
+	keys, vals := d.k[base:base+total*h], d.v[base:base+total*h]
+	copy(keys[n0*h:], d.kn[i*n*h:(i+1)*n*h])
+	copy(vals[n0*h:], d.vn[i*n*h:(i+1)*n*h])
+	q, o := d.q[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
+	s := d.scores[w*n*total : (w+1)*n*total]
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, n, total, h, 1, q, h, keys, h, 0, s, total)
+	for t := 0; t < n; t++ {
+		row := s[t*total : (t+1)*total]
+		d.weigh(row[:n0+t+1])
+		clear(row[n0+t+1:])
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, n, h, total, 1, s, total, vals, h, 0, o, h)
 }
 
 // sketchDecoder decodes causal polysketch attention with the state of the
@@ -163,10 +221,16 @@ func (d *cacheDecoder) stepHead(_, i int) {
 // whose weights are sketched everywhere). The features φ and sketches M
 // are those of the mechanism (sketch.apply, selfTensor), random or
 // learned. The current
-// block's φ(K)ᵀV and φ(K)ᵀ1 accumulate one token at a time, and are added
+// block's φ(K)ᵀV and φ(K)ᵀ1 accumulate as positions arrive, and are added
 // to Z and ζ when the block completes, so every position costs the same:
 // two F×h rank-one products, the sketch of one q and one k, and at most b
 // local weights.
+//
+// A Step of several positions cuts each head's chunk into segments, the
+// runs of positions within one block, and computes a segment as the
+// positions one by one would, with matrix products: the local weights
+// against the block's keys so far, Φ(Q)·Z and Φ(Q)·ζ for the prefix, and
+// Φ(K)ᵀV added to the block's state.
 type sketchDecoder struct {
 	sk        *sketch
 	bh, h     int
@@ -191,9 +255,26 @@ type sketchDecoder struct {
 	fq, fk         []float32 // [bh × F]: φ(q), φ(k) row-major
 	sks            sketchScratch
 
+	chunk  int            // positions of the Step in progress, when more than one
+	chunks []chunkScratch // per worker
+
 	o, q, k, v []float32 // the Step in progress
 	team       team
 	stepFn     func(w, i int)
+	chunkFn    func(w, i int)
+}
+
+// chunkScratch is one worker's memory for Steps of several positions: the
+// sketches and features of one head's chunk of n positions, transposed as
+// the sketch works ([rows × n]), and the local weights of one segment.
+type chunkScratch struct {
+	n             int       // positions it has room for
+	pre           []float32 // [preW × n], for q and then k
+	mq, mk, tilde []float32 // [ro × n]
+	phiQ, phiK    []float32 // [F × n]
+	wts           []float32 // [min(n,b) × b]: a segment's local weights
+	den           []float32 // [min(n,b)]: their denominators
+	sks           sketchScratch
 }
 
 func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
@@ -218,7 +299,7 @@ func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
 		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	}
 	d.sks = sk.newScratch(bh)
-	d.stepFn = d.stepHead
+	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }
 
@@ -231,11 +312,31 @@ func (d *sketchDecoder) Reset() {
 }
 
 func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
-	checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
+	if n == 1 {
+		d.step()
+	} else {
+		workers := stepWorkers(d.bh, d.bh*n*2*d.stateSize)
+		for len(d.chunks) < workers {
+			d.chunks = append(d.chunks, chunkScratch{})
+		}
+		for w := range workers {
+			d.chunks[w].size(d, n)
+		}
+		d.chunk = n
+		d.team.run(workers, d.bh, d.chunkFn)
+	}
+	d.o, d.q, d.k, d.v = nil, nil, nil, nil
+	d.n += n
+}
+
+// step advances every head by the one position of d.q, d.k, d.v.
+func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
 	// Sketches and features of every head's q and k: one product each.
-	d.sk.apply(q.Data, h, bh, d.preQ, d.mq, &d.sks)
-	d.sk.apply(k.Data, h, bh, d.preK, d.mk, &d.sks)
+	d.sk.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
+	d.sk.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	selfTensor(d.phiQ, d.mq, d.tq, ro, bh)
 	selfTensor(d.phiK, d.mk, d.tk, ro, bh)
 	transposeInto(d.fq, d.phiQ, bh, F, bh)
@@ -244,10 +345,7 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 		transposeInto(d.mqr, d.mq, bh, ro, bh)
 		transposeInto(d.mkr, d.mk, bh, ro, bh)
 	}
-	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
 	d.team.run(stepWorkers(bh, bh*2*d.stateSize), bh, d.stepFn)
-	d.o, d.q, d.k, d.v = nil, nil, nil, nil
-	d.n++
 }
 
 // stepHead advances head i by one position.
@@ -277,10 +375,7 @@ func (d *sketchDecoder) stepHead(_, i int) {
 
 	// Local weights inside the block, exact or sketched.
 	w := d.wts[i*b : i*b+pos+1]
-	p := d.p
-	if !d.local {
-		p = 2
-	}
+	p := d.localDegree()
 	for j := range w {
 		w[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
 	}
@@ -307,4 +402,107 @@ func (d *sketchDecoder) stepHead(_, i int) {
 		vec.Axpy(x, v, block[f*h:(f+1)*h])
 	}
 	vec.Add(block[F*h:], block[F*h:], fk)
+}
+
+// localDegree is the power of the dot products inside the current block:
+// p of the exact weights, or 2 of the sketched (M(q)·M(k))².
+func (d *sketchDecoder) localDegree() int {
+	if d.local {
+		return d.p
+	}
+	return 2
+}
+
+// size makes sure c has room for chunks of n positions of d.
+func (c *chunkScratch) size(d *sketchDecoder, n int) {
+	if c.n >= n {
+		return
+	}
+	seg := min(n, d.b)
+	c.n = n
+	c.pre = make([]float32, d.sk.preW*n)
+	c.mq, c.mk, c.tilde = make([]float32, d.ro*n), make([]float32, d.ro*n), make([]float32, d.ro*n)
+	c.phiQ, c.phiK = make([]float32, d.F*n), make([]float32, d.F*n)
+	c.wts, c.den = make([]float32, seg*d.b), make([]float32, seg)
+	c.sks = d.sk.newScratch(n)
+}
+
+// chunkHead advances head i by the d.chunk positions of the Step, worker
+// w's scratch holding the head's sketches and features.
+func (d *sketchDecoder) chunkHead(w, i int) {
+	h, F, kw, b, n := d.h, d.F, d.kw, d.b, d.chunk
+	c := &d.chunks[w]
+	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
+	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
+	d.sk.apply(q, h, n, c.pre, c.mq, &c.sks)
+	d.sk.apply(k, h, n, c.pre, c.mk, &c.sks)
+	selfTensor(c.phiQ, c.mq, c.tilde, d.ro, n)
+	selfTensor(c.phiK, c.mk, c.tilde, d.ro, n)
+
+	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
+	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
+	keys, vals := d.keys[i*b*kw:(i+1)*b*kw], d.vals[i*b*h:(i+1)*b*h]
+	p := d.localDegree()
+	for t0 := 0; t0 < n; {
+		at := d.n + t0 // position of the segment's first row
+		pos := at % b  // its index within the block
+		s := min(n-t0, b-pos)
+		if pos == 0 && at > 0 { // the previous block is complete
+			vec.Add(prefix, prefix, block)
+			clear(block)
+		}
+
+		// Keep the segment's keys (or their sketches) and values.
+		if d.local {
+			copy(keys[pos*kw:], k[t0*h:(t0+s)*h])
+		} else {
+			for t := range s {
+				row := keys[(pos+t)*kw : (pos+t+1)*kw]
+				for j := range row {
+					row[j] = c.mk[j*n+t0+t]
+				}
+			}
+		}
+		copy(vals[pos*h:], v[t0*h:(t0+s)*h])
+
+		// Local weights: the segment's queries against the block's keys
+		// so far, [s × m], row t seeing keys 0…pos+t.
+		m := pos + s
+		wts, den := c.wts[:s*m], c.den[:s]
+		if d.local {
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, s, m, kw, 1, q[t0*h:], h, keys, kw, 0, wts, m)
+		} else {
+			blas.SgemmSerial(blas.Trans, blas.Trans, s, m, kw, 1, c.mq[t0:], n, keys, kw, 0, wts, m)
+		}
+		for t := range s {
+			row := wts[t*m : (t+1)*m]
+			live := row[:pos+t+1]
+			for j, x := range live {
+				live[j] = ipow(x, p)
+			}
+			den[t] = 1 + vec.Sum(live)
+			clear(row[pos+t+1:])
+		}
+		out := o[t0*h : (t0+s)*h]
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, s, h, m, 1, wts, m, vals, h, 0, out, h)
+
+		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
+		if at >= b {
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, s, h, F, 1, c.phiQ[t0:], n, prefix, h, 1, out, h)
+			for f, z := range prefix[F*h:] {
+				vec.Axpy(z, c.phiQ[f*n+t0:f*n+t0+s], den)
+			}
+		}
+		for t := range s {
+			vec.Scale(1/den[t], out[t*h:(t+1)*h])
+		}
+
+		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1.
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, c.phiK[t0:], n, v[t0*h:], h, 1, block, h)
+		zeta := block[F*h:]
+		for f := range zeta {
+			zeta[f] += vec.Sum(c.phiK[f*n+t0 : f*n+t0+s])
+		}
+		t0 += s
+	}
 }

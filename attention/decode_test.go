@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/polysketch/polysketch/tensor"
@@ -81,10 +82,12 @@ func decodeCases() []decodeCase {
 	with := func(f func(o *Options)) Options { o := base; f(&o); return o }
 	return []decodeCase{
 		{"softmax", Softmax, base, 13},
+		{"softmax/N37", Softmax, base, 37}, // the cache grows during chunks
 		{"flash/b4", Flash, base, 13},
 		{"flash/b64", Flash, with(func(o *Options) { o.Block = 64 }), 13},
 		{"polynomial/p2", Polynomial, with(func(o *Options) { o.Degree = 2 }), 13},
 		{"polynomial/p4", Polynomial, base, 13},
+		{"polynomial/p4/N37", Polynomial, base, 37},
 		{"polynomial/p6", Polynomial, with(func(o *Options) { o.Degree = 6 }), 13},
 		// Polysketch: N = 13 spans blocks [0,4) [4,8) [8,12) [12,13).
 		{"polysketch/local/b4", Polysketch, base, 13},
@@ -134,7 +137,8 @@ func decodeInputs(N int, seed uint64) (q, k, v *tensor.Tensor) {
 }
 
 // decodeTol bounds the decoding error relative to the largest output;
-// measured errors are below 1e-6.
+// measured errors are below 2.1e-6 (degree 8 one position at a time; in
+// chunks below 1e-6), against Forward and between the two.
 const decodeTol = 1e-5
 
 // TestDecoderMatchesForward decodes every position of a sequence one at a
@@ -150,6 +154,116 @@ func TestDecoderMatchesForward(t *testing.T) {
 				t.Errorf("decoded output at position %d differs from Forward by %.3g (relative to max |o|), want ≤ %g", n, d, decodeTol)
 			}
 		})
+	}
+}
+
+// decodeChunks feeds q, k, v ([B,H,N,h]) to d in chunks of the sizes of
+// schedule, repeated until N positions are consumed (the last chunk cut
+// short), and returns the outputs in the same layout.
+func decodeChunks(t *testing.T, d Decoder, q, k, v *tensor.Tensor, schedule []int) *tensor.Tensor {
+	t.Helper()
+	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	out := tensor.New(q.Shape...)
+	for at, i := 0, 0; at < N; i++ {
+		n := min(schedule[i%len(schedule)], N-at)
+		qs, ks, vs, os := tensor.New(B, H, n, h), tensor.New(B, H, n, h), tensor.New(B, H, n, h), tensor.New(B, H, n, h)
+		os.Fill(float32(math.NaN())) // every output must be written
+		for bh := 0; bh < B*H; bh++ {
+			src, dst := (bh*N+at)*h, bh*n*h
+			copy(qs.Data[dst:dst+n*h], q.Data[src:src+n*h])
+			copy(ks.Data[dst:dst+n*h], k.Data[src:src+n*h])
+			copy(vs.Data[dst:dst+n*h], v.Data[src:src+n*h])
+		}
+		if d.Len() != at {
+			t.Fatalf("Len() = %d before position %d", d.Len(), at)
+		}
+		d.Step(os, qs, ks, vs)
+		for bh := 0; bh < B*H; bh++ {
+			copy(out.Data[(bh*N+at)*h:(bh*N+at+n)*h], os.Data[bh*n*h:(bh+1)*n*h])
+		}
+		at += n
+	}
+	if d.Len() != N {
+		t.Fatalf("Len() = %d after %d positions", d.Len(), N)
+	}
+	return out
+}
+
+// chunkSchedules are the ways TestDecoderChunks cuts sequences: one
+// position per Step (as [B,H,1,h]), chunks shorter than, equal to and
+// longer than the blocks of decodeCases, the whole sequence at once, and
+// chunks of changing sizes.
+var chunkSchedules = [][]int{{1}, {2}, {3}, {4}, {5}, {9}, {64}, {3, 1, 6, 2}}
+
+// TestDecoderChunks decodes every case in chunks of several positions and
+// compares the outputs with the full causal Forward and with decoding one
+// position at a time; polysketch's chunks cross block boundaries, end
+// mid-block and start mid-block.
+func TestDecoderChunks(t *testing.T) {
+	for _, c := range decodeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v := decodeInputs(c.N, 1)
+			m := mustNew(t, c.kind, c.opts)
+			want := forward(m, q, k, v)
+			single := decodeAll(t, m, q, k, v)
+			for _, sched := range chunkSchedules {
+				d, err := NewDecoder(m, 2, 3, 8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := decodeChunks(t, d, q, k, v, sched)
+				if diff, n := worstPosition(got, want); diff > decodeTol {
+					t.Errorf("chunks %v: output at position %d differs from Forward by %.3g (relative to max |o|), want ≤ %g", sched, n, diff, decodeTol)
+				}
+				if diff, n := worstPosition(got, single); diff > decodeTol {
+					t.Errorf("chunks %v: output at position %d differs from single steps by %.3g, want ≤ %g", sched, n, diff, decodeTol)
+				}
+				// Reset, then the same chunks again: bit for bit.
+				d.Reset()
+				again := decodeChunks(t, d, q, k, v, sched)
+				for i := range got.Data {
+					if again.Data[i] != got.Data[i] {
+						t.Fatalf("chunks %v: element %d after Reset: %v, first time %v", sched, i, again.Data[i], got.Data[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDecoderStepShapes: Step panics on inconsistent shapes, with the
+// shapes in the message.
+func TestDecoderStepShapes(t *testing.T) {
+	for _, kind := range Kinds {
+		d, err := NewDecoder(mustNew(t, kind, DefaultOptions()), 2, 3, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name   string
+			o, qkv []int
+		}{
+			{"o shorter", []int{2, 3, 2, 8}, []int{2, 3, 3, 8}},
+			{"o 3-D", []int{2, 3, 8}, []int{2, 3, 1, 8}},
+			{"no positions", []int{2, 3, 0, 8}, []int{2, 3, 0, 8}},
+			{"wrong heads", []int{2, 2, 1, 8}, []int{2, 2, 1, 8}},
+			{"wrong head size", []int{2, 3, 1, 4}, []int{2, 3, 1, 4}},
+			{"2-D", []int{6, 8}, []int{6, 8}},
+		} {
+			func() {
+				defer func() {
+					if r := recover(); r == nil {
+						t.Errorf("%s: %s: no panic", kind, c.name)
+					} else if !strings.Contains(fmt.Sprint(r), "Decoder.Step") {
+						t.Errorf("%s: %s: panic %q does not name Decoder.Step", kind, c.name, r)
+					}
+				}()
+				d.Step(tensor.New(c.o...), tensor.New(c.qkv...), tensor.New(c.qkv...), tensor.New(c.qkv...))
+			}()
+			if d.Len() != 0 {
+				t.Fatalf("%s: %s: a rejected Step moved Len to %d", kind, c.name, d.Len())
+			}
+		}
 	}
 }
 
@@ -272,6 +386,22 @@ func TestDecoderStepAllocs(t *testing.T) {
 			}
 			if a := testing.AllocsPerRun(runs, func() { d.Step(out, q, k, v) }); a != 0 {
 				t.Errorf("%v allocations per step", a)
+			}
+
+			// Chunks of 7 positions: once the cache and the chunk scratch
+			// have grown (the first chunk), nothing more.
+			const chunk, chunkRuns = 7, 10
+			q, k, v, out = randTensor(rng, 1, 2, 3, chunk, 8), randTensor(rng, 1, 2, 3, chunk, 8), randTensor(rng, 1, 2, 3, chunk, 8), tensor.New(2, 3, chunk, 8)
+			d.Reset()
+			if c.kind != Polysketch {
+				for range chunkRuns + 1 {
+					d.Step(out, q, k, v)
+				}
+			}
+			d.Reset()
+			d.Step(out, q, k, v)
+			if a := testing.AllocsPerRun(chunkRuns, func() { d.Step(out, q, k, v) }); a != 0 {
+				t.Errorf("%v allocations per chunk of %d positions", a, chunk)
 			}
 		})
 	}

@@ -9,9 +9,10 @@ import (
 )
 
 // Decoder is the generation state of a Model for B sequences decoded in
-// lockstep: each Step consumes one token per sequence and returns the
-// logits of the next one, equal to float tolerance to the logits at the
-// same position of Model.Forward over the whole sequence.
+// lockstep: Prefill consumes a prompt of n tokens per sequence, each Step
+// one token per sequence, and both return the logits of the next token,
+// equal to float tolerance to the logits at the same position of
+// Model.Forward over the whole sequence.
 //
 // Each layer keeps an attention.Decoder: a KV cache for softmax, flash and
 // polynomial attention, so that position n costs O(n) and a sequence may
@@ -29,6 +30,7 @@ type Decoder struct {
 	batch    int
 	limit    int           // positions accepted; 0 for no limit
 	n        int           // positions consumed
+	chunk    int           // most positions per sequence in one pass through the layers
 	embed    *nn.Embedding // shares the model's table
 	embScale float32
 	pos      *nn.Sinusoidal
@@ -38,16 +40,23 @@ type Decoder struct {
 	head     *nn.Linear // shares the model's; nil when tied
 	bias     *nn.Param
 
-	tokens     []int32
-	x, a, y    *tensor.Tensor // [B,1,d]
-	final      *tensor.Tensor // [B,1,d]
-	qkv        *tensor.Tensor // [B,1,3d]
-	q, k, v, o *tensor.Tensor // [B,H,1,h], positions along N for RoPE
-	q3, k3, v3 *tensor.Tensor // the same as [B,H,h], for attention.Decoder
-	o3         *tensor.Tensor
-	heads      *tensor.Tensor // o as [B,1,d], the input of the output projection
-	logits     *tensor.Tensor // [B,V]
+	// Buffers of one pass of c ≤ chunk positions per sequence, sized for
+	// the largest pass so far.
+	tokens     []int32       // [B·c], row-major [B,c]
+	x, a, y    tensor.Tensor // [B,c,d]
+	qkv        tensor.Tensor // [B,c,3d]
+	q, k, v, o tensor.Tensor // [B,H,c,h]
+	heads      tensor.Tensor // o as rows, [B,c,d]: the input of the output projection
+	last       tensor.Tensor // [B,1,d]: the residual stream at each sequence's last position
+	final      tensor.Tensor // [B,1,d]: its final LayerNorm
+	logits     tensor.Tensor // [B,V]
 }
+
+// prefillRows bounds the rows (sequences × positions) of one pass of
+// Prefill: enough for the dense layers to run at matrix-matrix speed,
+// few enough that the buffers of a pass (about 23·Dim floats per row,
+// with a GLU of 4·Dim) stay small however long the prompt.
+const prefillRows = 256
 
 // decoderLayer is one layer of the model seen by the Decoder: layers that
 // share the model's parameters but keep inputs and caches of their own,
@@ -68,7 +77,8 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 	c := m.cfg
 	d, H, h := c.Dim, c.Heads, c.HeadSize()
 	dec := &Decoder{
-		cfg: c, batch: B, embScale: m.embScale, head: shareLinear(m.head),
+		cfg: c, batch: B, chunk: max(1, prefillRows/B),
+		embScale: m.embScale, head: shareLinear(m.head),
 		embed: &nn.Embedding{Vocab: c.Vocab, Dim: d, Weight: m.embed.Weight},
 		pos:   nn.NewSinusoidal(d),
 		rope:  nn.NewRoPE(h),
@@ -90,13 +100,9 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 		}
 		dec.layers = append(dec.layers, dl)
 	}
-	dec.tokens = make([]int32, B)
-	dec.x, dec.a, dec.y, dec.final = tensor.New(B, 1, d), tensor.New(B, 1, d), tensor.New(B, 1, d), tensor.New(B, 1, d)
-	dec.qkv = tensor.New(B, 1, 3*d)
-	dec.q, dec.k, dec.v, dec.o = tensor.New(B, H, 1, h), tensor.New(B, H, 1, h), tensor.New(B, H, 1, h), tensor.New(B, H, 1, h)
-	dec.q3, dec.k3, dec.v3, dec.o3 = dec.q.Reshape(B, H, h), dec.k.Reshape(B, H, h), dec.v.Reshape(B, H, h), dec.o.Reshape(B, H, h)
-	dec.heads = dec.o.Reshape(B, 1, d)
-	dec.logits = tensor.New(B, c.Vocab)
+	dec.last.Resize(B, 1, d)
+	dec.final.Resize(B, 1, d)
+	dec.logits.Resize(B, c.Vocab)
 	return dec, nil
 }
 
@@ -118,62 +124,148 @@ func (d *Decoder) Reset() {
 
 // Step consumes tokens, one per sequence ([B] ids), at position Len() and
 // returns the logits of the next token of each sequence, [B,Vocab]. The
-// tensor belongs to the Decoder and is overwritten by the next Step. To
-// start from a prompt, step through its tokens and use the logits of the
-// last. Step fails on a token outside the vocabulary, a wrong number of
-// tokens, or a full KV cache (Len() == Limit()).
+// tensor belongs to the Decoder and is overwritten by the next Step or
+// Prefill. Step fails, consuming nothing, on a token outside the
+// vocabulary, a wrong number of tokens, or a full KV cache
+// (Len() == Limit()).
 func (d *Decoder) Step(tokens []int32) (*tensor.Tensor, error) {
 	if len(tokens) != d.batch {
 		return nil, fmt.Errorf("decoder step: %d tokens for %d sequences", len(tokens), d.batch)
 	}
+	if err := d.check("decoder step", tokens, 1); err != nil {
+		return nil, err
+	}
+	d.pass(tokens, 1, 0, 1)
+	return &d.logits, nil
+}
+
+// Prefill consumes a prompt of n ≥ 1 tokens per sequence at positions
+// Len() … Len()+n−1 and returns the logits of the token after it, [B,Vocab],
+// as n Steps would (to float tolerance) but much faster: it runs the
+// prompt through the layers in passes of up to 256 rows (sequences ×
+// positions), so that every dense layer multiplies matrices rather than
+// a vector. tokens holds B·n ids in row-major [B,n] order, sequence b's
+// prompt at tokens[b·n : (b+1)·n]. The logits belong to the Decoder, as
+// Step's do. Prefill fails, consuming nothing, on a token outside the
+// vocabulary, a number of tokens that is not a positive multiple of B, or
+// a prompt that does not fit in a KV cache (Len()+n > Limit()).
+func (d *Decoder) Prefill(tokens []int32) (*tensor.Tensor, error) {
+	B := d.batch
+	if len(tokens) == 0 || len(tokens)%B != 0 {
+		return nil, fmt.Errorf("decoder prefill: %d tokens for %d sequences: need the same positive number for each", len(tokens), B)
+	}
+	n := len(tokens) / B
+	if err := d.check("decoder prefill", tokens, n); err != nil {
+		return nil, err
+	}
+	for at := 0; at < n; at += d.chunk {
+		d.pass(tokens, n, at, min(d.chunk, n-at))
+	}
+	return &d.logits, nil
+}
+
+// check validates tokens for consuming n positions per sequence.
+func (d *Decoder) check(op string, tokens []int32, n int) error {
 	for i, t := range tokens {
 		if t < 0 || int(t) >= d.cfg.Vocab {
-			return nil, fmt.Errorf("decoder step: token %d of sequence %d outside the vocabulary [0, %d)", t, i, d.cfg.Vocab)
+			return fmt.Errorf("%s: token %d at position %d of sequence %d outside the vocabulary [0, %d)", op, t, d.n+i%n, i/n, d.cfg.Vocab)
 		}
 	}
-	if d.limit > 0 && d.n >= d.limit {
-		return nil, fmt.Errorf("decoder step: position %d reaches the context length %d of this %s model; Reset, or use polysketch attention, whose state does not grow", d.n, d.limit, d.cfg.Attention)
+	if d.limit > 0 && d.n+n > d.limit {
+		if n == 1 {
+			return fmt.Errorf("%s: position %d reaches the context length %d of this %s model; Reset, or use polysketch attention, whose state does not grow", op, d.n, d.limit, d.cfg.Attention)
+		}
+		return fmt.Errorf("%s: %d positions from position %d pass the context length %d of this %s model; shorten the prompt, or use polysketch attention, whose state does not grow", op, n, d.n, d.limit, d.cfg.Attention)
 	}
-	copy(d.tokens, tokens)
-	dm, B := d.cfg.Dim, d.batch
-	d.embed.Forward(d.x, d.tokens)
+	return nil
+}
+
+// pass runs positions [at, at+c) of every sequence of tokens ([B,n]) at
+// positions Len() … Len()+c−1 through the model, leaving the logits of the
+// last in d.logits.
+func (d *Decoder) pass(tokens []int32, n, at, c int) {
+	dm, B, H, h := d.cfg.Dim, d.batch, d.cfg.Heads, d.cfg.HeadSize()
+	d.tokens = d.tokens[:0]
+	for b := range B {
+		d.tokens = append(d.tokens, tokens[b*n+at:b*n+at+c]...)
+	}
+	for _, t := range []*tensor.Tensor{&d.x, &d.a, &d.y, &d.heads} {
+		t.Resize(B, c, dm)
+	}
+	d.qkv.Resize(B, c, 3*dm)
+	for _, t := range []*tensor.Tensor{&d.q, &d.k, &d.v, &d.o} {
+		t.Resize(B, H, c, h)
+	}
+	d.embed.Forward(&d.x, d.tokens)
 	scale(d.embScale, d.x.Data)
 	d.pos.Offset = d.n
-	d.pos.Forward(d.x, d.x)
+	d.pos.Forward(&d.x, &d.x)
 	d.rope.Offset = d.n
 	for _, l := range d.layers {
-		l.ln1.Forward(d.a, d.x)
-		l.qkv.Forward(d.qkv, d.a)
-		// With one position, [B,H,1,h] is [B,d]: the heads are in place.
-		for b := range B {
-			row := d.qkv.Data[b*3*dm : (b+1)*3*dm]
-			copy(d.q.Data[b*dm:(b+1)*dm], row[:dm])
-			copy(d.k.Data[b*dm:(b+1)*dm], row[dm:2*dm])
-			copy(d.v.Data[b*dm:(b+1)*dm], row[2*dm:])
-		}
+		l.ln1.Forward(&d.a, &d.x)
+		l.qkv.Forward(&d.qkv, &d.a)
+		splitHeads(d.q.Data, d.k.Data, d.v.Data, d.qkv.Data, B, H, c, h)
 		if l.qn != nil {
-			l.qn.Forward(d.q, d.q)
-			l.kn.Forward(d.k, d.k)
+			l.qn.Forward(&d.q, &d.q)
+			l.kn.Forward(&d.k, &d.k)
 		}
-		d.rope.Forward(d.q, d.q)
-		d.rope.Forward(d.k, d.k)
-		l.attn.Step(d.o3, d.q3, d.k3, d.v3)
-		l.out.Forward(d.y, d.heads)
+		d.rope.Forward(&d.q, &d.q)
+		d.rope.Forward(&d.k, &d.k)
+		l.attn.Step(&d.o, &d.q, &d.k, &d.v)
+		mergeHeads(d.heads.Data, d.o.Data, B, H, c, h)
+		l.out.Forward(&d.y, &d.heads)
 		add(d.x.Data, d.y.Data)
-		l.ln2.Forward(d.a, d.x)
-		l.ffn.Forward(d.y, d.a)
+		l.ln2.Forward(&d.a, &d.x)
+		l.ffn.Forward(&d.y, &d.a)
 		add(d.x.Data, d.y.Data)
 	}
-	d.norm.Forward(d.final, d.x)
+	d.n += c
+	// Only the last position's logits are wanted: the head, a product with
+	// Vocab columns, runs on B rows.
+	for b := range B {
+		copy(d.last.Data[b*dm:(b+1)*dm], d.x.Data[(b*c+c-1)*dm:(b*c+c)*dm])
+	}
+	d.norm.Forward(&d.final, &d.last)
 	if d.head != nil {
-		d.head.Forward(d.logits, d.final)
+		d.head.Forward(&d.logits, &d.final)
 	} else {
-		d.embed.Logits(d.logits, d.final)
+		d.embed.Logits(&d.logits, &d.final)
 		scale(1/d.embScale, d.logits.Data)
 		addRows(d.logits.Data, d.bias.Value.Data)
 	}
-	d.n++
-	return d.logits, nil
+}
+
+// splitHeads copies the q, k and v columns of the projections qkv
+// ([B·c, 3·H·h] rows) into q, k, v ([B,H,c,h]). It is toHeads for the
+// few rows of a decoding pass, on the calling goroutine: copies this
+// small do not pay for goroutines.
+func splitHeads(q, k, v, qkv []float32, B, H, c, h int) {
+	d := H * h
+	for b := range B {
+		for t := range c {
+			row := qkv[(b*c+t)*3*d : (b*c+t+1)*3*d]
+			for i := range H {
+				at := ((b*H+i)*c + t) * h
+				copy(q[at:at+h], row[i*h:(i+1)*h])
+				copy(k[at:at+h], row[d+i*h:d+(i+1)*h])
+				copy(v[at:at+h], row[2*d+i*h:2*d+(i+1)*h])
+			}
+		}
+	}
+}
+
+// mergeHeads is the inverse of toHeads for the attention output o
+// ([B,H,c,h]) into rows ([B·c, H·h]), on the calling goroutine.
+func mergeHeads(rows, o []float32, B, H, c, h int) {
+	d := H * h
+	for b := range B {
+		for i := range H {
+			for t := range c {
+				at := ((b*H+i)*c + t) * h
+				copy(rows[(b*c+t)*d+i*h:(b*c+t)*d+(i+1)*h], o[at:at+h])
+			}
+		}
+	}
 }
 
 // shareLinear returns a Linear with l's parameters and state of its own

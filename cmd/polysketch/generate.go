@@ -20,10 +20,12 @@ import (
 const generateHelp = `usage: polysketch generate [flags]
 
 Samples text from a checkpoint, continuing --prompt, and streams it to
-stdout token by token. Generation is incremental: each token runs the model
-once at one position, keeping per-layer state (for polysketch a state of
-constant size, so every token costs the same; for the other mechanisms a
-KV cache limited to the model's context length).
+stdout token by token. Generation is incremental: the prompt runs through
+the model in chunks of positions (matrix products), then each token runs
+it once at one position, keeping per-layer state (for polysketch a state
+of constant size, so every token costs the same and prompt and text may
+run past the context length trained on; for the other mechanisms a KV
+cache limited to the model's context length).
 
 Sampling: the logits are divided by --temperature (0 picks the most likely
 token every time), cut to the --top-k most likely tokens (0: all), then to
@@ -76,13 +78,21 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
 	}
 	ids := tok.Encode(nil, []byte(*prompt))
+	if len(ids) == 0 {
+		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
+	}
 	dec, err := c.Model.NewDecoder(1)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	if limit := dec.Limit(); limit > 0 && len(ids)+*n > limit {
-		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; generate fewer tokens",
-			len(ids), *n, limit, c.Model.Config().Attention)
+	// The last generated token is never fed back: prompt and tokens may
+	// take one position more than the limit.
+	if limit := dec.Limit(); limit > 0 && len(ids) > limit {
+		return fmt.Errorf("generate: the prompt of %d tokens exceeds the context length %d of this %s model; shorten it",
+			len(ids), limit, c.Model.Config().Attention)
+	} else if limit > 0 && len(ids)+*n-1 > limit {
+		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; use --tokens %d or fewer",
+			len(ids), *n, limit, c.Model.Config().Attention, limit-len(ids)+1)
 	}
 	s.rng = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
 
@@ -94,22 +104,19 @@ func runGenerate(args []string, stdout io.Writer) error {
 		}
 	}
 	flush(stdout)
-	// The prompt: one step per token, keeping the logits of the last.
-	for _, id := range ids[:len(ids)-1] {
-		if _, err := dec.Step([]int32{id}); err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-	}
-	next := ids[len(ids)-1]
+	// The whole prompt in one Prefill, which cuts it into chunks; its
+	// logits are those of the first token to generate.
 	start := time.Now()
+	logits, err := dec.Prefill(ids)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	prefill := time.Since(start)
+	start = time.Now()
 	var out []byte
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
-		logits, err := dec.Step([]int32{next})
-		if err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-		next = int32(s.sample(logits.Data))
+		next := int32(s.sample(logits.Data))
 		if out, err = tok.Decode(out[:0], []int32{next}); err != nil {
 			return fmt.Errorf("generate: %w", err)
 		}
@@ -117,12 +124,17 @@ func runGenerate(args []string, stdout io.Writer) error {
 			return err
 		}
 		flush(stdout)
-		generated++
+		if generated++; generated < *n {
+			if logits, err = dec.Step([]int32{next}); err != nil {
+				return fmt.Errorf("generate: %w", err)
+			}
+		}
 	}
 	fmt.Fprintln(stdout)
 	d := time.Since(start)
-	fmt.Fprintf(stderr, "generated %d tokens in %s (%.1f tokens/s) after a prompt of %d tokens\n",
-		generated, d.Round(time.Millisecond), float64(generated)/d.Seconds(), len(ids))
+	fmt.Fprintf(stderr, "generated %d tokens in %s (%.1f tokens/s) after a prompt of %d tokens in %s (%.1f tokens/s)\n",
+		generated, d.Round(time.Millisecond), float64(generated)/d.Seconds(),
+		len(ids), prefill.Round(time.Millisecond), float64(len(ids))/prefill.Seconds())
 	return nil
 }
 

@@ -3,7 +3,15 @@ package main
 import (
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/tensor"
 )
 
 func TestSampleGreedy(t *testing.T) {
@@ -72,4 +80,102 @@ func normalize(p []float64) []float64 {
 		p[i] /= s
 	}
 	return p
+}
+
+// saveTiny saves an untrained byte-level model of the given attention and
+// context as a checkpoint in a temporary directory, and returns it.
+func saveTiny(t *testing.T, kind attention.Kind, context int) (string, *model.Model) {
+	t.Helper()
+	c := model.Config{Vocab: 256, Dim: 16, Layers: 2, Heads: 2, Context: context, Attention: kind,
+		Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian, Seed: 3}
+	m, err := model.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := checkpoint.Save(dir, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"}}); err != nil {
+		t.Fatal(err)
+	}
+	return dir, m
+}
+
+// TestGenerateLimit: with a KV cache, the prompt and all generated tokens
+// but the last must fit in the context; a prompt or a --tokens past it is
+// a one-line error saying what to change. Polysketch has no limit.
+func TestGenerateLimit(t *testing.T) {
+	const context = 16
+	soft, _ := saveTiny(t, attention.Softmax, context)
+	sketch, _ := saveTiny(t, attention.Polysketch, context)
+	long := strings.Repeat("x", 3*context)
+	for _, c := range []struct {
+		dir, prompt, tokens string
+		fail                string // part of the error; "" for none
+	}{
+		{soft, long[:context+1], "0", "shorten it"},
+		{soft, long[:10], "8", "use --tokens 7 or fewer"},
+		{soft, long[:10], "7", ""},
+		{soft, long[:context], "1", ""},
+		{sketch, long, "40", ""},
+	} {
+		out, errOut, err := runQuiet(t, "generate", "--checkpoint", c.dir, "--prompt", c.prompt, "--tokens", c.tokens, "--echo=false")
+		switch {
+		case c.fail == "" && err != nil:
+			t.Errorf("prompt of %d, --tokens %s: %v", len(c.prompt), c.tokens, err)
+		case c.fail != "" && (err == nil || !strings.Contains(err.Error(), c.fail) || strings.Contains(err.Error(), "\n")):
+			t.Errorf("prompt of %d, --tokens %s: error %v, want one line with %q", len(c.prompt), c.tokens, err, c.fail)
+		case c.fail == "":
+			if n, _ := strconv.Atoi(c.tokens); len(out) != n+1 || !strings.Contains(errOut, "generated") {
+				t.Errorf("prompt of %d, --tokens %s: printed %q, reported %q", len(c.prompt), c.tokens, out, errOut)
+			}
+		}
+	}
+}
+
+// TestGenerateAsStepByStep: greedy generation, whose prompt goes through
+// Prefill, prints the tokens that feeding the prompt to the model one
+// Step per token and then each most likely token back gives; with a
+// prompt of several passes of Prefill for polysketch, and the whole
+// context for softmax.
+func TestGenerateAsStepByStep(t *testing.T) {
+	for _, c := range []struct {
+		kind   attention.Kind
+		prompt int
+	}{{attention.Polysketch, 600}, {attention.Softmax, 48}} {
+		const tokens = 17
+		dir, m := saveTiny(t, c.kind, 64)
+		rng := rand.New(rand.NewPCG(8, 8))
+		prompt := make([]byte, c.prompt)
+		for i := range prompt {
+			prompt[i] = byte(' ' + rng.IntN(95))
+		}
+		dec, err := m.NewDecoder(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logits *tensor.Tensor
+		for _, b := range prompt {
+			if logits, err = dec.Step([]int32{int32(b)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		greedy := sampler{temperature: 0}
+		var want []byte
+		for len(want) < tokens {
+			next := greedy.sample(logits.Data)
+			if want = append(want, byte(next)); len(want) == tokens {
+				break // the last token is not fed back: 48+17−1 positions fill softmax's 64
+			}
+			if logits, err = dec.Step([]int32{int32(next)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, errOut, err := runQuiet(t, "generate", "--checkpoint", dir, "--prompt", string(prompt),
+			"--tokens", strconv.Itoa(tokens), "--temperature", "0", "--echo=false")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.kind, err, errOut)
+		}
+		if out != string(want)+"\n" {
+			t.Errorf("%s: generated %q, step by step %q", c.kind, out, want)
+		}
+	}
 }
