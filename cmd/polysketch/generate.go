@@ -32,17 +32,22 @@ token every time), cut to the --top-k most likely tokens (0: all), then to
 the smallest set whose probability reaches --top-p (1: all), and a token is
 drawn from what is left with a generator seeded by --seed.
 
+A model trained on GPT-2 tokens has seen <|endoftext|> between documents:
+generation stops when it samples that token, without printing it, unless
+--stop-at-eot=false.
+
 flags:
 `
 
 func runGenerate(args []string, stdout io.Writer) error {
 	fs := newFlags("generate", stdout)
 	var (
-		ckpt   = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
-		prompt = fs.String("prompt", "func main() {\n", "text to continue")
-		n      = fs.Int("tokens", 200, "tokens to generate")
-		echo   = fs.Bool("echo", true, "print the prompt before the generated text")
-		s      sampler
+		ckpt    = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
+		prompt  = fs.String("prompt", "func main() {\n", "text to continue")
+		n       = fs.Int("tokens", 200, "tokens to generate")
+		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
+		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
+		s       sampler
 	)
 	fs.Float64Var(&s.temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
 	fs.IntVar(&s.topK, "top-k", 0, "sample among the k most likely tokens only; 0 for all")
@@ -77,6 +82,8 @@ func runGenerate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
 	}
+	eot, hasEOT := tokenizer.EndOfText(tok)
+	hasEOT = hasEOT && *stopEOT
 	ids := tok.Encode(nil, []byte(*prompt))
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
@@ -117,6 +124,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
 		next := int32(s.sample(logits.Data))
+		if hasEOT && next == eot {
+			break
+		}
 		if out, err = tok.Decode(out[:0], []int32{next}); err != nil {
 			return fmt.Errorf("generate: %w", err)
 		}

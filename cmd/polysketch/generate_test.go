@@ -10,6 +10,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -176,6 +177,46 @@ func TestGenerateAsStepByStep(t *testing.T) {
 		}
 		if out != string(want)+"\n" {
 			t.Errorf("%s: generated %q, step by step %q", c.kind, out, want)
+		}
+	}
+}
+
+// TestGenerateStopsAtEOT: a GPT-2 model whose logits favour <|endoftext|>
+// stops generating at it by default, printing nothing, and prints it as
+// text with --stop-at-eot=false.
+func TestGenerateStopsAtEOT(t *testing.T) {
+	tok, err := tokenizer.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot, ok := tokenizer.EndOfText(tok)
+	if !ok {
+		t.Fatal("gpt2 has no end-of-text token")
+	}
+	c := model.Config{Vocab: tok.VocabSize(), Dim: 16, Layers: 1, Heads: 2, Context: 32, Attention: attention.Polysketch,
+		Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian, Seed: 3}
+	m, err := model.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		if p.Name == "head.bias" {
+			p.Value.Data[eot] = 100
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := checkpoint.Save(dir, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "gpt2"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, want string
+	}{
+		{"--stop-at-eot=true", "\n"},
+		{"--stop-at-eot=false", strings.Repeat("<|endoftext|>", 3) + "\n"},
+	} {
+		out, errOut, err := runQuiet(t, "generate", "--checkpoint", dir, "--prompt", "hello", "--tokens", "3", "--echo=false", "--temperature", "0", c.flag)
+		if err != nil || out != c.want {
+			t.Errorf("%s: printed %q (%v), want %q; stderr %q", c.flag, out, err, c.want, errOut)
 		}
 	}
 }
