@@ -80,6 +80,7 @@ type polysketchAttn struct {
 
 	// Learned sketches only.
 	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
+	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
 	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
 
 	pool workPool
@@ -219,17 +220,20 @@ func (a *polysketchAttn) carve(L *psLayout, sk *sketch, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
-	var ms, dms [2][]float32
+	var ms, dms, keep [2][]float32
 	var pgrad []float32
 	if L.learned {
 		for i := range ms {
 			ms[i], dms[i] = take(n*L.ro), take(n*L.ro)
+			if !a.opts.Remat {
+				keep[i] = take(n * sk.net.keepW)
+			}
 		}
 		pgrad = take(L.groups * sk.net.size)
 	}
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
-		a.ms, a.dms, a.pgrad = ms, dms, pgrad
+		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
 		var w *psWorker

@@ -59,10 +59,13 @@ import (
 // activations, chunks in parallel), and the mechanism keeps M(Q), M(K) of
 // every row (r floats each, also with Remat). The block phases read their
 // M from there and leave the gradient dM of every row in a buffer. After
-// them, Backward recomputes each chunk's activations (keeping them all
-// would cost about 1400 floats per row and network at h = 64, r = 32),
-// runs the networks backward into dq and dk, and sums the parameter
-// gradients of its chunks into one of netGroups partial sums: group g
+// them, Backward recomputes each chunk's activations and runs the
+// networks backward into dq and dk. Keeping every activation would cost
+// about 1400 floats per row and network at h = 64, r = 32 (gigabytes per
+// layer at long contexts); but without Remat Forward keeps each network's bottleneck a2 and output
+// y (2r floats per row and network, 128 for p = 4 and r = 32), so the
+// recomputation skips l2 and l4, two of the four GEMMs. Backward sums the
+// parameter gradients of its chunks into one of netGroups partial sums: group g
 // takes chunks g, g+netGroups, … in order, and the partial sums are added
 // to the gradients in group order, so that no sum depends on GOMAXPROCS.
 
@@ -88,6 +91,7 @@ type learned struct {
 	// The scratch of a chunk of c rows is a sequence of [c × width] row-major
 	// arrays; these are their offsets in floats per row.
 	perRow int
+	keepW  int     // floats per row that Forward keeps for Backward: a2 and y of every network
 	act    [][]int // first array of network e of level j (see netActs)
 	mt     []int   // level j: the outputs m of its pairs, then their tanh t
 	dy     []int   // level j: the gradients of its networks' outputs
@@ -102,6 +106,7 @@ type sketchNet struct {
 	l1, l2   *nn.Linear
 	l3, l4   *nn.Linear
 	off      int // first float of its parameters in the flat gradient layout
+	kept     int // first float of its a2 and y in a row of kept values
 }
 
 // paramSegment is a range of one parameter's elements, a unit of the
@@ -170,7 +175,8 @@ func (s *learned) newNet(name string, j int, rng *rand.Rand) *sketchNet {
 	if j == 0 {
 		in = s.in
 	}
-	f := &sketchNet{in: in, off: s.size}
+	f := &sketchNet{in: in, off: s.size, kept: s.keepW}
+	s.keepW += 2 * r
 	f.ln1 = nn.NewLayerNorm(name+".ln1", in, nn.GainBias)
 	f.l1 = nn.NewLinear(name+".l1", in, hid, true, rng)
 	f.ln2 = nn.NewLayerNorm(name+".ln2", hid, nn.GainBias)
@@ -269,10 +275,18 @@ func (s *learned) pair(buf []float32, c, rows, j, i int) (m, t, dm []float32) {
 // scratchRows is the capacity in rows of a scratch of n floats.
 func (s *learned) scratchRows(n int) int { return n / s.perRow }
 
+// kept is where a chunk's networks save their a2 and y for backward (see
+// the top of this file), or load them from when recomputing: rows of
+// keepW floats, the chunk's first row first. A nil buf keeps nothing.
+type kept struct {
+	buf  []float32
+	load bool // recompute: take a2 and y from buf instead of l2 and l4
+}
+
 // forward computes M for rows ≤ c rows of x (leading dimension ldx) in
 // buf, a scratch of capacity c rows, keeping every activation for
 // backward, and returns M: a view of buf, row-major [rows × r].
-func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32) []float32 {
+func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) []float32 {
 	r := s.r
 	var m []float32
 	for j, nets := range s.levels {
@@ -282,7 +296,7 @@ func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32) []float3
 				in, _, _ = s.pair(buf, c, rows, j-1, e)
 				ld = r
 			}
-			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e))
+			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e), k, s.keepW)
 		}
 		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
 		for i := 0; i < len(nets)/2; i++ {
@@ -336,8 +350,10 @@ func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, 
 	}
 }
 
-// forward runs f on rows rows of x (leading dimension ldx) into a.
-func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs) {
+// forward runs f on rows rows of x (leading dimension ldx) into a, saving
+// a2 and y to k (rows of keepW floats) or, with k.load, taking them from
+// there instead of computing them.
+func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept, keepW int) {
 	in, hid := f.in, f.l1.Out
 	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
 	for i := 0; i < rows; i++ {
@@ -349,10 +365,32 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs) {
 	for i := 0; i < rows; i++ {
 		a.m1[i], a.s1[i] = vec.LayerNorm(a.u1[i*hid:(i+1)*hid], a.h1[i*hid:(i+1)*hid], g, b, f.ln2.Eps)
 	}
-	affine(a.a2, a.u1, rows, f.l2)
+	r := f.l2.Out
+	if k.load {
+		for i := 0; i < rows; i++ {
+			at := i*keepW + f.kept
+			copy(a.a2[i*r:(i+1)*r], k.buf[at:at+r])
+		}
+	} else {
+		affine(a.a2, a.u1, rows, f.l2)
+	}
 	affine(a.a3, a.a2, rows, f.l3)
 	vec.GELU(a.h3, a.a3)
+	if k.load {
+		for i := 0; i < rows; i++ {
+			at := i*keepW + f.kept + r
+			copy(a.y[i*r:(i+1)*r], k.buf[at:at+r])
+		}
+		return
+	}
 	affine(a.y, a.h3, rows, f.l4)
+	if k.buf != nil {
+		for i := 0; i < rows; i++ {
+			at := i*keepW + f.kept
+			copy(k.buf[at:at+r], a.a2[i*r:(i+1)*r])
+			copy(k.buf[at+r:at+2*r], a.y[i*r:(i+1)*r])
+		}
+	}
 }
 
 // backward takes dy, the gradient of f's output for the activations a of
@@ -416,7 +454,7 @@ func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratc
 	c := s.scratchRows(len(scr.buf))
 	for lo := 0; lo < n; lo += c {
 		rows := min(c, n-lo)
-		m := s.forward(x[lo*ldx:], ldx, rows, c, scr.buf)
+		m := s.forward(x[lo*ldx:], ldx, rows, c, scr.buf, kept{})
 		for i := 0; i < rows; i++ {
 			for t, v := range m[i*s.r : (i+1)*s.r] {
 				mT[t*n+lo+i] = v
@@ -488,8 +526,17 @@ func (a *polysketchAttn) netForwardItem(w *psWorker, i int) {
 	L := &a.L
 	side := i / L.chunks
 	x, _, lo, rows := a.netRows(side, i%L.chunks)
-	m := a.sk.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf)
+	m := a.sk.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf, a.kept(side, lo, false))
 	copy(a.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
+}
+
+// kept returns where the networks keep a2 and y for rows from lo of side
+// (q for 0, k for 1): nothing with Remat.
+func (a *polysketchAttn) kept(side, lo int, load bool) kept {
+	if a.keep[side] == nil {
+		return kept{}
+	}
+	return kept{buf: a.keep[side][lo*a.sk.net.keepW:], load: load}
 }
 
 // netBackwardItem runs the networks backward over the chunks of group g,
@@ -506,7 +553,7 @@ func (a *polysketchAttn) netBackwardItem(w *psWorker, g int) {
 		side := i / L.chunks
 		x, dx, lo, rows := a.netRows(side, i%L.chunks)
 		x, dx = x[lo*L.h:], dx[lo*L.h:]
-		net.forward(x, L.h, rows, L.chunk, w.sks.buf)
+		net.forward(x, L.h, rows, L.chunk, w.sks.buf, a.kept(side, lo, true))
 		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, a.dms[side][lo*L.ro:], grads)
 	}
 }

@@ -668,17 +668,22 @@ func ExampleHeadSized() {
 
 // learnedFlops counts the matrix-product FLOPs of the learned sketch's
 // networks per Forward and Backward over N rows of q and of k: each network
-// on in inputs costs 2·(8·in·r + 24r²) per row forward; Backward recomputes
-// the forward and then costs twice that (input and weight gradients).
+// on in inputs costs 2·(8·in·r + 24r²) per row forward; Backward costs twice
+// that (input and weight gradients) plus the recomputed layers: l1 and l3,
+// 2·(8·in·r + 8r²), or with Remat the whole forward.
 func learnedFlops(o Options, N, h int) (fwd, bwd float64) {
 	r := o.SketchSize
-	var perRow float64
+	var perRow, again float64
 	nets, in := o.Degree/2, h // level 0: d networks on x; then halving, on r
 	for ; nets >= 2; nets, in = nets/2, r {
 		perRow += float64(nets) * 2 * float64(8*in*r+24*r*r)
+		again += float64(nets) * 2 * float64(8*in*r+8*r*r)
+	}
+	if o.Remat {
+		again = perRow
 	}
 	fwd = 2 * float64(N) * perRow
-	return fwd, 3 * fwd
+	return fwd, 2*fwd + 2*float64(N)*again
 }
 
 // BenchmarkPolysketchLearned compares learned and random sketches, both
