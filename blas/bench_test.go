@@ -90,7 +90,7 @@ func BenchmarkSgemmSmall(b *testing.B) {
 	shapes := [][2]int{{256, 2048}, {2048, 256}, {256, 256}} // k, n
 	for _, kn := range kernels() {
 		pk := *kn
-		pk.streamMax, pk.dotsMax = 0, 0
+		pk.streamMax, pk.dotsMax, pk.narrowN = 0, 0, 0
 		for _, path := range []*kernel{kn, &pk} {
 			name := "direct"
 			if path == &pk {
@@ -121,6 +121,49 @@ func BenchmarkSgemmSmall(b *testing.B) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// BenchmarkSgemmNarrow compares the stream kernel over many rows with
+// packing (streamTall in small.go) on one thread, for op(B) = B narrow and
+// short enough to stay in cache: the shapes (m×k×n) of the learned-sketch
+// networks on chunks of 256 rows (h = 64, r = 32: layers 64→256, 256→32,
+// 32→256; their weight gradients as TN), and of a model's output
+// projection and GLU down-projection on 2048 rows.
+func BenchmarkSgemmNarrow(b *testing.B) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	defer func(k *kernel) { active = k }(active)
+	shapes := []struct {
+		tA      Transpose
+		m, k, n int
+	}{
+		{NoTrans, 256, 64, 256}, {NoTrans, 256, 256, 32}, {NoTrans, 256, 32, 256},
+		{Trans, 64, 256, 256}, {Trans, 256, 256, 32},
+		{NoTrans, 2048, 256, 256}, {NoTrans, 2048, 1024, 256},
+	}
+	for _, kn := range kernels() {
+		pk := *kn
+		pk.narrowN = 0
+		for _, path := range []*kernel{kn, &pk} {
+			name := "direct"
+			if path == &pk {
+				name = "packed"
+			}
+			active = path
+			for _, s := range shapes {
+				a, bb, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
+				lda := s.k
+				if s.tA == Trans {
+					lda = s.m
+				}
+				b.Run(fmt.Sprintf("%s/%s/%cN/%dx%dx%d", kn.name, name, s.tA, s.m, s.k, s.n), func(b *testing.B) {
+					for b.Loop() {
+						SgemmSerial(s.tA, NoTrans, s.m, s.n, s.k, 1, a, lda, bb, s.n, 1, c, s.n)
+					}
+					b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+				})
 			}
 		}
 	}

@@ -143,16 +143,28 @@ func tiny(kn *kernel) *kernel {
 	t := *kn
 	t.name += "-tiny"
 	t.mc, t.kc, t.nc = 2*kn.mr, 5, 2*kn.nr
+	t.narrowN = 0
+	return &t
+}
+
+// packedNarrow returns kn packing the narrow products that it would
+// compute with the stream kernel (streamTall), so that the tests check the
+// packed path on those shapes too.
+func packedNarrow(kn *kernel) *kernel {
+	t := *kn
+	t.name += "-packed"
+	t.narrowN = 0
 	return &t
 }
 
 // eachKernel runs f with every kernel this CPU has active in turn, each
-// also with tiny blocking.
+// also packing narrow products and with tiny blocking (which packs them
+// too).
 func eachKernel(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	defer func(k *kernel) { active = k }(active)
 	for _, kn := range kernels() {
-		for _, k := range []*kernel{kn, tiny(kn)} {
+		for _, k := range []*kernel{kn, packedNarrow(kn), tiny(kn)} {
 			active = k
 			t.Run(k.name, f)
 		}
@@ -429,8 +441,8 @@ func TestSgemmSmall(t *testing.T) {
 				}
 			}
 		}
-		for _, f := range []smallForm{packed, streamRows, dotRows, dotColumns} {
-			if !seen[f] {
+		for _, f := range []smallForm{packed, streamRows, dotRows, dotColumns, streamTall} {
+			if !seen[f] && (f != streamTall || kn.narrowN > 0) {
 				t.Errorf("no case computed as form %d", f)
 			}
 		}

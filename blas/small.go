@@ -15,7 +15,13 @@ import "github.com/polysketch/polysketch/internal/parallel"
 //     is a dot product of a row of A with a row of B, computed in blocks
 //     of drows×4 (dots);
 //   - few columns (NT, and NN after copying the small B): the same dot
-//     products with the roles of A and B exchanged.
+//     products with the roles of A and B exchanged;
+//   - narrow and short op(B) = B (NN, TN; up to narrowN columns, narrowK
+//     rows), any number of rows: the stream kernel again, split by rows.
+//     Such a B stays in cache while the kernel broadcasts A from where it
+//     lies, and packing A, a transpose of m·k floats for 2n flops each,
+//     costs more than the product saves (BenchmarkSgemmNarrow: 1.2–1.7× on
+//     the shapes of polysketch's learned-sketch networks).
 //
 // An element's k sum runs in one kernel call, in order, whatever the
 // split, so results do not depend on the number of threads; they differ
@@ -29,6 +35,7 @@ const (
 	streamRows           // few rows, op(B) = B
 	dotRows              // few rows, op(B) = Bᵀ
 	dotColumns           // few columns, op(A) = A
+	streamTall           // narrow, short op(B) = B, many rows
 )
 
 // dotCols is the number of columns of a dots block: four dot products
@@ -44,6 +51,8 @@ func (g *gemm) form() smallForm {
 	switch {
 	case g.m <= kn.streamMax && g.tB == NoTrans && g.n >= kn.sw:
 		return streamRows
+	case g.n <= kn.narrowN && g.k <= kn.narrowK && g.tB == NoTrans && g.n >= kn.sw:
+		return streamTall
 	case g.m <= kn.dotsMax && g.tB == Trans && g.n >= dotCols:
 		return dotRows
 	case g.n <= kn.dotsMax && g.tA == NoTrans && g.m >= dotCols:
@@ -82,6 +91,8 @@ func (g *gemm) small(threads int) bool {
 		tile = dotCols
 	case dotColumns:
 		long, tile = g.m, dotCols
+	case streamTall:
+		long, tile = g.m, g.kn.srows
 	}
 	tiles := ceilDiv(long, tile)
 	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin {
@@ -107,8 +118,8 @@ func smallParallel(h gemm, f smallForm, threads, long, tile int) {
 	})
 }
 
-// smallRange computes columns [lo, hi) of C (rows for dotColumns) in
-// form f; lo is a multiple of the form's tile.
+// smallRange computes columns [lo, hi) of C (rows for dotColumns and
+// streamTall) in form f; lo is a multiple of the form's tile.
 func (g *gemm) smallRange(f smallForm, lo, hi int) {
 	switch f {
 	case streamRows:
@@ -117,6 +128,16 @@ func (g *gemm) smallRange(f smallForm, lo, hi int) {
 		g.dotTiles(lo, hi)
 	case dotColumns:
 		g.dotTilesT(lo, hi)
+	case streamTall:
+		// Rows [lo, hi) as a product of their own: the same row groups,
+		// since lo is a multiple of srows, so the same kernel calls.
+		h := *g
+		ars := g.lda
+		if g.tA == Trans {
+			ars = 1
+		}
+		h.a, h.c, h.m = g.a[lo*ars:], g.c[lo*g.ldc:], hi-lo
+		h.streamTiles(0, g.n)
 	}
 }
 
