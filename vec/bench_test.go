@@ -3,27 +3,34 @@ package vec
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
 // bench runs the kernel that setup returns at lengths 64, 1024 and 65536,
-// on the assembly and on the portable path side by side, reporting the
-// bytes the kernel reads and writes per element as MB/s, and the CPU time
-// per call as cpu-ns/op.
+// on the AVX2 and the portable kernels side by side, reporting the bytes
+// the kernel reads and writes per element as MB/s, and the CPU time per
+// call and per element as cpu-ns/op and cpu-ns/elem.
 func bench(b *testing.B, bytesPerElem int, setup func(n int, rng *rand.Rand) func()) {
-	saved := useAsm
-	defer func() { useAsm = saved }()
+	benchImpls(b, []impl{implAVX2, implGo}, bytesPerElem, setup)
+}
+
+// bench512 is bench for the kernels that have an AVX-512 version too.
+func bench512(b *testing.B, bytesPerElem int, setup func(n int, rng *rand.Rand) func()) {
+	benchImpls(b, []impl{implAVX512, implAVX2, implGo}, bytesPerElem, setup)
+}
+
+func benchImpls(b *testing.B, which []impl, bytesPerElem int, setup func(n int, rng *rand.Rand) func()) {
+	saved := use
+	defer func() { use = saved }()
+	have := impls()
 	for _, n := range []int{64, 1024, 65536} {
-		for _, asm := range []bool{true, false} {
-			if asm && !hasAsm {
+		for _, im := range which {
+			if !slices.Contains(have, im) {
 				continue
 			}
-			name := "go"
-			if asm {
-				name = "asm"
-			}
-			b.Run(fmt.Sprintf("n=%d/%s", n, name), func(b *testing.B) {
-				useAsm = asm
+			b.Run(fmt.Sprintf("n=%d/%s", n, im), func(b *testing.B) {
+				use = im
 				run := setup(n, rand.New(rand.NewPCG(1, uint64(n))))
 				b.SetBytes(int64(bytesPerElem * n))
 				c0 := cpuTime()
@@ -31,7 +38,9 @@ func bench(b *testing.B, bytesPerElem int, setup func(n int, rng *rand.Rand) fun
 					run()
 				}
 				if c0 >= 0 {
-					b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
+					perOp := float64(cpuTime()-c0) / float64(b.N)
+					b.ReportMetric(perOp, "cpu-ns/op")
+					b.ReportMetric(perOp/float64(n), "cpu-ns/elem")
 				}
 			})
 		}
@@ -62,14 +71,14 @@ func BenchmarkScale(b *testing.B) {
 }
 
 func BenchmarkMul(b *testing.B) {
-	bench(b, 12, func(n int, rng *rand.Rand) func() {
+	bench512(b, 12, func(n int, rng *rand.Rand) func() {
 		x, y, z := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1), make([]float32, n)
 		return func() { Mul(z, x, y) }
 	})
 }
 
 func BenchmarkAdd(b *testing.B) {
-	bench(b, 12, func(n int, rng *rand.Rand) func() {
+	bench512(b, 12, func(n int, rng *rand.Rand) func() {
 		x, y, z := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1), make([]float32, n)
 		return func() { Add(z, x, y) }
 	})
@@ -104,14 +113,14 @@ func BenchmarkTanh(b *testing.B) {
 }
 
 func BenchmarkGELU(b *testing.B) {
-	bench(b, 8, func(n int, rng *rand.Rand) func() {
+	bench512(b, 8, func(n int, rng *rand.Rand) func() {
 		x, y := fill(rng, make([]float32, n), -5, 5), make([]float32, n)
 		return func() { GELU(y, x) }
 	})
 }
 
 func BenchmarkGELUBackward(b *testing.B) {
-	bench(b, 12, func(n int, rng *rand.Rand) func() {
+	bench512(b, 12, func(n int, rng *rand.Rand) func() {
 		x, dy, dx := fill(rng, make([]float32, n), -5, 5), fill(rng, make([]float32, n), -1, 1), make([]float32, n)
 		return func() { GELUBackward(dx, x, dy) }
 	})

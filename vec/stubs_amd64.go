@@ -93,3 +93,23 @@ func layerNormReduceAVX2(dgain []float32, dbias []float32, x []float32, gain []f
 //
 //go:noescape
 func layerNormDxAVX2(dx []float32, x []float32, gain []float32, dy []float32, mu float32, rstd float32, a float32, b float32)
+
+// mulAVX512 computes dst[i] = a[i]·b[i] with AVX-512F; len(a), len(b) ≥ len(dst).
+//
+//go:noescape
+func mulAVX512(dst []float32, a []float32, b []float32)
+
+// addAVX512 computes dst[i] = a[i]+b[i] with AVX-512F; len(a), len(b) ≥ len(dst).
+//
+//go:noescape
+func addAVX512(dst []float32, a []float32, b []float32)
+
+// geluAVX512 computes dst[i] = GELU(src[i]) with AVX-512F; len(src) ≥ len(dst).
+//
+//go:noescape
+func geluAVX512(dst []float32, src []float32)
+
+// geluBackwardAVX512 computes dx[i] = dy[i]·GELU'(x[i]) with AVX-512F; len(x), len(dy) ≥ len(dx).
+//
+//go:noescape
+func geluBackwardAVX512(dx []float32, x []float32, dy []float32)

@@ -6,22 +6,29 @@ import "golang.org/x/sys/cpu"
 
 //go:generate go run -C _asm . -out ../vec_amd64.s -stubs ../stubs_amd64.go -pkg vec
 
-// hasAsm reports whether the CPU runs the assembly kernels.
-var hasAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
-
-// useAsm selects the assembly kernels; the tests flip it to cover both
-// paths.
-var useAsm = hasAsm && !noAsmEnv()
+// impls lists the kernel sets this CPU runs, fastest first. The AVX-512
+// kernels also need BMI2 for their tail masks, which every CPU with
+// AVX-512F has.
+func impls() []impl {
+	var s []impl
+	if cpu.X86.HasAVX512F && cpu.X86.HasBMI2 && cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		s = append(s, implAVX512)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		s = append(s, implAVX2)
+	}
+	return append(s, implGo)
+}
 
 func dot(x, y []float32) float32 {
-	if useAsm {
+	if use >= implAVX2 {
 		return dotAVX2(x, y)
 	}
 	return dotGeneric(x, y)
 }
 
 func axpy(alpha float32, x, y []float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		axpyAVX2(alpha, x, y)
 		return
 	}
@@ -29,7 +36,7 @@ func axpy(alpha float32, x, y []float32) {
 }
 
 func scale(alpha float32, x []float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		scaleAVX2(alpha, x)
 		return
 	}
@@ -37,37 +44,43 @@ func scale(alpha float32, x []float32) {
 }
 
 func mul(dst, a, b []float32) {
-	if useAsm {
+	switch use {
+	case implAVX512:
+		mulAVX512(dst, a, b)
+	case implAVX2:
 		mulAVX2(dst, a, b)
-		return
+	default:
+		mulGeneric(dst, a, b)
 	}
-	mulGeneric(dst, a, b)
 }
 
 func add(dst, a, b []float32) {
-	if useAsm {
+	switch use {
+	case implAVX512:
+		addAVX512(dst, a, b)
+	case implAVX2:
 		addAVX2(dst, a, b)
-		return
+	default:
+		addGeneric(dst, a, b)
 	}
-	addGeneric(dst, a, b)
 }
 
 func sum(x []float32) float32 {
-	if useAsm {
+	if use >= implAVX2 {
 		return sumAVX2(x)
 	}
 	return sumGeneric(x)
 }
 
 func max32(x []float32) float32 {
-	if useAsm {
+	if use >= implAVX2 {
 		return maxAVX2(x)
 	}
 	return maxGeneric(x)
 }
 
 func exp(dst, src []float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		expAVX2(dst, src)
 		return
 	}
@@ -75,7 +88,7 @@ func exp(dst, src []float32) {
 }
 
 func tanh(dst, src []float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		tanhAVX2(dst, src)
 		return
 	}
@@ -83,44 +96,50 @@ func tanh(dst, src []float32) {
 }
 
 func gelu(dst, src []float32) {
-	if useAsm {
+	switch use {
+	case implAVX512:
+		geluAVX512(dst, src)
+	case implAVX2:
 		geluAVX2(dst, src)
-		return
+	default:
+		geluGeneric(dst, src)
 	}
-	geluGeneric(dst, src)
 }
 
 func geluBackward(dx, x, dy []float32) {
-	if useAsm {
+	switch use {
+	case implAVX512:
+		geluBackwardAVX512(dx, x, dy)
+	case implAVX2:
 		geluBackwardAVX2(dx, x, dy)
-		return
+	default:
+		geluBackwardGeneric(dx, x, dy)
 	}
-	geluBackwardGeneric(dx, x, dy)
 }
 
 func expSubSum(dst, src []float32, m float32) float32 {
-	if useAsm {
+	if use >= implAVX2 {
 		return expSubSumAVX2(dst, src, m)
 	}
 	return expSubSumGeneric(dst, src, m)
 }
 
 func sumExpSub(x []float32, m float32) float32 {
-	if useAsm {
+	if use >= implAVX2 {
 		return sumExpSubAVX2(x, m)
 	}
 	return sumExpSubGeneric(x, m)
 }
 
 func sumDev(x []float32, mu float32) (s, q float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		return sumDevAVX2(x, mu)
 	}
 	return sumDevGeneric(x, mu)
 }
 
 func normAffine(dst, x, gain, bias []float32, mu, rstd float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		normAffineAVX2(dst, x, gain, bias, mu, rstd)
 		return
 	}
@@ -128,14 +147,14 @@ func normAffine(dst, x, gain, bias []float32, mu, rstd float32) {
 }
 
 func layerNormReduce(dgain, dbias, x, gain, dy []float32, mu, rstd float32) (sg, sgx float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		return layerNormReduceAVX2(dgain, dbias, x, gain, dy, mu, rstd)
 	}
 	return layerNormReduceGeneric(dgain, dbias, x, gain, dy, mu, rstd)
 }
 
 func layerNormDx(dx, x, gain, dy []float32, mu, rstd, a, b float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		layerNormDxAVX2(dx, x, gain, dy, mu, rstd, a, b)
 		return
 	}
@@ -143,7 +162,7 @@ func layerNormDx(dx, x, gain, dy []float32, mu, rstd, a, b float32) {
 }
 
 func mulSub(dst, a, b []float32, c float32) {
-	if useAsm {
+	if use >= implAVX2 {
 		mulSubAVX2(dst, a, b, c)
 		return
 	}

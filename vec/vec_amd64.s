@@ -1006,68 +1006,53 @@ loopN:
 	VORPS        signMask<>+0(SB), Y3, Y4
 	VMAXPS       Y1, Y2, Y1
 	VMULPS       Y1, Y1, Y2
-	VMOVUPS      geluA<>+0(SB), Y5
-	VFMADD231PS  geluB<>+0(SB), Y2, Y5
-	VMULPS       Y1, Y5, Y2
-	VORPS        signMask<>+0(SB), Y2, Y5
-	VBROADCASTSS expHi<>+0(SB), Y6
-	VBROADCASTSS expLo<>+0(SB), Y7
-	VMINPS       Y4, Y6, Y4
-	VMAXPS       Y4, Y7, Y4
-	VMINPS       Y5, Y6, Y5
-	VMAXPS       Y5, Y7, Y5
-	VMOVUPS      expMagic<>+0(SB), Y6
-	VFMADD231PS  log2e<>+0(SB), Y4, Y6
-	VSUBPS       expMagic<>+0(SB), Y6, Y8
-	VMOVUPS      expMagic<>+0(SB), Y7
-	VFMADD231PS  log2e<>+0(SB), Y5, Y7
-	VSUBPS       expMagic<>+0(SB), Y7, Y9
-	VFNMADD231PS ln2Hi<>+0(SB), Y8, Y4
-	VFNMADD231PS ln2Lo<>+0(SB), Y8, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y9, Y5
-	VFNMADD231PS ln2Lo<>+0(SB), Y9, Y5
-	VMOVUPS      expP4<>+0(SB), Y10
-	VMOVUPS      expP4<>+0(SB), Y11
-	VFMADD213PS  expP3<>+0(SB), Y4, Y10
-	VFMADD213PS  expP3<>+0(SB), Y5, Y11
-	VFMADD213PS  expP2<>+0(SB), Y4, Y10
-	VFMADD213PS  expP2<>+0(SB), Y5, Y11
-	VFMADD213PS  expP1<>+0(SB), Y4, Y10
-	VFMADD213PS  expP1<>+0(SB), Y5, Y11
-	VFMADD213PS  expP0<>+0(SB), Y4, Y10
-	VFMADD213PS  expP0<>+0(SB), Y5, Y11
-	VFMADD213PS  one<>+0(SB), Y4, Y10
-	VFMADD213PS  one<>+0(SB), Y5, Y11
-	VFMADD213PS  one<>+0(SB), Y4, Y10
-	VFMADD213PS  one<>+0(SB), Y5, Y11
-	VPSUBD       expMagic254<>+0(SB), Y6, Y8
-	VPSRAD       $0x01, Y8, Y4
-	VPSLLD       $0x17, Y4, Y4
-	VPSLLD       $0x17, Y8, Y8
-	VPSUBD       Y4, Y8, Y8
-	VMULPS       Y4, Y10, Y10
-	VMULPS       Y8, Y10, Y10
-	VPSUBD       expMagic254<>+0(SB), Y7, Y9
-	VPSRAD       $0x01, Y9, Y4
-	VPSLLD       $0x17, Y4, Y4
-	VPSLLD       $0x17, Y9, Y9
-	VPSUBD       Y4, Y9, Y9
-	VMULPS       Y4, Y11, Y11
-	VMULPS       Y9, Y11, Y11
-	VXORPS       Y4, Y4, Y4
-	VCMPPS       $0x01, Y3, Y4, Y4
-	VMULPS       Y0, Y10, Y3
-	VBLENDVPS    Y4, Y3, Y0, Y3
-	VADDPS       one<>+0(SB), Y10, Y10
-	VDIVPS       Y10, Y3, Y10
-	VXORPS       Y0, Y0, Y0
-	VCMPPS       $0x01, Y2, Y0, Y0
-	VMULPS       Y1, Y11, Y2
-	VBLENDVPS    Y0, Y2, Y1, Y2
-	VADDPS       one<>+0(SB), Y11, Y11
-	VDIVPS       Y11, Y2, Y11
-	VMOVUPS      Y10, (AX)
-	VMOVUPS      Y11, 32(AX)
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y3, Y2
+	VORPS        signMask<>+0(SB), Y2, Y3
+	VBROADCASTSS expLo<>+0(SB), Y2
+	VMAXPS       Y4, Y2, Y4
+	VMAXPS       Y3, Y2, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y2
+	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VSUBPS       expMagic64<>+0(SB), Y2, Y6
+	VMOVUPS      expMagic64<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VSUBPS       expMagic64<>+0(SB), Y5, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VMOVUPS      expP4<>+0(SB), Y6
+	VMOVUPS      expP4<>+0(SB), Y7
+	VFMADD213PS  expP3<>+0(SB), Y4, Y6
+	VFMADD213PS  expP3<>+0(SB), Y3, Y7
+	VFMADD213PS  expP2<>+0(SB), Y4, Y6
+	VFMADD213PS  expP2<>+0(SB), Y3, Y7
+	VFMADD213PS  expP1<>+0(SB), Y4, Y6
+	VFMADD213PS  expP1<>+0(SB), Y3, Y7
+	VFMADD213PS  expP0<>+0(SB), Y4, Y6
+	VFMADD213PS  expP0<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VMULPS       twoMinus64<>+0(SB), Y6, Y6
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y5, Y7, Y7
+	VMULPS       twoMinus64<>+0(SB), Y7, Y7
+	VMULPS       Y0, Y6, Y2
+	VMAXPS       Y0, Y2, Y2
+	VADDPS       one<>+0(SB), Y6, Y6
+	VDIVPS       Y6, Y2, Y6
+	VMULPS       Y1, Y7, Y0
+	VMAXPS       Y1, Y0, Y0
+	VADDPS       one<>+0(SB), Y7, Y7
+	VDIVPS       Y7, Y0, Y7
+	VMOVUPS      Y6, (AX)
+	VMOVUPS      Y7, 32(AX)
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
 	SUBQ         $0x00000010, DX
@@ -1084,36 +1069,28 @@ loop1:
 	VFMADD231PS  geluB<>+0(SB), Y1, Y2
 	VMULPS       Y0, Y2, Y1
 	VORPS        signMask<>+0(SB), Y1, Y2
-	VBROADCASTSS expHi<>+0(SB), Y3
-	VBROADCASTSS expLo<>+0(SB), Y4
-	VMINPS       Y2, Y3, Y2
-	VMAXPS       Y2, Y4, Y2
-	VMOVUPS      expMagic<>+0(SB), Y3
-	VFMADD231PS  log2e<>+0(SB), Y2, Y3
-	VSUBPS       expMagic<>+0(SB), Y3, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y4, Y2
-	VFNMADD231PS ln2Lo<>+0(SB), Y4, Y2
-	VMOVUPS      expP4<>+0(SB), Y5
-	VFMADD213PS  expP3<>+0(SB), Y2, Y5
-	VFMADD213PS  expP2<>+0(SB), Y2, Y5
-	VFMADD213PS  expP1<>+0(SB), Y2, Y5
-	VFMADD213PS  expP0<>+0(SB), Y2, Y5
-	VFMADD213PS  one<>+0(SB), Y2, Y5
-	VFMADD213PS  one<>+0(SB), Y2, Y5
-	VPSUBD       expMagic254<>+0(SB), Y3, Y4
-	VPSRAD       $0x01, Y4, Y2
-	VPSLLD       $0x17, Y2, Y2
-	VPSLLD       $0x17, Y4, Y4
-	VPSUBD       Y2, Y4, Y4
-	VMULPS       Y2, Y5, Y5
-	VMULPS       Y4, Y5, Y5
-	VXORPS       Y2, Y2, Y2
-	VCMPPS       $0x01, Y1, Y2, Y2
-	VMULPS       Y0, Y5, Y1
-	VBLENDVPS    Y2, Y1, Y0, Y1
-	VADDPS       one<>+0(SB), Y5, Y5
-	VDIVPS       Y5, Y1, Y5
-	VMOVUPS      Y5, (AX)
+	VBROADCASTSS expLo<>+0(SB), Y1
+	VMAXPS       Y2, Y1, Y2
+	VMOVUPS      expMagic64<>+0(SB), Y1
+	VFMADD231PS  log2e<>+0(SB), Y2, Y1
+	VSUBPS       expMagic64<>+0(SB), Y1, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y3, Y2
+	VFNMADD231PS ln2Lo<>+0(SB), Y3, Y2
+	VMOVUPS      expP4<>+0(SB), Y3
+	VFMADD213PS  expP3<>+0(SB), Y2, Y3
+	VFMADD213PS  expP2<>+0(SB), Y2, Y3
+	VFMADD213PS  expP1<>+0(SB), Y2, Y3
+	VFMADD213PS  expP0<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VPSLLD       $0x17, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+	VMULPS       twoMinus64<>+0(SB), Y3, Y3
+	VMULPS       Y0, Y3, Y1
+	VMAXPS       Y0, Y1, Y1
+	VADDPS       one<>+0(SB), Y3, Y3
+	VDIVPS       Y3, Y1, Y3
+	VMOVUPS      Y3, (AX)
 	ADDQ         $0x00000020, AX
 	ADDQ         $0x00000020, CX
 	SUBQ         $0x00000008, DX
@@ -1133,36 +1110,28 @@ tail:
 	VFMADD231PS  geluB<>+0(SB), Y2, Y3
 	VMULPS       Y1, Y3, Y2
 	VORPS        signMask<>+0(SB), Y2, Y3
-	VBROADCASTSS expHi<>+0(SB), Y4
-	VBROADCASTSS expLo<>+0(SB), Y5
-	VMINPS       Y3, Y4, Y3
-	VMAXPS       Y3, Y5, Y3
-	VMOVUPS      expMagic<>+0(SB), Y4
-	VFMADD231PS  log2e<>+0(SB), Y3, Y4
-	VSUBPS       expMagic<>+0(SB), Y4, Y5
-	VFNMADD231PS ln2Hi<>+0(SB), Y5, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y5, Y3
-	VMOVUPS      expP4<>+0(SB), Y6
-	VFMADD213PS  expP3<>+0(SB), Y3, Y6
-	VFMADD213PS  expP2<>+0(SB), Y3, Y6
-	VFMADD213PS  expP1<>+0(SB), Y3, Y6
-	VFMADD213PS  expP0<>+0(SB), Y3, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y6
-	VPSUBD       expMagic254<>+0(SB), Y4, Y5
-	VPSRAD       $0x01, Y5, Y3
-	VPSLLD       $0x17, Y3, Y3
-	VPSLLD       $0x17, Y5, Y5
-	VPSUBD       Y3, Y5, Y5
-	VMULPS       Y3, Y6, Y6
-	VMULPS       Y5, Y6, Y6
-	VXORPS       Y3, Y3, Y3
-	VCMPPS       $0x01, Y2, Y3, Y3
-	VMULPS       Y1, Y6, Y2
-	VBLENDVPS    Y3, Y2, Y1, Y2
-	VADDPS       one<>+0(SB), Y6, Y6
-	VDIVPS       Y6, Y2, Y6
-	VMASKMOVPS   Y6, Y0, (AX)
+	VBROADCASTSS expLo<>+0(SB), Y2
+	VMAXPS       Y3, Y2, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y2
+	VFMADD231PS  log2e<>+0(SB), Y3, Y2
+	VSUBPS       expMagic64<>+0(SB), Y2, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y4, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y4, Y3
+	VMOVUPS      expP4<>+0(SB), Y4
+	VFMADD213PS  expP3<>+0(SB), Y3, Y4
+	VFMADD213PS  expP2<>+0(SB), Y3, Y4
+	VFMADD213PS  expP1<>+0(SB), Y3, Y4
+	VFMADD213PS  expP0<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y4, Y4
+	VMULPS       twoMinus64<>+0(SB), Y4, Y4
+	VMULPS       Y1, Y4, Y2
+	VMAXPS       Y1, Y2, Y2
+	VADDPS       one<>+0(SB), Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMASKMOVPS   Y4, Y0, (AX)
 
 done:
 	VZEROUPPER
@@ -1208,6 +1177,26 @@ DATA signMask<>+24(SB)/4, $0x80000000
 DATA signMask<>+28(SB)/4, $0x80000000
 GLOBL signMask<>(SB), RODATA|NOPTR, $32
 
+DATA expMagic64<>+0(SB)/4, $0x4b400040
+DATA expMagic64<>+4(SB)/4, $0x4b400040
+DATA expMagic64<>+8(SB)/4, $0x4b400040
+DATA expMagic64<>+12(SB)/4, $0x4b400040
+DATA expMagic64<>+16(SB)/4, $0x4b400040
+DATA expMagic64<>+20(SB)/4, $0x4b400040
+DATA expMagic64<>+24(SB)/4, $0x4b400040
+DATA expMagic64<>+28(SB)/4, $0x4b400040
+GLOBL expMagic64<>(SB), RODATA|NOPTR, $32
+
+DATA twoMinus64<>+0(SB)/4, $0x1f800000
+DATA twoMinus64<>+4(SB)/4, $0x1f800000
+DATA twoMinus64<>+8(SB)/4, $0x1f800000
+DATA twoMinus64<>+12(SB)/4, $0x1f800000
+DATA twoMinus64<>+16(SB)/4, $0x1f800000
+DATA twoMinus64<>+20(SB)/4, $0x1f800000
+DATA twoMinus64<>+24(SB)/4, $0x1f800000
+DATA twoMinus64<>+28(SB)/4, $0x1f800000
+GLOBL twoMinus64<>(SB), RODATA|NOPTR, $32
+
 // func geluBackwardAVX2(dx []float32, x []float32, dy []float32)
 // Requires: AVX, AVX2, FMA3
 TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-72
@@ -1235,70 +1224,55 @@ loopN:
 	VFMADD231PS  geluB<>+0(SB), Y0, Y6
 	VMULPS       Y1, Y6, Y6
 	VORPS        signMask<>+0(SB), Y6, Y7
-	VBROADCASTSS expHi<>+0(SB), Y8
-	VBROADCASTSS expLo<>+0(SB), Y9
-	VMINPS       Y5, Y8, Y5
-	VMAXPS       Y5, Y9, Y5
-	VMINPS       Y7, Y8, Y7
-	VMAXPS       Y7, Y9, Y7
-	VMOVUPS      expMagic<>+0(SB), Y8
+	VBROADCASTSS expLo<>+0(SB), Y8
+	VMAXPS       Y5, Y8, Y5
+	VMAXPS       Y7, Y8, Y7
+	VMOVUPS      expMagic64<>+0(SB), Y8
 	VFMADD231PS  log2e<>+0(SB), Y5, Y8
-	VSUBPS       expMagic<>+0(SB), Y8, Y10
-	VMOVUPS      expMagic<>+0(SB), Y9
+	VSUBPS       expMagic64<>+0(SB), Y8, Y10
+	VMOVUPS      expMagic64<>+0(SB), Y9
 	VFMADD231PS  log2e<>+0(SB), Y7, Y9
-	VSUBPS       expMagic<>+0(SB), Y9, Y11
+	VSUBPS       expMagic64<>+0(SB), Y9, Y11
 	VFNMADD231PS ln2Hi<>+0(SB), Y10, Y5
 	VFNMADD231PS ln2Lo<>+0(SB), Y10, Y5
 	VFNMADD231PS ln2Hi<>+0(SB), Y11, Y7
 	VFNMADD231PS ln2Lo<>+0(SB), Y11, Y7
-	VMOVUPS      expP4<>+0(SB), Y12
-	VMOVUPS      expP4<>+0(SB), Y13
-	VFMADD213PS  expP3<>+0(SB), Y5, Y12
-	VFMADD213PS  expP3<>+0(SB), Y7, Y13
-	VFMADD213PS  expP2<>+0(SB), Y5, Y12
-	VFMADD213PS  expP2<>+0(SB), Y7, Y13
-	VFMADD213PS  expP1<>+0(SB), Y5, Y12
-	VFMADD213PS  expP1<>+0(SB), Y7, Y13
-	VFMADD213PS  expP0<>+0(SB), Y5, Y12
-	VFMADD213PS  expP0<>+0(SB), Y7, Y13
-	VFMADD213PS  one<>+0(SB), Y5, Y12
-	VFMADD213PS  one<>+0(SB), Y7, Y13
-	VFMADD213PS  one<>+0(SB), Y5, Y12
-	VFMADD213PS  one<>+0(SB), Y7, Y13
-	VPSUBD       expMagic254<>+0(SB), Y8, Y10
-	VPSRAD       $0x01, Y10, Y5
-	VPSLLD       $0x17, Y5, Y5
-	VPSLLD       $0x17, Y10, Y10
-	VPSUBD       Y5, Y10, Y10
-	VMULPS       Y5, Y12, Y12
-	VMULPS       Y10, Y12, Y12
-	VPSUBD       expMagic254<>+0(SB), Y9, Y11
-	VPSRAD       $0x01, Y11, Y5
-	VPSLLD       $0x17, Y5, Y5
-	VPSLLD       $0x17, Y11, Y11
-	VPSUBD       Y5, Y11, Y11
-	VMULPS       Y5, Y13, Y13
-	VMULPS       Y11, Y13, Y13
-	VADDPS       one<>+0(SB), Y12, Y5
+	VMOVUPS      expP4<>+0(SB), Y10
+	VMOVUPS      expP4<>+0(SB), Y11
+	VFMADD213PS  expP3<>+0(SB), Y5, Y10
+	VFMADD213PS  expP3<>+0(SB), Y7, Y11
+	VFMADD213PS  expP2<>+0(SB), Y5, Y10
+	VFMADD213PS  expP2<>+0(SB), Y7, Y11
+	VFMADD213PS  expP1<>+0(SB), Y5, Y10
+	VFMADD213PS  expP1<>+0(SB), Y7, Y11
+	VFMADD213PS  expP0<>+0(SB), Y5, Y10
+	VFMADD213PS  expP0<>+0(SB), Y7, Y11
+	VFMADD213PS  one<>+0(SB), Y5, Y10
+	VFMADD213PS  one<>+0(SB), Y7, Y11
+	VFMADD213PS  one<>+0(SB), Y5, Y10
+	VFMADD213PS  one<>+0(SB), Y7, Y11
+	VPSLLD       $0x17, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       twoMinus64<>+0(SB), Y10, Y10
+	VPSLLD       $0x17, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       twoMinus64<>+0(SB), Y11, Y11
+	VADDPS       one<>+0(SB), Y10, Y5
 	VBROADCASTSS one<>+0(SB), Y7
 	VDIVPS       Y5, Y7, Y5
-	VMULPS       Y12, Y5, Y7
-	VXORPS       Y8, Y8, Y8
-	VCMPPS       $0x01, Y4, Y8, Y8
-	VBLENDVPS    Y8, Y7, Y5, Y4
+	VMULPS       Y10, Y5, Y7
+	VBLENDVPS    Y4, Y5, Y7, Y4
 	VMOVUPS      geluD0<>+0(SB), Y8
 	VFMADD231PS  geluD1<>+0(SB), Y3, Y8
 	VMULPS       Y2, Y8, Y8
 	VMULPS       Y7, Y8, Y8
 	VFMADD213PS  Y4, Y5, Y8
 	VMULPS       (DX), Y8, Y4
-	VADDPS       one<>+0(SB), Y13, Y2
+	VADDPS       one<>+0(SB), Y11, Y2
 	VBROADCASTSS one<>+0(SB), Y3
 	VDIVPS       Y2, Y3, Y2
-	VMULPS       Y13, Y2, Y3
-	VXORPS       Y5, Y5, Y5
-	VCMPPS       $0x01, Y6, Y5, Y5
-	VBLENDVPS    Y5, Y3, Y2, Y5
+	VMULPS       Y11, Y2, Y3
+	VBLENDVPS    Y6, Y2, Y3, Y5
 	VMOVUPS      geluD0<>+0(SB), Y6
 	VFMADD231PS  geluD1<>+0(SB), Y0, Y6
 	VMULPS       Y1, Y6, Y6
@@ -1325,36 +1299,28 @@ loop1:
 	VFMADD231PS  geluB<>+0(SB), Y0, Y2
 	VMULPS       Y1, Y2, Y2
 	VORPS        signMask<>+0(SB), Y2, Y3
-	VBROADCASTSS expHi<>+0(SB), Y4
-	VBROADCASTSS expLo<>+0(SB), Y5
-	VMINPS       Y3, Y4, Y3
-	VMAXPS       Y3, Y5, Y3
-	VMOVUPS      expMagic<>+0(SB), Y4
+	VBROADCASTSS expLo<>+0(SB), Y4
+	VMAXPS       Y3, Y4, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y4
 	VFMADD231PS  log2e<>+0(SB), Y3, Y4
-	VSUBPS       expMagic<>+0(SB), Y4, Y5
+	VSUBPS       expMagic64<>+0(SB), Y4, Y5
 	VFNMADD231PS ln2Hi<>+0(SB), Y5, Y3
 	VFNMADD231PS ln2Lo<>+0(SB), Y5, Y3
-	VMOVUPS      expP4<>+0(SB), Y6
-	VFMADD213PS  expP3<>+0(SB), Y3, Y6
-	VFMADD213PS  expP2<>+0(SB), Y3, Y6
-	VFMADD213PS  expP1<>+0(SB), Y3, Y6
-	VFMADD213PS  expP0<>+0(SB), Y3, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y6
-	VPSUBD       expMagic254<>+0(SB), Y4, Y5
-	VPSRAD       $0x01, Y5, Y3
-	VPSLLD       $0x17, Y3, Y3
-	VPSLLD       $0x17, Y5, Y5
-	VPSUBD       Y3, Y5, Y5
-	VMULPS       Y3, Y6, Y6
-	VMULPS       Y5, Y6, Y6
-	VADDPS       one<>+0(SB), Y6, Y3
+	VMOVUPS      expP4<>+0(SB), Y5
+	VFMADD213PS  expP3<>+0(SB), Y3, Y5
+	VFMADD213PS  expP2<>+0(SB), Y3, Y5
+	VFMADD213PS  expP1<>+0(SB), Y3, Y5
+	VFMADD213PS  expP0<>+0(SB), Y3, Y5
+	VFMADD213PS  one<>+0(SB), Y3, Y5
+	VFMADD213PS  one<>+0(SB), Y3, Y5
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       Y4, Y5, Y5
+	VMULPS       twoMinus64<>+0(SB), Y5, Y5
+	VADDPS       one<>+0(SB), Y5, Y3
 	VBROADCASTSS one<>+0(SB), Y4
 	VDIVPS       Y3, Y4, Y3
-	VMULPS       Y6, Y3, Y4
-	VXORPS       Y5, Y5, Y5
-	VCMPPS       $0x01, Y2, Y5, Y5
-	VBLENDVPS    Y5, Y4, Y3, Y2
+	VMULPS       Y5, Y3, Y4
+	VBLENDVPS    Y2, Y3, Y4, Y2
 	VMOVUPS      geluD0<>+0(SB), Y5
 	VFMADD231PS  geluD1<>+0(SB), Y0, Y5
 	VMULPS       Y1, Y5, Y5
@@ -1385,36 +1351,28 @@ tail:
 	VFMADD231PS  geluB<>+0(SB), Y3, Y4
 	VMULPS       Y1, Y4, Y4
 	VORPS        signMask<>+0(SB), Y4, Y5
-	VBROADCASTSS expHi<>+0(SB), Y6
-	VBROADCASTSS expLo<>+0(SB), Y7
-	VMINPS       Y5, Y6, Y5
-	VMAXPS       Y5, Y7, Y5
-	VMOVUPS      expMagic<>+0(SB), Y6
+	VBROADCASTSS expLo<>+0(SB), Y6
+	VMAXPS       Y5, Y6, Y5
+	VMOVUPS      expMagic64<>+0(SB), Y6
 	VFMADD231PS  log2e<>+0(SB), Y5, Y6
-	VSUBPS       expMagic<>+0(SB), Y6, Y7
+	VSUBPS       expMagic64<>+0(SB), Y6, Y7
 	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y5
 	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y5
-	VMOVUPS      expP4<>+0(SB), Y8
-	VFMADD213PS  expP3<>+0(SB), Y5, Y8
-	VFMADD213PS  expP2<>+0(SB), Y5, Y8
-	VFMADD213PS  expP1<>+0(SB), Y5, Y8
-	VFMADD213PS  expP0<>+0(SB), Y5, Y8
-	VFMADD213PS  one<>+0(SB), Y5, Y8
-	VFMADD213PS  one<>+0(SB), Y5, Y8
-	VPSUBD       expMagic254<>+0(SB), Y6, Y7
-	VPSRAD       $0x01, Y7, Y5
-	VPSLLD       $0x17, Y5, Y5
-	VPSLLD       $0x17, Y7, Y7
-	VPSUBD       Y5, Y7, Y7
-	VMULPS       Y5, Y8, Y8
-	VMULPS       Y7, Y8, Y8
-	VADDPS       one<>+0(SB), Y8, Y5
+	VMOVUPS      expP4<>+0(SB), Y7
+	VFMADD213PS  expP3<>+0(SB), Y5, Y7
+	VFMADD213PS  expP2<>+0(SB), Y5, Y7
+	VFMADD213PS  expP1<>+0(SB), Y5, Y7
+	VFMADD213PS  expP0<>+0(SB), Y5, Y7
+	VFMADD213PS  one<>+0(SB), Y5, Y7
+	VFMADD213PS  one<>+0(SB), Y5, Y7
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       Y6, Y7, Y7
+	VMULPS       twoMinus64<>+0(SB), Y7, Y7
+	VADDPS       one<>+0(SB), Y7, Y5
 	VBROADCASTSS one<>+0(SB), Y6
 	VDIVPS       Y5, Y6, Y5
-	VMULPS       Y8, Y5, Y6
-	VXORPS       Y7, Y7, Y7
-	VCMPPS       $0x01, Y4, Y7, Y7
-	VBLENDVPS    Y7, Y6, Y5, Y4
+	VMULPS       Y7, Y5, Y6
+	VBLENDVPS    Y4, Y5, Y6, Y4
 	VMOVUPS      geluD0<>+0(SB), Y7
 	VFMADD231PS  geluD1<>+0(SB), Y3, Y7
 	VMULPS       Y1, Y7, Y7
@@ -2195,6 +2153,509 @@ tail:
 	VMASKMOVPS   (AX), Y4, Y2
 	VFMADD231PS  Y1, Y0, Y2
 	VMASKMOVPS   Y2, Y4, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func mulAVX512(dst []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·mulAVX512(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ dst_len+8(FP), BX
+
+loopN:
+	CMPQ    BX, $0x00000040
+	JB      loop1
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VMULPS  (DX), Z0, Z0
+	VMULPS  64(DX), Z1, Z1
+	VMULPS  128(DX), Z2, Z2
+	VMULPS  192(DX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x00000040, BX
+	JMP     loopN
+
+loop1:
+	CMPQ    BX, $0x00000010
+	JB      tail
+	VMOVUPS (CX), Z0
+	VMULPS  (DX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	SUBQ    $0x00000010, BX
+	JMP     loop1
+
+tail:
+	TESTQ     BX, BX
+	JZ        done
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (DX), K1, Z1
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func addAVX512(dst []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·addAVX512(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ dst_len+8(FP), BX
+
+loopN:
+	CMPQ    BX, $0x00000040
+	JB      loop1
+	VMOVUPS (CX), Z0
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 128(CX), Z2
+	VMOVUPS 192(CX), Z3
+	VADDPS  (DX), Z0, Z0
+	VADDPS  64(DX), Z1, Z1
+	VADDPS  128(DX), Z2, Z2
+	VADDPS  192(DX), Z3, Z3
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x00000040, BX
+	JMP     loopN
+
+loop1:
+	CMPQ    BX, $0x00000010
+	JB      tail
+	VMOVUPS (CX), Z0
+	VADDPS  (DX), Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	SUBQ    $0x00000010, BX
+	JMP     loop1
+
+tail:
+	TESTQ     BX, BX
+	JZ        done
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (DX), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluAVX512(dst []float32, src []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluAVX512(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         dst_len+8(FP), DX
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS expLo<>+0(SB), Z1
+
+loopN:
+	CMPQ              DX, $0x00000020
+	JB                loop1
+	VMOVUPS           (CX), Z2
+	VMOVUPS           64(CX), Z3
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z5
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z5
+	VMULPS            Z2, Z5, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z3, Z3, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z8
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z8
+	VMULPS            Z3, Z8, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z8
+	VMAXPS            Z5, Z1, Z5
+	VMAXPS            Z8, Z1, Z8
+	VBROADCASTSS      expMagic<>+0(SB), Z4
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z4
+	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z9
+	VFMADD231PS.BCST  log2e<>+0(SB), Z8, Z9
+	VSUBPS.BCST       expMagic<>+0(SB), Z9, Z9
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z9, Z8
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z9, Z8
+	VBROADCASTSS      expP4<>+0(SB), Z6
+	VBROADCASTSS      expP4<>+0(SB), Z7
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  expP3<>+0(SB), Z8, Z7
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  expP2<>+0(SB), Z8, Z7
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  expP1<>+0(SB), Z8, Z7
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  expP0<>+0(SB), Z8, Z7
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  one<>+0(SB), Z8, Z7
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z6
+	VFMADD213PS.BCST  one<>+0(SB), Z8, Z7
+	VSCALEFPS         Z4, Z6, Z6
+	VSCALEFPS         Z9, Z7, Z7
+	VMULPS            Z2, Z6, Z4
+	VMAXPS            Z2, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z6, Z6
+	VDIVPS            Z6, Z4, Z6
+	VMULPS            Z3, Z7, Z4
+	VMAXPS            Z3, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z7, Z7
+	VDIVPS            Z7, Z4, Z7
+	VMOVUPS           Z6, (AX)
+	VMOVUPS           Z7, 64(AX)
+	ADDQ              $0x00000080, AX
+	ADDQ              $0x00000080, CX
+	SUBQ              $0x00000020, DX
+	JMP               loopN
+
+loop1:
+	CMPQ              DX, $0x00000010
+	JB                tail
+	VMOVUPS           (CX), Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z3
+	VPORD.BCST        signMask<>+0(SB), Z3, Z4
+	VMAXPS            Z4, Z1, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z4, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z4
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z4
+	VBROADCASTSS      expP4<>+0(SB), Z5
+	VFMADD213PS.BCST  expP3<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP2<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP1<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP0<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VSCALEFPS         Z3, Z5, Z5
+	VMULPS            Z2, Z5, Z3
+	VMAXPS            Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z5, Z5
+	VDIVPS            Z5, Z3, Z5
+	VMOVUPS           Z5, (AX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	SUBQ              $0x00000010, DX
+	JMP               loop1
+
+tail:
+	TESTQ             DX, DX
+	JZ                done
+	MOVL              $0x0000ffff, BX
+	BZHIL             DX, BX, DX
+	KMOVW             DX, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z0
+	VBROADCASTSS      geluA<>+0(SB), Z3
+	VFMADD231PS.BCST  geluB<>+0(SB), Z0, Z3
+	VMULPS            Z2, Z3, Z0
+	VPORD.BCST        signMask<>+0(SB), Z0, Z3
+	VMAXPS            Z3, Z1, Z3
+	VBROADCASTSS      expMagic<>+0(SB), Z0
+	VFMADD231PS.BCST  log2e<>+0(SB), Z3, Z0
+	VSUBPS.BCST       expMagic<>+0(SB), Z0, Z0
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z0, Z3
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z0, Z3
+	VBROADCASTSS      expP4<>+0(SB), Z1
+	VFMADD213PS.BCST  expP3<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP2<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP1<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP0<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z3, Z1
+	VSCALEFPS         Z0, Z1, Z1
+	VMULPS            Z2, Z1, Z0
+	VMAXPS            Z2, Z0, Z0
+	VADDPS.BCST       one<>+0(SB), Z1, Z1
+	VDIVPS            Z1, Z0, Z1
+	VMOVUPS           Z1, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX512(dx []float32, x []float32, dy []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluBackwardAVX512(SB), NOSPLIT, $0-72
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         dx_len+8(FP), BX
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS plus100<>+0(SB), Z1
+
+loopN:
+	CMPQ              BX, $0x00000040
+	JB                loop1
+	VMINPS            (CX), Z1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VPTESTNMD.BCST    signMask<>+0(SB), Z4, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z4
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z4
+	VMINPS            64(CX), Z1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z12
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z12
+	VMULPS            Z2, Z12, Z12
+	VPORD.BCST        signMask<>+0(SB), Z12, Z13
+	VPTESTNMD.BCST    signMask<>+0(SB), Z12, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z12
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z12
+	VMULPS            Z2, Z12, Z12
+	VMINPS            128(CX), Z1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z14
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z14
+	VMULPS            Z2, Z14, Z14
+	VPORD.BCST        signMask<>+0(SB), Z14, Z15
+	VPTESTNMD.BCST    signMask<>+0(SB), Z14, K3
+	VBROADCASTSS      geluD0<>+0(SB), Z14
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z14
+	VMULPS            Z2, Z14, Z14
+	VMINPS            192(CX), Z1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z16
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z16
+	VMULPS            Z2, Z16, Z16
+	VPORD.BCST        signMask<>+0(SB), Z16, Z17
+	VPTESTNMD.BCST    signMask<>+0(SB), Z16, K4
+	VBROADCASTSS      geluD0<>+0(SB), Z16
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z16
+	VMULPS            Z2, Z16, Z16
+	VBROADCASTSS      expMagic<>+0(SB), Z2
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z2
+	VSUBPS.BCST       expMagic<>+0(SB), Z2, Z2
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z13, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VBROADCASTSS      expMagic<>+0(SB), Z18
+	VFMADD231PS.BCST  log2e<>+0(SB), Z15, Z18
+	VSUBPS.BCST       expMagic<>+0(SB), Z18, Z18
+	VBROADCASTSS      expMagic<>+0(SB), Z19
+	VFMADD231PS.BCST  log2e<>+0(SB), Z17, Z19
+	VSUBPS.BCST       expMagic<>+0(SB), Z19, Z19
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z2, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z2, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z13
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z13
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z18, Z15
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z18, Z15
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z19, Z17
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z19, Z17
+	VBROADCASTSS      expP4<>+0(SB), Z20
+	VBROADCASTSS      expP4<>+0(SB), Z21
+	VBROADCASTSS      expP4<>+0(SB), Z22
+	VBROADCASTSS      expP4<>+0(SB), Z23
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  expP3<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  expP3<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  expP3<>+0(SB), Z17, Z23
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  expP2<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  expP2<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  expP2<>+0(SB), Z17, Z23
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  expP1<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  expP1<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  expP1<>+0(SB), Z17, Z23
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  expP0<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  expP0<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  expP0<>+0(SB), Z17, Z23
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  one<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  one<>+0(SB), Z17, Z23
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z20
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z21
+	VFMADD213PS.BCST  one<>+0(SB), Z15, Z22
+	VFMADD213PS.BCST  one<>+0(SB), Z17, Z23
+	VSCALEFPS         Z2, Z20, Z20
+	VSCALEFPS         Z3, Z21, Z21
+	VSCALEFPS         Z18, Z22, Z22
+	VSCALEFPS         Z19, Z23, Z23
+	VADDPS.BCST       one<>+0(SB), Z20, Z2
+	VADDPS.BCST       one<>+0(SB), Z21, Z3
+	VADDPS.BCST       one<>+0(SB), Z22, Z5
+	VADDPS.BCST       one<>+0(SB), Z23, Z13
+	VRCP14PS          Z2, Z15
+	VRCP14PS          Z3, Z17
+	VRCP14PS          Z5, Z18
+	VRCP14PS          Z13, Z19
+	VMOVAPS           Z2, Z2
+	VFNMADD213PS.BCST one<>+0(SB), Z15, Z2
+	VMOVAPS           Z3, Z3
+	VFNMADD213PS.BCST one<>+0(SB), Z17, Z3
+	VMOVAPS           Z5, Z5
+	VFNMADD213PS.BCST one<>+0(SB), Z18, Z5
+	VMOVAPS           Z13, Z13
+	VFNMADD213PS.BCST one<>+0(SB), Z19, Z13
+	VFMADD231PS       Z2, Z15, Z15
+	VFMADD231PS       Z3, Z17, Z17
+	VFMADD231PS       Z5, Z18, Z18
+	VFMADD231PS       Z13, Z19, Z19
+	VMULPS            Z15, Z20, Z20
+	VBLENDMPS         Z20, Z15, K1, Z6
+	VMULPS            Z20, Z4, Z4
+	VFMADD213PS       Z6, Z15, Z4
+	VMULPS            (DX), Z4, Z4
+	VMULPS            Z17, Z21, Z21
+	VBLENDMPS         Z21, Z17, K2, Z7
+	VMULPS            Z21, Z12, Z12
+	VFMADD213PS       Z7, Z17, Z12
+	VMULPS            64(DX), Z12, Z12
+	VMULPS            Z18, Z22, Z22
+	VBLENDMPS         Z22, Z18, K3, Z8
+	VMULPS            Z22, Z14, Z14
+	VFMADD213PS       Z8, Z18, Z14
+	VMULPS            128(DX), Z14, Z14
+	VMULPS            Z19, Z23, Z23
+	VBLENDMPS         Z23, Z19, K4, Z9
+	VMULPS            Z23, Z16, Z16
+	VFMADD213PS       Z9, Z19, Z16
+	VMULPS            192(DX), Z16, Z16
+	VMOVUPS           Z4, (AX)
+	VMOVUPS           Z12, 64(AX)
+	VMOVUPS           Z14, 128(AX)
+	VMOVUPS           Z16, 192(AX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	SUBQ              $0x00000040, BX
+	JMP               loopN
+
+loop1:
+	CMPQ              BX, $0x00000010
+	JB                tail
+	VMINPS            (CX), Z1, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VPTESTNMD.BCST    signMask<>+0(SB), Z4, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z4
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z2
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z2
+	VSUBPS.BCST       expMagic<>+0(SB), Z2, Z2
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z2, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z2, Z5
+	VBROADCASTSS      expP4<>+0(SB), Z3
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z3
+	VSCALEFPS         Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z2
+	VRCP14PS          Z2, Z5
+	VMOVAPS           Z2, Z2
+	VFNMADD213PS.BCST one<>+0(SB), Z5, Z2
+	VFMADD231PS       Z2, Z5, Z5
+	VMULPS            Z5, Z3, Z3
+	VBLENDMPS         Z3, Z5, K1, Z10
+	VMULPS            Z3, Z4, Z4
+	VFMADD213PS       Z10, Z5, Z4
+	VMULPS            (DX), Z4, Z4
+	VMOVUPS           Z4, (AX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	ADDQ              $0x00000040, DX
+	SUBQ              $0x00000010, BX
+	JMP               loop1
+
+tail:
+	TESTQ             BX, BX
+	JZ                done
+	MOVL              $0x0000ffff, SI
+	BZHIL             BX, SI, BX
+	KMOVW             BX, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z3
+	VMINPS            Z2, Z1, Z1
+	VMAXPS            Z1, Z0, Z1
+	VMULPS            Z1, Z1, Z0
+	VBROADCASTSS      geluA<>+0(SB), Z2
+	VFMADD231PS.BCST  geluB<>+0(SB), Z0, Z2
+	VMULPS            Z1, Z2, Z2
+	VPORD.BCST        signMask<>+0(SB), Z2, Z4
+	VPTESTNMD.BCST    signMask<>+0(SB), Z2, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z2
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z0, Z2
+	VMULPS            Z1, Z2, Z2
+	VBROADCASTSS      expMagic<>+0(SB), Z0
+	VFMADD231PS.BCST  log2e<>+0(SB), Z4, Z0
+	VSUBPS.BCST       expMagic<>+0(SB), Z0, Z0
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z0, Z4
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z0, Z4
+	VBROADCASTSS      expP4<>+0(SB), Z1
+	VFMADD213PS.BCST  expP3<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP2<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP1<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP0<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z1
+	VSCALEFPS         Z0, Z1, Z1
+	VADDPS.BCST       one<>+0(SB), Z1, Z0
+	VRCP14PS          Z0, Z4
+	VMOVAPS           Z0, Z0
+	VFNMADD213PS.BCST one<>+0(SB), Z4, Z0
+	VFMADD231PS       Z0, Z4, Z4
+	VMULPS            Z4, Z1, Z1
+	VBLENDMPS         Z1, Z4, K2, Z11
+	VMULPS            Z1, Z2, Z2
+	VFMADD213PS       Z11, Z4, Z2
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, K1, (AX)
 
 done:
 	VZEROUPPER

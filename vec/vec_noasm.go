@@ -2,12 +2,9 @@
 
 package vec
 
-// hasAsm reports whether the CPU runs the assembly kernels: there are none
-// for this architecture or with the purego tag.
-const hasAsm = false
-
-// useAsm is always false here; it exists for the tests.
-var useAsm = false
+// impls lists the kernel sets this build runs: only the portable one, as
+// there is no assembly for this architecture or with the purego tag.
+func impls() []impl { return []impl{implGo} }
 
 func dot(x, y []float32) float32                      { return dotGeneric(x, y) }
 func axpy(alpha float32, x, y []float32)              { axpyGeneric(alpha, x, y) }

@@ -4,13 +4,22 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// The lengths every kernel is tried at: empty, shorter than a vector, around
-// one vector, around the unrolled loop of four vectors, and long.
-var lengths = []int{0, 1, 7, 8, 9, 31, 32, 33, 1000}
+// The lengths every kernel is tried at: every length up to 70, which takes
+// each kernel set through its unrolled loop, its loop over one vector and
+// every length of its masked tail (up to 7 lanes of 8 for AVX2, 15 of 16
+// for AVX-512), and a few long ones.
+var lengths = func() []int {
+	var ns []int
+	for n := range 71 {
+		ns = append(ns, n)
+	}
+	return append(ns, 255, 1000, 4099)
+}()
 
 // eps is the unit roundoff of float32.
 const eps = 1.0 / (1 << 24)
@@ -21,24 +30,34 @@ var (
 	ninf = float32(math.Inf(-1))
 )
 
-// paths runs f once on the portable kernels and, where the CPU has AVX2
-// and FMA, once on the assembly, whatever POLYSKETCH_NOASM says.
+// paths runs f on each set of kernels, whatever POLYSKETCH_NOASM says: the
+// portable one, and each assembly set where this CPU and build run it. A
+// set they cannot run shows as a skipped subtest that says why.
 func paths(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	saved := useAsm
-	defer func() { useAsm = saved }()
-	for _, asm := range []bool{false, true} {
-		if asm && !hasAsm {
-			t.Log("no AVX2+FMA: assembly path not tested")
-			continue
-		}
-		useAsm = asm
-		name := "go"
-		if asm {
-			name = "asm"
-		}
-		t.Run(name, f)
+	saved := use
+	defer func() { use = saved }()
+	have := impls()
+	for _, im := range []impl{implGo, implAVX2, implAVX512} {
+		t.Run(im.String(), func(t *testing.T) {
+			if !slices.Contains(have, im) {
+				t.Skipf("%s kernels not tested: they need %s, which this CPU or build (purego, or not amd64) lacks", im, im.needs())
+			}
+			use = im
+			f(t)
+		})
 	}
+}
+
+// needs says what an impl needs to run.
+func (i impl) needs() string {
+	switch i {
+	case implAVX2:
+		return "amd64 with AVX2 and FMA"
+	case implAVX512:
+		return "amd64 with AVX-512F, BMI2, AVX2 and FMA"
+	}
+	return "nothing"
 }
 
 // arena hands out slices at a given offset from a 32-byte boundary (when
@@ -167,14 +186,16 @@ func TestReductionsAlignment(t *testing.T) {
 func TestAxpyScale(t *testing.T) {
 	paths(t, func(t *testing.T) {
 		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
-			const alpha = -1.7
+			// A float32, as Axpy gets it: the untyped -1.7 would make
+			// the float64 reference use a different alpha.
+			const alpha float32 = -1.7
 			x, y := fill(rng, a.slice(n), -2, 2), fill(rng, a.slice(n), -2, 2)
 			y0 := append([]float32(nil), y...)
 			Axpy(alpha, x, y)
 			for i := range y {
 				// One rounding with FMA, two without.
-				want := float64(y0[i]) + alpha*float64(x[i])
-				tol := 2 * eps * (math.Abs(float64(y0[i])) + math.Abs(alpha*float64(x[i])))
+				want := float64(y0[i]) + float64(alpha)*float64(x[i])
+				tol := 2 * eps * (math.Abs(float64(y0[i])) + math.Abs(float64(alpha)*float64(x[i])))
 				if math.Abs(float64(y[i])-want) > tol {
 					t.Fatalf("Axpy: y[%d] = %g, want %g ± %g", i, y[i], want, tol)
 				}
@@ -405,16 +426,43 @@ func condTol(f, df func(float64) float64, c float64) func(float64) float64 {
 	}
 }
 
+// The error bounds of GELU and GELUBackward, as unaryCase takes them:
+// |got - want| ≤ tol(x)·|want| + abs(x).
+var (
+	geluTol = condTol(geluRef, geluDerivRef, 6)
+	// The condition number of GELU' needs its derivative; a central
+	// difference in float64 is plenty for a tolerance.
+	geluBackwardTol = condTol(geluDerivRef, func(x float64) float64 {
+		return (geluDerivRef(x+1e-6) - geluDerivRef(x-1e-6)) / 2e-6
+	}, 10)
+)
+
+// geluAbs is the absolute part of GELU's error bound: for x < -10,
+// e^-|2u| is subnormal and loses relative precision; x times it has an
+// absolute error of about |x|·2^-150.
+func geluAbs(x float64) float64 { return 0x1p-149 * (1 + math.Abs(x)) }
+
+// geluBackwardAbs is the absolute part of the error bound of GELU'. GELU' =
+// σ + x·2u'·σ(1-σ) is a sum whose terms cancel near x = -0.75, where GELU'
+// crosses zero: the rounding of the terms, a few ε times their size, bounds
+// the error there. In the far negative tail, as for GELU, e^-|2u| is
+// subnormal, and x·2u' multiplies its absolute error.
+func geluBackwardAbs(x float64) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return 0
+	}
+	u := geluC0 * (x + geluC1*x*x*x)
+	s, oms := 1/(1+math.Exp(-2*u)), 1/(1+math.Exp(2*u))
+	xdu := math.Abs(x * geluD0 * (1 + 3*geluC1*x*x))
+	return 4*eps*(s+xdu*s*oms) + 0x1p-149*(1+xdu)
+}
+
 func TestGELU(t *testing.T) {
 	paths(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 8))
 		xs := grid(-12, 12, 1e-4, 50000, rng)
 		xs = append(xs, 0, 1e-40, -1e-40, 1e-20, -1e-20, 1e-5, -1e-5, -20, -50, -99, -100, -101, -1e30, ninf, 50, 1e20, 1e30, inf, nan)
-		// For x < -10, e^-|2u| is subnormal and loses relative precision;
-		// x times it has an absolute error of about |x|·2^-150.
-		unaryCase(t, "GELU", GELU, geluRef, condTol(geluRef, geluDerivRef, 6), func(x float64) float64 {
-			return 0x1p-149 * (1 + math.Abs(x))
-		}, xs)
+		unaryCase(t, "GELU", GELU, geluRef, geluTol, geluAbs, xs)
 		got := make([]float32, 2)
 		GELU(got, []float32{ninf, -1000})
 		if got[0] != 0 || got[1] != 0 {
@@ -436,23 +484,55 @@ func TestGELUBackward(t *testing.T) {
 			}
 			GELUBackward(dx, x, ones)
 		}
-		// The condition number of GELU' needs its derivative; a central
-		// difference in float64 is plenty for a tolerance.
-		d2 := func(x float64) float64 { return (geluDerivRef(x+1e-6) - geluDerivRef(x-1e-6)) / 2e-6 }
-		// GELU' = σ + x·2u'·σ(1-σ) is a sum whose terms cancel near
-		// x = -0.75, where GELU' crosses zero: the rounding of the terms,
-		// a few ε times their size, bounds the error there. In the far
-		// negative tail, as for GELU, e^-|2u| is subnormal, and x·2u'
-		// multiplies its absolute error.
-		unaryCase(t, "GELU'", dgelu, geluDerivRef, condTol(geluDerivRef, d2, 10), func(x float64) float64 {
-			if math.IsInf(x, 0) || math.IsNaN(x) {
-				return 0
+		unaryCase(t, "GELU'", dgelu, geluDerivRef, geluBackwardTol, geluBackwardAbs, xs)
+	})
+}
+
+// TestGELULengths checks GELU and GELUBackward against the float64
+// references, with the error bounds of TestGELU and TestGELUBackward, at
+// every length and alignment, special values included: the unrolled loop,
+// the loop over one vector and the masked tail of every kernel set are
+// held to the same bounds. It also checks that an element's result does
+// not depend on where in the slice it is.
+func TestGELULengths(t *testing.T) {
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-30, -1e-30, -10.2, -10.4, -20, -100, -101, 100, 101, -1e30, 1e30, ninf, inf, nan}
+	// Powers of two scale GELU' exactly, so its bound scales with |dy|.
+	dys := []float32{1, -1, 2, -2, 4, -4}
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			x, dy, y, dx := fill(rng, a.slice(n), -12, 12), a.slice(n), a.slice(n), a.slice(n)
+			for i := range x {
+				if rng.IntN(8) == 0 {
+					x[i] = specials[rng.IntN(len(specials))]
+				}
+				dy[i] = dys[rng.IntN(len(dys))]
 			}
-			u := geluC0 * (x + geluC1*x*x*x)
-			s, oms := 1/(1+math.Exp(-2*u)), 1/(1+math.Exp(2*u))
-			xdu := math.Abs(x * geluD0 * (1 + 3*geluC1*x*x))
-			return 4*eps*(s+xdu*s*oms) + 0x1p-149*(1+xdu)
-		}, xs)
+			GELU(y, x)
+			GELUBackward(dx, x, dy)
+			one, done := make([]float32, 1), make([]float32, 1)
+			for i, v := range x {
+				check := func(name string, got float32, want, tol, abs float64) {
+					t.Helper()
+					if w := float32(want); math.IsNaN(want) || math.IsInf(float64(w), 0) {
+						if !same(got, w) && !(w != w && got != got) {
+							t.Errorf("%s(%g) = %g at [%d], want %g", name, v, got, i, w)
+						}
+						return
+					}
+					if d := math.Abs(float64(got) - want); d > tol*math.Abs(want)+abs {
+						t.Errorf("%s(%g) = %g at [%d], want %g: relative error %.3g > %.3g", name, v, got, i, want, d/math.Abs(want), tol)
+					}
+				}
+				xv, d := float64(v), float64(dy[i])
+				check("GELU", y[i], geluRef(xv), geluTol(xv), geluAbs(xv))
+				check("GELUBackward", dx[i], d*geluDerivRef(xv), geluBackwardTol(xv), math.Abs(d)*geluBackwardAbs(xv))
+				GELU(one, x[i:i+1])
+				GELUBackward(done, x[i:i+1], dy[i:i+1])
+				if !same(one[0], y[i]) || !same(done[0], dx[i]) {
+					t.Fatalf("at [%d] of %d: GELU = %g, GELUBackward = %g; alone %g, %g", i, n, y[i], dx[i], one[0], done[0])
+				}
+			}
+		})
 	})
 }
 
@@ -859,5 +939,15 @@ func TestNoAsmEnv(t *testing.T) {
 		if got := noAsmEnv(); got != tt.want {
 			t.Errorf("POLYSKETCH_NOASM=%q: noAsmEnv() = %v, want %v", tt.v, got, tt.want)
 		}
+		want := impls()[0]
+		if tt.want {
+			want = implGo
+		}
+		if got := choose(); got != want {
+			t.Errorf("POLYSKETCH_NOASM=%q: choose() = %v, want %v", tt.v, got, want)
+		}
+	}
+	if s := impls(); s[len(s)-1] != implGo {
+		t.Errorf("impls() = %v: the portable kernels must come last", s)
 	}
 }

@@ -1,11 +1,13 @@
 // Command _asm generates vec_amd64.s and stubs_amd64.go, the AVX2+FMA
-// kernels of package vec. Run it through go generate in the vec directory.
+// kernels of package vec and, in avx512.go, the AVX-512F versions of a few
+// of them. Run it through go generate in the vec directory.
 //
 // Every kernel has the same shape: a loop over several 8-lane vectors at a
 // time, a loop over single vectors, and a tail of 1 to 7 elements done with
 // masked loads and stores, so that no scalar code is needed for exp and its
-// kin. The Go versions in ../generic.go compute the same things with the same
-// constants; keep the two in sync.
+// kin (16 lanes and 1 to 15 elements for AVX-512). The Go versions in
+// ../generic.go compute the same things with the same constants; keep the
+// two in sync.
 package main
 
 import (
@@ -38,6 +40,11 @@ func main() {
 	normAffine()
 	layerNormReduce()
 	layerNormDx()
+
+	binary512("mul", "dst[i] = a[i]·b[i]", VMULPS)
+	binary512("add", "dst[i] = a[i]+b[i]", VADDPS)
+	gelu512()
+	geluBackward512()
 
 	Generate()
 }
@@ -442,7 +449,7 @@ func broadcast(name string, v float32) VecVirtual {
 	return r
 }
 
-// expv returns e^x for each of xs, which it overwrites. See exp1 in
+// expv returns e^x for each of xs, which it overwrites. See expInto in
 // ../generic.go: x = n·ln2 + r, e^r by a polynomial, 2^n = 2^k1·2^k2 built
 // in the exponent bits.
 func expv(xs []VecVirtual) []VecVirtual {
@@ -453,29 +460,7 @@ func expv(xs []VecVirtual) []VecVirtual {
 		VMINPS(x, hi, x)
 		VMAXPS(x, lo, x)
 	}
-	magic := splat("expMagic", expMagic)
-	ts, ns := regs(len(xs)), regs(len(xs))
-	for j, x := range xs {
-		VMOVUPS(magic, ts[j])
-		VFMADD231PS(splat("log2e", log2e), x, ts[j]) // t = x·log2e + magic: n in the low mantissa bits
-		VSUBPS(magic, ts[j], ns[j])                  // n as a float
-	}
-	for j, x := range xs { // r = x - n·ln2, x overwritten
-		VFNMADD231PS(splat("ln2Hi", ln2Hi), ns[j], x)
-		VFNMADD231PS(splat("ln2Lo", ln2Lo), ns[j], x)
-	}
-	ps := regs(len(xs))
-	for j := range xs {
-		VMOVUPS(splat("expP4", expP4), ps[j])
-	}
-	for _, c := range []struct {
-		name string
-		v    float32
-	}{{"expP3", expP3}, {"expP2", expP2}, {"expP1", expP1}, {"expP0", expP0}, {"one", 1}, {"one", 1}} {
-		for j, r := range xs {
-			VFMADD213PS(splat(c.name, c.v), r, ps[j]) // p = p·r + c
-		}
-	}
+	ts, ns, ps := expPoly(xs, "expMagic", expMagic)
 	// With kb = n + 254 (the bits of t minus those of magic - 254):
 	// 2^k1 has exponent field kb>>1 = k1 + 127, and 2^k2 has kb - (kb>>1),
 	// so the field of 2^k2 is (kb<<23) - (field of 2^k1 << 23).
@@ -493,8 +478,61 @@ func expv(xs []VecVirtual) []VecVirtual {
 	return ps
 }
 
-// tanhv returns tanh x for each of xs, which it overwrites; see tanh1 in
-// ../generic.go. Both branches are computed and blended.
+// expNegv is expv for x ≤ 0, as GELU needs it, in fewer instructions: n
+// is then at most 0, so p·2^(n+64) is a normal number, made exactly by
+// adding n+64 to the exponent bits of p, and one multiplication by 2^-64
+// rounds the result once, into the subnormals where it must, as expv's
+// does. For a NaN x the result may be any value, not NaN, so the callers
+// must let NaN reach their result by another way.
+func expNegv(xs []VecVirtual) []VecVirtual {
+	lo := broadcast("expLo", expLo)
+	for _, x := range xs {
+		VMAXPS(x, lo, x)
+	}
+	// With magic + 64, the low bits of t hold n + 64 instead of n, and
+	// shifting them into the exponent field drops the bits of magic.
+	ts, _, ps := expPoly(xs, "expMagic64", expMagic+64)
+	for j := range xs {
+		VPSLLD(U8(23), ts[j], ts[j])
+		VPADDD(ts[j], ps[j], ps[j])
+		VMULPS(splat("twoMinus64", 0x1p-64), ps[j], ps[j])
+	}
+	return ps
+}
+
+// expPoly is the part of expv and expNegv before the scaling. With magic
+// the value of magicName, it returns t = x·log2e + magic, which holds n in
+// its low mantissa bits offset by magic - 1.5·2²³, n = t - magic as a
+// float, and p ≈ e^r, r = x - n·ln2. It overwrites xs.
+func expPoly(xs []VecVirtual, magicName string, magicVal float32) (ts, ns, ps []VecVirtual) {
+	magic := splat(magicName, magicVal)
+	ts, ns = regs(len(xs)), regs(len(xs))
+	for j, x := range xs {
+		VMOVUPS(magic, ts[j])
+		VFMADD231PS(splat("log2e", log2e), x, ts[j]) // t = x·log2e + magic: n in the low mantissa bits
+		VSUBPS(magic, ts[j], ns[j])                  // n as a float
+	}
+	for j, x := range xs { // r = x - n·ln2, x overwritten
+		VFNMADD231PS(splat("ln2Hi", ln2Hi), ns[j], x)
+		VFNMADD231PS(splat("ln2Lo", ln2Lo), ns[j], x)
+	}
+	ps = regs(len(xs))
+	for j := range xs {
+		VMOVUPS(splat("expP4", expP4), ps[j])
+	}
+	for _, c := range []struct {
+		name string
+		v    float32
+	}{{"expP3", expP3}, {"expP2", expP2}, {"expP1", expP1}, {"expP0", expP0}, {"one", 1}, {"one", 1}} {
+		for j, r := range xs {
+			VFMADD213PS(splat(c.name, c.v), r, ps[j]) // p = p·r + c
+		}
+	}
+	return ts, ns, ps
+}
+
+// tanhv returns tanh x for each of xs, which it overwrites; see
+// tanhGeneric in ../generic.go. Both branches are computed and blended.
 func tanhv(xs []VecVirtual) []VecVirtual {
 	k := len(xs)
 	as, sgn, small := regs(k), regs(k), regs(k)
@@ -552,17 +590,24 @@ func geluv(xs []VecVirtual) []VecVirtual {
 		VMULPS(x, es[j], ws[j])                                // v = -2u
 		VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|v|
 	}
-	es = expv(es)
+	es = expNegv(es) // NaN reaches the result through x
 	for j, e := range es {
-		pos, num := YMM(), YMM()
-		VXORPS(pos, pos, pos)
-		VCMPPS(U8(1), ws[j], pos, pos) // 0 < v
+		num := YMM()
 		VMULPS(xs[j], e, num)
-		VBLENDVPS(pos, num, xs[j], num) // x·E if v > 0 else x
+		geluNum(xs[j], num)
 		VADDPS(one(), e, e)
 		VDIVPS(e, num, e)
 	}
 	return es
+}
+
+// geluNum turns num = x·E into the numerator of GELU, x·E if v > 0 else
+// x. As v > 0 exactly when x < 0 (for x = -0, E = 1), and E ≤ 1, that is
+// the larger of x·E and x, whether x is positive or negative: VMAXPS does
+// without a mask. When either is NaN, VMAXPS returns its second source,
+// x: so +Inf·0 = NaN gives +Inf, and a NaN x stays NaN.
+func geluNum(x, num VecVirtual) {
+	VMAXPS(x, num, num)
 }
 
 func geluBackward() {
@@ -584,16 +629,16 @@ func geluBackward() {
 			VMULPS(vs[j], ws[j], ws[j])                            // w = -2u
 			VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|w|
 		}
-		es = expv(es)
+		es = expNegv(es) // NaN reaches the result through v
 		out := regs(k)
 		for j, e := range es {
-			d, ed, pos, du := YMM(), YMM(), YMM(), YMM()
+			d, ed, du := YMM(), YMM(), YMM()
 			VADDPS(one(), e, d)
 			VDIVPS(d, broadcast("one", 1), d) // D = 1/(1+E)
 			VMULPS(e, d, ed)                  // E·D
-			VXORPS(pos, pos, pos)
-			VCMPPS(U8(1), ws[j], pos, pos)       // 0 < w
-			VBLENDVPS(pos, ed, d, out[j])        // σ(2u)
+			// σ(2u): E·D if w > 0 else D, choosing by the sign bit of
+			// w: for w = +0, E = 1 makes the two the same.
+			VBLENDVPS(ws[j], d, ed, out[j])
 			VMOVUPS(splat("geluD0", geluD0), du) // d(2u)/dx
 			VFMADD231PS(splat("geluD1", geluD1), x2s[j], du)
 			VMULPS(vs[j], du, du)
