@@ -130,18 +130,19 @@ func BenchmarkSgemmSmall(b *testing.B) {
 // packing (streamTall in small.go) on one thread, for op(B) = B narrow and
 // short enough to stay in cache: the shapes (m×k×n) of the learned-sketch
 // networks on chunks of 256 rows (h = 64, r = 32: layers 64→256, 256→32,
-// 32→256; their weight gradients as TN), and of a model's output
-// projection and GLU down-projection on 2048 rows.
+// 32→256; their weight gradients as TN and input gradients as NT), and of
+// a model's output projection and GLU down-projection on 2048 rows.
 func BenchmarkSgemmNarrow(b *testing.B) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	defer func(k *kernel) { active = k }(active)
 	shapes := []struct {
-		tA      Transpose
+		tA, tB  Transpose
 		m, k, n int
 	}{
-		{NoTrans, 256, 64, 256}, {NoTrans, 256, 256, 32}, {NoTrans, 256, 32, 256},
-		{Trans, 64, 256, 256}, {Trans, 256, 256, 32},
-		{NoTrans, 2048, 256, 256}, {NoTrans, 2048, 1024, 256},
+		{NoTrans, NoTrans, 256, 64, 256}, {NoTrans, NoTrans, 256, 256, 32}, {NoTrans, NoTrans, 256, 32, 256},
+		{Trans, NoTrans, 64, 256, 256}, {Trans, NoTrans, 256, 256, 32},
+		{NoTrans, Trans, 256, 256, 64}, {NoTrans, Trans, 256, 256, 32}, {NoTrans, Trans, 256, 32, 256},
+		{NoTrans, NoTrans, 2048, 256, 256}, {NoTrans, NoTrans, 2048, 1024, 256}, {NoTrans, Trans, 2048, 768, 256},
 	}
 	for _, kn := range kernels() {
 		pk := *kn
@@ -154,13 +155,16 @@ func BenchmarkSgemmNarrow(b *testing.B) {
 			active = path
 			for _, s := range shapes {
 				a, bb, c := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), make([]float32, s.m*s.n)
-				lda := s.k
+				lda, ldb := s.k, s.n
 				if s.tA == Trans {
 					lda = s.m
 				}
-				b.Run(fmt.Sprintf("%s/%s/%cN/%dx%dx%d", kn.name, name, s.tA, s.m, s.k, s.n), func(b *testing.B) {
+				if s.tB == Trans {
+					ldb = s.k
+				}
+				b.Run(fmt.Sprintf("%s/%s/%c%c/%dx%dx%d", kn.name, name, s.tA, s.tB, s.m, s.k, s.n), func(b *testing.B) {
 					for b.Loop() {
-						SgemmSerial(s.tA, NoTrans, s.m, s.n, s.k, 1, a, lda, bb, s.n, 1, c, s.n)
+						SgemmSerial(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 1, c, s.n)
 					}
 					b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 				})

@@ -21,13 +21,14 @@ type kernel struct {
 	// Products with few rows or columns of C skip packing (see small.go):
 	// up to streamMax rows with op(B) = B, in tiles of up to srows rows by
 	// sw columns (stream); up to dotsMax rows or columns as dot products,
-	// in blocks of drows×dotCols (dots); with op(B) = B of up to narrowN
-	// columns and narrowK rows, any number of rows (stream). The limits
-	// are where packing starts to win in BenchmarkSgemmSmall and
+	// in blocks of drows×dotCols (dots); with op(B) of up to narrowN
+	// columns and narrowK rows, any number of rows, A of up to narrowA
+	// floats unless op(B) is a single tile wide (stream). The limits are
+	// where packing starts to win in BenchmarkSgemmSmall and
 	// BenchmarkSgemmNarrow; 0 turns the path off.
-	streamMax, srows, sw int
-	dotsMax, drows       int
-	narrowN, narrowK     int
+	streamMax, srows, sw      int
+	dotsMax, drows            int
+	narrowN, narrowK, narrowA int
 }
 
 // maxTile bounds mr·nr over all kernels, for the edge-tile buffer.

@@ -11,9 +11,9 @@ const (
 
 var (
 	avx512Kernel = &kernel{name: "avx512-14x32", mr: 14, nr: 32, mc: 168, kc: 256, nc: 4096, asm: asmAVX512,
-		streamMax: 32, srows: 14, sw: 32, dotsMax: 16, drows: 4, narrowN: 256, narrowK: 1024}
+		streamMax: 32, srows: 14, sw: 32, dotsMax: 16, drows: 4, narrowN: 256, narrowK: 1024, narrowA: 1 << 17}
 	avx2Kernel = &kernel{name: "avx2-6x16", mr: 6, nr: 16, mc: 144, kc: 256, nc: 4096, asm: asmAVX2,
-		streamMax: 32, srows: 6, sw: 16, dotsMax: 16, drows: 2, narrowN: 256, narrowK: 512}
+		streamMax: 32, srows: 6, sw: 16, dotsMax: 16, drows: 2, narrowN: 256, narrowK: 512, narrowA: 1 << 15}
 )
 
 // asmKernels lists the assembly kernels this CPU runs, fastest first.

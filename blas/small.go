@@ -16,12 +16,16 @@ import "github.com/polysketch/polysketch/internal/parallel"
 //     of drows×4 (dots);
 //   - few columns (NT, and NN after copying the small B): the same dot
 //     products with the roles of A and B exchanged;
-//   - narrow and short op(B) = B (NN, TN; up to narrowN columns, narrowK
-//     rows), any number of rows: the stream kernel again, split by rows.
-//     Such a B stays in cache while the kernel broadcasts A from where it
-//     lies, and packing A, a transpose of m·k floats for 2n flops each,
-//     costs more than the product saves (BenchmarkSgemmNarrow: 1.2–1.7× on
-//     the shapes of polysketch's learned-sketch networks).
+//   - narrow and short op(B) (up to narrowN columns and narrowK rows),
+//     any number of rows: the stream kernel again, split by rows. Such a
+//     B stays in cache while the kernel broadcasts A from where it lies,
+//     and packing A, a transpose of m·k floats for 2n flops each, costs
+//     more than the product saves (BenchmarkSgemmNarrow: 1.1–1.6× on the
+//     shapes of polysketch's learned-sketch networks). The kernel reads A
+//     once per sw columns, so with more than sw columns A must fit in
+//     cache (narrowA floats) and op(B) must be B: the NT products measured
+//     slower than packed, except those of exactly sw columns, which copy B
+//     transposed first.
 //
 // An element's k sum runs in one kernel call, in order, whatever the
 // split, so results do not depend on the number of threads; they differ
@@ -51,12 +55,13 @@ func (g *gemm) form() smallForm {
 	switch {
 	case g.m <= kn.streamMax && g.tB == NoTrans && g.n >= kn.sw:
 		return streamRows
-	case g.n <= kn.narrowN && g.k <= kn.narrowK && g.tB == NoTrans && g.n >= kn.sw:
-		return streamTall
 	case g.m <= kn.dotsMax && g.tB == Trans && g.n >= dotCols:
 		return dotRows
 	case g.n <= kn.dotsMax && g.tA == NoTrans && g.m >= dotCols:
 		return dotColumns
+	case g.n <= kn.narrowN && g.k <= kn.narrowK && g.n >= kn.sw &&
+		(g.n == kn.sw || g.tB == NoTrans && g.m*g.k <= kn.narrowA):
+		return streamTall
 	}
 	return packed
 }
@@ -78,6 +83,12 @@ func (g *gemm) small(threads int) bool {
 		ws.a = grow(ws.a, g.m*g.k)
 		gatherRows(ws.a, g.a, g.lda, g.m, g.k)
 		h.tA, h.a, h.lda = NoTrans, ws.a, g.k
+	case f == streamTall && g.tB == Trans:
+		// Copy op(B), k×n, to rows of its own: a small transpose.
+		ws = pool.Get().(*workspace)
+		ws.b = grow(ws.b, g.k*g.n)
+		gatherRows(ws.b, g.b, g.ldb, g.k, g.n)
+		h.tB, h.b, h.ldb = NoTrans, ws.b, g.n
 	case f == dotColumns && g.tB == NoTrans:
 		// Copy op(B)ᵀ, n×k, likewise.
 		ws = pool.Get().(*workspace)
