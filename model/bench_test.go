@@ -18,6 +18,7 @@ func BenchmarkTrainStep(b *testing.B) {
 		b.Run(string(kind), func(b *testing.B) {
 			c := DefaultConfig()
 			c.Attention = kind
+			c.Learned = kind == attention.Polysketch // the others have no sketch to learn
 			m := mustNew(b, c)
 			N := c.Context
 			rng := rand.New(rand.NewPCG(1, 1))

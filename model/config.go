@@ -38,9 +38,13 @@ type Config struct {
 // local blocks all take part; and the paper's attention settings
 // otherwise: degree 4, r = 32, local exact blocks, learned sketches (the
 // paper's best variant). After 1000 steps of `polysketch train` on the Go
-// corpus (peak learning rate 1e-3), learned sketches reached validation
-// loss 1.647 against 1.844 for random ones (softmax: 1.591), at about
-// 3,400 tokens/s against 5,800 on the 2-core development machine; a few minutes give the hundreds of
+// corpus at peak learning rate 2e-3, learned sketches reached validation
+// loss 1.370 against 1.352 for softmax (`polysketch eval --batches 200`);
+// at 1e-3 random sketches were 17% behind softmax. At this short context
+// the learned networks cost more than attention saves: about 3,600–4,000
+// training tokens/s against 8,400 for softmax on the 2-core development
+// machine (BenchmarkTrainStep); polysketch pays off from contexts of a few
+// thousand (`polysketch bench train`). A few minutes give the hundreds of
 // steps in which a byte-level model's loss falls visibly. The output projection is untied by default: with
 // tied embeddings the logits must be scaled by 1/√d to start near the
 // uniform loss, and that cold start learned markedly slower (validation

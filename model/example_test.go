@@ -6,7 +6,6 @@ import (
 
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/optim"
-	"github.com/polysketch/polysketch/tensor"
 )
 
 // Train a small byte-level polysketch model on a repeated phrase, then
@@ -46,18 +45,20 @@ func Example() {
 	}
 	fmt.Printf("loss fell below a tenth: %v\n", loss < first/10)
 
-	// Generate greedily: feed the prompt one byte per Step, then feed back
-	// the most likely next byte.
+	// Generate greedily: run the prompt through in one Prefill, then feed
+	// back the most likely next byte, one Step each.
 	dec, err := m.NewDecoder(1)
 	if err != nil {
 		log.Fatal(err)
 	}
 	prompt := []byte("the cat")
-	var logits *tensor.Tensor // [1, Vocab]: the next byte's logits
-	for _, c := range prompt {
-		if logits, err = dec.Step([]int32{int32(c)}); err != nil {
-			log.Fatal(err)
-		}
+	ids := make([]int32, len(prompt))
+	for i, c := range prompt {
+		ids[i] = int32(c)
+	}
+	logits, err := dec.Prefill(ids) // [1, Vocab]: the next byte's logits
+	if err != nil {
+		log.Fatal(err)
 	}
 	out := append([]byte(nil), prompt...)
 	for len(out) < 20 {
