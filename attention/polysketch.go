@@ -264,8 +264,8 @@ func (a *polysketchAttn) setup(q *tensor.Tensor) {
 
 // Workspace returns the bytes of the buffers Forward and Backward use for
 // inputs [B,H,N,h] at the current GOMAXPROCS: exactly what setup carves,
-// plus the sketch matrices, or a learned sketch's parameters and their
-// gradients.
+// plus the sketch matrices, or a learned sketch's parameters, their
+// gradients and the transposed weights of its networks.
 func (a *polysketchAttn) Workspace(B, H, N, h int) int64 {
 	sk := a.sk
 	if sk == nil || sk.in != h {
@@ -277,7 +277,7 @@ func (a *polysketchAttn) Workspace(B, H, N, h int) int64 {
 		floats += len(lv.gT) + len(lv.signs) + 2*len(lv.idx) // int is two floats
 	}
 	if sk.net != nil {
-		floats += 2 * sk.net.size
+		floats += 2*sk.net.size + sk.net.transposedSize()
 	}
 	return int64(floats) * 4
 }
@@ -346,6 +346,7 @@ func (a *polysketchAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
 	if L.learned {
+		a.sk.net.transposeWeights()
 		a.pool.run(L.groups, a.stepNetBwd)
 		a.pool.run(len(a.sk.net.segs), a.stepNetReduce)
 	}

@@ -626,7 +626,8 @@ func TestLearnedNoAllocs(t *testing.T) {
 }
 
 // TestLearnedWorkspace checks that Workspace reports what Forward holds:
-// its buffers, the parameters and their gradients.
+// its buffers, the parameters and their gradients, and the transposes of
+// the networks' weights.
 func TestLearnedWorkspace(t *testing.T) {
 	for _, c := range learnedCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -638,6 +639,13 @@ func TestLearnedWorkspace(t *testing.T) {
 			got := int64(cap(m.mem)) * 4
 			for _, p := range m.Params() {
 				got += int64(p.Value.Len()+p.Grad.Len()) * 4
+			}
+			for _, nets := range m.sk.net.levels {
+				for _, f := range nets {
+					for _, t := range f.wT {
+						got += int64(cap(t)) * 4
+					}
+				}
 			}
 			if got != want {
 				t.Errorf("Workspace says %d bytes, Forward holds %d", want, got)
