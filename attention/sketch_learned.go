@@ -62,12 +62,13 @@ import (
 // them, Backward recomputes each chunk's activations and runs the
 // networks backward into dq and dk. Keeping every activation would cost
 // about 1400 floats per row and network at h = 64, r = 32 (gigabytes per
-// layer at long contexts); but without Remat Forward keeps each network's bottleneck a2 and output
-// y (2r floats per row and network, 128 for p = 4 and r = 32), so the
-// recomputation skips l2 and l4, two of the four GEMMs. Backward sums the
-// parameter gradients of its chunks into one of netGroups partial sums: group g
-// takes chunks g, g+netGroups, … in order, and the partial sums are added
-// to the gradients in group order, so that no sum depends on GOMAXPROCS.
+// layer at long contexts); but without Remat Forward keeps each network's
+// bottleneck a2 and output y (2r floats per row and network, 128 for
+// p = 4 and r = 32), so the recomputation skips l2 and l4, two of the
+// four GEMMs. Backward sums the parameter gradients of its chunks into
+// one of netGroups partial sums: group g takes chunks g, g+netGroups, …
+// in order, and the partial sums are added to the gradients in group
+// order, so that no sum depends on GOMAXPROCS.
 
 const (
 	learnedSketch SketchKind = "learned" // internal: newSketch builds the networks of Algorithm 2
@@ -311,11 +312,28 @@ func (s *learned) pair(buf []float32, c, rows, j, i int) (m, t, dm []float32) {
 func (s *learned) scratchRows(n int) int { return n / s.perRow }
 
 // kept is where a chunk's networks save their a2 and y for backward (see
-// the top of this file), or load them from when recomputing: rows of
-// keepW floats, the chunk's first row first. A nil buf keeps nothing.
+// the top of this file), or load them from when recomputing: rows of ld
+// (keepW) floats, the chunk's first row first. A nil buf keeps nothing.
 type kept struct {
 	buf  []float32
+	ld   int
 	load bool // recompute: take a2 and y from buf instead of l2 and l4
+}
+
+// take copies w floats from offset off of each of rows kept rows into the
+// rows of dst.
+func (k kept) take(dst []float32, off, w, rows int) {
+	for i := 0; i < rows; i++ {
+		copy(dst[i*w:(i+1)*w], k.buf[i*k.ld+off:i*k.ld+off+w])
+	}
+}
+
+// put copies the rows of src, w floats each, to offset off of rows kept
+// rows.
+func (k kept) put(src []float32, off, w, rows int) {
+	for i := 0; i < rows; i++ {
+		copy(k.buf[i*k.ld+off:i*k.ld+off+w], src[i*w:(i+1)*w])
+	}
 }
 
 // forward computes M for rows ≤ c rows of x (leading dimension ldx) in
@@ -331,7 +349,7 @@ func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) 
 				in, _, _ = s.pair(buf, c, rows, j-1, e)
 				ld = r
 			}
-			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e), k, s.keepW)
+			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e), k)
 		}
 		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
 		for i := 0; i < len(nets)/2; i++ {
@@ -386,9 +404,9 @@ func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, 
 }
 
 // forward runs f on rows rows of x (leading dimension ldx) into a, saving
-// a2 and y to k (rows of keepW floats) or, with k.load, taking them from
-// there instead of computing them.
-func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept, keepW int) {
+// a2 and y to k or, with k.load, taking them from there instead of
+// computing them.
+func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 	in, hid := f.in, f.l1.Out
 	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
 	for i := 0; i < rows; i++ {
@@ -402,29 +420,20 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept, keepW
 	}
 	r := f.l2.Out
 	if k.load {
-		for i := 0; i < rows; i++ {
-			at := i*keepW + f.kept
-			copy(a.a2[i*r:(i+1)*r], k.buf[at:at+r])
-		}
+		k.take(a.a2, f.kept, r, rows)
 	} else {
 		affine(a.a2, a.u1, rows, f.l2)
 	}
 	affine(a.a3, a.a2, rows, f.l3)
 	vec.GELU(a.h3, a.a3)
 	if k.load {
-		for i := 0; i < rows; i++ {
-			at := i*keepW + f.kept + r
-			copy(a.y[i*r:(i+1)*r], k.buf[at:at+r])
-		}
+		k.take(a.y, f.kept+r, r, rows)
 		return
 	}
 	affine(a.y, a.h3, rows, f.l4)
 	if k.buf != nil {
-		for i := 0; i < rows; i++ {
-			at := i*keepW + f.kept
-			copy(k.buf[at:at+r], a.a2[i*r:(i+1)*r])
-			copy(k.buf[at+r:at+2*r], a.y[i*r:(i+1)*r])
-		}
+		k.put(a.a2, f.kept, r, rows)
+		k.put(a.y, f.kept+r, r, rows)
 	}
 }
 
@@ -474,8 +483,7 @@ func affine(y, x []float32, rows int, l *nn.Linear) {
 }
 
 // affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ (wT holds
-// Wᵀ), adding
-// xᵀ·dy to dw and the column sums of dy to db (rows in order).
+// Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order).
 func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, wT, dw, db []float32) {
 	blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
 	for i := 0; i < rows; i++ {
@@ -572,7 +580,8 @@ func (a *polysketchAttn) kept(side, lo int, load bool) kept {
 	if a.keep[side] == nil {
 		return kept{}
 	}
-	return kept{buf: a.keep[side][lo*a.sk.net.keepW:], load: load}
+	ld := a.sk.net.keepW
+	return kept{buf: a.keep[side][lo*ld:], ld: ld, load: load}
 }
 
 // netBackwardItem runs the networks backward over the chunks of group g,

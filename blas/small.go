@@ -143,10 +143,7 @@ func (g *gemm) smallRange(f smallForm, lo, hi int) {
 		// Rows [lo, hi) as a product of their own: the same row groups,
 		// since lo is a multiple of srows, so the same kernel calls.
 		h := *g
-		ars := g.lda
-		if g.tA == Trans {
-			ars = 1
-		}
+		ars, _ := g.aStrides()
 		h.a, h.c, h.m = g.a[lo*ars:], g.c[lo*g.ldc:], hi-lo
 		h.streamTiles(0, g.n)
 	}
@@ -162,6 +159,15 @@ func gatherRows(dst, src []float32, ld, rows, k int) {
 	}
 }
 
+// aStrides returns the distances in A between consecutive rows and
+// consecutive columns of op(A).
+func (g *gemm) aStrides() (rows, cols int) {
+	if g.tA == Trans {
+		return 1, g.lda
+	}
+	return g.lda, 1
+}
+
 // streamTiles computes columns [j0, j1) of C with the stream kernel; j0
 // is a multiple of sw. A last partial tile is computed as the whole tile
 // ending at column n, in a copy of C whose new columns are then copied
@@ -169,10 +175,7 @@ func gatherRows(dst, src []float32, ld, rows, k int) {
 func (g *gemm) streamTiles(j0, j1 int) {
 	kn := g.kn
 	w := kn.sw
-	ars, aps := g.lda, 1
-	if g.tA == Trans {
-		ars, aps = 1, g.lda
-	}
+	ars, aps := g.aStrides()
 	accum := g.beta != 0
 	for j := j0; j < j1; j += w {
 		for i := 0; i < g.m; i += kn.srows {
