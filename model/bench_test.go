@@ -16,9 +16,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	const B = 8
 	for _, kind := range attention.Kinds {
 		b.Run(string(kind), func(b *testing.B) {
-			c := DefaultConfig()
-			c.Attention = kind
-			c.Learned = kind == attention.Polysketch // the others have no sketch to learn
+			c := configFor(kind)
 			m := mustNew(b, c)
 			N := c.Context
 			rng := rand.New(rand.NewPCG(1, 1))
@@ -53,8 +51,8 @@ func BenchmarkDecode(b *testing.B) {
 
 func decodeBench(b *testing.B, B int, kind attention.Kind, pos, window int) {
 	b.Run(fmt.Sprintf("B=%d/%s/pos=%d", B, kind, pos), func(b *testing.B) {
-		c := DefaultConfig()
-		c.Attention, c.Context = kind, pos+window
+		c := configFor(kind)
+		c.Context = pos + window
 		m := mustNew(b, c)
 		dec, err := m.NewDecoder(B)
 		if err != nil {
@@ -83,4 +81,14 @@ func decodeBench(b *testing.B, B int, kind attention.Kind, pos, window int) {
 		}
 		b.ReportMetric(float64(b.N*B)/b.Elapsed().Seconds(), "tokens/s")
 	})
+}
+
+// configFor returns DefaultConfig with attention kind: learned sketches
+// for polysketch, as by default, none for the others, which have no
+// sketch to learn.
+func configFor(kind attention.Kind) Config {
+	c := DefaultConfig()
+	c.Attention = kind
+	c.Learned = kind == attention.Polysketch
+	return c
 }

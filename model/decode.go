@@ -204,7 +204,9 @@ func (d *Decoder) pass(tokens []int32, n, at, c int) {
 	for _, l := range d.layers {
 		l.ln1.Forward(&d.a, &d.x)
 		l.qkv.Forward(&d.qkv, &d.a)
-		splitHeads(d.q.Data, d.k.Data, d.v.Data, d.qkv.Data, B, H, c, h)
+		toHeads(d.q.Data, d.qkv.Data, 3*dm, 0, B, H, c, h)
+		toHeads(d.k.Data, d.qkv.Data, 3*dm, dm, B, H, c, h)
+		toHeads(d.v.Data, d.qkv.Data, 3*dm, 2*dm, B, H, c, h)
 		if l.qn != nil {
 			l.qn.Forward(&d.q, &d.q)
 			l.kn.Forward(&d.k, &d.k)
@@ -212,7 +214,7 @@ func (d *Decoder) pass(tokens []int32, n, at, c int) {
 		d.rope.Forward(&d.q, &d.q)
 		d.rope.Forward(&d.k, &d.k)
 		l.attn.Step(&d.o, &d.q, &d.k, &d.v)
-		mergeHeads(d.heads.Data, d.o.Data, B, H, c, h)
+		fromHeads(d.heads.Data, dm, 0, d.o.Data, B, H, c, h)
 		l.out.Forward(&d.y, &d.heads)
 		add(d.x.Data, d.y.Data)
 		l.ln2.Forward(&d.a, &d.x)
@@ -232,39 +234,6 @@ func (d *Decoder) pass(tokens []int32, n, at, c int) {
 		d.embed.Logits(&d.logits, &d.final)
 		scale(1/d.embScale, d.logits.Data)
 		addRows(d.logits.Data, d.bias.Value.Data)
-	}
-}
-
-// splitHeads copies the q, k and v columns of the projections qkv
-// ([B·c, 3·H·h] rows) into q, k, v ([B,H,c,h]). It is toHeads for the
-// few rows of a decoding pass, on the calling goroutine: copies this
-// small do not pay for goroutines.
-func splitHeads(q, k, v, qkv []float32, B, H, c, h int) {
-	d := H * h
-	for b := range B {
-		for t := range c {
-			row := qkv[(b*c+t)*3*d : (b*c+t+1)*3*d]
-			for i := range H {
-				at := ((b*H+i)*c + t) * h
-				copy(q[at:at+h], row[i*h:(i+1)*h])
-				copy(k[at:at+h], row[d+i*h:d+(i+1)*h])
-				copy(v[at:at+h], row[2*d+i*h:2*d+(i+1)*h])
-			}
-		}
-	}
-}
-
-// mergeHeads is the inverse of toHeads for the attention output o
-// ([B,H,c,h]) into rows ([B·c, H·h]), on the calling goroutine.
-func mergeHeads(rows, o []float32, B, H, c, h int) {
-	d := H * h
-	for b := range B {
-		for i := range H {
-			for t := range c {
-				at := ((b*H+i)*c + t) * h
-				copy(rows[(b*c+t)*d+i*h:(b*c+t)*d+(i+1)*h], o[at:at+h])
-			}
-		}
 	}
 }
 

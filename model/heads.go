@@ -1,6 +1,8 @@
 package model
 
 import (
+	"runtime"
+
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -14,7 +16,7 @@ import (
 // toHeads copies columns [col, col+H·h) of the rows matrix src ([B·N, ld])
 // into dst ([B,H,N,h]): dst[b,i,n,:] = src[b·N+n, col+i·h : col+(i+1)·h].
 func toHeads(dst, src []float32, ld, col, B, H, N, h int) {
-	parallel.For(B*H, func(bh int) {
+	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
 		b, i := bh/H, bh%H
 		for n := 0; n < N; n++ {
 			at := (b*N+n)*ld + col + i*h
@@ -26,7 +28,7 @@ func toHeads(dst, src []float32, ld, col, B, H, N, h int) {
 // fromHeads is the inverse of toHeads: it copies src ([B,H,N,h]) into
 // columns [col, col+H·h) of the rows matrix dst ([B·N, ld]).
 func fromHeads(dst []float32, ld, col int, src []float32, B, H, N, h int) {
-	parallel.For(B*H, func(bh int) {
+	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
 		b, i := bh/H, bh%H
 		for n := 0; n < N; n++ {
 			at := (b*N+n)*ld + col + i*h
@@ -34,3 +36,17 @@ func fromHeads(dst []float32, ld, col int, src []float32, B, H, N, h int) {
 		}
 	})
 }
+
+// headWorkers returns the goroutines for moving n floats between layouts:
+// one below serialHeads floats, as when decoding a token, where starting
+// goroutines costs more than the copy.
+func headWorkers(n int) int {
+	if n < serialHeads {
+		return 1
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// serialHeads is the size below which toHeads and fromHeads copy on the
+// calling goroutine.
+const serialHeads = 1 << 14
