@@ -26,9 +26,6 @@ const (
 	Polysketch Kind = "polysketch" // sketched polynomial attention, linear in N
 )
 
-// Kinds lists every mechanism, in the order tables print them.
-var Kinds = []Kind{Softmax, Flash, Polynomial, Polysketch}
-
 // SketchKind names the random sketch behind polysketch features.
 type SketchKind string
 
@@ -37,8 +34,10 @@ const (
 	SRHT     SketchKind = "srht"     // subsampled randomized Hadamard transform (TensorSRHT)
 )
 
-// Options configures a mechanism. The zero value is not valid; start from
-// DefaultOptions.
+// Options is the union of the built-in kernels' settings, the form their
+// constructors take. Users configure a mechanism with its own Config type
+// (PolysketchConfig, FlashConfig, …) through New; Options remains for the
+// kernels and their tests.
 type Options struct {
 	Causal     bool       // mask future positions
 	Degree     int        // p, even and ≥ 2 (polynomial, polysketch); powers of two for polysketch
@@ -113,8 +112,10 @@ type Decoder interface {
 	Reset()
 }
 
-// New returns the mechanism of the given kind, after validating opts.
-func New(kind Kind, opts Options) (Mechanism, error) {
+// newMechanism returns the built-in mechanism of the given kind from the
+// union of options, after validating them: the tests' way to reach the
+// kernels with settings the registry's configs also describe.
+func newMechanism(kind Kind, opts Options) (Mechanism, error) {
 	if err := opts.validate(kind); err != nil {
 		return nil, err
 	}
@@ -128,31 +129,33 @@ func New(kind Kind, opts Options) (Mechanism, error) {
 	case Polysketch:
 		return newPolysketch(opts), nil
 	}
-	return nil, fmt.Errorf("unknown attention mechanism %q: use one of %v", kind, Kinds)
+	return nil, fmt.Errorf("unknown attention mechanism %q", kind)
 }
 
 func (o Options) validate(kind Kind) error {
-	if o.Block <= 0 {
-		return fmt.Errorf("block size %d: must be positive", o.Block)
-	}
-	if kind != Polynomial && kind != Polysketch {
+	switch kind {
+	case Softmax:
 		return nil
+	case Flash:
+		return FlashConfig{Block: o.Block}.Validate()
+	case Polynomial:
+		return PolynomialConfig{Degree: o.Degree, Block: o.Block}.Validate()
 	}
-	if o.Degree < 2 || o.Degree%2 != 0 {
-		return fmt.Errorf("degree %d: polynomial attention needs an even degree ≥ 2 (2, 4, 8)", o.Degree)
+	return PolysketchConfig{Degree: o.Degree, SketchSize: o.SketchSize, Block: o.Block, Sketch: o.Sketch}.Validate()
+}
+
+// checkBlock validates a block or tile size.
+func checkBlock(b int) error {
+	if b <= 0 {
+		return fmt.Errorf("--block %d: must be positive", b)
 	}
-	if kind == Polysketch {
-		if o.Degree&(o.Degree-1) != 0 {
-			return fmt.Errorf("degree %d: polysketch needs a power of two (2, 4, 8)", o.Degree)
-		}
-		if o.SketchSize <= 0 {
-			return fmt.Errorf("sketch size %d: must be positive", o.SketchSize)
-		}
-		switch o.Sketch {
-		case Gaussian, SRHT:
-		default:
-			return fmt.Errorf("sketch %q: use %q or %q", o.Sketch, Gaussian, SRHT)
-		}
+	return nil
+}
+
+// checkEvenDegree validates the degree of polynomial weights.
+func checkEvenDegree(p int) error {
+	if p < 2 || p%2 != 0 {
+		return fmt.Errorf("--degree %d: polynomial weights need an even degree ≥ 2 (2, 4, 8)", p)
 	}
 	return nil
 }

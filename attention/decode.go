@@ -48,27 +48,50 @@ func NewDecoder(m Mechanism, B, H, h int) (Decoder, error) {
 	if B <= 0 || H <= 0 || h <= 0 {
 		return nil, fmt.Errorf("decoder for [B=%d, H=%d, h=%d]: sizes must be positive", B, H, h)
 	}
-	var causal bool
-	var dec Decoder
-	switch a := m.(type) {
-	case *softmaxAttn:
-		causal, dec = a.causal, newCacheDecoder(B, H, h, 0)
-	case flashAttn:
-		causal, dec = a.causal, newCacheDecoder(B, H, h, 0)
-	case polynomialAttn:
-		causal, dec = a.causal, newCacheDecoder(B, H, h, a.weights.(polyWeighting).p)
-	case *polysketchAttn:
-		causal = a.opts.Causal
-		if causal {
-			dec = newSketchDecoder(a, B, H, h)
-		}
-	default:
-		return nil, fmt.Errorf("no decoder for mechanism %T", m)
+	d, ok := m.(Decodable)
+	if !ok {
+		return nil, fmt.Errorf("no incremental decoder for mechanism %T", m)
 	}
-	if !causal {
-		return nil, fmt.Errorf("%s attention is not causal: decoding one position at a time needs Options.Causal", m.Kind())
+	return d.NewDecoder(B, H, h)
+}
+
+// Decodable is implemented by mechanisms that run incrementally; see
+// NewDecoder, which checks the sizes before calling it.
+type Decodable interface {
+	NewDecoder(B, H, h int) (Decoder, error)
+}
+
+// errNotCausal is the error of a decoder asked of a non-causal mechanism.
+func errNotCausal(k Kind) error {
+	return fmt.Errorf("%s attention is not causal: decoding one position at a time needs causal attention", k)
+}
+
+func (a *softmaxAttn) NewDecoder(B, H, h int) (Decoder, error) {
+	if !a.causal {
+		return nil, errNotCausal(a.Kind())
 	}
-	return dec, nil
+	return newCacheDecoder(B, H, h, 0), nil
+}
+
+func (a flashAttn) NewDecoder(B, H, h int) (Decoder, error) {
+	if !a.causal {
+		return nil, errNotCausal(a.Kind())
+	}
+	return newCacheDecoder(B, H, h, 0), nil
+}
+
+func (a polynomialAttn) NewDecoder(B, H, h int) (Decoder, error) {
+	if !a.causal {
+		return nil, errNotCausal(a.Kind())
+	}
+	return newCacheDecoder(B, H, h, a.weights.(polyWeighting).p), nil
+}
+
+func (a *polysketchAttn) NewDecoder(B, H, h int) (Decoder, error) {
+	if !a.opts.Causal {
+		return nil, errNotCausal(a.Kind())
+	}
+	return newSketchDecoder(a, B, H, h), nil
 }
 
 // checkStep panics unless o, q, k, v are all [B,H,h] or all [B,H,n,h],

@@ -234,8 +234,8 @@ func TestDecoderChunks(t *testing.T) {
 // TestDecoderStepShapes: Step panics on inconsistent shapes, with the
 // shapes in the message.
 func TestDecoderStepShapes(t *testing.T) {
-	for _, kind := range Kinds {
-		d, err := NewDecoder(mustNew(t, kind, DefaultOptions()), 2, 3, 8)
+	for _, kind := range Names() {
+		d, err := NewDecoder(mustRegistered(t, kind, true), 2, 3, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,10 +339,8 @@ func TestDecoderBeforeForward(t *testing.T) {
 }
 
 func TestDecoderErrors(t *testing.T) {
-	o := DefaultOptions()
-	o.Causal = false
-	for _, kind := range Kinds {
-		if _, err := NewDecoder(mustNew(t, kind, o), 1, 2, 8); err == nil {
+	for _, kind := range Names() {
+		if _, err := NewDecoder(mustRegistered(t, kind, false), 1, 2, 8); err == nil {
 			t.Errorf("%s: non-causal decoder: no error", kind)
 		}
 	}
@@ -408,7 +406,7 @@ func TestDecoderStepAllocs(t *testing.T) {
 }
 
 func ExampleNewDecoder() {
-	m, _ := New(Polysketch, DefaultOptions())
+	m, _ := newMechanism(Polysketch, DefaultOptions())
 	const B, H, h = 1, 2, 8
 	d, _ := NewDecoder(m, B, H, h)
 	q, k, v, o := tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h)

@@ -114,3 +114,23 @@ func (softmaxWeighting) backwardScores(sc *scratch, t tile, delta []float32) {
 	}
 	vec.Mul(dp, dp, sc.s[:t.rows*t.cols])
 }
+
+// FlashConfig configures FlashAttention.
+type FlashConfig struct {
+	Block int `json:"block" help:"tile size: queries × keys per tile"`
+}
+
+func (FlashConfig) Mechanism() string { return string(Flash) }
+func (c FlashConfig) Validate() error { return checkBlock(c.Block) }
+
+func init() {
+	Register(Entry{
+		Name: string(Flash), Order: 20, Cost: "O(N²·h) time, O(N·h) memory",
+		Summary:    "softmax attention tile by tile with an online softmax (FlashAttention-2)",
+		Properties: Properties{ContextLimit: true},
+		Default:    func() Config { return FlashConfig{Block: 256} },
+		New: func(c Config, s Setup) (Mechanism, error) {
+			return newFlash(Options{Causal: s.Causal, Block: c.(FlashConfig).Block}), nil
+		},
+	})
+}

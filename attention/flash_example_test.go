@@ -10,7 +10,7 @@ import (
 // With all queries zero every visible key gets the same weight, so causal
 // attention averages the values seen so far.
 func ExampleNew_flash() {
-	m, err := attention.New(attention.Flash, attention.DefaultOptions()) // causal
+	m, err := attention.New(attention.FlashConfig{Block: 256}, attention.Setup{Causal: true})
 	if err != nil {
 		panic(err)
 	}

@@ -20,7 +20,7 @@ func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
 // mustNew builds a mechanism or fails the test.
 func mustNew(t testing.TB, kind Kind, o Options) Mechanism {
 	t.Helper()
-	m, err := New(kind, o)
+	m, err := newMechanism(kind, o)
 	if err != nil {
 		t.Fatalf("New(%s, %+v): %v", kind, o, err)
 	}
@@ -162,4 +162,19 @@ func checkNoAllocs(t *testing.T, m Mechanism, N, h int) {
 	if n := testing.AllocsPerRun(3, step); n != 0 {
 		t.Errorf("%s: %v allocations per Forward+Backward after warm-up", m.Kind(), n)
 	}
+}
+
+// mustRegistered returns the named registered mechanism with its default
+// configuration.
+func mustRegistered(t testing.TB, name string, causal bool) Mechanism {
+	t.Helper()
+	cfg, err := DefaultConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(cfg, Setup{Causal: causal, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -1,6 +1,8 @@
 package attention
 
 import (
+	"errors"
+
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -130,4 +132,28 @@ func power(dst, x []float32, e int) {
 			vec.Mul(dst, dst, x)
 		}
 	}
+}
+
+// PolynomialConfig configures exact polynomial attention.
+type PolynomialConfig struct {
+	Degree int `json:"degree" help:"degree p of the weights (q·k)^p: even, ≥ 2"`
+	Block  int `json:"block" help:"tile size: queries × keys per tile"`
+}
+
+func (PolynomialConfig) Mechanism() string { return string(Polynomial) }
+func (c PolynomialConfig) Validate() error {
+	return errors.Join(checkEvenDegree(c.Degree), checkBlock(c.Block))
+}
+
+func init() {
+	Register(Entry{
+		Name: string(Polynomial), Order: 30, Cost: "O(N²·h) time, O(N·h) memory",
+		Summary:    "exact (q·k)^p / (1 + Σ (q·k')^p), tiled like flash",
+		Properties: Properties{NormalizeQK: true, ContextLimit: true},
+		Default:    func() Config { return PolynomialConfig{Degree: 4, Block: 256} },
+		New: func(c Config, s Setup) (Mechanism, error) {
+			pc := c.(PolynomialConfig)
+			return newPolynomial(Options{Causal: s.Causal, Degree: pc.Degree, Block: pc.Block}), nil
+		},
+	})
 }

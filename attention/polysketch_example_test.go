@@ -14,7 +14,8 @@ import (
 // sketch size 32, blocks of 256 with exact attention inside each block.
 // Its random sketch is fixed by the seed and can be read back.
 func Example_polysketch() {
-	m, err := attention.New(attention.Polysketch, attention.DefaultOptions())
+	cfg, _ := attention.DefaultConfig("polysketch") // degree 4, r = 32, b = 256, local
+	m, err := attention.New(cfg, attention.Setup{Causal: true, Seed: 1})
 	if err != nil {
 		panic(err)
 	}

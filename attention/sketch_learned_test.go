@@ -657,9 +657,8 @@ func TestLearnedWorkspace(t *testing.T) {
 // Learned sketches own parameters; size them for the head size before
 // training, so that an optimizer or a checkpoint can take them.
 func ExampleHeadSized() {
-	opts := DefaultOptions() // degree 4, r = 32
-	opts.Learned = true
-	m, err := New(Polysketch, opts)
+	cfg := PolysketchConfig{Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian, Learned: true}
+	m, err := New(cfg, Setup{Causal: true, Seed: 1})
 	if err != nil {
 		panic(err)
 	}

@@ -123,3 +123,19 @@ func (a *softmaxAttn) backwardHead(w, bh int) {
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, N, h, N, scale, ds, N, k, h, 0, span(c.dq), h)
 	blas.SgemmSerial(blas.Trans, blas.NoTrans, N, h, N, scale, ds, N, q, h, 0, span(c.dk), h)
 }
+
+// SoftmaxConfig configures softmax attention, which has no options.
+type SoftmaxConfig struct{}
+
+func (SoftmaxConfig) Mechanism() string { return string(Softmax) }
+func (SoftmaxConfig) Validate() error   { return nil }
+
+func init() {
+	Register(Entry{
+		Name: string(Softmax), Order: 10, Cost: "O(N²·h) time, O(N²) memory",
+		Summary:    "softmax(q·k/√h) over the N×N score matrix: the reference, for tests and small N",
+		Properties: Properties{ContextLimit: true},
+		Default:    func() Config { return SoftmaxConfig{} },
+		New:        func(_ Config, s Setup) (Mechanism, error) { return newSoftmax(Options{Causal: s.Causal}), nil },
+	})
+}

@@ -24,8 +24,8 @@ import (
 func tinyConfig() model.Config {
 	return model.Config{
 		Vocab: 32, Dim: 16, Layers: 1, Heads: 2, Context: 16,
-		Attention: attention.Polysketch, Degree: 4, SketchSize: 4, Block: 8,
-		Local: true, Sketch: attention.Gaussian, Tied: true, Seed: 3,
+		Attention: attention.PolysketchConfig{Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian},
+		Tied:      true, Seed: 3,
 	}
 }
 
@@ -524,7 +524,10 @@ func TestSaveRefuses(t *testing.T) {
 func TestDiff(t *testing.T) {
 	a := tinyConfig()
 	b := a
-	b.Dim, b.Attention = 32, attention.Softmax
+	b.Dim = 32
+	ps := b.Attention.(attention.PolysketchConfig)
+	ps.Block = 16
+	b.Attention = ps
 	type nested struct {
 		Model model.Config `json:"model"`
 		LR    float64      `json:"lr"`
@@ -535,8 +538,8 @@ func TestDiff(t *testing.T) {
 		want []string
 	}{
 		{"equal", a, a, nil},
-		{"two fields", a, b, []string{`attention: "polysketch" vs "softmax"`, "dim: 16 vs 32"}},
-		{"nested", nested{a, 1e-3}, nested{b, 1e-3}, []string{`model.attention: "polysketch" vs "softmax"`, "model.dim: 16 vs 32"}},
+		{"two fields", a, b, []string{"attention_options.block: 8 vs 16", "dim: 16 vs 32"}},
+		{"nested", nested{a, 1e-3}, nested{b, 1e-3}, []string{"model.attention_options.block: 8 vs 16", "model.dim: 16 vs 32"}},
 		{"missing field", map[string]any{"x": 1}, map[string]any{}, []string{"x: 1 vs missing"}},
 	}
 	for _, tc := range tests {

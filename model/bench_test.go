@@ -14,8 +14,8 @@ import (
 // context, reporting training tokens per second.
 func BenchmarkTrainStep(b *testing.B) {
 	const B = 8
-	for _, kind := range attention.Kinds {
-		b.Run(string(kind), func(b *testing.B) {
+	for _, kind := range attention.Names() {
+		b.Run(kind, func(b *testing.B) {
 			c := configFor(kind)
 			m := mustNew(b, c)
 			N := c.Context
@@ -41,7 +41,7 @@ func BenchmarkTrainStep(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	const window = 64
 	for _, B := range []int{1, 8} {
-		for _, kind := range []attention.Kind{attention.Polysketch, attention.Flash} {
+		for _, kind := range []string{"polysketch", "flash"} {
 			for _, pos := range []int{0, 256, 1024} {
 				decodeBench(b, B, kind, pos, window)
 			}
@@ -49,7 +49,7 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-func decodeBench(b *testing.B, B int, kind attention.Kind, pos, window int) {
+func decodeBench(b *testing.B, B int, kind string, pos, window int) {
 	b.Run(fmt.Sprintf("B=%d/%s/pos=%d", B, kind, pos), func(b *testing.B) {
 		c := configFor(kind)
 		c.Context = pos + window
@@ -83,12 +83,13 @@ func decodeBench(b *testing.B, B int, kind attention.Kind, pos, window int) {
 	})
 }
 
-// configFor returns DefaultConfig with attention kind: learned sketches
-// for polysketch, as by default, none for the others, which have no
-// sketch to learn.
-func configFor(kind attention.Kind) Config {
+// configFor returns DefaultConfig with the named mechanism: polysketch
+// as by default (learned sketches, blocks of 64), the others with their
+// own defaults.
+func configFor(kind string) Config {
 	c := DefaultConfig()
-	c.Attention = kind
-	c.Learned = kind == attention.Polysketch
+	if kind != c.Attention.Mechanism() {
+		c.Attention, _ = attention.DefaultConfig(kind)
+	}
 	return c
 }

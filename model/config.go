@@ -1,34 +1,32 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/polysketch/polysketch/attention"
 )
 
-// Config describes a model. Checkpoints store it as JSON, under the tags
-// below; every field but Seed fixes the shapes or the computation, and no
-// parameter depends on Context, so Context may be raised after loading.
+// Config describes a model. Checkpoints store it as JSON (see
+// MarshalJSON); every field but Seed fixes the shapes or the computation,
+// and no parameter depends on Context, so Context may be raised after
+// loading.
 type Config struct {
-	Vocab   int `json:"vocab"`   // tokens; 256 for bytes
-	Dim     int `json:"dim"`     // d_model, the width of the residual stream
-	Layers  int `json:"layers"`  // Transformer blocks
-	Heads   int `json:"heads"`   // attention heads per block; head size Dim/Heads, even (RoPE)
-	Context int `json:"context"` // the longest sequence Forward accepts, and the KV caches' limit
-	Hidden  int `json:"hidden"`  // GLU hidden size; 0 means 4·Dim, the paper's expansion
+	Vocab   int // tokens; 256 for bytes
+	Dim     int // d_model, the width of the residual stream
+	Layers  int // Transformer blocks
+	Heads   int // attention heads per block; head size Dim/Heads, even (RoPE)
+	Context int // the longest sequence Forward accepts, and the KV caches' limit
+	Hidden  int // GLU hidden size; 0 means 4·Dim, the paper's expansion
 
-	Attention  attention.Kind       `json:"attention"`   // softmax, flash, polynomial or polysketch
-	Degree     int                  `json:"degree"`      // p of polynomial and polysketch attention
-	SketchSize int                  `json:"sketch_size"` // r of polysketch
-	Block      int                  `json:"block"`       // polysketch block size b; flash and polynomial tile size
-	Local      bool                 `json:"local"`       // polysketch: exact (q·k)^p inside each block
-	Sketch     attention.SketchKind `json:"sketch"`      // polysketch: gaussian or srht
-	Learned    bool                 `json:"learned"`     // polysketch: learned sketches (Algorithm 2), trained with the model
-	Remat      bool                 `json:"remat"`       // recompute attention in Backward instead of keeping its state
+	// Attention is the mechanism of every layer and its options, one of
+	// the attention package's registered Config types.
+	Attention attention.Config
 
-	Tied bool   `json:"tied"` // the output projection is the transposed token embedding
-	Seed uint64 `json:"seed"` // initial weights and the random sketches
+	Tied bool   // the output projection is the transposed token embedding
+	Seed uint64 // initial weights and the random sketches
 }
 
 // DefaultConfig returns a small byte-level polysketch model that a 2-core
@@ -53,8 +51,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Vocab: 256, Dim: 256, Layers: 4, Heads: 4, Context: 256,
-		Attention: attention.Polysketch, Degree: 4, SketchSize: 32, Block: 64,
-		Local: true, Learned: true, Sketch: attention.Gaussian, Seed: 1,
+		Attention: attention.PolysketchConfig{
+			Degree: 4, SketchSize: 32, Block: 64, Local: true, Learned: true, Sketch: attention.Gaussian,
+		},
+		Seed: 1,
 	}
 }
 
@@ -69,20 +69,13 @@ func (c Config) HiddenSize() int {
 	return c.Hidden
 }
 
-// normalized reports whether the attention kind normalizes q and k with a
-// LayerNorm (PolySketchFormer Sec. 2.1): polynomial weights (q·k)^p have
-// no scale of their own.
-func (c Config) normalized() bool {
-	return c.Attention == attention.Polynomial || c.Attention == attention.Polysketch
-}
+// Properties returns the properties of the attention mechanism.
+func (c Config) Properties() attention.Properties { return attention.PropertiesOf(c.Attention) }
 
-// options returns the attention options of layer i: causal, with a sketch
-// seed of its own derived from Seed.
-func (c Config) options(layer int) attention.Options {
-	return attention.Options{
-		Causal: true, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
-		Local: c.Local, Sketch: c.Sketch, Learned: c.Learned, Remat: c.Remat, Seed: layerSeed(c.Seed, layer),
-	}
+// setup returns the attention setup of layer i: causal, with a seed of
+// its own derived from Seed.
+func (c Config) setup(layer int) attention.Setup {
+	return attention.Setup{Causal: true, Seed: layerSeed(c.Seed, layer)}
 }
 
 // layerSeed mixes the model seed and a layer index (SplitMix64's
@@ -122,11 +115,90 @@ func (c Config) Validate() error {
 	case c.Dim >= 1 && c.Dim/c.Heads%2 != 0:
 		add("head size %d (dim %d / heads %d) is odd: rotary embeddings need an even head size", c.Dim/c.Heads, c.Dim, c.Heads)
 	}
-	if c.Learned && c.Attention != attention.Polysketch {
-		add("learned sketches need polysketch attention, not %s: set learned to false", c.Attention)
-	}
-	if _, err := attention.New(c.Attention, c.options(0)); err != nil {
+	if c.Attention == nil {
+		add("no attention mechanism: set one of %s", strings.Join(attention.Names(), ", "))
+	} else if _, err := attention.Lookup(c.Attention.Mechanism()); err != nil {
 		add("attention: %w", err)
+	} else if err := c.Attention.Validate(); err != nil {
+		add("%s attention: %w", c.Attention.Mechanism(), err)
 	}
 	return errors.Join(errs...)
+}
+
+// configJSON is Config as checkpoints store it: the mechanism by name and
+// its options in an object of their own.
+type configJSON struct {
+	Vocab            int             `json:"vocab"`
+	Dim              int             `json:"dim"`
+	Layers           int             `json:"layers"`
+	Heads            int             `json:"heads"`
+	Context          int             `json:"context"`
+	Hidden           int             `json:"hidden"`
+	Attention        string          `json:"attention"`
+	AttentionOptions json.RawMessage `json:"attention_options,omitempty"`
+	Tied             bool            `json:"tied"`
+	Seed             uint64          `json:"seed"`
+}
+
+// legacyOptions are the attention options that configurations written
+// before the attention registry kept beside the model's fields, for every
+// mechanism alike.
+var legacyOptions = []string{"degree", "sketch_size", "block", "local", "sketch", "learned", "remat"}
+
+// MarshalJSON writes c as {"vocab": …, "attention": "polysketch",
+// "attention_options": {"degree": 4, …}, "tied": …, "seed": …}.
+func (c Config) MarshalJSON() ([]byte, error) {
+	j := configJSON{Vocab: c.Vocab, Dim: c.Dim, Layers: c.Layers, Heads: c.Heads, Context: c.Context,
+		Hidden: c.Hidden, Tied: c.Tied, Seed: c.Seed}
+	if c.Attention != nil {
+		opts, err := attention.MarshalConfig(c.Attention)
+		if err != nil {
+			return nil, err
+		}
+		j.Attention, j.AttentionOptions = c.Attention.Mechanism(), opts
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, strictly (an unknown field
+// or option is an error), and the configurations of checkpoints written
+// before the attention registry, whose attention options stood beside the
+// model's fields (degree, sketch_size, block, local, sketch, learned,
+// remat); of those it keeps the ones the mechanism has.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	legacy := map[string]json.RawMessage{}
+	for _, k := range legacyOptions {
+		if v, ok := fields[k]; ok {
+			legacy[k] = v
+			delete(fields, k)
+		}
+	}
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	var j configJSON
+	dec := json.NewDecoder(strings.NewReader(string(rest)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	*c = Config{Vocab: j.Vocab, Dim: j.Dim, Layers: j.Layers, Heads: j.Heads, Context: j.Context,
+		Hidden: j.Hidden, Tied: j.Tied, Seed: j.Seed}
+	switch {
+	case j.Attention == "":
+		return errors.New(`no "attention" mechanism`)
+	case j.AttentionOptions != nil && len(legacy) > 0:
+		return errors.New(`attention options both in "attention_options" and beside the model's fields`)
+	case j.AttentionOptions != nil:
+		c.Attention, err = attention.UnmarshalConfig(j.Attention, j.AttentionOptions, false)
+	default:
+		old, _ := json.Marshal(legacy)
+		c.Attention, err = attention.UnmarshalConfig(j.Attention, old, true)
+	}
+	return err
 }

@@ -85,7 +85,7 @@ func (m *Model) NewDecoder(B int) (*Decoder, error) {
 		norm:  m.norm.Share(),
 		bias:  m.bias,
 	}
-	if c.Attention != attention.Polysketch {
+	if c.Properties().ContextLimit {
 		dec.limit = c.Context
 	}
 	for i, l := range m.layers {
@@ -173,9 +173,9 @@ func (d *Decoder) check(op string, tokens []int32, n int) error {
 	}
 	if d.limit > 0 && d.n+n > d.limit {
 		if n == 1 {
-			return fmt.Errorf("%s: position %d reaches the context length %d of this %s model; Reset, or use polysketch attention, whose state does not grow", op, d.n, d.limit, d.cfg.Attention)
+			return fmt.Errorf("%s: position %d reaches the context length %d of this %s model; Reset, or use polysketch attention, whose state does not grow", op, d.n, d.limit, d.cfg.Attention.Mechanism())
 		}
-		return fmt.Errorf("%s: %d positions from position %d pass the context length %d of this %s model; shorten the prompt, or use polysketch attention, whose state does not grow", op, n, d.n, d.limit, d.cfg.Attention)
+		return fmt.Errorf("%s: %d positions from position %d pass the context length %d of this %s model; shorten the prompt, or use polysketch attention, whose state does not grow", op, n, d.n, d.limit, d.cfg.Attention.Mechanism())
 	}
 	return nil
 }

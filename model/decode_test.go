@@ -66,7 +66,7 @@ func TestDecoderMatchesForward(t *testing.T) {
 	const B = 2
 	for _, c := range testCases() {
 		for _, N := range []int{13, 37} {
-			if N > 13 && c.cfg.Attention != attention.Polysketch {
+			if N > 13 && c.cfg.Properties().ContextLimit {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/N%d", c.name, N), func(t *testing.T) {
@@ -100,18 +100,17 @@ func TestDecoderMatchesForward(t *testing.T) {
 // sketched local blocks: their logits differ by far more than decodeTol.
 func TestDecoderSharp(t *testing.T) {
 	const B, N = 2, 13
-	c := tiny(attention.Polysketch)
+	c := tiny("polysketch")
 	m := mustNew(t, c)
 	perturb(m, 7)
 	tokens := randomTokens(rand.New(rand.NewPCG(5, N)), B*N, c.Vocab)
 	want := m.Forward(tokens, B, N).Clone()
-	for _, f := range []func(c *Config){
-		func(c *Config) { c.Block = 3 },
-		func(c *Config) { c.Block = 5 },
-		func(c *Config) { c.Local = false },
+	for _, f := range []func(c *attention.PolysketchConfig){
+		func(c *attention.PolysketchConfig) { c.Block = 3 },
+		func(c *attention.PolysketchConfig) { c.Block = 5 },
+		func(c *attention.PolysketchConfig) { c.Local = false },
 	} {
-		c2 := c
-		f(&c2)
+		c2 := with(c, f)
 		m2 := mustNew(t, c2)
 		for i, p := range m2.Params() {
 			p.Value.CopyFrom(m.Params()[i].Value)
@@ -124,7 +123,7 @@ func TestDecoderSharp(t *testing.T) {
 
 // TestDecoderLimit: KV-cache decoders stop at Context; polysketch goes on.
 func TestDecoderLimit(t *testing.T) {
-	for _, kind := range attention.Kinds {
+	for _, kind := range attention.Names() {
 		c := tiny(kind)
 		c.Context = 5
 		m := mustNew(t, c)
@@ -133,7 +132,7 @@ func TestDecoderLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantLimit := c.Context
-		if kind == attention.Polysketch {
+		if !c.Properties().ContextLimit {
 			wantLimit = 0
 		}
 		if dec.Limit() != wantLimit {
@@ -150,7 +149,7 @@ func TestDecoderLimit(t *testing.T) {
 }
 
 func TestDecoderErrors(t *testing.T) {
-	m := mustNew(t, tiny(attention.Polysketch))
+	m := mustNew(t, tiny("polysketch"))
 	if _, err := m.NewDecoder(0); err == nil {
 		t.Error("NewDecoder(0): no error")
 	}
@@ -172,7 +171,7 @@ func TestDecoderErrors(t *testing.T) {
 // gradients must be those of Loss alone, bit for bit.
 func TestDecoderLeavesModelAlone(t *testing.T) {
 	const B, N = 2, 9
-	c := tiny(attention.Polynomial)
+	c := tiny("polynomial")
 	rng := rand.New(rand.NewPCG(3, 3))
 	tokens, targets := randomTokens(rng, B*N, c.Vocab), randomTokens(rng, B*N, c.Vocab)
 	grads := func(decode bool) [][]float32 {
@@ -267,7 +266,7 @@ func TestPrefill(t *testing.T) {
 	const B = 2
 	for _, c := range testCases() {
 		for _, N := range []int{13, 37} {
-			if N > 13 && c.cfg.Attention != attention.Polysketch {
+			if N > 13 && c.cfg.Properties().ContextLimit {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/N%d", c.name, N), func(t *testing.T) {
@@ -367,10 +366,13 @@ func TestPrefillPieces(t *testing.T) {
 // paths (GEMM tiles, heads of the attention decoders) to engage.
 func TestPrefillDeterminism(t *testing.T) {
 	const B, N = 2, 100
-	for _, kind := range attention.Kinds {
-		t.Run(string(kind), func(t *testing.T) {
-			c := Config{Vocab: 256, Dim: 64, Layers: 2, Heads: 4, Context: N, Attention: kind,
-				Degree: 4, SketchSize: 8, Block: 16, Local: true, Sketch: attention.Gaussian, Learned: kind == attention.Polysketch, Seed: 3}
+	for _, kind := range attention.Names() {
+		t.Run(kind, func(t *testing.T) {
+			spec := kind
+			if kind == "polysketch" {
+				spec += ":learned"
+			}
+			c := Config{Vocab: 256, Dim: 64, Layers: 2, Heads: 4, Context: N, Attention: small(spec, 16), Seed: 3}
 			m := mustNew(t, c)
 			tokens := randomTokens(rand.New(rand.NewPCG(4, 4)), B*N, c.Vocab)
 			run := func(procs int) []float32 {
@@ -402,7 +404,7 @@ func TestPrefillDeterminism(t *testing.T) {
 // further, consuming nothing from a prompt that does not fit; polysketch
 // takes any length.
 func TestPrefillLimit(t *testing.T) {
-	for _, kind := range attention.Kinds {
+	for _, kind := range attention.Names() {
 		c := tiny(kind)
 		c.Context = 5
 		m := mustNew(t, c)
@@ -412,10 +414,11 @@ func TestPrefillLimit(t *testing.T) {
 		}
 		long := make([]int32, 3*c.Context)
 		_, err = dec.Prefill(long)
-		if (err != nil) != (kind != attention.Polysketch) {
+		limited := c.Properties().ContextLimit
+		if (err != nil) != limited {
 			t.Errorf("%s: prefill of %d positions with context %d: error %v", kind, len(long), c.Context, err)
 		}
-		if kind == attention.Polysketch {
+		if !limited {
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), "shorten the prompt") {
@@ -440,7 +443,7 @@ func TestPrefillLimit(t *testing.T) {
 }
 
 func TestPrefillErrors(t *testing.T) {
-	m := mustNew(t, tiny(attention.Polysketch))
+	m := mustNew(t, tiny("polysketch"))
 	dec, err := m.NewDecoder(2)
 	if err != nil {
 		t.Fatal(err)
@@ -463,16 +466,15 @@ func TestPrefillErrors(t *testing.T) {
 func BenchmarkPrefill(b *testing.B) {
 	const N = 256
 	for _, v := range []struct {
-		name    string
-		kind    attention.Kind
-		learned bool
+		name string
+		cfg  attention.Config
 	}{
-		{"polysketch/learned", attention.Polysketch, true},
-		{"polysketch/random", attention.Polysketch, false},
-		{"flash", attention.Flash, false},
+		{"polysketch/learned", DefaultConfig().Attention},
+		{"polysketch/random", with(DefaultConfig(), func(a *attention.PolysketchConfig) { a.Learned = false }).Attention},
+		{"flash", attention.FlashConfig{Block: 256}},
 	} {
 		c := DefaultConfig()
-		c.Attention, c.Learned = v.kind, v.learned
+		c.Attention = v.cfg
 		m := mustNew(b, c)
 		tokens := randomTokens(rand.New(rand.NewPCG(1, 1)), N, c.Vocab)
 		dec, err := m.NewDecoder(1)

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"fmt"
+	"github.com/polysketch/polysketch/attention"
 	"log"
 
 	"github.com/polysketch/polysketch/model"
@@ -12,7 +13,10 @@ import (
 // generate from it token by token.
 func Example() {
 	cfg := model.DefaultConfig() // polysketch attention, bytes
-	cfg.Dim, cfg.Layers, cfg.Heads, cfg.Context, cfg.Block, cfg.SketchSize = 32, 2, 2, 32, 8, 8
+	cfg.Dim, cfg.Layers, cfg.Heads, cfg.Context = 32, 2, 2, 32
+	cfg.Attention = attention.PolysketchConfig{
+		Degree: 4, SketchSize: 8, Block: 8, Local: true, Learned: true, Sketch: attention.Gaussian,
+	}
 	m, err := model.New(cfg)
 	if err != nil {
 		log.Fatal(err)

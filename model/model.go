@@ -109,7 +109,7 @@ func New(cfg Config) (*Model, error) {
 	resid := 1 / math.Sqrt(2*float64(L))
 	for i := range L {
 		name := fmt.Sprintf("layers.%d", i)
-		attn, err := attention.New(cfg.Attention, cfg.options(i))
+		attn, err := attention.New(cfg.Attention, cfg.setup(i))
 		if err != nil {
 			return nil, fmt.Errorf("model layer %d: %w", i, err)
 		}
@@ -123,7 +123,7 @@ func New(cfg Config) (*Model, error) {
 		}
 		l.out.Weight.InitNormal(rng, resid/math.Sqrt(float64(d)))
 		l.ffn.Out.Weight.InitNormal(rng, resid/math.Sqrt(float64(hidden)))
-		if cfg.normalized() {
+		if cfg.Properties().NormalizeQK {
 			l.qn = nn.NewLayerNorm(name+".attn.qknorm", h, nn.GainBias)
 			l.kn = l.qn.Share()
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,15 +14,53 @@ import (
 	"github.com/polysketch/polysketch/tensor"
 )
 
-// tiny returns a small model configuration with the given attention:
-// d = 16, 2 heads of 8, 2 layers, blocks of 4, and a sketch of only 8
-// columns, so that sketched and exact weights differ visibly.
-func tiny(kind attention.Kind) Config {
+// tiny returns a small model configuration with the attention of spec
+// (see attention.ParseSpec): d = 16, 2 heads of 8, 2 layers, and, unless
+// spec says otherwise, blocks of 4 and a sketch of only 8 columns, so
+// that sketched and exact weights differ visibly.
+func tiny(spec string) Config {
 	return Config{
 		Vocab: 11, Dim: 16, Layers: 2, Heads: 2, Context: 40, Hidden: 24,
-		Attention: kind, Degree: 4, SketchSize: 8, Block: 4, Local: true,
-		Sketch: attention.Gaussian, Tied: true, Seed: 5,
+		Attention: small(spec, 4), Tied: true, Seed: 5,
 	}
+}
+
+// small returns the attention config of spec with blocks (or tiles) of
+// block rows and sketches of 8 columns, unless spec sets them.
+func small(spec string, block int) attention.Config {
+	name, opts, _ := strings.Cut(spec, ":")
+	cfg, err := attention.DefaultConfig(name)
+	if err != nil {
+		panic(err)
+	}
+	for _, o := range []string{"block=" + strconv.Itoa(block), "sketch-size=8"} {
+		k, v, _ := strings.Cut(o, "=")
+		if c, err := attention.Set(cfg, k, v); err == nil {
+			cfg = c
+		}
+	}
+	for _, o := range strings.Split(opts, ":") {
+		if o == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(o, "=")
+		if !ok {
+			v = "true"
+		}
+		if cfg, err = attention.Set(cfg, k, v); err != nil {
+			panic(err)
+		}
+	}
+	return cfg
+}
+
+// with returns cfg with f applied to its attention config, which must be
+// of type T.
+func with[T attention.Config](cfg Config, f func(*T)) Config {
+	a := cfg.Attention.(T)
+	f(&a)
+	cfg.Attention = a
+	return cfg
 }
 
 // testCases are the model variants the tests run: every mechanism, and
@@ -30,22 +69,25 @@ func testCases() []struct {
 	name string
 	cfg  Config
 } {
-	with := func(kind attention.Kind, f func(c *Config)) Config { c := tiny(kind); f(&c); return c }
-	return []struct {
+	untied := func(c Config) Config { c.Tied = false; return c }
+	cases := []struct {
 		name string
 		cfg  Config
 	}{
-		{"softmax", tiny(attention.Softmax)},
-		{"softmax/untied", with(attention.Softmax, func(c *Config) { c.Tied = false })},
-		{"flash", tiny(attention.Flash)},
-		{"polynomial", tiny(attention.Polynomial)},
-		{"polynomial/p2/untied", with(attention.Polynomial, func(c *Config) { c.Degree = 2; c.Tied = false })},
-		{"polysketch", tiny(attention.Polysketch)},
-		{"polysketch/sketched", with(attention.Polysketch, func(c *Config) { c.Local = false })},
-		{"polysketch/srht/remat", with(attention.Polysketch, func(c *Config) { c.Sketch = attention.SRHT; c.Remat = true })},
-		{"polysketch/b5/untied", with(attention.Polysketch, func(c *Config) { c.Block = 5; c.Tied = false })},
-		{"polysketch/learned", with(attention.Polysketch, func(c *Config) { c.Learned = true })},
+		{"softmax/untied", untied(tiny("softmax"))},
+		{"polynomial/p2/untied", untied(tiny("polynomial:degree=2"))},
+		{"polysketch/sketched", tiny("polysketch:local=false")},
+		{"polysketch/srht/remat", tiny("polysketch:sketch=srht:remat")},
+		{"polysketch/b5/untied", untied(tiny("polysketch:block=5"))},
+		{"polysketch/learned", tiny("polysketch:learned")},
 	}
+	for _, name := range attention.Names() { // every mechanism with its defaults
+		cases = append(cases, struct {
+			name string
+			cfg  Config
+		}{name, tiny(name)})
+	}
+	return cases
 }
 
 func mustNew(t testing.TB, c Config) *Model {
@@ -133,7 +175,7 @@ func TestGradients(t *testing.T) {
 				checkProbe(t, m, pr, tokens, targets, B, N, rng)
 			}
 			want := []string{"embed", "ln1", "qkv", "out", "ln2", "ffn.in", "ffn.out", "norm", "head.bias"}
-			if c.cfg.Attention == attention.Polynomial || c.cfg.Attention == attention.Polysketch {
+			if c.cfg.Properties().NormalizeQK {
 				want = append(want, "qknorm")
 			}
 			if !c.cfg.Tied {
@@ -235,7 +277,7 @@ func ridders(f func(float64) float64, h float64) (deriv, errEst float64) {
 // add up, and that Backward without Loss panics.
 func TestBackwardAccumulates(t *testing.T) {
 	const B, N = 2, 7
-	m := mustNew(t, tiny(attention.Polysketch))
+	m := mustNew(t, tiny("polysketch"))
 	rng := rand.New(rand.NewPCG(1, 1))
 	tokens, targets := randomTokens(rng, B*N, 11), randomTokens(rng, B*N, 11)
 	m.Loss(tokens, targets, B, N)
@@ -306,19 +348,9 @@ func TestCausal(t *testing.T) {
 // paths (row splits, head splits, GEMM tiles) to engage.
 func TestDeterminism(t *testing.T) {
 	const B, N = 4, 64
-	type variant struct {
-		name    string
-		kind    attention.Kind
-		learned bool
-	}
-	variants := []variant{{"polysketch/learned", attention.Polysketch, true}}
-	for _, kind := range attention.Kinds {
-		variants = append(variants, variant{string(kind), kind, false})
-	}
-	for _, v := range variants {
-		t.Run(v.name, func(t *testing.T) {
-			c := Config{Vocab: 256, Dim: 64, Layers: 2, Heads: 4, Context: N, Attention: v.kind,
-				Degree: 4, SketchSize: 8, Block: 16, Local: true, Sketch: attention.Gaussian, Learned: v.learned, Seed: 3}
+	for _, spec := range append([]string{"polysketch:learned"}, attention.Names()...) {
+		t.Run(spec, func(t *testing.T) {
+			c := Config{Vocab: 256, Dim: 64, Layers: 2, Heads: 4, Context: N, Attention: small(spec, 16), Seed: 3}
 			rng := rand.New(rand.NewPCG(4, 4))
 			tokens, targets := randomTokens(rng, B*N, c.Vocab), randomTokens(rng, B*N, c.Vocab)
 			run := func(procs int) (float64, [][]float32) {
@@ -372,11 +404,12 @@ func TestParams(t *testing.T) {
 		cfg := c.cfg
 		d, V, hid, h := cfg.Dim, cfg.Vocab, cfg.HiddenSize(), cfg.HeadSize()
 		perLayer := 2*d + 3*d*d + d*d + 2*d + 2*d*hid + hid*d
-		if cfg.normalized() {
+		if cfg.Properties().NormalizeQK {
 			perLayer += 2 * h
 		}
-		if cfg.Learned { // degree 4: two networks h → 8r → r → 8r → r, with biases and two LayerNorms
-			r := cfg.SketchSize
+		if ps, ok := cfg.Attention.(attention.PolysketchConfig); ok && ps.Learned {
+			// degree 4: two networks h → 8r → r → 8r → r, with biases and two LayerNorms
+			r := ps.SketchSize
 			perLayer += 2 * (2*h + (h*8*r + 8*r) + 2*8*r + (8*r*r + r) + (r*8*r + 8*r) + (8*r*r + r))
 		}
 		want := V*d + cfg.Layers*perLayer + 2*d + V
@@ -395,7 +428,7 @@ func TestParams(t *testing.T) {
 }
 
 func TestSeed(t *testing.T) {
-	c := tiny(attention.Polysketch)
+	c := tiny("polysketch")
 	a, b := mustNew(t, c), mustNew(t, c)
 	c.Seed++
 	other := mustNew(t, c)
@@ -444,13 +477,13 @@ func TestValidate(t *testing.T) {
 		{"heads", "heads 0", func(c *Config) { c.Heads = 0 }},
 		{"divisible", "not divisible by heads 3", func(c *Config) { c.Heads = 3 }},
 		{"odd head", "head size 1", func(c *Config) { c.Heads = 256 }},
-		{"learned", "learned sketches need polysketch", func(c *Config) { c.Learned = true; c.Attention = attention.Flash }},
-		{"kind", "unknown attention", func(c *Config) { c.Attention = "linear" }},
-		{"degree", "degree 3", func(c *Config) { c.Degree = 3 }},
-		{"degree pow2", "degree 6", func(c *Config) { c.Degree = 6 }},
-		{"sketch size", "sketch size 0", func(c *Config) { c.SketchSize = 0 }},
-		{"sketch", "sketch \"x\"", func(c *Config) { c.Sketch = "x" }},
-		{"block", "block size 0", func(c *Config) { c.Block = 0 }},
+		{"none", "no attention mechanism", func(c *Config) { c.Attention = nil }},
+		{"degree", "degree 3", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 3 }) }},
+		{"degree pow2", "degree 6", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 6 }) }},
+		{"sketch size", "--sketch-size 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.SketchSize = 0 }) }},
+		{"sketch", "sketch \"x\"", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Sketch = "x" }) }},
+		{"block", "--block 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Block = 0 }) }},
+		{"flash block", "--block -1", func(c *Config) { c.Attention = attention.FlashConfig{Block: -1} }},
 	} {
 		cfg := DefaultConfig()
 		c.f(&cfg)
@@ -472,8 +505,8 @@ func TestValidate(t *testing.T) {
 }
 
 func TestConfigJSON(t *testing.T) {
-	c := DefaultConfig()
-	c.Remat, c.Tied = true, false
+	c := with(DefaultConfig(), func(a *attention.PolysketchConfig) { a.Remat = true })
+	c.Tied = false
 	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -534,7 +567,7 @@ func TestForwardStepAllocs(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	const B, N = 2, 13
-	m := mustNew(t, tiny(attention.Polysketch))
+	m := mustNew(t, tiny("polysketch"))
 	rng := rand.New(rand.NewPCG(1, 1))
 	tokens, targets := randomTokens(rng, B*N, 11), randomTokens(rng, B*N, 11)
 	step := func() { m.Loss(tokens, targets, B, N); m.Backward() }

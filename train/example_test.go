@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/polysketch/polysketch/attention"
 	"log"
 	"os"
 	"path/filepath"
@@ -39,7 +40,11 @@ func Example() {
 	defer valTokens.Close()
 
 	mc := model.DefaultConfig()
-	mc.Dim, mc.Layers, mc.Heads, mc.Context, mc.Block, mc.SketchSize = 32, 1, 2, 32, 16, 8
+	mc.Dim, mc.Layers, mc.Heads, mc.Context = 32, 1, 2, 32
+	mc.Attention, err = attention.ParseSpec("polysketch:learned:block=16:sketch-size=8")
+	if err != nil {
+		log.Fatal(err)
+	}
 	tc := train.DefaultConfig()
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 4, 10, 2, 5, 1
 	run := filepath.Join(dir, "run")

@@ -24,8 +24,8 @@ import (
 func tinyModel() model.Config {
 	return model.Config{
 		Vocab: 256, Dim: 16, Layers: 2, Heads: 2, Context: 16,
-		Attention: attention.Polysketch, Degree: 4, SketchSize: 4, Block: 8,
-		Local: true, Sketch: attention.Gaussian, Seed: 1,
+		Attention: attention.PolysketchConfig{Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian},
+		Seed:      1,
 	}
 }
 
@@ -292,7 +292,8 @@ func TestResumeAfterCrash(t *testing.T) {
 func TestThreads(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	wide := tinyModel()
-	wide.Dim, wide.Heads, wide.Context, wide.Block, wide.SketchSize = 128, 4, 64, 32, 8
+	wide.Dim, wide.Heads, wide.Context = 128, 4, 64
+	wide.Attention = attention.PolysketchConfig{Degree: 4, SketchSize: 8, Block: 32, Local: true, Sketch: attention.Gaussian}
 	for _, mc := range []model.Config{tinyModel(), wide} {
 		t.Run(fmt.Sprintf("dim %d", mc.Dim), func(t *testing.T) {
 			tc := tinyTrain()

@@ -21,9 +21,11 @@ Runs one attention mechanism forward on tensors q, k, v from a safetensors
 file and writes its output, for checking against other implementations.
 
 Input: F32 tensors q, k, v, all of shape [N,h] or [B,H,N,h].
-Output: "out", the shape of q; for polysketch also the random matrices it
-used, "sketch.g1", "sketch.g2", … ([h,r] at the first level, [r,r] above),
-and the options in the metadata.
+Output: "out", the shape of q; every random matrix the mechanism used,
+"sketch.NAME" (for polysketch "sketch.g1", "sketch.g2", …: [h,r] at the
+first level, [r,r] above); the initial parameters of a trainable
+mechanism, "param.NAME"; and the mechanism, --causal, --seed and every
+option in the metadata.
 
 What the mechanisms compute (no layer norm, no scaling of q, k besides
 softmax's):
@@ -40,32 +42,25 @@ flags:
 // runAttend implements "polysketch attend".
 func runAttend(args []string, stdout io.Writer) error {
 	fs := newFlags("attend", stdout)
+	var af attentionFlags
+	af.register(fs, "polysketch", false)
 	var (
-		mechanism  = fs.String("mechanism", string(attention.Polysketch), "softmax, flash, polynomial or polysketch")
-		degree     = fs.Int("degree", 4, "degree p of polynomial attention: even and ≥ 2 (a power of two for polysketch)")
-		sketchSize = fs.Int("sketch-size", 32, "sketch size r of polysketch")
-		block      = fs.Int("block", 256, "block size b: local attention blocks of polysketch, tiles of flash and polynomial")
-		local      = fs.Bool("local", true, "polysketch: exact polynomial attention inside diagonal blocks")
-		causal     = fs.Bool("causal", true, "mask future positions")
-		sketch     = fs.String("sketch", string(attention.Gaussian), "polysketch random sketch: gaussian or srht")
-		seed       = fs.Uint64("seed", attention.DefaultOptions().Seed, "seed of the polysketch random sketch")
-		in         = fs.String("in", "", "input safetensors file with q, k, v (required)")
-		out        = fs.String("out", "", "output safetensors file (required; written atomically)")
+		causal = fs.Bool("causal", true, "mask future positions")
+		seed   = fs.Uint64("seed", 1, "seed of the mechanism's random draws (sketches, features, hashes, initial parameters)")
+		in     = fs.String("in", "", "input safetensors file with q, k, v (required)")
+		out    = fs.String("out", "", "output safetensors file (required; written atomically)")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), attendHelp)
 		fs.PrintDefaults()
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-
-	kind := attention.Kind(*mechanism)
-	opts := attention.Options{
-		Causal: *causal, Degree: *degree, SketchSize: *sketchSize, Block: *block,
-		Local: *local, Sketch: attention.SketchKind(*sketch), Seed: *seed,
-	}
-	if err := checkAttentionFlags(kind, opts); err != nil {
+	def, _ := attention.DefaultConfig("polysketch")
+	cfg, err := af.apply(def)
+	if err != nil {
 		return fmt.Errorf("attend: %w", err)
 	}
 	if *in == "" || *out == "" {
@@ -77,7 +72,7 @@ func runAttend(args []string, stdout io.Writer) error {
 		return fmt.Errorf("attend: --out %s is the input file; refusing to overwrite it", *out)
 	}
 
-	m, err := attention.New(kind, opts)
+	m, err := attention.New(cfg, attention.Setup{Causal: *causal, Seed: *seed})
 	if err != nil {
 		return fmt.Errorf("attend: %w", err)
 	}
@@ -88,6 +83,9 @@ func runAttend(args []string, stdout io.Writer) error {
 	if err := checkMemory(m, as4D(q)); err != nil {
 		return fmt.Errorf("attend: %w", err)
 	}
+	if hs, ok := m.(attention.HeadSized); ok {
+		hs.SetHeadSize(q.Shape[q.Dims()-1])
+	}
 	o := tensor.New(q.Shape...)
 	m.Forward(as4D(o), as4D(q), as4D(k), as4D(v))
 
@@ -97,41 +95,19 @@ func runAttend(args []string, stdout io.Writer) error {
 			result["sketch."+name] = g
 		}
 	}
-	metadata := map[string]string{
-		"mechanism": string(kind), "causal": strconv.FormatBool(opts.Causal),
-		"degree": strconv.Itoa(opts.Degree), "block": strconv.Itoa(opts.Block),
+	if tr, ok := m.(attention.Trainable); ok {
+		for _, p := range tr.Params() {
+			result["param."+p.Name] = p.Value
+		}
 	}
-	if kind == attention.Polysketch {
-		metadata["sketch_size"] = strconv.Itoa(opts.SketchSize)
-		metadata["local"] = strconv.FormatBool(opts.Local)
-		metadata["sketch"] = string(opts.Sketch)
-		metadata["seed"] = strconv.FormatUint(opts.Seed, 10)
+	metadata := map[string]string{
+		"mechanism": cfg.Mechanism(), "causal": strconv.FormatBool(*causal), "seed": strconv.FormatUint(*seed, 10),
+	}
+	for _, o := range attention.OptionsOf(cfg) {
+		metadata[o.Name] = o.Default
 	}
 	if err := safetensors.Write(*out, result, metadata); err != nil {
 		return fmt.Errorf("attend: %w", err)
-	}
-	return nil
-}
-
-// checkAttentionFlags validates the flags shared by attend and bench
-// attention with messages that name the flags; attention.New checks the
-// rest (such as polysketch's power-of-two degree).
-func checkAttentionFlags(kind attention.Kind, o attention.Options) error {
-	switch kind {
-	case attention.Softmax, attention.Flash, attention.Polynomial, attention.Polysketch:
-	default:
-		return fmt.Errorf("--mechanism %q: use one of %v", kind, attention.Kinds)
-	}
-	switch {
-	case o.Degree < 2 || o.Degree%2 != 0:
-		return fmt.Errorf("--degree %d: must be even and ≥ 2", o.Degree)
-	case o.SketchSize <= 0:
-		return fmt.Errorf("--sketch-size %d: must be positive", o.SketchSize)
-	case o.Block <= 0:
-		return fmt.Errorf("--block %d: must be positive", o.Block)
-	}
-	if o.Sketch != attention.Gaussian && o.Sketch != attention.SRHT {
-		return fmt.Errorf("--sketch %q: use %q or %q", o.Sketch, attention.Gaussian, attention.SRHT)
 	}
 	return nil
 }

@@ -74,12 +74,13 @@ func TestAttendErrors(t *testing.T) {
 		{"inf", file("inf", map[string]*tensor.Tensor{"q": tensor.New(8, 4), "k": tensor.New(8, 4), "v": withInf}), nil, "v: element 31"},
 		{"odd degree", good, []string{"--degree", "3"}, "--degree 3"},
 		{"zero degree", good, []string{"--degree", "0"}, "--degree 0"},
-		{"negative degree", good, []string{"--mechanism", "polynomial", "--degree", "-2"}, "--degree -2"},
+		{"negative degree", good, []string{"--attention", "polynomial", "--degree", "-2"}, "--degree -2"},
 		{"degree not power of two", good, []string{"--degree", "6"}, "power of two"},
 		{"zero sketch size", good, []string{"--sketch-size", "0"}, "--sketch-size 0"},
 		{"zero block", good, []string{"--block", "0"}, "--block 0"},
-		{"negative block", good, []string{"--mechanism", "softmax", "--block", "-1"}, "--block -1"},
-		{"unknown mechanism", good, []string{"--mechanism", "linear"}, `--mechanism "linear"`},
+		{"negative block", good, []string{"--attention", "flash", "--block", "-1"}, "--block -1"},
+		{"option of another mechanism", good, []string{"--attention", "softmax", "--block", "4"}, "--block is no option of softmax attention: it has no options"},
+		{"unknown mechanism", good, []string{"--attention", "linear"}, `unknown attention mechanism "linear"`},
 		{"unknown sketch", good, []string{"--sketch", "cosine"}, `--sketch "cosine"`},
 		{"stray argument", good, []string{"extra"}, "unexpected argument"},
 	}
@@ -249,7 +250,11 @@ func TestAttendSoftmax(t *testing.T) {
 				for x := range Q {
 					want = append(want, reference(Q[x], K[x], V[x], causal, true, func(i, j int) float64 { return dot(Q[x][i], K[x][j]) / math.Sqrt(h) }))
 				}
-				out, md := attend(t, in, "--mechanism", mech, "--causal="+strconv.FormatBool(causal), "--block", "4")
+				args := []string{"--attention", mech, "--causal=" + strconv.FormatBool(causal)}
+				if mech == "flash" {
+					args = append(args, "--block", "4") // tiles smaller than N
+				}
+				out, md := attend(t, in, args...)
 				closeTo(t, mech, out["out"], want, 1e-5)
 				if len(out) != 1 || md["mechanism"] != mech {
 					t.Errorf("%s: wrote %d tensors and metadata %v, want only out", mech, len(out), md)
@@ -270,7 +275,7 @@ func TestAttendPolynomial(t *testing.T) {
 			for x := range Q {
 				want = append(want, reference(Q[x], K[x], V[x], causal, false, func(i, j int) float64 { return math.Pow(dot(Q[x][i], K[x][j]), float64(p)) }))
 			}
-			out, _ := attend(t, in, "--mechanism", "polynomial", "--degree", strconv.Itoa(p), "--causal="+strconv.FormatBool(causal), "--block", "4")
+			out, _ := attend(t, in, "--attention", "polynomial", "--degree", strconv.Itoa(p), "--causal="+strconv.FormatBool(causal), "--block", "4")
 			closeTo(t, "polynomial", out["out"], want, 1e-5)
 		}
 	}
@@ -294,7 +299,7 @@ func TestAttendPolysketch(t *testing.T) {
 		{[]int{16, 4}, false, false},
 	} {
 		in := map[string]*tensor.Tensor{"q": testRandn(rng, 0.7, tc.shape...), "k": testRandn(rng, 0.7, tc.shape...), "v": testRandn(rng, 1, tc.shape...)}
-		out, md := attend(t, in, "--mechanism", "polysketch", "--degree", "4", "--sketch-size", "6", "--block", "8",
+		out, md := attend(t, in, "--attention", "polysketch", "--degree", "4", "--sketch-size", "6", "--block", "8",
 			"--local="+strconv.FormatBool(tc.local), "--causal="+strconv.FormatBool(tc.causal), "--seed", "42")
 		g1, g2 := out["sketch.g1"], out["sketch.g2"]
 		h := tc.shape[len(tc.shape)-1]
@@ -359,7 +364,7 @@ func TestAttendTooLarge(t *testing.T) {
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "in.safetensors"), filepath.Join(dir, "out.safetensors")
 	writeQKV(t, in, map[string]*tensor.Tensor{"q": tensor.New(N, 1), "k": tensor.New(N, 1), "v": tensor.New(N, 1)})
-	err := run([]string{"attend", "--in", in, "--out", out, "--mechanism", "softmax"}, &bytes.Buffer{})
+	err := run([]string{"attend", "--in", in, "--out", out, "--attention", "softmax"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "of memory") {
 		t.Errorf("error %v, want one about memory", err)
 	}

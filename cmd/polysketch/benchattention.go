@@ -27,9 +27,12 @@ import (
 const benchAttentionHelp = `usage: polysketch bench attention [flags]
 
 Measures the latency per token of each attention mechanism, forward and
-forward+backward, at each context length N: softmax, flash, polynomial,
-polysketch, and polysketch-cumsum (polysketch with the per-token
-cumulative-sum algorithm instead of blocks, and no local attention).
+forward+backward, at each context length N: by default every registered
+mechanism with its default options, and polysketch:cumsum (polysketch with
+the per-token cumulative-sum algorithm instead of blocks). --attention
+takes a comma-separated list of mechanisms, each a name or a spec with
+options (polysketch:learned=true:sketch-size=64); an option flag such as
+--block applies to every listed mechanism that has it.
 
 Each case runs once to warm up, then up to --reps more times, stopping
 early once the case has used --max-seconds; it reports the best (fastest)
@@ -40,7 +43,7 @@ A case whose memory would exceed --mem-limit is reported as OOM without
 running it; the prediction is q, k, v, o and their four gradients plus the
 mechanism's Workspace. A case whose single run is predicted to exceed --max-seconds is reported as
 skipped: the prediction scales the time at the previous context length by
-(N/N_prev)² for softmax, flash and polynomial, N/N_prev for polysketch.
+(N/N_prev)² for quadratic mechanisms, N/N_prev for linear ones.
 In JSON, both have null seconds, us_per_token and peak_bytes.
 
 peak_bytes is the largest Go heap in use (runtime/metrics
@@ -58,18 +61,31 @@ flags:
 
 // benchMechanism is one line of the benchmark: a mechanism with its options.
 type benchMechanism struct {
-	name   string
-	kind   attention.Kind
-	cumsum bool
+	name   string // the spec it was given as
+	cfg    attention.Config
 	growth float64 // time grows as N^growth: 2 for quadratic mechanisms
 }
 
-var benchMechanisms = []benchMechanism{
-	{"softmax", attention.Softmax, false, 2},
-	{"flash", attention.Flash, false, 2},
-	{"polynomial", attention.Polynomial, false, 2},
-	{"polysketch", attention.Polysketch, false, 1},
-	{"polysketch-cumsum", attention.Polysketch, true, 1},
+// specList returns the full specs of ms, for the title of a table.
+func specList(ms []benchMechanism) string {
+	var specs []string
+	for _, m := range ms {
+		specs = append(specs, attention.Spec(m.cfg))
+	}
+	return strings.Join(specs, ", ")
+}
+
+// benchSpecs is the default list of mechanisms: every registered one and
+// the cumulative-sum forms of those that have one.
+func benchSpecs() []string {
+	var specs []string
+	for _, e := range attention.Entries() {
+		specs = append(specs, e.Name)
+		if _, err := attention.Set(e.Default(), "cumsum", "true"); err == nil {
+			specs = append(specs, e.Name+":cumsum")
+		}
+	}
+	return specs
 }
 
 // benchRow is one line of output. Seconds, USPerToken and PeakBytes are
@@ -94,7 +110,7 @@ const (
 type benchAttentionConfig struct {
 	ns              []int
 	h, batch, heads int
-	opts            attention.Options
+	setup           attention.Setup
 	mechanisms      []benchMechanism
 	memLimit        byteSize
 	maxSeconds      float64
@@ -105,23 +121,15 @@ type benchAttentionConfig struct {
 
 func benchAttention(args []string, stdout io.Writer) error {
 	fs := newFlags("bench attention", stdout)
-	def := attention.DefaultOptions()
 	cfg := benchAttentionConfig{memLimit: defaultMemLimit()}
-	var (
-		ns         = fs.String("n", "512,1024,2048,4096,8192,16384,32768,65536", "comma-separated context lengths N")
-		mechanisms = fs.String("mechanisms", "softmax,flash,polynomial,polysketch,polysketch-cumsum", "comma-separated mechanisms to run")
-		sketch     = fs.String("sketch", string(def.Sketch), "polysketch random sketch: gaussian or srht")
-	)
+	var af attentionFlags
+	af.register(fs, strings.Join(benchSpecs(), ","), true)
+	ns := fs.String("n", "512,1024,2048,4096,8192,16384,32768,65536", "comma-separated context lengths N")
 	fs.IntVar(&cfg.h, "head-dim", 64, "head dimension h (the \"h\" of JSON lines)")
 	fs.IntVar(&cfg.batch, "batch", 1, "batch size B")
 	fs.IntVar(&cfg.heads, "heads", 2, "heads H (the default 2 keeps two cores busy over heads)")
-	fs.IntVar(&cfg.opts.Degree, "degree", def.Degree, "degree p of polynomial and polysketch attention")
-	fs.IntVar(&cfg.opts.SketchSize, "sketch-size", def.SketchSize, "sketch size r of polysketch")
-	fs.IntVar(&cfg.opts.Block, "block", def.Block, "block size b")
-	fs.BoolVar(&cfg.opts.Local, "local", def.Local, "polysketch: exact polynomial attention inside diagonal blocks")
-	fs.BoolVar(&cfg.opts.Causal, "causal", def.Causal, "mask future positions")
-	fs.BoolVar(&cfg.opts.Remat, "remat", false, "recompute per-block state in backward instead of keeping it")
-	fs.Uint64Var(&cfg.opts.Seed, "seed", def.Seed, "seed of the sketch and of the random inputs")
+	fs.BoolVar(&cfg.setup.Causal, "causal", true, "mask future positions")
+	fs.Uint64Var(&cfg.setup.Seed, "seed", 1, "seed of the mechanisms' random draws and of the random inputs")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB, 512MiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 5, "time budget of one case: skip a case whose run is predicted to take longer, and stop repeating once it is spent")
 	fs.IntVar(&cfg.reps, "reps", 3, "timed runs per case after the warm-up, at most")
@@ -130,36 +138,34 @@ func benchAttention(args []string, stdout io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchAttentionHelp)
 		fs.PrintDefaults()
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg.opts.Sketch = attention.SketchKind(*sketch)
-	if err := cfg.parse(*ns, *mechanisms); err != nil {
+	if err := cfg.parse(*ns, &af); err != nil {
 		return fmt.Errorf("bench attention: %w", err)
 	}
 	return cfg.run(stdout)
 }
 
 // parse fills in and checks cfg from the list flags.
-func (cfg *benchAttentionConfig) parse(ns, mechanisms string) error {
+func (cfg *benchAttentionConfig) parse(ns string, af *attentionFlags) error {
 	var err error
 	if cfg.ns, err = parseContexts(ns); err != nil {
 		return err
 	}
-
-	for _, f := range strings.Split(mechanisms, ",") {
-		f = strings.TrimSpace(f)
-		i := slices.IndexFunc(benchMechanisms, func(m benchMechanism) bool { return m.name == f })
-		if i < 0 {
-			var known []string
-			for _, m := range benchMechanisms {
-				known = append(known, m.name)
-			}
-			return fmt.Errorf("--mechanisms: unknown mechanism %q; use some of %s", f, strings.Join(known, ","))
+	cfgs, specs, err := af.configs(benchSpecs())
+	if err != nil {
+		return err
+	}
+	for i, c := range cfgs {
+		growth := 2.0
+		if attention.PropertiesOf(c).Linear {
+			growth = 1
 		}
-		if !slices.Contains(cfg.mechanisms, benchMechanisms[i]) {
-			cfg.mechanisms = append(cfg.mechanisms, benchMechanisms[i])
+		if !slices.ContainsFunc(cfg.mechanisms, func(m benchMechanism) bool { return m.cfg == c }) {
+			cfg.mechanisms = append(cfg.mechanisms, benchMechanism{specs[i], c, growth})
 		}
 	}
 	switch {
@@ -182,22 +188,7 @@ func (cfg *benchAttentionConfig) parse(ns, mechanisms string) error {
 			return fmt.Errorf("--plot %s: no such directory", cfg.plot)
 		}
 	}
-	for _, m := range cfg.mechanisms {
-		if err := checkAttentionFlags(m.kind, cfg.opts); err != nil {
-			return err
-		}
-		if _, err := attention.New(m.kind, m.options(cfg.opts)); err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-	}
 	return nil
-}
-
-func (m benchMechanism) options(o attention.Options) attention.Options {
-	if m.cumsum {
-		o.CumSum, o.Local = true, false
-	}
-	return o
 }
 
 // run measures every case, printing rows as they come, then writes the plot.
@@ -205,8 +196,9 @@ func (cfg *benchAttentionConfig) run(stdout io.Writer) error {
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	if !cfg.json {
-		fmt.Fprintf(w, "attention latency: B=%d H=%d h=%d p=%d r=%d b=%d local=%t causal=%t; best of up to %d runs after a warm-up; GOMAXPROCS=%d\n",
-			cfg.batch, cfg.heads, cfg.h, cfg.opts.Degree, cfg.opts.SketchSize, cfg.opts.Block, cfg.opts.Local, cfg.opts.Causal, cfg.reps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "attention latency: B=%d H=%d h=%d causal=%t; best of up to %d runs after a warm-up; GOMAXPROCS=%d\n",
+			cfg.batch, cfg.heads, cfg.h, cfg.setup.Causal, cfg.reps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
 		fmt.Fprintf(w, "%-18s %6s  %-16s %10s %10s %10s\n", "mechanism", "n", "pass", "seconds", "µs/token", "peak MiB")
 		w.Flush()
 	}
@@ -283,7 +275,7 @@ func (cfg *benchAttentionConfig) measure(m benchMechanism, n int, history *[2]*t
 	for i, p := range passes {
 		rows[i] = benchRow{Mechanism: m.name, N: n, H: cfg.h, Pass: p}
 	}
-	mech, err := attention.New(m.kind, m.options(cfg.opts))
+	mech, err := attention.New(m.cfg, cfg.setup)
 	if err != nil {
 		return nil, fmt.Errorf("bench attention: %s: %w", m.name, err)
 	}
@@ -309,7 +301,7 @@ func (cfg *benchAttentionConfig) measure(m benchMechanism, n int, history *[2]*t
 	runtime.GC()
 	base := heapInUse()
 	shape := []int{cfg.batch, cfg.heads, n, cfg.h}
-	rng := rand.New(rand.NewPCG(cfg.opts.Seed, uint64(n)))
+	rng := rand.New(rand.NewPCG(cfg.setup.Seed, uint64(n)))
 	scale := math.Pow(float64(cfg.h), -0.25) // q·k of unit variance
 	q, k, v, do := randn(rng, scale, shape), randn(rng, scale, shape), randn(rng, 1, shape), randn(rng, 1, shape)
 	o, dq, dk, dv := tensor.New(shape...), tensor.New(shape...), tensor.New(shape...), tensor.New(shape...)

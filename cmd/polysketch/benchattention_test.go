@@ -14,7 +14,8 @@ import (
 // tinyBench is a bench attention run small enough for a unit test.
 var tinyBench = []string{"bench", "attention", "--n", "32,16", "--head-dim", "8", "--block", "8", "--sketch-size", "4", "--reps", "2"}
 
-var allMechanisms = []string{"softmax", "flash", "polynomial", "polysketch", "polysketch-cumsum"}
+// allMechanisms are the rows of a bench attention run by default.
+var allMechanisms = benchSpecs()
 
 func TestBenchAttentionTable(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "attention.png")
@@ -23,13 +24,16 @@ func TestBenchAttentionTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2+len(allMechanisms)*2*2 {
-		t.Fatalf("table has %d lines, want a title, a heading and %d rows:\n%s", len(lines), len(allMechanisms)*4, buf.String())
+	if len(lines) != 3+len(allMechanisms)*2*2 {
+		t.Fatalf("table has %d lines, want a title, the mechanisms, a heading and %d rows:\n%s", len(lines), len(allMechanisms)*4, buf.String())
 	}
-	if !strings.Contains(lines[1], "µs/token") {
-		t.Errorf("heading %q lacks µs/token", lines[1])
+	if !strings.Contains(lines[1], "polysketch:sketch-size=4:block=8:cumsum=true") {
+		t.Errorf("mechanisms line %q lacks the options of polysketch:cumsum", lines[1])
 	}
-	i := 2
+	if !strings.Contains(lines[2], "µs/token") {
+		t.Errorf("heading %q lacks µs/token", lines[2])
+	}
+	i := 3
 	for _, m := range allMechanisms {
 		for _, n := range []string{"16", "32"} { // sorted
 			for _, pass := range []string{"forward", "forward+backward"} {
@@ -147,7 +151,7 @@ func TestBenchAttentionOOM(t *testing.T) {
 func TestBenchAttentionSkip(t *testing.T) {
 	// Any measured time at n=16 predicts more than a nanosecond at n=32.
 	var buf bytes.Buffer
-	if err := run(append(slices.Clone(tinyBench), "--max-seconds", "1e-9", "--mechanisms", "flash,polysketch"), &buf); err != nil {
+	if err := run(append(slices.Clone(tinyBench), "--max-seconds", "1e-9", "--attention", "flash,polysketch"), &buf); err != nil {
 		t.Fatal(err)
 	}
 	rows := 0
@@ -177,7 +181,8 @@ func TestBenchAttentionFlags(t *testing.T) {
 		{[]string{"--head-dim", "0"}, "--head-dim 0"},
 		{[]string{"--batch", "-1"}, "--batch -1"},
 		{[]string{"--heads", "0"}, "--heads 0"},
-		{[]string{"--mechanisms", "softmax,linear"}, `unknown mechanism "linear"`},
+		{[]string{"--attention", "softmax,linear"}, `unknown attention mechanism "linear"`},
+		{[]string{"--attention", "flash:degree=4"}, "--degree is no option of flash attention: its options are --block"},
 		{[]string{"--mem-limit", "lots"}, "mem-limit"},
 		{[]string{"--mem-limit", "-5GiB"}, "mem-limit"},
 		{[]string{"--max-seconds", "0"}, "--max-seconds 0"},

@@ -25,8 +25,12 @@ byte-level model for each attention mechanism and context length N, with
 the same number of tokens in every step: B = --tokens/N sequences of N
 tokens (as the paper's Figure 3 and Table 2 compare mechanisms). The
 defaults are the paper's small model: 4 layers, d_model 256, 4 heads of 64,
-with polysketch at degree 4, r = 32, blocks of 256, learned sketches and
-local attention (the paper's best variant; --learned=false for random).
+and every registered mechanism with its default options (polysketch:
+degree 4, r = 32, blocks of 256, local attention, random sketches), plus
+polysketch:learned (the paper's best variant). --attention takes a
+comma-separated list of mechanisms, each a name or a spec with options;
+an option flag such as --block applies to every listed mechanism that has
+it.
 
 Each case takes one warm-up step, then up to --steps timed steps, stopping
 early once the case has used --max-seconds, and reports the fastest step.
@@ -38,8 +42,8 @@ layer, as measured, plus the logits), and each layer's attention workspace as th
 mechanism reports it; it is an estimate, not a bound. A case whose step is
 predicted to exceed --max-seconds is skipped: the prediction scales the
 step time at the previous N by N/N_prev for the quadratic mechanisms
-(softmax, flash, polynomial: with fixed tokens per step their cost per
-token grows with N) and keeps it for polysketch.
+(with fixed tokens per step their cost per token grows with N) and keeps
+it for the linear ones.
 
 peak_bytes is the largest Go heap in use during the case, above the heap
 before it (see bench attention): model, optimizer and activations.
@@ -61,7 +65,7 @@ type benchTrainRow struct {
 
 type benchTrainConfig struct {
 	ns         []int
-	kinds      []attention.Kind
+	mechanisms []benchMechanism
 	model      model.Config
 	tokens     int
 	steps      int
@@ -75,19 +79,12 @@ func benchTrain(args []string, stdout io.Writer) error {
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
-	mc.Block = 256
-	var (
-		ns         = fs.String("n", "1024,4096,8192,32768", "comma-separated context lengths N")
-		mechanisms = fs.String("mechanisms", "softmax,flash,polynomial,polysketch", "comma-separated attention mechanisms")
-	)
+	var af attentionFlags
+	af.register(fs, strings.Join(benchTrainSpecs(), ","), true)
+	ns := fs.String("n", "1024,4096,8192,32768", "comma-separated context lengths N")
 	fs.IntVar(&mc.Layers, "layers", 4, "Transformer blocks")
 	fs.IntVar(&mc.Dim, "dim", 256, "model width d")
 	fs.IntVar(&mc.Heads, "heads", 4, "attention heads")
-	fs.IntVar(&mc.Degree, "degree", mc.Degree, "degree p of polynomial and polysketch attention")
-	fs.IntVar(&mc.SketchSize, "sketch-size", mc.SketchSize, "sketch size r of polysketch")
-	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
-	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
-	fs.BoolVar(&mc.Learned, "learned", true, "polysketch: learned sketches (Algorithm 2) instead of random ones")
 	fs.IntVar(&cfg.tokens, "tokens", 32768, "tokens per step: B = tokens/N sequences (at least 1)")
 	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
@@ -96,28 +93,37 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchTrainHelp)
 		fs.PrintDefaults()
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := cfg.parse(*ns, *mechanisms); err != nil {
+	if err := cfg.parse(*ns, &af); err != nil {
 		return fmt.Errorf("bench train: %w", err)
 	}
 	return cfg.run(stdout)
 }
 
-func (cfg *benchTrainConfig) parse(ns, mechanisms string) error {
+// benchTrainSpecs is the default list of bench train: every registered
+// mechanism, and polysketch with learned sketches.
+func benchTrainSpecs() []string { return append(attention.Names(), "polysketch:learned") }
+
+func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	var err error
 	if cfg.ns, err = parseContexts(ns); err != nil {
 		return err
 	}
-	for _, f := range strings.Split(mechanisms, ",") {
-		k := attention.Kind(strings.TrimSpace(f))
-		if !slices.Contains(attention.Kinds, k) {
-			return fmt.Errorf("--mechanisms: unknown mechanism %q; use some of %v", k, attention.Kinds)
+	cfgs, specs, err := af.configs(benchTrainSpecs())
+	if err != nil {
+		return err
+	}
+	for i, c := range cfgs {
+		growth := 1.0 // quadratic attention at fixed tokens per step: time ∝ N
+		if attention.PropertiesOf(c).Linear {
+			growth = 0
 		}
-		if !slices.Contains(cfg.kinds, k) {
-			cfg.kinds = append(cfg.kinds, k)
+		if !slices.ContainsFunc(cfg.mechanisms, func(m benchMechanism) bool { return m.cfg == c }) {
+			cfg.mechanisms = append(cfg.mechanisms, benchMechanism{specs[i], c, growth})
 		}
 	}
 	switch {
@@ -128,20 +134,19 @@ func (cfg *benchTrainConfig) parse(ns, mechanisms string) error {
 	case !(cfg.maxSeconds > 0):
 		return fmt.Errorf("--max-seconds %v: must be positive", cfg.maxSeconds)
 	}
-	for _, k := range cfg.kinds {
-		c := cfg.config(k, cfg.ns[0])
+	for _, m := range cfg.mechanisms {
+		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: %s", k, oneLine(err))
+			return fmt.Errorf("%s: %s", m.name, oneLine(err))
 		}
 	}
 	return nil
 }
 
-// config returns the model of mechanism k at context n.
-func (cfg *benchTrainConfig) config(k attention.Kind, n int) model.Config {
+// config returns the model of mechanism m at context n.
+func (cfg *benchTrainConfig) config(m benchMechanism, n int) model.Config {
 	c := cfg.model
-	c.Vocab, c.Attention, c.Context = 256, k, n
-	c.Learned = c.Learned && k == attention.Polysketch // a polysketch option only
+	c.Vocab, c.Attention, c.Context = 256, m.cfg, n
 	return c
 }
 
@@ -150,19 +155,16 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 	defer w.Flush()
 	if !cfg.json {
 		m := cfg.model
-		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step; p=%d r=%d b=%d local=%t; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
-			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, m.Degree, m.SketchSize, m.Block, m.Local, cfg.steps, runtime.GOMAXPROCS(0))
-		fmt.Fprintf(w, "%-12s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
+		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
+			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, cfg.steps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
+		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
 		w.Flush()
 	}
-	for _, k := range cfg.kinds {
+	for _, m := range cfg.mechanisms {
 		var last *timing
-		growth := 1.0 // quadratic attention at fixed tokens per step: time ∝ N
-		if k == attention.Polysketch {
-			growth = 0
-		}
 		for _, n := range cfg.ns {
-			r, err := cfg.measure(k, n, &last, growth)
+			r, err := cfg.measure(m, n, &last)
 			if err != nil {
 				return err
 			}
@@ -180,20 +182,17 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 		return writeJSONLine(w, r)
 	}
 	if r.Seconds == nil {
-		_, err := fmt.Fprintf(w, "%-12s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)
+		_, err := fmt.Fprintf(w, "%-18s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%-12s %6d %5d %10.3f %12.0f %10.1f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20))
+	_, err := fmt.Fprintf(w, "%-18s %6d %5d %10.3f %12.0f %10.1f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20))
 	return err
 }
 
 // predictMemory estimates the bytes a training step of model c on B×N
 // tokens holds: see benchTrainHelp.
 func predictMemory(c model.Config, B, N int) (int64, error) {
-	mech, err := attention.New(c.Attention, attention.Options{
-		Causal: true, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
-		Local: c.Local, Sketch: c.Sketch, Seed: c.Seed,
-	})
+	mech, err := attention.New(c.Attention, attention.Setup{Causal: true, Seed: c.Seed})
 	if err != nil {
 		return 0, err
 	}
@@ -210,19 +209,19 @@ func predictMemory(c model.Config, B, N int) (int64, error) {
 
 // measure runs the training steps of mechanism k at context n, or
 // reports why not.
-func (cfg *benchTrainConfig) measure(k attention.Kind, n int, last **timing, growth float64) (benchTrainRow, error) {
+func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) (benchTrainRow, error) {
 	B := max(1, cfg.tokens/n)
-	r := benchTrainRow{Mechanism: string(k), N: n, Batch: B}
-	c := cfg.config(k, n)
+	r := benchTrainRow{Mechanism: mech.name, N: n, Batch: B}
+	c := cfg.config(mech, n)
 	need, err := predictMemory(c, B, n)
 	if err != nil {
-		return r, fmt.Errorf("bench train: %s: %w", k, err)
+		return r, fmt.Errorf("bench train: %s: %w", mech.name, err)
 	}
 	if need > int64(cfg.memLimit) {
 		r.note = fmt.Sprintf("OOM: needs about %v > --mem-limit %v", byteSize(need), cfg.memLimit)
 		return r, nil
 	}
-	if t, ok := predict(*last, n, growth); ok && t > cfg.maxSeconds {
+	if t, ok := predict(*last, n, mech.growth); ok && t > cfg.maxSeconds {
 		r.note = fmt.Sprintf("skipped: predicted %.3g s per step > --max-seconds %g", t, cfg.maxSeconds)
 		return r, nil
 	}
@@ -233,7 +232,7 @@ func (cfg *benchTrainConfig) measure(k attention.Kind, n int, last **timing, gro
 	m, err := model.New(c)
 	if err != nil {
 		s.stop()
-		return r, fmt.Errorf("bench train: %s: %w", k, err)
+		return r, fmt.Errorf("bench train: %s: %w", mech.name, err)
 	}
 	opt, err := optim.NewAdamW(m.Params(), optim.DefaultConfig())
 	if err != nil {

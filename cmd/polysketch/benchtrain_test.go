@@ -17,8 +17,8 @@ func TestBenchTrainJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("%d lines, want 4 mechanisms × 2 lengths:\n%s", len(lines), out.String())
+	if want := 2 * len(benchTrainSpecs()); len(lines) != want {
+		t.Fatalf("%d lines, want %d: every mechanism × 2 lengths:\n%s", len(lines), want, out.String())
 	}
 	for i, line := range lines {
 		var r struct {
@@ -47,14 +47,14 @@ func TestBenchTrainJSON(t *testing.T) {
 
 func TestBenchTrainOOMAndSkip(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(append(tinyBenchTrain, "--mechanisms", "flash", "--mem-limit", "1KiB"), &out); err != nil {
+	if err := run(append(without(tinyBenchTrain, "--sketch-size"), "--attention", "flash", "--mem-limit", "1KiB"), &out); err != nil {
 		t.Fatal(err)
 	}
 	if c := strings.Count(out.String(), "OOM: needs about"); c != 2 {
 		t.Errorf("%d OOM rows, want 2:\n%s", c, out.String())
 	}
 	out.Reset()
-	if err := run(append(tinyBenchTrain, "--mechanisms", "softmax,polysketch", "--max-seconds", "1e-9"), &out); err != nil {
+	if err := run(append(tinyBenchTrain, "--attention", "softmax,polysketch", "--max-seconds", "1e-9"), &out); err != nil {
 		t.Fatal(err)
 	}
 	// The first length of each runs; the second is predicted too slow.
@@ -69,7 +69,9 @@ func TestBenchTrainFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--n", "0"}, "--n"},
-		{[]string{"--mechanisms", "linear"}, `unknown mechanism "linear"`},
+		{[]string{"--attention", "linear"}, `unknown attention mechanism "linear"`},
+		{[]string{"--attention", "softmax,flash"}, "--sketch-size is no option of softmax, flash"},
+		{[]string{"--attention", "polysketch:learned:sketch-size=-1"}, "--sketch-size -1: must be positive"},
 		{[]string{"--tokens", "0"}, "--tokens 0"},
 		{[]string{"--steps", "0"}, "--steps 0"},
 		{[]string{"--heads", "3"}, "not divisible by heads 3"},

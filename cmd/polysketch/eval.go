@@ -54,9 +54,13 @@ func runEval(args []string, stdout io.Writer) error {
 		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
 	)
 	fs.Var(&listFlag{list: &corpus}, "corpus", "text files, directories or glob patterns, comma-separated or repeated")
+	var af attentionFlags
+	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), evalHelp)
 		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nAttention flags must match the checkpoint's mechanism and options: the model runs as it was trained.")
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -80,6 +84,9 @@ func runEval(args []string, stdout io.Writer) error {
 	c, err := checkpoint.Load(dir)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
+	}
+	if err := af.checkSame(c.Model.Config().Attention); err != nil {
+		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
 	tok, err := tokenizer.Lookup(c.State.Tokenizer)
 	if err != nil {

@@ -53,9 +53,13 @@ func runGenerate(args []string, stdout io.Writer) error {
 	fs.IntVar(&s.topK, "top-k", 0, "sample among the k most likely tokens only; 0 for all")
 	fs.Float64Var(&s.topP, "top-p", 0.95, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
+	var af attentionFlags
+	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), generateHelp)
 		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nAttention flags must match the checkpoint's mechanism and options: the model runs as it was trained.")
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -78,6 +82,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
+	if err := af.checkSame(c.Model.Config().Attention); err != nil {
+		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
+	}
 	tok, err := tokenizer.Lookup(c.State.Tokenizer)
 	if err != nil {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
@@ -96,10 +103,10 @@ func runGenerate(args []string, stdout io.Writer) error {
 	// take one position more than the limit.
 	if limit := dec.Limit(); limit > 0 && len(ids) > limit {
 		return fmt.Errorf("generate: the prompt of %d tokens exceeds the context length %d of this %s model; shorten it",
-			len(ids), limit, c.Model.Config().Attention)
+			len(ids), limit, c.Model.Config().Attention.Mechanism())
 	} else if limit > 0 && len(ids)+*n-1 > limit {
 		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; use --tokens %d or fewer",
-			len(ids), *n, limit, c.Model.Config().Attention, limit-len(ids)+1)
+			len(ids), *n, limit, c.Model.Config().Attention.Mechanism(), limit-len(ids)+1)
 	}
 	s.rng = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
 

@@ -85,10 +85,17 @@ func normalize(p []float64) []float64 {
 
 // saveTiny saves an untrained byte-level model of the given attention and
 // context as a checkpoint in a temporary directory, and returns it.
-func saveTiny(t *testing.T, kind attention.Kind, context int) (string, *model.Model) {
+func saveTiny(t *testing.T, kind string, context int) (string, *model.Model) {
 	t.Helper()
-	c := model.Config{Vocab: 256, Dim: 16, Layers: 2, Heads: 2, Context: context, Attention: kind,
-		Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian, Seed: 3}
+	a, err := attention.ParseSpec(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, ok := a.(attention.PolysketchConfig); ok {
+		ps.SketchSize, ps.Block = 4, 8
+		a = ps
+	}
+	c := model.Config{Vocab: 256, Dim: 16, Layers: 2, Heads: 2, Context: context, Attention: a, Seed: 3}
 	m, err := model.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -105,8 +112,8 @@ func saveTiny(t *testing.T, kind attention.Kind, context int) (string, *model.Mo
 // a one-line error saying what to change. Polysketch has no limit.
 func TestGenerateLimit(t *testing.T) {
 	const context = 16
-	soft, _ := saveTiny(t, attention.Softmax, context)
-	sketch, _ := saveTiny(t, attention.Polysketch, context)
+	soft, _ := saveTiny(t, "softmax", context)
+	sketch, _ := saveTiny(t, "polysketch", context)
 	long := strings.Repeat("x", 3*context)
 	for _, c := range []struct {
 		dir, prompt, tokens string
@@ -139,9 +146,9 @@ func TestGenerateLimit(t *testing.T) {
 // context for softmax.
 func TestGenerateAsStepByStep(t *testing.T) {
 	for _, c := range []struct {
-		kind   attention.Kind
+		kind   string
 		prompt int
-	}{{attention.Polysketch, 600}, {attention.Softmax, 48}} {
+	}{{"polysketch", 600}, {"softmax", 48}} {
 		const tokens = 17
 		dir, m := saveTiny(t, c.kind, 64)
 		rng := rand.New(rand.NewPCG(8, 8))
@@ -193,8 +200,8 @@ func TestGenerateStopsAtEOT(t *testing.T) {
 	if !ok {
 		t.Fatal("gpt2 has no end-of-text token")
 	}
-	c := model.Config{Vocab: tok.VocabSize(), Dim: 16, Layers: 1, Heads: 2, Context: 32, Attention: attention.Polysketch,
-		Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian, Seed: 3}
+	c := model.Config{Vocab: tok.VocabSize(), Dim: 16, Layers: 1, Heads: 2, Context: 32, Seed: 3,
+		Attention: attention.PolysketchConfig{Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian}}
 	m, err := model.New(c)
 	if err != nil {
 		t.Fatal(err)

@@ -86,17 +86,11 @@ type trainOptions struct {
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
-func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions) {
+func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
 	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "text files, directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
 	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, "tokenizer: "+strings.Join(tokenizer.Names(), " or "))
 
-	fs.Var((*kindFlag)(&mc.Attention), "attention", "attention mechanism: softmax, flash, polynomial or polysketch")
-	fs.IntVar(&mc.Degree, "degree", mc.Degree, "degree p of polynomial and polysketch attention")
-	fs.IntVar(&mc.SketchSize, "sketch-size", mc.SketchSize, "sketch size r of polysketch")
-	fs.Var((*sketchFlag)(&mc.Sketch), "sketch", "polysketch random sketch: gaussian or srht")
-	fs.IntVar(&mc.Block, "block", mc.Block, "block size b of polysketch (and tile of flash and polynomial)")
-	fs.BoolVar(&mc.Local, "local", mc.Local, "polysketch: exact polynomial attention inside each block")
-	fs.BoolVar(&mc.Learned, "learned", mc.Learned, "polysketch: learned sketches (Algorithm 2) instead of random ones (--learned=false)")
+	af.register(fs, attention.Spec(mc.Attention), false)
 	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
 	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
@@ -130,13 +124,18 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
 	fs := newFlags("train", stdout)
-	trainFlags(fs, &mc, &tc, &o)
+	var af attentionFlags
+	trainFlags(fs, &mc, &tc, &o, &af)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), trainHelp)
 		fs.PrintDefaults()
+		printMechanisms(fs.Output())
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if mc.Attention, err = af.apply(mc.Attention); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
 	if err := absPaths(tc.Corpus); err != nil {
 		return fmt.Errorf("train: --corpus: %w", err)
@@ -148,9 +147,6 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	}
 	if !set["warmup"] {
 		tc.Warmup = min(tc.Warmup, tc.Steps/10)
-	}
-	if !set["learned"] && mc.Attention != attention.Polysketch {
-		mc.Learned = false // the default applies to polysketch only
 	}
 	ckDir := filepath.Join(o.out, train.CheckpointDir)
 	if o.resume && o.force {
@@ -176,17 +172,25 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		// override it, and must not change the model or the recipe.
 		smc, stc := c.Model.Config(), saved
 		fs2 := newFlags("train", io.Discard)
-		trainFlags(fs2, &smc, &stc, &o)
+		var af2 attentionFlags
+		trainFlags(fs2, &smc, &stc, &o, &af2)
 		if err := fs2.Parse(args); err != nil {
 			return err
+		}
+		if smc.Attention, err = af2.apply(smc.Attention); err != nil {
+			return fmt.Errorf("train: %w", err)
 		}
 		if err := absPaths(stc.Corpus); err != nil {
 			return fmt.Errorf("train: --corpus: %w", err)
 		}
 		var bad []string
+		otherMechanism := smc.Attention.Mechanism() != c.Model.Config().Attention.Mechanism()
 		for _, d := range append(checkpoint.Diff(c.Model.Config(), smc), checkpoint.Diff(saved, stc)...) {
 			field, _, _ := strings.Cut(d, ":")
-			name := strings.ReplaceAll(field, "_", "-")
+			if otherMechanism && strings.HasPrefix(field, "attention_options.") {
+				continue // the mechanism's difference says it all
+			}
+			name := strings.ReplaceAll(strings.TrimPrefix(field, "attention_options."), "_", "-")
 			if !slices.Contains(resumable, name) {
 				saved, given, _ := strings.Cut(strings.TrimPrefix(d, field+": "), " vs ")
 				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", name, given, saved))
@@ -244,8 +248,8 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	for _, q := range t.Model.Params() {
 		nparams += q.Value.Len()
 	}
-	p.logf("model: %s attention, %d layers, dim %d, %d heads, context %d: %s parameters",
-		mc.Attention, mc.Layers, mc.Dim, mc.Heads, mc.Context, count(nparams))
+	p.logf("model: %s, %d layers, dim %d, %d heads, context %d: %s parameters",
+		describeAttention(mc.Attention), mc.Layers, mc.Dim, mc.Heads, mc.Context, count(nparams))
 	what := "training"
 	if resumeFrom != nil {
 		what = fmt.Sprintf("resuming at step %d:", t.Step())
@@ -480,31 +484,6 @@ func (l *listFlag) Set(s string) error {
 		return errors.New("empty list")
 	}
 	return nil
-}
-
-// kindFlag is an attention.Kind flag, checked when set.
-type kindFlag attention.Kind
-
-func (k *kindFlag) String() string { return string(*k) }
-func (k *kindFlag) Set(s string) error {
-	if !slices.Contains(attention.Kinds, attention.Kind(s)) {
-		return fmt.Errorf("unknown attention %q: use one of %v", s, attention.Kinds)
-	}
-	*k = kindFlag(s)
-	return nil
-}
-
-// sketchFlag is an attention.SketchKind flag, checked when set.
-type sketchFlag attention.SketchKind
-
-func (k *sketchFlag) String() string { return string(*k) }
-func (k *sketchFlag) Set(s string) error {
-	switch attention.SketchKind(s) {
-	case attention.Gaussian, attention.SRHT:
-		*k = sketchFlag(s)
-		return nil
-	}
-	return fmt.Errorf("unknown sketch %q: use %q or %q", s, attention.Gaussian, attention.SRHT)
 }
 
 // seedFlag sets the seed of the model and of the training data together.

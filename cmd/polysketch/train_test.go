@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/polysketch/polysketch/attention"
 	"io"
 	"math"
 	"os"
@@ -74,7 +75,7 @@ func TestTrainEvalGenerate(t *testing.T) {
 	if !strings.Contains(out, "step 10 of 10: training loss") || !strings.Contains(out, "validation loss") {
 		t.Errorf("train printed %q", out)
 	}
-	for _, want := range []string{"model: polysketch attention, 1 layers", "step 1/10", "step 10/10", "step 5: validation loss"} {
+	for _, want := range []string{"model: polysketch attention (sketch-size=4, block=8, learned=true), 1 layers", "step 1/10", "step 10/10", "step 5: validation loss"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress on stderr lacks %q:\n%s", want, errOut)
 		}
@@ -325,7 +326,7 @@ func TestTrainLearned(t *testing.T) {
 		t.Fatalf("resume: %v", err)
 	}
 	c, err := checkpoint.Load(filepath.Join(runDir, train.CheckpointDir))
-	if err != nil || !c.Model.Config().Learned || c.State.Step != 5 {
+	if err != nil || !c.Model.Config().Attention.(attention.PolysketchConfig).Learned || c.State.Step != 5 {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	if out, _, err := runQuiet(t, "generate", "--checkpoint", runDir, "--tokens", "8"); err != nil || out == "" {
@@ -392,10 +393,12 @@ func TestTrainErrors(t *testing.T) {
 	}{
 		{"missing corpus", []string{"--corpus", filepath.Join(dir, "nothere.txt")}, "nothere.txt"},
 		{"empty corpus", []string{"--corpus", empty}, "empty.txt"},
-		{"unknown attention", []string{"--attention", "linear"}, `unknown attention "linear"`},
+		{"unknown attention", []string{"--attention", "linear"}, `unknown attention mechanism "linear": use one of softmax, flash`},
 		{"odd degree", []string{"--degree", "3"}, "degree 3"},
 		{"heads not dividing dim", []string{"--heads", "3"}, "not divisible by heads 3"},
-		{"learned sketches of softmax", []string{"--learned", "--attention", "softmax"}, "learned sketches need polysketch attention"},
+		{"option of another mechanism", []string{"--attention", "softmax"}, "--block is no option of softmax attention: it has no options"},
+		{"option of another mechanism", []string{"--attention", "flash", "--learned"}, "--sketch-size is no option of flash attention: its options are --block"},
+		{"invalid option value", []string{"--sketch", "fourier"}, `--sketch "fourier": use "gaussian" or "srht"`},
 		{"unknown tokenizer", []string{"--tokenizer", "utf9"}, `unknown tokenizer "utf9"`},
 		{"no steps", []string{"--steps", "0"}, "steps 0"},
 		{"negative lr", []string{"--lr", "-1"}, "peak learning rate -1"},
@@ -479,7 +482,11 @@ func TestCorruptCheckpoint(t *testing.T) {
 func TestEvalGenerateErrors(t *testing.T) {
 	dir, args := tinyRun(t)
 	softmax := filepath.Join(dir, "softmax")
-	if _, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--attention", "softmax", "--out", softmax, "--steps", "2")...); err != nil {
+	if _, _, err := runQuiet(t, append(append([]string{"train"}, without(without(args, "--block"), "--sketch-size")...), "--attention", "softmax", "--out", softmax, "--steps", "2")...); err != nil {
+		t.Fatal(err)
+	}
+	sketch := filepath.Join(dir, "polysketch")
+	if _, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--out", sketch, "--steps", "1")...); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -496,6 +503,10 @@ func TestEvalGenerateErrors(t *testing.T) {
 		{[]string{"generate", "--checkpoint", softmax, "--top-p", "0"}, "--top-p 0"},
 		{[]string{"generate", "--checkpoint", softmax, "--top-k", "-2"}, "--top-k -2"},
 		{[]string{"generate", "--checkpoint", softmax, "--tokens", "40"}, "exceed the context length 16 of this softmax model"},
+		{[]string{"eval", "--checkpoint", softmax, "--attention", "flash"}, "--attention flash: the checkpoint was trained with softmax attention"},
+		{[]string{"generate", "--checkpoint", softmax, "--block", "4"}, "--block is no option of softmax attention"},
+		{[]string{"generate", "--checkpoint", sketch, "--block", "4", "--local=false"}, "--block 4 where the checkpoint has 8, --local false where the checkpoint has true"},
+		{[]string{"eval", "--checkpoint", sketch, "--sketch-size", "0"}, "--sketch-size 0: must be positive"},
 	}
 	for _, tc := range tests {
 		_, _, err := runQuiet(t, tc.args...)

@@ -1,0 +1,62 @@
+package attention
+
+import (
+	"errors"
+	"fmt"
+)
+
+// PolysketchConfig configures PolySketch attention (see polysketchAttn).
+type PolysketchConfig struct {
+	Degree     int        `json:"degree" help:"degree p of the approximated weights (q·k)^p: 2, 4 or 8"`
+	SketchSize int        `json:"sketch_size" help:"sketch size r: r(r+1)/2 features per row"`
+	Block      int        `json:"block" help:"rows per block of the lower-triangular multiply and of the local exact blocks"`
+	Local      bool       `json:"local" help:"exact (q·k)^p inside each diagonal block"`
+	Sketch     SketchKind `json:"sketch" help:"random sketch, or the initialization of a learned one: gaussian or srht"`
+	Learned    bool       `json:"learned" help:"learned sketches (Algorithm 2): small networks trained with the model"`
+	CumSum     bool       `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline; no local blocks)"`
+	Remat      bool       `json:"remat" help:"keep nothing per block for backward: recompute it"`
+}
+
+func (PolysketchConfig) Mechanism() string { return string(Polysketch) }
+
+func (c PolysketchConfig) Validate() error {
+	var errs []error
+	if err := checkEvenDegree(c.Degree); err != nil {
+		errs = append(errs, err)
+	} else if c.Degree&(c.Degree-1) != 0 {
+		errs = append(errs, fmt.Errorf("--degree %d: polysketch needs a power of two (2, 4, 8)", c.Degree))
+	}
+	if c.SketchSize <= 0 {
+		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (32 or 64 are the paper's)", c.SketchSize))
+	}
+	switch c.Sketch {
+	case Gaussian, SRHT:
+	default:
+		errs = append(errs, fmt.Errorf("--sketch %q: use %q or %q", c.Sketch, Gaussian, SRHT))
+	}
+	return errors.Join(append(errs, checkBlock(c.Block))...)
+}
+
+// options is c in the form the kernels take.
+func (c PolysketchConfig) options(s Setup) Options {
+	return Options{
+		Causal: s.Causal, Seed: s.Seed, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
+		Local: c.Local, Sketch: c.Sketch, Learned: c.Learned, CumSum: c.CumSum, Remat: c.Remat,
+	}
+}
+
+func init() {
+	Register(Entry{
+		Name: string(Polysketch), Order: 100, Cost: "O(N·(b + r²)·h)",
+		Summary: "sketched polynomial attention: self-tensored random or learned sketches, block lower-triangular multiply, exact local blocks",
+		Properties: Properties{
+			Linear: true, NormalizeQK: true, Trainable: true, Recurrent: true,
+		},
+		Default: func() Config {
+			return PolysketchConfig{Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian}
+		},
+		New: func(c Config, s Setup) (Mechanism, error) {
+			return newPolysketch(c.(PolysketchConfig).options(s)), nil
+		},
+	})
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/polysketch/polysketch/attention"
+)
+
+// attentionFlags is the attention flag group every command shares,
+// generated from the attention registry: --attention names the mechanism
+// (or, for the commands that compare mechanisms, a comma-separated list
+// of specs such as "flash,polysketch:learned=false"), and every option of
+// every registered mechanism is a flag of its own (--degree, --block,
+// --sketch-size, …), which applies to the chosen mechanism and is an
+// error for a mechanism that does not have it.
+type attentionFlags struct {
+	list  bool     // --attention takes several specs
+	specs []string // --attention as given; nil when not given
+	opts  []optionValue
+}
+
+// optionValue is one mechanism option given on the command line.
+type optionValue struct{ name, value string }
+
+// register defines --attention and the option flags on fs. def is
+// what --attention means when not given, for the help text.
+func (a *attentionFlags) register(fs *flag.FlagSet, def string, list bool) {
+	a.list = list
+	usage := "attention mechanism: " + strings.Join(attention.Names(), ", ") + "; its options as flags (see the list of mechanisms below)"
+	if list {
+		usage = "comma-separated attention mechanisms, each a name or a spec name:option=value:… (" + strings.Join(attention.Names(), ", ") + ")"
+	}
+	fs.Func("attention", usage+" (default "+def+")", func(s string) error {
+		a.specs = nil
+		for _, f := range strings.Split(s, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				a.specs = append(a.specs, f)
+			}
+		}
+		if len(a.specs) == 0 || (!list && len(a.specs) > 1) {
+			return fmt.Errorf("want one mechanism of %s", strings.Join(attention.Names(), ", "))
+		}
+		for _, spec := range a.specs {
+			name, _, _ := strings.Cut(spec, ":")
+			if _, err := attention.Lookup(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, o := range allOptions() {
+		set := func(s string) error {
+			a.opts = append(a.opts, optionValue{o.Name, s})
+			return nil
+		}
+		help := o.Help + " (" + o.owners + ")"
+		if o.Bool {
+			fs.BoolFunc(o.Flag, help, set)
+		} else {
+			fs.Func(o.Flag, help, set)
+		}
+	}
+}
+
+// option is an option of one or more mechanisms, with who has it.
+type option struct {
+	attention.Option
+	owners string // "polysketch, default 256; flash, default 256"
+}
+
+// allOptions returns the options of every registered mechanism, once per
+// name, in registry order.
+func allOptions() []option {
+	var opts []option
+	index := map[string]int{}
+	for _, e := range attention.Entries() {
+		for _, o := range attention.OptionsOf(e.Default()) {
+			owner := e.Name + " default " + o.Default
+			if i, ok := index[o.Name]; ok {
+				opts[i].owners += "; " + owner
+				continue
+			}
+			index[o.Name] = len(opts)
+			opts = append(opts, option{o, owner})
+		}
+	}
+	return opts
+}
+
+// given reports whether any attention flag was given.
+func (a *attentionFlags) given() bool { return a.specs != nil || len(a.opts) > 0 }
+
+// apply returns the configuration the flags describe over base: base
+// itself when --attention is not given or names base's mechanism, else
+// the defaults of the named mechanism; then the options given. An option
+// the mechanism does not have is an error naming the ones it has.
+func (a *attentionFlags) apply(base attention.Config) (attention.Config, error) {
+	if len(a.specs) > 0 {
+		name, _, _ := strings.Cut(a.specs[0], ":")
+		if base == nil || base.Mechanism() != name {
+			base, _ = attention.DefaultConfig(name)
+		}
+	}
+	return a.resolve(base, a.specs0(), true)
+}
+
+// specs0 returns the options part of the single spec, if any.
+func (a *attentionFlags) specs0() string {
+	if len(a.specs) == 0 {
+		return ""
+	}
+	_, opts, _ := strings.Cut(a.specs[0], ":")
+	return opts
+}
+
+// configs returns the mechanisms of a list-taking --attention (defs when
+// not given), each from its defaults, with the option flags that apply to
+// it and then its spec's own options; with their specs as labels. An
+// option flag that applies to none of them is an error.
+func (a *attentionFlags) configs(defs []string) ([]attention.Config, []string, error) {
+	specs := a.specs
+	if specs == nil {
+		specs = defs
+	}
+	var cfgs []attention.Config
+	used := map[string]bool{}
+	for _, spec := range specs {
+		name, opts, _ := strings.Cut(spec, ":")
+		base, err := attention.DefaultConfig(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err := a.resolve(base, opts, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range attention.OptionsOf(cfg) {
+			used[o.Name] = true
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	for _, o := range a.opts {
+		if !used[o.name] {
+			return nil, nil, fmt.Errorf("--%s is no option of %s", strings.ReplaceAll(o.name, "_", "-"), strings.Join(specs, ", "))
+		}
+	}
+	return cfgs, specs, nil
+}
+
+// resolve applies the option flags to base (all of them, or with strict
+// unset only those base's mechanism has), then the spec options opts
+// ("k=v:k=v"), and validates the result.
+func (a *attentionFlags) resolve(base attention.Config, opts string, strict bool) (attention.Config, error) {
+	cfg := base
+	var err error
+	have := map[string]bool{}
+	for _, o := range attention.OptionsOf(cfg) {
+		have[o.Name] = true
+	}
+	for _, o := range a.opts {
+		if !strict && !have[o.name] {
+			continue
+		}
+		if cfg, err = attention.Set(cfg, o.name, o.value); err != nil {
+			return nil, err
+		}
+	}
+	if opts != "" {
+		spec := cfg.Mechanism() + ":" + opts
+		for _, kv := range strings.Split(opts, ":") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				v = "true"
+			}
+			if cfg, err = attention.Set(cfg, k, v); err != nil {
+				return nil, fmt.Errorf("--attention %s: %w", spec, err)
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s attention: %s", cfg.Mechanism(), oneLine(err))
+	}
+	return cfg, nil
+}
+
+// checkSame refuses flags that would change the attention of a
+// checkpoint: eval and generate run the model as it was trained.
+func (a *attentionFlags) checkSame(saved attention.Config) error {
+	if !a.given() {
+		return nil
+	}
+	cfg, err := a.apply(saved)
+	if err != nil {
+		return err
+	}
+	if cfg == saved {
+		return nil
+	}
+	if cfg.Mechanism() != saved.Mechanism() {
+		return fmt.Errorf("--attention %s: the checkpoint was trained with %s attention; drop the attention flags", cfg.Mechanism(), saved.Mechanism())
+	}
+	var diffs []string
+	was := attention.OptionsOf(saved)
+	for i, o := range attention.OptionsOf(cfg) {
+		if o.Default != was[i].Default {
+			diffs = append(diffs, fmt.Sprintf("--%s %s where the checkpoint has %s", o.Flag, o.Default, was[i].Default))
+		}
+	}
+	return fmt.Errorf("%s: the checkpoint's %s attention differs; drop those flags", strings.Join(diffs, ", "), saved.Mechanism())
+}
+
+// describeAttention names cfg's mechanism and the options that differ
+// from its defaults: "polysketch attention (block=8, learned=true)".
+func describeAttention(cfg attention.Config) string {
+	s := cfg.Mechanism() + " attention"
+	if _, opts, ok := strings.Cut(attention.Spec(cfg), ":"); ok {
+		s += " (" + strings.ReplaceAll(opts, ":", ", ") + ")"
+	}
+	return s
+}
+
+// printMechanisms writes the list of mechanisms and their options, for
+// the -h of every command that takes attention flags.
+func printMechanisms(w io.Writer) {
+	fmt.Fprintln(w, "\nattention mechanisms (--attention NAME) and their options:")
+	for _, e := range attention.Entries() {
+		fmt.Fprintf(w, "  %-11s %s\n", e.Name, e.Summary)
+		opts := attention.OptionsOf(e.Default())
+		if len(opts) == 0 {
+			fmt.Fprintf(w, "  %-11s   (no options)\n", "")
+		}
+		for _, o := range opts {
+			fmt.Fprintf(w, "  %-11s   --%s=%s  %s\n", "", o.Flag, o.Default, o.Help)
+		}
+	}
+}
