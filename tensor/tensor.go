@@ -112,12 +112,15 @@ func (t *Tensor) Resize(shape ...int) {
 }
 
 // Grow returns buf resliced to length n, reallocating only when its capacity
-// is too small. It is the building block of allocation-free hot loops.
+// is too small. It is the building block of allocation-free hot loops. A
+// new buffer has exactly n elements, so that what a layer or mechanism
+// reports it holds (attention's Workspace) is what it allocates; callers
+// that grow step by step grow geometrically themselves.
 func Grow(buf []float32, n int) []float32 {
 	if cap(buf) >= n {
 		return buf[:n]
 	}
-	return make([]float32, n, n+n/4)
+	return make([]float32, n)
 }
 
 // Zero sets every element to 0.
