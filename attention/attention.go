@@ -83,6 +83,16 @@ type Trainable interface {
 	Params() []*nn.Param
 }
 
+// Stepper is implemented by mechanisms whose random draws change during
+// training (Performer's features, redrawn every so many steps): the
+// training loop tells them the optimizer step before each one, and a
+// loaded model the step it was saved at, so that a resumed run draws what
+// the uninterrupted one drew. The draws depend on the seed and the step
+// only, never on the data.
+type Stepper interface {
+	SetStep(step int)
+}
+
 // Sketched is implemented by mechanisms built on random sketch matrices, so
 // that other implementations can reproduce their output exactly.
 type Sketched interface {

@@ -324,6 +324,7 @@ func load(dir string) (*Checkpoint, error) {
 	for _, p := range params {
 		p.Value.CopyFrom(weights[p.Name])
 	}
+	m.SetStep(st.Step)
 	return c, nil
 }
 

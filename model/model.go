@@ -154,6 +154,17 @@ func New(cfg Config) (*Model, error) {
 	return m, nil
 }
 
+// SetStep tells the attention mechanisms the training step (see
+// attention.Stepper): the training loop calls it before each step, and
+// loading a checkpoint with the step it was saved at.
+func (m *Model) SetStep(step int) {
+	for _, l := range m.layers {
+		if s, ok := l.attn.(attention.Stepper); ok {
+			s.SetStep(step)
+		}
+	}
+}
+
 // Config returns the configuration the model was built with.
 func (m *Model) Config() Config { return m.cfg }
 

@@ -319,6 +319,7 @@ func (t *Trainer) step() (Metrics, error) {
 			return Metrics{}, err
 		}
 	}
+	t.Model.SetStep(t.opt.Step)
 	params := t.Model.Params()
 	optim.ZeroGrad(params)
 	var loss float64
