@@ -27,11 +27,12 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":    {"measure speed: bench gemm | bench attention | bench train", runBench},
-	"attend":   {"run one attention mechanism on tensors from a safetensors file", runAttend},
-	"train":    {"train a language model on text files (default: the Go source tree)", runTrain},
-	"eval":     {"loss and perplexity of a checkpoint on a corpus", runEval},
-	"generate": {"sample text from a checkpoint, streaming it token by token", runGenerate},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train", runBench},
+	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
+	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
+	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
+	"generate":   {"sample text from a checkpoint, streaming it token by token", runGenerate},
+	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
 }
 
 var benches = map[string]command{
