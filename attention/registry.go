@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -309,8 +310,8 @@ func parseValue(v reflect.Value, s string) error {
 		v.SetUint(n)
 	case reflect.Float64, reflect.Float32:
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return errors.New("want a number")
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return errors.New("want a finite number")
 		}
 		v.SetFloat(f)
 	case reflect.String:
