@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"train":    {"train a language model on text files (default: the Go source tree)", runTrain},
 	"eval":     {"loss and perplexity of a checkpoint on a corpus", runEval},
 	"generate": {"sample text from a checkpoint, streaming it token by token", runGenerate},
+	"serve":    {"serve a checkpoint over the OpenAI HTTP API (completions, chat, streaming)", runServe},
 }
 
 var benches = map[string]command{
