@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bytes"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -93,8 +92,13 @@ func partialRune(b []byte) int {
 	return 0
 }
 
-// valid returns b as a string, with invalid UTF-8 (which a model can
-// generate) replaced by U+FFFD, as JSON requires valid text.
+// valid returns b as a string with each byte that is not part of valid
+// UTF-8 (which a model can generate) replaced by U+FFFD, as JSON requires
+// valid text. Byte by byte, so that text cut into pieces gets the same
+// replacements as the whole.
 func valid(b []byte) string {
-	return strings.ToValidUTF8(string(b), "\uFFFD")
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return string([]rune(string(b)))
 }
