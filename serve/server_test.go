@@ -402,4 +402,3 @@ func TestKVMemory(t *testing.T) {
 	}
 	wg.Wait()
 }
-
