@@ -192,3 +192,20 @@ func checkBatched(tA, tB Transpose, batch, m, n, k int, a []float32, strideA, ld
 		panic(fmt.Sprintf("%s: len(c)=%d, want ≥ %d for %d %d×%d matrices with ldc=%d, strideC=%d", where, len(c), (batch-1)*strideC+sz, batch, m, n, ldc, strideC))
 	}
 }
+
+// RowBlock returns the most rows of a product n columns wide for which
+// Sgemm computes every row of C on its own, by the same kernel calls in
+// the same order whatever the other rows. Products of up to 16 rows (4
+// with the pure-Go kernel) and at least 32 columns skip packing (see
+// small.go) and sum each row's k terms in one kernel call; past that the
+// packed path takes over, whose sums are blocked differently, so a row's
+// last bits may change with the number of rows. Narrower products take
+// other paths by the number of rows, and only a row alone is safe: 1.
+// Callers that need a row's result not to depend on its neighbours (a
+// server batching requests) multiply at most RowBlock rows at a time.
+func RowBlock(n int) int {
+	if n < 32 {
+		return 1
+	}
+	return max(1, min(active.streamMax, active.dotsMax))
+}

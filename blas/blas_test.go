@@ -505,3 +505,43 @@ func TestSmallAllocs(t *testing.T) {
 		}
 	})
 }
+
+// TestRowBlock checks what RowBlock promises: in products of up to
+// RowBlock rows, each row of C has the same bits as when it is computed
+// alone, whatever the other rows.
+func TestRowBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	eachKernel(t, func(t *testing.T) {
+		for _, s := range [][2]int{{5, 40}, {31, 64}, {32, 256}, {100, 1000}, {768, 1024}} {
+			n, k := s[0], s[1]
+			R := RowBlock(n)
+			for _, tB := range []Transpose{NoTrans, Trans} {
+				a := make([]float32, R*k)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				b := make([]float32, k*n)
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				ldb := n
+				if tB == Trans {
+					ldb = k
+				}
+				alone := make([]float32, R*n)
+				for i := range R {
+					Sgemm(NoTrans, tB, 1, n, k, 1, a[i*k:], k, b, ldb, 0, alone[i*n:], n)
+				}
+				for m := 2; m <= RowBlock(n); m++ {
+					c := make([]float32, m*n)
+					Sgemm(NoTrans, tB, m, n, k, 1, a, k, b, ldb, 0, c, n)
+					for i, v := range c {
+						if math.Float32bits(v) != math.Float32bits(alone[i]) {
+							t.Fatalf("N%c n=%d k=%d: row %d of %d rows: C[%d] = %v, alone %v", tB, n, k, i/n, m, i%n, v, alone[i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

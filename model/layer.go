@@ -24,6 +24,90 @@ type layer struct {
 	ot      tensor.Tensor // [B,N,d] attention output, rows again: the input of out
 }
 
+// block is the computation of a layer, written once for training
+// (layer.forward) and decoding (Batch.Step): the nn layers it runs, which
+// are the layer's own in training and copies sharing their parameters in
+// decoding, so that decoding leaves the training state alone.
+type block struct {
+	ln1, qn, kn, ln2 *nn.LayerNorm
+	qkv, out         *nn.Linear
+	ffn              *nn.GLU
+}
+
+// block returns the layer's own nn layers as a block.
+func (l *layer) block() block {
+	return block{ln1: l.ln1, qn: l.qn, kn: l.kn, ln2: l.ln2, qkv: l.qkv, out: l.out, ffn: l.ffn}
+}
+
+// shared returns a block with the layer's parameters and state of its own.
+func (l *layer) shared() block {
+	b := block{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: shareLinear(l.qkv), out: shareLinear(l.out)}
+	b.ffn = &nn.GLU{Dim: l.ffn.Dim, Hidden: l.ffn.Hidden, In: shareLinear(l.ffn.In), Out: shareLinear(l.ffn.Out)}
+	if l.qn != nil {
+		b.qn, b.kn = l.qn.Share(), l.qn.Share()
+	}
+	return b
+}
+
+// forward updates the residual stream x (rows of d features) through the
+// block:
+//
+//	x += out(mix(qkv(LN₁(x))));  x += GLU(LN₂(x))
+//
+// a1, qkv, ot, y and a2 receive the intermediate rows: LN₁(x), the
+// projections [rows,3d], the attention output [rows,d] that mix writes
+// into ot from qkv, the sublayer outputs, LN₂(x). All but the attention
+// acts on each row alone. With group > 0 the dense layers run on at most
+// group rows at a time, so that a row meets the same matrix kernels
+// however many rows share the pass (see Batch); with 0, on all at once.
+func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, group int, mix func()) {
+	R, d := x.Matrix()
+	each := func(f func(x, a1, qkv, ot, y, a2 *tensor.Tensor)) {
+		if group <= 0 || group >= R {
+			f(x, a1, qkv, ot, y, a2)
+			return
+		}
+		for lo := 0; lo < R; lo += group {
+			hi := min(lo+group, R)
+			f(rows(x, lo, hi, d), rows(a1, lo, hi, d), rows(qkv, lo, hi, 3*d), rows(ot, lo, hi, d), rows(y, lo, hi, d), rows(a2, lo, hi, d))
+		}
+	}
+	each(func(x, a1, qkv, _, _, _ *tensor.Tensor) {
+		b.ln1.Forward(a1, x)
+		b.qkv.Forward(qkv, a1)
+	})
+	mix()
+	each(func(x, _, _, ot, y, a2 *tensor.Tensor) {
+		b.out.Forward(y, ot)
+		add(x.Data, y.Data)
+		b.ln2.Forward(a2, x)
+		b.ffn.Forward(y, a2)
+		add(x.Data, y.Data)
+	})
+}
+
+// heads moves the projections qkv (rows [B·N, 3d]) into the heads q, k, v
+// ([B,H,N,h]), normalizes q and k when the mechanism wants it, and turns
+// them by RoPE at rope's offset.
+func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
+	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	d := H * h
+	toHeads(q.Data, qkv.Data, 3*d, 0, B, H, N, h)
+	toHeads(k.Data, qkv.Data, 3*d, d, B, H, N, h)
+	toHeads(v.Data, qkv.Data, 3*d, 2*d, B, H, N, h)
+	if b.qn != nil {
+		b.qn.Forward(q, q)
+		b.kn.Forward(k, k)
+	}
+	rope.Forward(q, q)
+	rope.Forward(k, k)
+}
+
+// rows returns rows [lo, hi) of t seen as a matrix of cols columns.
+func rows(t *tensor.Tensor, lo, hi, cols int) *tensor.Tensor {
+	return &tensor.Tensor{Shape: []int{hi - lo, cols}, Data: t.Data[lo*cols : hi*cols]}
+}
+
 // params lists the layer's parameters in the order Model.Params documents.
 func (l *layer) params() []*nn.Param {
 	ps := append(l.ln1.Params(), l.qkv.Params()...)
@@ -49,25 +133,12 @@ func (l *layer) resize(B, N, d, H, h int) {
 // shared scratch.
 func (l *layer) forward(m *Model) {
 	B, N, H, h, d := m.batch, m.length, m.cfg.Heads, m.cfg.HeadSize(), m.cfg.Dim
-	l.ln1.Forward(&l.a1, &m.x)
-	l.qkv.Forward(&m.qkv, &l.a1)
-	toHeads(l.q.Data, m.qkv.Data, 3*d, 0, B, H, N, h)
-	toHeads(l.k.Data, m.qkv.Data, 3*d, d, B, H, N, h)
-	toHeads(l.v.Data, m.qkv.Data, 3*d, 2*d, B, H, N, h)
-	if l.qn != nil {
-		l.qn.Forward(&l.q, &l.q)
-		l.kn.Forward(&l.k, &l.k)
-	}
-	m.rope.Forward(&l.q, &l.q)
-	m.rope.Forward(&l.k, &l.k)
-	l.attn.Forward(&m.o, &l.q, &l.k, &l.v)
-	fromHeads(l.ot.Data, d, 0, m.o.Data, B, H, N, h)
-	l.out.Forward(&m.y, &l.ot)
-	add(m.x.Data, m.y.Data)
-
-	l.ln2.Forward(&l.a2, &m.x)
-	l.ffn.Forward(&m.y, &l.a2)
-	add(m.x.Data, m.y.Data)
+	b := l.block()
+	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, 0, func() {
+		b.heads(&l.q, &l.k, &l.v, &m.qkv, m.rope)
+		l.attn.Forward(&m.o, &l.q, &l.k, &l.v)
+		fromHeads(l.ot.Data, d, 0, m.o.Data, B, H, N, h)
+	})
 }
 
 // backward takes m.x = dL/d(layer output) and leaves dL/d(layer input)

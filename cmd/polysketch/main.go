@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
 	"generate":   {"sample text from a checkpoint, streaming it token by token", runGenerate},
 	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
+	"serve":      {"serve a checkpoint over the OpenAI HTTP API (completions, chat, streaming)", runServe},
 }
 
 var benches = map[string]command{

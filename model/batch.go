@@ -1,0 +1,280 @@
+package model
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/tensor"
+)
+
+// Sequence is the decoding state of one sequence: its position and the
+// attention state of every layer (a KV cache, or polysketch's recurrent
+// state of constant size). Sequences of one Model advance through a
+// Batch, any set of them per step, so that a server can let sequences
+// join and leave between steps (continuous batching).
+type Sequence struct {
+	n     int
+	limit int
+	attn  []attention.Decoder
+	busy  bool // in the Step in progress, to refuse a sequence listed twice
+}
+
+// NewSequence returns a Sequence at position 0.
+func (m *Model) NewSequence() (*Sequence, error) {
+	s := &Sequence{limit: ContextLimit(m.cfg)}
+	h := m.cfg.HeadSize()
+	for i, l := range m.layers {
+		ad, err := attention.NewDecoder(l.attn, 1, m.cfg.Heads, h)
+		if err != nil {
+			return nil, fmt.Errorf("sequence state of layer %d: %w", i, err)
+		}
+		s.attn = append(s.attn, ad)
+	}
+	return s, nil
+}
+
+// ContextLimit returns the most positions a sequence of a model with
+// configuration c may have: Config.Context for the mechanisms whose
+// decoder keeps a KV cache, 0 (no limit) for those with a recurrent state
+// of constant size (attention.Properties).
+func ContextLimit(c Config) int {
+	if c.Properties().ContextLimit {
+		return c.Context
+	}
+	return 0
+}
+
+// Len returns the number of positions consumed: the position of the next
+// token.
+func (s *Sequence) Len() int { return s.n }
+
+// Limit returns the number of positions the sequence may have, 0 for no
+// limit (see ContextLimit).
+func (s *Sequence) Limit() int { return s.limit }
+
+// Reset returns the sequence to position 0, keeping its buffers.
+func (s *Sequence) Reset() {
+	s.n = 0
+	for _, a := range s.attn {
+		a.Reset()
+	}
+}
+
+// Batch runs decoding steps of a Model over any set of its Sequences,
+// each consuming one token or a chunk of several. The layers that act on
+// each row alone (LayerNorms, projections, GLU, head) run as matrix
+// products over the rows of all the sequences of a step; attention runs
+// per sequence, sequences in parallel.
+//
+// A row's result does not depend on the other rows of its step: the
+// products run on at most blas.RowBlock rows at a time, where every row
+// is computed on its own, and every other operation acts on one row or
+// one sequence. So a sequence gives the same bits alone or batched with
+// any others, as long as it is fed the same chunks.
+//
+// A Batch shares the model's parameters and keeps buffers of its own; do
+// not update the parameters while a Step runs. A Batch is not safe for
+// concurrent use; Sequences of one model may be stepped by different
+// Batches, one at a time.
+type Batch struct {
+	cfg      Config
+	group    int // rows per matrix product
+	embed    *nn.Embedding
+	embScale float32
+	pos      *nn.Sinusoidal
+	blocks   []block
+	norm     *nn.LayerNorm
+	head     *nn.Linear // nil when tied
+	bias     *nn.Param
+	workers  []*seqWorker
+
+	tokens                []int32
+	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
+	last, final, logits   tensor.Tensor // one row per sequence
+	at                    []int         // first row of each sequence
+}
+
+// seqWorker is the state of one goroutine of a step's attention: RoPE
+// tables and q/k LayerNorms of its own, and the heads of one sequence.
+type seqWorker struct {
+	rope       *nn.RoPE
+	qn, kn     []*nn.LayerNorm // per layer; nil entries for softmax
+	q, k, v, o tensor.Tensor   // [1,H,c,h]
+}
+
+// NewBatch returns a Batch for the model's Sequences.
+func (m *Model) NewBatch() *Batch {
+	c := m.cfg
+	b := &Batch{
+		cfg: c, group: blas.RowBlock(min(c.Dim, c.HiddenSize(), c.Vocab)), embed: &nn.Embedding{Vocab: c.Vocab, Dim: c.Dim, Weight: m.embed.Weight},
+		embScale: m.embScale, pos: nn.NewSinusoidal(c.Dim), norm: m.norm.Share(), head: shareLinear(m.head), bias: m.bias,
+	}
+	for _, l := range m.layers {
+		b.blocks = append(b.blocks, l.shared())
+	}
+	for range runtime.GOMAXPROCS(0) {
+		w := &seqWorker{rope: nn.NewRoPE(c.HeadSize())}
+		for _, l := range m.layers {
+			if l.qn != nil {
+				w.qn, w.kn = append(w.qn, l.qn.Share()), append(w.kn, l.qn.Share())
+			} else {
+				w.qn, w.kn = append(w.qn, nil), append(w.kn, nil)
+			}
+		}
+		b.workers = append(b.workers, w)
+	}
+	return b
+}
+
+// Step consumes tokens[i] (one or more ids) for seqs[i], at the
+// sequence's positions Len() … Len()+len(tokens[i])−1, and returns the
+// logits of the token after each sequence's last one: row i of a
+// [len(seqs), Vocab] tensor that belongs to the Batch and is overwritten
+// by its next Step. A chunk of several tokens gives the logits n Steps of
+// one would, to float tolerance, not bitwise: feed a sequence the same
+// chunks to get the same bits. Step fails, consuming nothing, on a token
+// outside the vocabulary, an empty chunk, a sequence listed twice, or a
+// chunk that passes a sequence's Limit.
+func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error) {
+	if err := b.check(seqs, tokens); err != nil {
+		return nil, err
+	}
+	c, d := b.cfg, b.cfg.Dim
+	b.tokens, b.at = b.tokens[:0], b.at[:0]
+	for _, t := range tokens {
+		b.at = append(b.at, len(b.tokens))
+		b.tokens = append(b.tokens, t...)
+	}
+	R, S := len(b.tokens), len(seqs)
+	for _, t := range []*tensor.Tensor{&b.x, &b.a1, &b.ot, &b.y, &b.a2} {
+		t.Resize(R, d)
+	}
+	b.qkv.Resize(R, 3*d)
+	b.embed.Forward(&b.x, b.tokens)
+	scale(b.embScale, b.x.Data)
+	for i, s := range seqs {
+		b.pos.Offset = s.n
+		x := rows(&b.x, b.at[i], b.at[i]+len(tokens[i]), d).Reshape(1, len(tokens[i]), d)
+		b.pos.Forward(x, x)
+	}
+	for l, blk := range b.blocks {
+		blk.forward(&b.x, &b.a1, &b.qkv, &b.ot, &b.y, &b.a2, b.group, func() { b.attend(l, seqs, tokens) })
+	}
+	for _, s := range seqs {
+		s.busy = false
+	}
+	for i, s := range seqs {
+		s.n += len(tokens[i])
+	}
+	// Only each sequence's last row needs logits: the head, a product with
+	// Vocab columns, runs on S rows.
+	b.last.Resize(S, d)
+	b.final.Resize(S, d)
+	b.logits.Resize(S, c.Vocab)
+	for i := range seqs {
+		r := b.at[i] + len(tokens[i]) - 1
+		copy(b.last.Data[i*d:(i+1)*d], b.x.Data[r*d:(r+1)*d])
+	}
+	b.norm.Forward(&b.final, &b.last)
+	for lo := 0; lo < S; lo += b.group {
+		hi := min(lo+b.group, S)
+		f, out := rows(&b.final, lo, hi, d), rows(&b.logits, lo, hi, c.Vocab)
+		if b.head != nil {
+			b.head.Forward(out, f)
+		} else {
+			b.embed.Logits(out, f)
+			scale(1/b.embScale, out.Data)
+			addRows(out.Data, b.bias.Value.Data)
+		}
+	}
+	return &b.logits, nil
+}
+
+// check validates a Step's arguments and marks the sequences busy.
+func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
+	if len(seqs) != len(tokens) {
+		return fmt.Errorf("batch step: %d chunks of tokens for %d sequences", len(tokens), len(seqs))
+	}
+	if len(seqs) == 0 {
+		return fmt.Errorf("batch step: no sequences")
+	}
+	defer func() {
+		if err != nil {
+			for _, s := range seqs {
+				s.busy = false
+			}
+		}
+	}()
+	for i, s := range seqs {
+		if s == nil || len(s.attn) != len(b.blocks) {
+			return fmt.Errorf("batch step: sequence %d is not a sequence of this model", i)
+		}
+		if s.busy {
+			return fmt.Errorf("batch step: sequence %d listed twice", i)
+		}
+		s.busy = true
+		n := len(tokens[i])
+		if n == 0 {
+			return fmt.Errorf("batch step: no tokens for sequence %d", i)
+		}
+		for j, t := range tokens[i] {
+			if t < 0 || int(t) >= b.cfg.Vocab {
+				return fmt.Errorf("batch step: token %d at position %d of sequence %d outside the vocabulary [0, %d)", t, s.n+j, i, b.cfg.Vocab)
+			}
+		}
+		if s.limit > 0 && s.n+n > s.limit {
+			return fmt.Errorf("batch step: %d positions from position %d of sequence %d pass the context length %d of this %s model; shorten the sequence, or use polysketch attention, whose state does not grow", n, s.n, i, s.limit, b.cfg.Attention)
+		}
+	}
+	return nil
+}
+
+// attend computes layer l's attention output rows b.ot from b.qkv, each
+// sequence through its own attention state, sequences split over the
+// workers in contiguous runs.
+func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
+	W := min(len(b.workers), len(seqs))
+	// One worker does small steps alone: a goroutine costs more than a
+	// decoding step's attention of a few sequences.
+	if W > 1 && len(b.tokens) < 4 {
+		W = 1
+	}
+	run := func(w int) {
+		wk := b.workers[w]
+		for i := w * len(seqs) / W; i < (w+1)*len(seqs)/W; i++ {
+			b.attendOne(wk, l, seqs[i], b.at[i], len(tokens[i]))
+		}
+	}
+	if W == 1 {
+		run(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < W; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(w)
+		}()
+	}
+	run(0)
+	wg.Wait()
+}
+
+// attendOne runs layer l's attention for the n rows of sequence s
+// starting at row at.
+func (b *Batch) attendOne(wk *seqWorker, l int, s *Sequence, at, n int) {
+	H, h, d := b.cfg.Heads, b.cfg.HeadSize(), b.cfg.Dim
+	for _, t := range []*tensor.Tensor{&wk.q, &wk.k, &wk.v, &wk.o} {
+		t.Resize(1, H, n, h)
+	}
+	wk.rope.Offset = s.n
+	blk := block{qn: wk.qn[l], kn: wk.kn[l]}
+	blk.heads(&wk.q, &wk.k, &wk.v, rows(&b.qkv, at, at+n, 3*d), wk.rope)
+	s.attn[l].Step(&wk.o, &wk.q, &wk.k, &wk.v)
+	fromHeads(rows(&b.ot, at, at+n, d).Data, d, 0, wk.o.Data, 1, H, n, h)
+}

@@ -1,0 +1,225 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+)
+
+// stepAll feeds each sequence its tokens in the given chunk sizes (cycled)
+// through b, all sequences together while they have tokens left, and
+// returns the logits after every chunk of every sequence: out[i][p] holds
+// the logits predicting the token after position p when a chunk ended
+// there, nil otherwise.
+func stepAll(t *testing.T, b *Batch, seqs []*Sequence, tokens [][]int32, chunks [][]int, V int) [][][]float32 {
+	t.Helper()
+	out := make([][][]float32, len(seqs))
+	at, step := make([]int, len(seqs)), make([]int, len(seqs))
+	for i := range seqs {
+		out[i] = make([][]float32, len(tokens[i]))
+	}
+	for {
+		var ss []*Sequence
+		var ts [][]int32
+		var idx []int
+		for i, s := range seqs {
+			if at[i] == len(tokens[i]) {
+				continue
+			}
+			c := min(chunks[i][step[i]%len(chunks[i])], len(tokens[i])-at[i])
+			ss, ts, idx = append(ss, s), append(ts, tokens[i][at[i]:at[i]+c]), append(idx, i)
+		}
+		if len(ss) == 0 {
+			return out
+		}
+		logits, err := b.Step(ss, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, i := range idx {
+			at[i] += len(ts[j])
+			step[i]++
+			out[i][at[i]-1] = append([]float32(nil), logits.Data[j*V:(j+1)*V]...)
+		}
+	}
+}
+
+// TestBatchMatchesForward steps sequences of different lengths together,
+// in chunks of different sizes, and compares their logits with Forward
+// over each whole sequence.
+func TestBatchMatchesForward(t *testing.T) {
+	for _, c := range testCases() {
+		t.Run(c.name, func(t *testing.T) {
+			m := mustNew(t, c.cfg)
+			perturb(m, 3)
+			V := c.cfg.Vocab
+			lengths := []int{13, 7, 11}
+			chunks := [][]int{{1}, {3, 1}, {5, 2, 1}}
+			rng := rand.New(rand.NewPCG(9, 9))
+			var seqs []*Sequence
+			var tokens [][]int32
+			for _, n := range lengths {
+				s, err := m.NewSequence()
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs, tokens = append(seqs, s), append(tokens, randomTokens(rng, n, V))
+			}
+			got := stepAll(t, m.NewBatch(), seqs, tokens, chunks, V)
+			for i, toks := range tokens {
+				if seqs[i].Len() != len(toks) {
+					t.Errorf("sequence %d: Len() = %d after %d tokens", i, seqs[i].Len(), len(toks))
+				}
+				want := m.Forward(toks, 1, len(toks))
+				for p, g := range got[i] {
+					if g == nil {
+						continue
+					}
+					w := want.Data[p*V : (p+1)*V]
+					if d := relDiff(g, w); d > decodeTol {
+						t.Errorf("sequence %d, position %d: logits differ from Forward by %.3g of the largest, want ≤ %g", i, p, d, decodeTol)
+					}
+				}
+			}
+		})
+	}
+}
+
+func relDiff(a, b []float32) float64 {
+	var scale, w float64
+	for _, x := range b {
+		scale = math.Max(scale, math.Abs(float64(x)))
+	}
+	for i := range a {
+		w = math.Max(w, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return w / scale
+}
+
+// TestBatchInvariance checks that a sequence's logits have the same bits
+// alone and stepped together with any number of other sequences, at
+// other positions and in other chunks, enough of them that the rows of a
+// step span several matrix products.
+func TestBatchInvariance(t *testing.T) {
+	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 96, 40; return c }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"polysketch", tiny("polysketch:learned")},
+		{"flash", tiny("flash")},
+		{"polysketch/wide", wide(tiny("polysketch:learned"))}, // products of many rows at a time
+		{"flash/wide", wide(tiny("flash"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			m := mustNew(t, c)
+			perturb(m, 4)
+			V := c.Vocab
+			rng := rand.New(rand.NewPCG(2, 2))
+			mine := randomTokens(rng, 20, V)
+			myChunks := []int{6, 1}
+			run := func(others int) [][]float32 {
+				seqs := []*Sequence{}
+				tokens := [][]int32{mine}
+				chunks := [][]int{myChunks}
+				for j := 0; j <= others; j++ {
+					s, err := m.NewSequence()
+					if err != nil {
+						t.Fatal(err)
+					}
+					seqs = append(seqs, s)
+					if j > 0 {
+						tokens = append(tokens, randomTokens(rng, 5+j%17, V))
+						chunks = append(chunks, []int{j%9 + 1, 1})
+					}
+				}
+				return stepAll(t, m.NewBatch(), seqs, tokens, chunks, V)[0]
+			}
+			alone := run(0)
+			for _, others := range []int{1, 5, 40} {
+				got := run(others)
+				for p := range alone {
+					for j := range alone[p] {
+						if math.Float32bits(got[p][j]) != math.Float32bits(alone[p][j]) {
+							t.Fatalf("with %d other sequences: logit %d after position %d is %v, alone %v", others, j, p, got[p][j], alone[p][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBatchErrors(t *testing.T) {
+	c := tiny("flash")
+	m := mustNew(t, c)
+	other := mustNew(t, tiny("polysketch"))
+	other.cfg.Layers++ // a model with another number of layers
+	newSeq := func() *Sequence {
+		s, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s1 := newSeq()
+	foreign := &Sequence{}
+	long := make([]int32, c.Context+1)
+	for _, tc := range []struct {
+		name   string
+		seqs   []*Sequence
+		tokens [][]int32
+		want   string
+	}{
+		{"none", nil, nil, "no sequences"},
+		{"count", []*Sequence{s1}, [][]int32{{1}, {2}}, "2 chunks of tokens for 1 sequences"},
+		{"empty", []*Sequence{s1}, [][]int32{{}}, "no tokens for sequence 0"},
+		{"vocab", []*Sequence{s1}, [][]int32{{int32(c.Vocab)}}, "outside the vocabulary"},
+		{"negative", []*Sequence{s1}, [][]int32{{-1}}, "outside the vocabulary"},
+		{"twice", []*Sequence{s1, s1}, [][]int32{{1}, {2}}, "listed twice"},
+		{"foreign", []*Sequence{foreign}, [][]int32{{1}}, "not a sequence of this model"},
+		{"limit", []*Sequence{s1}, [][]int32{long}, "pass the context length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := m.NewBatch()
+			_, err := b.Step(tc.seqs, tc.tokens)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Step: %v, want an error containing %q", err, tc.want)
+			}
+			if s1.Len() != 0 {
+				t.Fatalf("a failed Step consumed positions: Len() = %d", s1.Len())
+			}
+			// The sequence still works after the failure.
+			if _, err := b.Step([]*Sequence{s1}, [][]int32{{1}}); err != nil {
+				t.Fatalf("Step after the failure: %v", err)
+			}
+			s1.Reset()
+		})
+	}
+}
+
+// ExampleBatch decodes two sequences together, one joining after the
+// other has started: a Batch steps any set of Sequences.
+func ExampleBatch() {
+	m, err := New(DefaultConfig())
+	if err != nil {
+		panic(err)
+	}
+	b := m.NewBatch()
+	first, _ := m.NewSequence()
+	second, _ := m.NewSequence()
+	prompt := []int32{'f', 'u', 'n', 'c'}
+	if _, err := b.Step([]*Sequence{first}, [][]int32{prompt}); err != nil {
+		panic(err)
+	}
+	logits, err := b.Step([]*Sequence{first, second}, [][]int32{{' '}, prompt})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(logits.Shape, first.Len(), second.Len())
+	// Output: [2 256] 5 4
+}

@@ -1,0 +1,334 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+)
+
+// The request and response bodies of the OpenAI API, as far as this
+// server implements them. Fields clients send that are not listed here
+// are ignored; listed fields of the wrong type are errors.
+
+// completionRequest is the body of POST /v1/completions, and of
+// /v1/chat/completions with Messages instead of Prompt.
+type completionRequest struct {
+	Model               string          `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            []message       `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	Stop                json.RawMessage `json:"stop"`
+	Seed                *int64          `json:"seed"`
+	N                   *int            `json:"n"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	Echo                bool            `json:"echo"`
+	Logprobs            json.RawMessage `json:"logprobs"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// message is one turn of a chat.
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"` // a string, or a list of {"type": "text", "text": ...} parts
+}
+
+// text returns the message's content as one string.
+func (m message) text() (string, bool) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", true
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s, true
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return "", false
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", false
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), true
+}
+
+// usage counts a request's tokens.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// completion is the response of /v1/completions and each of its streamed
+// chunks (Object "text_completion" both).
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// chatCompletion is the response of /v1/chat/completions (Object
+// "chat.completion") and each streamed chunk ("chat.completion.chunk",
+// with Delta instead of Message).
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int       `json:"index"`
+	Message      *chatText `json:"message,omitempty"`
+	Delta        *chatText `json:"delta,omitempty"`
+	Logprobs     any       `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type chatText struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// apiError is an error answered as {"error": {...}} with an HTTP status.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// errorf returns an apiError of the given status; code may be "".
+func errorf(status int, code, format string, args ...any) *apiError {
+	e := &apiError{status: status, Message: fmt.Sprintf(format, args...), Type: errorType(status)}
+	if code != "" {
+		e.Code = &code
+	}
+	return e
+}
+
+func errorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// decodeError explains a failure of json.Unmarshal on a request body.
+func decodeError(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "the body"
+		}
+		return errorf(http.StatusBadRequest, "invalid_type", "field %s: got a JSON %s, want %s", field, te.Value, jsonType(te.Type.Kind().String()))
+	case errors.As(err, &se):
+		return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d: %v", se.Offset, err)
+	}
+	return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON: %v", err)
+}
+
+func jsonType(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
+		return "a number"
+	case kind == "string":
+		return "a string"
+	case kind == "bool":
+		return "true or false"
+	case kind == "slice":
+		return "a list"
+	case kind == "struct", kind == "map":
+		return "an object"
+	}
+	return "another type"
+}
+
+// stringOrList parses a field that is a string or a list of strings
+// (prompt, stop); null or absent gives nil.
+func stringOrList(field string, raw json.RawMessage) ([]string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []string{s}, nil
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) == nil {
+		return list, nil
+	}
+	return nil, errorf(http.StatusBadRequest, "invalid_type", "field %s: want a string or a list of strings", field)
+}
+
+// sampling is a request's validated generation settings.
+type sampling struct {
+	maxTokens   int
+	temperature float64
+	topP        float64
+	topK        int
+	stop        []string
+	seed        uint64
+	n           int
+}
+
+// maxStops bounds the stop strings of a request, as OpenAI does.
+const maxStops = 4
+
+// maxChoices bounds n.
+const maxChoices = 16
+
+// settings validates the sampling fields of r; defMax is the max_tokens
+// of a request that sets none.
+func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, *apiError) {
+	s := sampling{maxTokens: defMax, temperature: 1, topP: 1, n: 1}
+	bad := func(format string, args ...any) (sampling, *apiError) {
+		return s, errorf(http.StatusBadRequest, "invalid_value", format, args...)
+	}
+	if r.MaxTokens == nil {
+		r.MaxTokens = r.MaxCompletionTokens
+	}
+	if r.MaxTokens != nil {
+		if *r.MaxTokens < 0 {
+			return bad("max_tokens %d: must be 0 or more", *r.MaxTokens)
+		}
+		s.maxTokens = *r.MaxTokens
+	}
+	if r.Temperature != nil {
+		t := *r.Temperature
+		if !(t >= 0) || math.IsInf(t, 0) {
+			return bad("temperature %v: must be 0 (greedy) or more", t)
+		}
+		s.temperature = t
+	}
+	if r.TopP != nil {
+		p := *r.TopP
+		if !(p > 0 && p <= 1) {
+			return bad("top_p %v: must be in (0, 1]", p)
+		}
+		s.topP = p
+	}
+	if r.TopK != nil {
+		if *r.TopK < 0 {
+			return bad("top_k %d: must be 0 (all tokens) or more", *r.TopK)
+		}
+		s.topK = *r.TopK
+	}
+	if r.N != nil {
+		if *r.N < 1 || *r.N > maxChoices {
+			return bad("n %d: must be between 1 and %d", *r.N, maxChoices)
+		}
+		s.n = *r.N
+	}
+	stop, err := stringOrList("stop", r.Stop)
+	if err != nil {
+		return s, err
+	}
+	if len(stop) > maxStops {
+		return bad("stop: %d strings, at most %d", len(stop), maxStops)
+	}
+	s.stop = stop
+	if r.Seed != nil {
+		s.seed = uint64(*r.Seed)
+	} else {
+		s.seed = seed()
+	}
+	if len(r.Logprobs) > 0 {
+		switch string(r.Logprobs) {
+		case "null", "false", "0":
+		default:
+			return bad("logprobs: not supported by this server; leave it out")
+		}
+	}
+	return s, nil
+}
+
+// chatPrompt renders messages in the plain-text chat template:
+//
+//	System: <content>
+//	User: <content>
+//	Assistant: <content>
+//	…
+//	Assistant:
+//
+// one line per turn (a turn's own newlines kept), ending with the
+// assistant's cue; generation stops at a new "User:" line. A base model
+// has never seen a chat template: this one only makes the conversation
+// read like a transcript it can continue.
+func chatPrompt(msgs []message) (string, *apiError) {
+	if len(msgs) == 0 {
+		return "", errorf(http.StatusBadRequest, "invalid_value", "messages: empty; send at least one {\"role\": \"user\", \"content\": ...}")
+	}
+	var b strings.Builder
+	for i, m := range msgs {
+		var name string
+		switch m.Role {
+		case "system", "developer":
+			name = "System"
+		case "user":
+			name = "User"
+		case "assistant":
+			name = "Assistant"
+		default:
+			p := fmt.Sprintf("messages[%d].role", i)
+			e := errorf(http.StatusBadRequest, "invalid_value", "%s %q: want system, user or assistant", p, m.Role)
+			e.Param = &p
+			return "", e
+		}
+		text, ok := m.text()
+		if !ok {
+			p := fmt.Sprintf("messages[%d].content", i)
+			e := errorf(http.StatusBadRequest, "invalid_value", "%s: want a string or a list of text parts", p)
+			e.Param = &p
+			return "", e
+		}
+		fmt.Fprintf(&b, "%s: %s\n", name, text)
+	}
+	b.WriteString("Assistant:")
+	return b.String(), nil
+}
+
+// chatStop is the stop string the chat template adds: the next user turn.
+const chatStop = "\nUser:"

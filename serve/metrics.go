@@ -1,0 +1,52 @@
+package serve
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus metrics, in a registry of its own
+// (so that several servers, as in tests, do not collide), with the Go
+// runtime's and the process's.
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	promptTokens prometheus.Counter
+	generated    prometheus.Counter
+	queue        prometheus.Gauge
+	active       prometheus.Gauge
+	ttft         prometheus.Histogram
+	itl          prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "polysketch_requests_total", Help: "HTTP requests answered, by path and status code.",
+		}, []string{"path", "code"}),
+		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "polysketch_prompt_tokens_total", Help: "Prompt tokens read by the model.",
+		}),
+		generated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "polysketch_generated_tokens_total", Help: "Tokens generated.",
+		}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "polysketch_queue_depth", Help: "Sequences waiting for a slot.",
+		}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "polysketch_active_sequences", Help: "Sequences being decoded.",
+		}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "polysketch_time_to_first_token_seconds", Help: "From a request's arrival to its first generated token.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "polysketch_inter_token_latency_seconds", Help: "Between consecutive tokens of a sequence.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.promptTokens, m.generated, m.queue, m.active, m.ttft, m.itl,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

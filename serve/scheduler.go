@@ -1,0 +1,357 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+)
+
+// Continuous batching. Every step of the scheduler runs one batched model
+// step (model.Batch) over the sequences that are active: each decoding
+// sequence contributes its last token, each sequence still reading its
+// prompt one chunk of it. Sequences join from the queue and leave when
+// they finish or their client goes away, between steps. A prompt is cut
+// into chunks of a fixed size counted from its start, whatever else runs,
+// and model.Batch computes each row on its own; so a request's tokens do
+// not depend on the requests it shares steps with.
+
+// job is one choice of a request: a prompt to read and tokens to
+// generate into the request's mailbox.
+type job struct {
+	index   int // the choice's index in the response
+	prompt  []int32
+	max     int // tokens to generate at most
+	limit   int // positions the sequence may take, 0 for no limit
+	sampler *sampler
+	text    *textStream
+	tok     tokenizer.Tokenizer
+	eot     int32
+	hasEOT  bool
+	kv      int64 // bytes of KV cache reserved for it
+	out     *mailbox
+
+	canceled atomic.Bool // the client went away: drop at the next step
+
+	// The scheduler's own.
+	seq       *model.Sequence
+	fed       int   // prompt tokens consumed
+	next      int32 // the token to feed at the next step
+	generated int
+	queued    time.Time
+	last      time.Time // when the previous token was sampled
+	buf       []byte
+}
+
+// event is what a job reports to its request: new text, and at the end
+// the finish reason ("stop" or "length") and the token counts.
+type event struct {
+	index     int
+	text      string
+	finish    string
+	generated int
+	err       error
+}
+
+// mailbox carries the events of a request's jobs to its handler without
+// ever blocking the scheduler.
+type mailbox struct {
+	mu     sync.Mutex
+	events []event
+	ready  chan struct{} // has a value when events is not empty
+}
+
+func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
+
+func (m *mailbox) post(e event) {
+	m.mu.Lock()
+	m.events = append(m.events, e)
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the events posted since the last take.
+func (m *mailbox) take(buf []event) []event {
+	m.mu.Lock()
+	buf = append(buf[:0], m.events...)
+	m.events = m.events[:0]
+	m.mu.Unlock()
+	return buf
+}
+
+var (
+	errQueueFull = errors.New("the queue of waiting requests is full")
+	errClosed    = errors.New("the server is shutting down")
+	errKVMemory  = errors.New("the request needs more KV-cache memory than the server has")
+)
+
+// scheduler runs the model over the active jobs, one batched step at a
+// time, on a goroutine of its own.
+type scheduler struct {
+	m        *model.Model
+	batch    *model.Batch
+	maxSeqs  int
+	maxQueue int
+	chunk    int   // prompt tokens per sequence per step
+	rows     int   // rows per step beyond which waiting prompts wait a step
+	kvBudget int64 // bytes of KV cache for all active jobs; 0 for no limit
+	metrics  *metrics
+
+	mu     sync.Mutex
+	queue  []*job
+	closed bool
+	kvUsed int64 // by the active jobs
+	wake   chan struct{}
+	done   chan struct{}
+
+	active []*job // the scheduler goroutine's own
+	free   []*model.Sequence
+	seqs   []*model.Sequence
+	chunks [][]int32
+	stepJ  []*job
+}
+
+func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
+	return &scheduler{
+		m: m, batch: m.NewBatch(), maxSeqs: o.MaxSequences, maxQueue: o.MaxQueue,
+		chunk: o.PrefillChunk, rows: max(o.PrefillChunk, o.StepRows), kvBudget: o.KVMemory, metrics: met,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+// submit queues the jobs of one request, all or none.
+func (s *scheduler) submit(jobs []*job) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return errClosed
+	case len(s.queue)+len(jobs) > s.maxQueue:
+		return errQueueFull
+	}
+	for _, j := range jobs {
+		if s.kvBudget > 0 && j.kv > s.kvBudget {
+			return errKVMemory
+		}
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		j.queued = now
+		s.queue = append(s.queue, j)
+	}
+	s.metrics.queue.Set(float64(len(s.queue)))
+	s.signal()
+	return nil
+}
+
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the scheduler after its current step; jobs still queued or
+// active end with errClosed.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.signal()
+	<-s.done
+}
+
+// run is the scheduler's loop.
+func (s *scheduler) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		closed := s.closed
+		if closed {
+			for _, j := range s.queue {
+				j.out.post(event{index: j.index, err: errClosed})
+			}
+			s.queue = nil
+		}
+		s.admit()
+		s.mu.Unlock()
+		if closed {
+			for _, j := range s.active {
+				j.out.post(event{index: j.index, err: errClosed})
+			}
+			return
+		}
+		s.dropCanceled()
+		s.metrics.active.Set(float64(len(s.active)))
+		if len(s.active) == 0 {
+			<-s.wake
+			continue
+		}
+		s.step()
+	}
+}
+
+// admit moves queued jobs to the active set while there is room; s.mu is
+// held. Jobs whose client has gone are dropped on the way.
+func (s *scheduler) admit() {
+	kept := s.queue[:0]
+	for i, j := range s.queue {
+		switch {
+		case j.canceled.Load():
+			continue
+		case len(s.active) >= s.maxSeqs || s.kvBudget > 0 && s.kvUsed+j.kv > s.kvBudget:
+			// First come, first served: nothing overtakes the head.
+			kept = append(kept, s.queue[i:]...)
+			s.queue = kept
+			s.metrics.queue.Set(float64(len(s.queue)))
+			return
+		}
+		seq, err := s.sequence()
+		if err != nil {
+			j.out.post(event{index: j.index, err: err})
+			continue
+		}
+		j.seq, s.kvUsed = seq, s.kvUsed+j.kv
+		s.active = append(s.active, j)
+	}
+	s.queue = kept
+	s.metrics.queue.Set(float64(len(s.queue)))
+}
+
+// sequence returns a sequence at position 0, reusing a finished one.
+func (s *scheduler) sequence() (*model.Sequence, error) {
+	if n := len(s.free); n > 0 {
+		seq := s.free[n-1]
+		s.free = s.free[:n-1]
+		seq.Reset()
+		return seq, nil
+	}
+	return s.m.NewSequence()
+}
+
+// retire removes active job i, keeping its sequence for reuse.
+func (s *scheduler) retire(i int) {
+	j := s.active[i]
+	s.free = append(s.free, j.seq)
+	j.seq = nil
+	s.mu.Lock()
+	s.kvUsed -= j.kv
+	s.mu.Unlock()
+	s.active = append(s.active[:i], s.active[i+1:]...)
+}
+
+func (s *scheduler) dropCanceled() {
+	for i := 0; i < len(s.active); {
+		if s.active[i].canceled.Load() {
+			s.retire(i)
+			continue
+		}
+		i++
+	}
+}
+
+// step runs one batched model step and hands out its tokens.
+func (s *scheduler) step() {
+	s.seqs, s.chunks, s.stepJ = s.seqs[:0], s.chunks[:0], s.stepJ[:0]
+	rows := 0
+	// Decoding sequences first, one row each; then prompt chunks while
+	// the step has room, at least one, so that a long prompt takes its
+	// turns without stalling the others.
+	for _, j := range s.active {
+		if j.fed == len(j.prompt) {
+			s.seqs, s.chunks, s.stepJ = append(s.seqs, j.seq), append(s.chunks, []int32{j.next}), append(s.stepJ, j)
+			rows++
+		}
+	}
+	prefills := 0
+	for _, j := range s.active {
+		if j.fed < len(j.prompt) {
+			c := min(s.chunk, len(j.prompt)-j.fed)
+			if prefills > 0 && rows+c > s.rows {
+				continue
+			}
+			s.seqs, s.chunks, s.stepJ = append(s.seqs, j.seq), append(s.chunks, j.prompt[j.fed:j.fed+c]), append(s.stepJ, j)
+			rows += c
+			prefills++
+		}
+	}
+	logits, err := s.batch.Step(s.seqs, s.chunks)
+	if err != nil {
+		// Admission checked every limit: a failure here is a bug; end
+		// the jobs of this step rather than the server.
+		for _, j := range s.stepJ {
+			j.out.post(event{index: j.index, err: fmt.Errorf("model step: %w", err)})
+			j.canceled.Store(true)
+		}
+		return
+	}
+	V := s.m.Config().Vocab
+	now := time.Now()
+	for i, j := range s.stepJ {
+		if j.fed < len(j.prompt) {
+			j.fed += len(s.chunks[i])
+			s.metrics.promptTokens.Add(float64(len(s.chunks[i])))
+			if j.fed < len(j.prompt) {
+				continue
+			}
+		}
+		s.emit(j, j.sampler.sample(logits.Data[i*V:(i+1)*V]), now)
+	}
+	for i := 0; i < len(s.active); {
+		if s.active[i].canceled.Load() {
+			s.retire(i)
+			continue
+		}
+		i++
+	}
+}
+
+// emit hands token tok of job j to its request, and ends the job when it
+// is done (marking it canceled, which retires it).
+func (s *scheduler) emit(j *job, tok int32, now time.Time) {
+	if j.generated == 0 {
+		s.metrics.ttft.Observe(now.Sub(j.queued).Seconds())
+	} else {
+		s.metrics.itl.Observe(now.Sub(j.last).Seconds())
+	}
+	j.last = now
+	j.generated++
+	s.metrics.generated.Inc()
+	finish := ""
+	var text string
+	if j.hasEOT && tok == j.eot {
+		finish, text = "stop", j.text.flush()
+	} else {
+		var err error
+		j.buf, err = j.tok.Decode(j.buf[:0], []int32{tok})
+		if err != nil {
+			j.out.post(event{index: j.index, err: fmt.Errorf("decode token %d: %w", tok, err)})
+			j.canceled.Store(true)
+			return
+		}
+		var stopped bool
+		text, stopped = j.text.add(j.buf)
+		switch {
+		case stopped:
+			finish = "stop"
+		case j.generated >= j.max || j.limit > 0 && j.seq.Len()+1 > j.limit:
+			finish = "length"
+			text += j.text.flush()
+		}
+	}
+	if text != "" || finish != "" {
+		j.out.post(event{index: j.index, text: text, finish: finish, generated: j.generated})
+	}
+	if finish != "" {
+		j.canceled.Store(true)
+		return
+	}
+	j.next = tok
+}

@@ -1,0 +1,626 @@
+// Package serve is polysketch's OpenAI-compatible inference server:
+// POST /v1/completions and /v1/chat/completions (streamed as server-sent
+// events or not), GET /v1/models, /health, Prometheus /metrics and a
+// small web page at /.
+//
+// Requests are decoded together by continuous batching (see scheduler.go):
+// every step of the model runs all active sequences at once, sequences
+// join and leave between steps, and long prompts are read in chunks
+// between other sequences' tokens. A request's tokens depend on its own
+// fields and seed alone, not on the requests it shares steps with: with
+// a fixed seed, the same request gives the same bytes alone or under
+// load.
+//
+// Limits: Options.MaxSequences decode at once, Options.MaxQueue more wait
+// (beyond that, 429 with Retry-After), prompt plus generation fit the
+// model's context (or Options.MaxLength for polysketch, whose state does
+// not grow), request bodies are bounded, and a client that goes away
+// frees its slot at the next step. Bad requests are answered with an
+// OpenAI-style error object and the right status, and a panic inside a
+// request is answered with 500 without taking the server down.
+package serve
+
+import (
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+)
+
+// Options configure a Server. Zero fields take the defaults of
+// DefaultOptions.
+type Options struct {
+	Name         string        // the model id clients name; any name is accepted when empty
+	MaxSequences int           // sequences decoded at once
+	MaxQueue     int           // sequences waiting beyond those; more are refused with 429
+	MaxLength    int           // prompt + generated tokens of a sequence when the model has no context limit
+	PrefillChunk int           // prompt tokens a sequence reads per step
+	StepRows     int           // rows per step beyond which further prompt chunks wait a step
+	MaxBody      int64         // bytes of a request body
+	KVMemory     int64         // bytes of KV cache for all sequences of a KV-cache model; 0 for no limit
+	APIKey       string        // bearer token required on /v1/; empty for none
+	WriteTimeout time.Duration // for each write to a client; 0 for none
+	Logger       *slog.Logger  // one line per failed request; nil for slog.Default()
+}
+
+// DefaultOptions returns the defaults of the serve command.
+func DefaultOptions() Options {
+	return Options{
+		MaxSequences: 16, MaxQueue: 256, MaxLength: 4096, PrefillChunk: 64, StepRows: 256,
+		MaxBody: 1 << 20, KVMemory: 1 << 30, WriteTimeout: 30 * time.Second,
+	}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	set := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&o.MaxSequences, d.MaxSequences)
+	set(&o.MaxQueue, d.MaxQueue)
+	set(&o.MaxLength, d.MaxLength)
+	set(&o.PrefillChunk, d.PrefillChunk)
+	set(&o.StepRows, d.StepRows)
+	if o.MaxBody <= 0 {
+		o.MaxBody = d.MaxBody
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Server answers the API. It serves /health (503), /metrics and / from
+// the start, and the completion endpoints once Ready has given it a
+// model; until then they answer 503.
+type Server struct {
+	opts    Options
+	mux     *http.ServeMux
+	metrics *metrics
+	created int64
+	ids     atomic.Uint64
+
+	mu    sync.Mutex
+	ready *loaded // nil while loading
+}
+
+// loaded is the model a Server serves.
+type loaded struct {
+	m      *model.Model
+	tok    tokenizer.Tokenizer
+	eot    int32
+	hasEOT bool
+	limit  int // positions per sequence
+	kvRow  int64
+	sched  *scheduler
+}
+
+//go:embed static/index.html
+var page []byte
+
+// New returns a Server with options o, not yet ready.
+func New(o Options) *Server {
+	o.fill()
+	s := &Server{opts: o, mux: http.NewServeMux(), metrics: newMetrics(), created: time.Now().Unix()}
+	s.mux.HandleFunc("POST /v1/completions", s.api(s.completions))
+	s.mux.HandleFunc("POST /v1/chat/completions", s.api(s.chat))
+	s.mux.HandleFunc("GET /v1/models", s.api(s.models))
+	s.mux.HandleFunc("GET /v1/models/{id}", s.api(s.model))
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; see GET /v1/models, POST /v1/completions, POST /v1/chat/completions", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// Ready starts serving model m with tokenizer tok; the completion
+// endpoints answer from now on.
+func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
+	c := m.Config()
+	if tok.VocabSize() > c.Vocab {
+		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
+	}
+	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c)}
+	l.eot, l.hasEOT = tokenizer.EndOfText(tok)
+	if l.limit == 0 {
+		l.limit = s.opts.MaxLength
+	} else {
+		// A KV cache holds keys and values of every layer; it grows by
+		// doubling, so reserve twice the positions.
+		l.kvRow = 2 * 2 * int64(c.Layers) * int64(c.Dim) * 4
+	}
+	l.sched = newScheduler(m, &s.opts, s.metrics)
+	go l.sched.run()
+	s.mu.Lock()
+	s.ready = l
+	s.mu.Unlock()
+	return nil
+}
+
+// Close stops the scheduler: requests still running end with an error.
+// Call it after http.Server.Shutdown has let them finish.
+func (s *Server) Close() {
+	s.mu.Lock()
+	l := s.ready
+	s.mu.Unlock()
+	if l != nil {
+		l.sched.close()
+	}
+}
+
+func (s *Server) loaded() *loaded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// ServeHTTP answers a request, counting it and recovering from panics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rw := &recorder{ResponseWriter: w, code: http.StatusOK}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.opts.Logger.Error("panic in request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+			if !rw.wrote {
+				s.fail(rw, r, errorf(http.StatusInternalServerError, "internal_error", "internal error: the request failed; the server is still up"))
+			}
+		}
+		path := r.URL.Path
+		if _, pattern := s.mux.Handler(r); pattern == "/" {
+			path = "other" // do not make a label of every path a scanner tries
+		}
+		s.metrics.requests.WithLabelValues(path, strconv.Itoa(rw.code)).Inc()
+	}()
+	s.mux.ServeHTTP(rw, r)
+}
+
+// recorder remembers the status of a response.
+type recorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// api wraps an endpoint of /v1/: authentication, then the handler, whose
+// error is answered as an OpenAI error object.
+func (s *Server) api(h func(w http.ResponseWriter, r *http.Request) *apiError) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if key := s.opts.APIKey; key != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="polysketch"`)
+				s.fail(w, r, errorf(http.StatusUnauthorized, "invalid_api_key", "missing or wrong API key: send the header Authorization: Bearer <key>"))
+				return
+			}
+		}
+		if err := h(w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	}
+}
+
+// fail answers err as {"error": {...}} and logs one line.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
+	s.opts.Logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", err.status, "error", err.Message)
+	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, err.status, map[string]any{"error": err})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.loaded() == nil {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": errorf(http.StatusServiceUnavailable, "loading", "the model is loading")})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type modelInfo struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) name() string {
+	if s.opts.Name == "" {
+		return "polysketch"
+	}
+	return s.opts.Name
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelInfo{{s.name(), "model", s.created, "polysketch"}}})
+	return nil
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) *apiError {
+	if id := r.PathValue("id"); id != s.name() {
+		return errorf(http.StatusNotFound, "model_not_found", "model %q does not exist; this server has %q", id, s.name())
+	}
+	writeJSON(w, http.StatusOK, modelInfo{s.name(), "model", s.created, "polysketch"})
+	return nil
+}
+
+// readRequest reads and decodes a request body, and checks the model
+// name.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) (*completionRequest, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errorf(http.StatusRequestEntityTooLarge, "request_too_large", "request body over %d bytes", s.opts.MaxBody)
+		}
+		return nil, errorf(http.StatusBadRequest, "invalid_body", "reading the request body: %v", err)
+	}
+	if !utf8.Valid(body) {
+		return nil, errorf(http.StatusBadRequest, "invalid_encoding", "the request body is not valid UTF-8")
+	}
+	var req completionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, decodeError(err)
+	}
+	if s.opts.Name != "" && req.Model != "" && req.Model != s.opts.Name {
+		return nil, errorf(http.StatusNotFound, "model_not_found", "model %q does not exist; this server has %q", req.Model, s.opts.Name)
+	}
+	return &req, nil
+}
+
+// request is a validated completion request: its prompts, their tokens
+// and the settings of generation.
+type request struct {
+	chat    bool
+	prompts []string
+	tokens  [][]int32
+	set     sampling
+	stream  bool
+	usage   bool
+	echo    bool
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
+	l := s.loaded()
+	if l == nil {
+		return errorf(http.StatusServiceUnavailable, "loading", "the model is loading; retry shortly")
+	}
+	req, err := s.readRequest(w, r)
+	if err != nil {
+		return err
+	}
+	if len(req.Messages) > 0 {
+		return errorf(http.StatusBadRequest, "invalid_value", "messages belong to /v1/chat/completions; /v1/completions takes a prompt")
+	}
+	prompts, err := stringOrList("prompt", req.Prompt)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "invalid_type", "field prompt: want a string or a list of strings (token ids are not supported)")
+	}
+	if prompts == nil {
+		return errorf(http.StatusBadRequest, "invalid_value", "prompt is missing")
+	}
+	if len(prompts) == 0 || len(prompts) > maxChoices {
+		return errorf(http.StatusBadRequest, "invalid_value", "prompt: %d strings, want 1 to %d", len(prompts), maxChoices)
+	}
+	rq := &request{prompts: prompts, stream: req.Stream, echo: req.Echo}
+	return s.generate(w, r, l, req, rq, 16)
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
+	l := s.loaded()
+	if l == nil {
+		return errorf(http.StatusServiceUnavailable, "loading", "the model is loading; retry shortly")
+	}
+	req, err := s.readRequest(w, r)
+	if err != nil {
+		return err
+	}
+	prompt, err := chatPrompt(req.Messages)
+	if err != nil {
+		return err
+	}
+	if req.Echo {
+		return errorf(http.StatusBadRequest, "invalid_value", "echo is a field of /v1/completions")
+	}
+	rq := &request{chat: true, prompts: []string{prompt}, stream: req.Stream}
+	return s.generate(w, r, l, req, rq, 256)
+}
+
+// generate validates the settings, queues one job per prompt and choice,
+// and answers with their text.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req *completionRequest, rq *request, defMax int) *apiError {
+	set, err := req.settings(defMax, rand.Uint64)
+	if err != nil {
+		return err
+	}
+	rq.set, rq.usage = set, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	if rq.chat {
+		set.stop = append(set.stop, chatStop)
+	}
+	if len(rq.prompts)*set.n > maxChoices {
+		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: at most %d sequences per request", len(rq.prompts), set.n, maxChoices)
+	}
+	for i, p := range rq.prompts {
+		ids := l.tok.Encode(nil, []byte(p))
+		if len(ids) == 0 {
+			if !l.hasEOT {
+				return errorf(http.StatusBadRequest, "invalid_value", "prompt %d is empty: this model needs at least one token to start from", i)
+			}
+			ids = []int32{l.eot} // as documents start after <|endoftext|>
+		}
+		// The last generated token is never fed back, so prompt and
+		// generation may take one position past the limit.
+		if len(ids) > l.limit {
+			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d has %d tokens, over this model's limit of %d; shorten it", i, len(ids), l.limit)
+		}
+		if len(ids)+set.maxTokens-1 > l.limit {
+			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d of %d tokens and max_tokens %d pass this model's limit of %d tokens; ask for max_tokens %d or fewer", i, len(ids), set.maxTokens, l.limit, l.limit-len(ids)+1)
+		}
+		rq.tokens = append(rq.tokens, ids)
+	}
+	box := newMailbox()
+	var jobs []*job
+	if set.maxTokens > 0 {
+		for p, ids := range rq.tokens {
+			for c := range set.n {
+				idx := p*set.n + c
+				jobs = append(jobs, &job{
+					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit,
+					sampler: newSampler(set.temperature, set.topP, set.topK, set.seed, uint64(idx)),
+					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT,
+					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box,
+				})
+			}
+		}
+		if err := l.sched.submit(jobs); err != nil {
+			switch {
+			case errors.Is(err, errQueueFull):
+				return errorf(http.StatusTooManyRequests, "queue_full", "server busy: %v; retry later", err)
+			case errors.Is(err, errKVMemory):
+				return errorf(http.StatusBadRequest, "context_length_exceeded", "%v: ask for fewer tokens", err)
+			}
+			return errorf(http.StatusServiceUnavailable, "unavailable", "%v", err)
+		}
+	}
+	defer func() {
+		// However the request ends, its sequences stop at the next step.
+		for _, j := range jobs {
+			j.canceled.Store(true)
+		}
+	}()
+	if rq.stream {
+		s.stream(w, r, rq, box, len(jobs))
+		return nil
+	}
+	return s.collect(w, r, rq, box, len(jobs))
+}
+
+// id returns a fresh response id.
+func (s *Server) id(prefix string) string {
+	return fmt.Sprintf("%s-%x%06x", prefix, s.created, s.ids.Add(1))
+}
+
+// wait returns the next events of box, or nil when the client has gone.
+func wait(r *http.Request, box *mailbox, buf []event) []event {
+	for {
+		if ev := box.take(buf); len(ev) > 0 {
+			return ev
+		}
+		select {
+		case <-box.ready:
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// choices is the state of a request's choices as their events arrive.
+type choices struct {
+	text      []strings.Builder
+	finish    []string
+	generated int
+	left      int
+}
+
+func newChoices(rq *request) *choices {
+	n := len(rq.prompts) * rq.set.n
+	c := &choices{text: make([]strings.Builder, n), finish: make([]string, n), left: n}
+	if rq.set.maxTokens == 0 {
+		for i := range c.finish {
+			c.finish[i] = "length"
+		}
+		c.left = 0
+	}
+	return c
+}
+
+func (c *choices) add(e event) {
+	c.text[e.index].WriteString(e.text)
+	if e.finish != "" {
+		c.finish[e.index] = e.finish
+		c.generated += e.generated
+		c.left--
+	}
+}
+
+func (rq *request) usageOf(c *choices) *usage {
+	u := usage{CompletionTokens: c.generated}
+	for _, t := range rq.tokens {
+		u.PromptTokens += len(t)
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return &u
+}
+
+// collect answers a request that does not stream, once every choice is
+// done.
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, box *mailbox, jobs int) *apiError {
+	c := newChoices(rq)
+	var buf []event
+	for c.left > 0 {
+		buf = wait(r, box, buf)
+		if buf == nil {
+			return nil // the client went away
+		}
+		for _, e := range buf {
+			if e.err != nil {
+				return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
+			}
+			c.add(e)
+		}
+	}
+	if d := s.opts.WriteTimeout; d > 0 {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+	}
+	id, now, u := s.id("cmpl"), time.Now().Unix(), rq.usageOf(c)
+	if rq.chat {
+		resp := chatCompletion{ID: id, Object: "chat.completion", Created: now, Model: s.name(), Usage: u}
+		for i := range c.text {
+			text := c.text[i].String()
+			resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: &chatText{Role: "assistant", Content: &text}, FinishReason: &c.finish[i]})
+		}
+		writeJSON(w, http.StatusOK, resp)
+		return nil
+	}
+	resp := completion{ID: id, Object: "text_completion", Created: now, Model: s.name(), Usage: u}
+	for i := range c.text {
+		text := c.text[i].String()
+		if rq.echo {
+			text = rq.prompts[i/rq.set.n] + text
+		}
+		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, FinishReason: &c.finish[i]})
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// stream answers a request as server-sent events: a chunk per piece of
+// text, a last chunk per choice with its finish reason, the usage if
+// asked, then [DONE].
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box *mailbox, jobs int) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	id, created := s.id("cmpl"), time.Now().Unix()
+	send := func(v any) bool {
+		if d := s.opts.WriteTimeout; d > 0 {
+			rc.SetWriteDeadline(time.Now().Add(d))
+		}
+		b, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	chunk := func(index int, text string, finish *string, first bool) any {
+		if rq.chat {
+			d := &chatText{}
+			if first {
+				d.Role = "assistant"
+			}
+			if text != "" || first {
+				d.Content = &text
+			}
+			return chatCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.name(),
+				Choices: []chatChoice{{Index: index, Delta: d, FinishReason: finish}}}
+		}
+		return completion{ID: id, Object: "text_completion", Created: created, Model: s.name(),
+			Choices: []completionChoice{{Index: index, Text: text, FinishReason: finish}}}
+	}
+	n := len(rq.prompts) * rq.set.n
+	// Every choice opens with a chunk: the role for chat, the prompt with
+	// echo, so that clients see the stream start before the first token.
+	for i := range n {
+		text := ""
+		if rq.echo {
+			text = rq.prompts[i/rq.set.n]
+		}
+		if !send(chunk(i, text, nil, true)) {
+			return
+		}
+	}
+	c := newChoices(rq)
+	for i := range c.finish {
+		if c.finish[i] != "" {
+			if !send(chunk(i, "", &c.finish[i], false)) {
+				return
+			}
+		}
+	}
+	var buf []event
+	for c.left > 0 {
+		buf = wait(r, box, buf)
+		if buf == nil {
+			return
+		}
+		for _, e := range buf {
+			if e.err != nil {
+				send(map[string]any{"error": errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)})
+				return
+			}
+			c.add(e)
+			if e.text != "" && !send(chunk(e.index, e.text, nil, false)) {
+				return
+			}
+			if e.finish != "" && !send(chunk(e.index, "", &c.finish[e.index], false)) {
+				return
+			}
+		}
+	}
+	if rq.usage {
+		u := rq.usageOf(c)
+		if rq.chat {
+			send(chatCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.name(), Choices: []chatChoice{}, Usage: u})
+		} else {
+			send(completion{ID: id, Object: "text_completion", Created: created, Model: s.name(), Choices: []completionChoice{}, Usage: u})
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	rc.Flush()
+}
