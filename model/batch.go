@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -25,6 +26,9 @@ type Sequence struct {
 
 // NewSequence returns a Sequence at position 0.
 func (m *Model) NewSequence() (*Sequence, error) {
+	if m.cfg.Bidirectional {
+		return nil, errors.New("a bidirectional (encoder) model has no decoder: every position sees the whole sequence")
+	}
 	s := &Sequence{limit: ContextLimit(m.cfg)}
 	h := m.cfg.HeadSize()
 	for i, l := range m.layers {

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-
 )
 
 // stepAll feeds each sequence its tokens in the given chunk sizes (cycled)

@@ -27,6 +27,36 @@ type Config struct {
 
 	Tied bool   // the output projection is the transposed token embedding
 	Seed uint64 // initial weights and the random sketches
+
+	// Bidirectional makes an encoder: every position attends to every
+	// other (each mechanism's non-causal form), and the logits at a
+	// position classify that position (a per-position head) instead of
+	// predicting the next token; there is no decoder. An encoder may also
+	// take PostNorm and Positions, as the thesis's encoder (§1.2.1) does.
+	Bidirectional bool
+	// PostNorm puts each LayerNorm after its residual sum (BERT's
+	// post-LayerNorm) instead of before the sublayer.
+	PostNorm bool
+	// Positions is how positions enter: "rope" (or empty: sinusoidal
+	// embeddings added to the tokens and rotary embeddings of q and k, the
+	// default), "sinusoidal" (added only) or "learned" (a trained table of
+	// Context rows, added).
+	Positions string
+}
+
+// The ways positions enter the model (Config.Positions).
+const (
+	PositionsRoPE       = "rope"
+	PositionsSinusoidal = "sinusoidal"
+	PositionsLearned    = "learned"
+)
+
+// positions returns Positions with the default filled in.
+func (c Config) positions() string {
+	if c.Positions == "" {
+		return PositionsRoPE
+	}
+	return c.Positions
 }
 
 // DefaultConfig returns a small byte-level polysketch model that a 2-core
@@ -75,7 +105,7 @@ func (c Config) Properties() attention.Properties { return attention.PropertiesO
 // setup returns the attention setup of layer i: causal, with a seed of
 // its own derived from Seed.
 func (c Config) setup(layer int) attention.Setup {
-	return attention.Setup{Causal: true, Seed: layerSeed(c.Seed, layer)}
+	return attention.Setup{Causal: !c.Bidirectional, Seed: layerSeed(c.Seed, layer)}
 }
 
 // layerSeed mixes the model seed and a layer index (SplitMix64's
@@ -115,6 +145,18 @@ func (c Config) Validate() error {
 	case c.Dim >= 1 && c.Dim/c.Heads%2 != 0:
 		add("head size %d (dim %d / heads %d) is odd: rotary embeddings need an even head size", c.Dim/c.Heads, c.Dim, c.Heads)
 	}
+	switch c.positions() {
+	case PositionsRoPE:
+	case PositionsSinusoidal, PositionsLearned:
+		if !c.Bidirectional {
+			add("positions %q: an option of encoder models (bidirectional); decoders use rope", c.Positions)
+		}
+	default:
+		add("positions %q: use %s, %s or %s", c.Positions, PositionsRoPE, PositionsSinusoidal, PositionsLearned)
+	}
+	if c.PostNorm && !c.Bidirectional {
+		add("post_norm: an option of encoder models (bidirectional); decoders are pre-LayerNorm")
+	}
 	if c.Attention == nil {
 		add("no attention mechanism: set one of %s", strings.Join(attention.Names(), ", "))
 	} else if _, err := attention.Lookup(c.Attention.Mechanism()); err != nil {
@@ -138,6 +180,9 @@ type configJSON struct {
 	AttentionOptions json.RawMessage `json:"attention_options,omitempty"`
 	Tied             bool            `json:"tied"`
 	Seed             uint64          `json:"seed"`
+	Bidirectional    bool            `json:"bidirectional,omitempty"`
+	PostNorm         bool            `json:"post_norm,omitempty"`
+	Positions        string          `json:"positions,omitempty"`
 }
 
 // legacyOptions are the attention options that configurations written
@@ -149,7 +194,7 @@ var legacyOptions = []string{"degree", "sketch_size", "block", "local", "sketch"
 // "attention_options": {"degree": 4, …}, "tied": …, "seed": …}.
 func (c Config) MarshalJSON() ([]byte, error) {
 	j := configJSON{Vocab: c.Vocab, Dim: c.Dim, Layers: c.Layers, Heads: c.Heads, Context: c.Context,
-		Hidden: c.Hidden, Tied: c.Tied, Seed: c.Seed}
+		Hidden: c.Hidden, Tied: c.Tied, Seed: c.Seed, Bidirectional: c.Bidirectional, PostNorm: c.PostNorm, Positions: c.Positions}
 	if c.Attention != nil {
 		opts, err := attention.MarshalConfig(c.Attention)
 		if err != nil {
@@ -188,7 +233,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*c = Config{Vocab: j.Vocab, Dim: j.Dim, Layers: j.Layers, Heads: j.Heads, Context: j.Context,
-		Hidden: j.Hidden, Tied: j.Tied, Seed: j.Seed}
+		Hidden: j.Hidden, Tied: j.Tied, Seed: j.Seed, Bidirectional: j.Bidirectional, PostNorm: j.PostNorm, Positions: j.Positions}
 	switch {
 	case j.Attention == "":
 		return errors.New(`no "attention" mechanism`)

@@ -17,6 +17,7 @@ type layer struct {
 	out    *nn.Linear  // d → d
 	ln2    *nn.LayerNorm
 	ffn    *nn.GLU
+	post   bool // post-LayerNorm (Config.PostNorm)
 
 	// Kept for Backward: the nn layers and the mechanism hold references.
 	a1, a2  tensor.Tensor // [B,N,d] outputs of ln1 and ln2, inputs of qkv and ffn
@@ -32,16 +33,17 @@ type block struct {
 	ln1, qn, kn, ln2 *nn.LayerNorm
 	qkv, out         *nn.Linear
 	ffn              *nn.GLU
+	post             bool // LayerNorm after each residual sum (Config.PostNorm)
 }
 
 // block returns the layer's own nn layers as a block.
 func (l *layer) block() block {
-	return block{ln1: l.ln1, qn: l.qn, kn: l.kn, ln2: l.ln2, qkv: l.qkv, out: l.out, ffn: l.ffn}
+	return block{ln1: l.ln1, qn: l.qn, kn: l.kn, ln2: l.ln2, qkv: l.qkv, out: l.out, ffn: l.ffn, post: l.post}
 }
 
 // shared returns a block with the layer's parameters and state of its own.
 func (l *layer) shared() block {
-	b := block{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: shareLinear(l.qkv), out: shareLinear(l.out)}
+	b := block{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: shareLinear(l.qkv), out: shareLinear(l.out), post: l.post}
 	b.ffn = &nn.GLU{Dim: l.ffn.Dim, Hidden: l.ffn.Hidden, In: shareLinear(l.ffn.In), Out: shareLinear(l.ffn.Out)}
 	if l.qn != nil {
 		b.qn, b.kn = l.qn.Share(), l.qn.Share()
@@ -54,9 +56,14 @@ func (l *layer) shared() block {
 //
 //	x += out(mix(qkv(LN₁(x))));  x += GLU(LN₂(x))
 //
-// a1, qkv, ot, y and a2 receive the intermediate rows: LN₁(x), the
-// projections [rows,3d], the attention output [rows,d] that mix writes
-// into ot from qkv, the sublayer outputs, LN₂(x). All but the attention
+// or with post-LayerNorm (the encoder of BERT and of the thesis's §1.2.1)
+//
+//	x = LN₁(x + out(mix(qkv(x))));  x = LN₂(x + GLU(x))
+//
+// a1, qkv, ot, y and a2 receive the intermediate rows: the input of qkv
+// (LN₁(x), or a copy of x), the projections [rows,3d], the attention
+// output [rows,d] that mix writes into ot from qkv, the sublayer outputs,
+// and the input of the GLU (LN₂(x), or the first LayerNorm's output). All but the attention
 // acts on each row alone. With group > 0 the dense layers run on at most
 // group rows at a time, so that a row meets the same matrix kernels
 // however many rows share the pass (see Batch); with 0, on all at once.
@@ -73,13 +80,25 @@ func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, group int, mix func
 		}
 	}
 	each(func(x, a1, qkv, _, _, _ *tensor.Tensor) {
-		b.ln1.Forward(a1, x)
+		if b.post {
+			copy(a1.Data, x.Data) // qkv keeps its input; x changes below
+		} else {
+			b.ln1.Forward(a1, x)
+		}
 		b.qkv.Forward(qkv, a1)
 	})
 	mix()
 	each(func(x, _, _, ot, y, a2 *tensor.Tensor) {
 		b.out.Forward(y, ot)
 		add(x.Data, y.Data)
+		if b.post {
+			b.ln1.Forward(a2, x)
+			b.ffn.Forward(y, a2)
+			copy(x.Data, a2.Data)
+			add(x.Data, y.Data)
+			b.ln2.Forward(x, x)
+			return
+		}
 		b.ln2.Forward(a2, x)
 		b.ffn.Forward(y, a2)
 		add(x.Data, y.Data)
@@ -99,8 +118,10 @@ func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
 		b.qn.Forward(q, q)
 		b.kn.Forward(k, k)
 	}
-	rope.Forward(q, q)
-	rope.Forward(k, k)
+	if rope != nil {
+		rope.Forward(q, q)
+		rope.Forward(k, k)
+	}
 }
 
 // rows returns rows [lo, hi) of t seen as a matrix of cols columns.
@@ -145,17 +166,28 @@ func (l *layer) forward(m *Model) {
 // there, accumulating the parameter gradients.
 func (l *layer) backward(m *Model) {
 	B, N, H, h, d := m.batch, m.length, m.cfg.Heads, m.cfg.HeadSize(), m.cfg.Dim
-	// GLU sublayer: x_out = x_mid + GLU(LN₂(x_mid)).
-	l.ffn.Backward(&m.y, &m.x)
-	l.ln2.Backward(&m.y, &m.y)
-	add(m.x.Data, m.y.Data)
+	if l.post {
+		// x_out = LN₂(a2 + GLU(a2)), a2 = LN₁(x_in + out(Attention(…(x_in)))).
+		l.ln2.Backward(&m.x, &m.x)
+		l.ffn.Backward(&m.y, &m.x)
+		add(m.y.Data, m.x.Data)
+		l.ln1.Backward(&m.x, &m.y)
+	} else {
+		// GLU sublayer: x_out = x_mid + GLU(LN₂(x_mid)).
+		l.ffn.Backward(&m.y, &m.x)
+		l.ln2.Backward(&m.y, &m.y)
+		add(m.x.Data, m.y.Data)
+	}
 
-	// Attention sublayer: x_mid = x_in + out(Attention(…(LN₁(x_in)))).
+	// Attention sublayer: x_mid = x_in + out(Attention(…(LN₁(x_in)))),
+	// or without LN₁ (post-LayerNorm).
 	l.out.Backward(&m.y, &m.x)
 	toHeads(m.o.Data, m.y.Data, d, 0, B, H, N, h) // backward of fromHeads
 	l.attn.Backward(&m.dq, &m.dk, &m.dv, &m.o)
-	m.rope.Backward(&m.dq, &m.dq)
-	m.rope.Backward(&m.dk, &m.dk)
+	if m.rope != nil {
+		m.rope.Backward(&m.dq, &m.dq)
+		m.rope.Backward(&m.dk, &m.dk)
+	}
 	if l.qn != nil {
 		l.qn.Backward(&m.dq, &m.dq)
 		l.kn.Backward(&m.dk, &m.dk)
@@ -164,6 +196,8 @@ func (l *layer) backward(m *Model) {
 	fromHeads(m.qkv.Data, 3*d, d, m.dk.Data, B, H, N, h)
 	fromHeads(m.qkv.Data, 3*d, 2*d, m.dv.Data, B, H, N, h)
 	l.qkv.Backward(&m.y, &m.qkv)
-	l.ln1.Backward(&m.y, &m.y)
+	if !l.post {
+		l.ln1.Backward(&m.y, &m.y)
+	}
 	add(m.x.Data, m.y.Data)
 }

@@ -33,6 +33,13 @@
 //	m.Backward()                          // accumulates into every Param's Grad
 //	// optimizer step on m.Params(), then zero the gradients
 //
+// With Config.Bidirectional the same blocks make an encoder (the thesis's
+// §1.2.1 model, for sequence-to-sequence tasks of equal length such as
+// reversal): attention without a mask, and logits at position i that
+// classify position i (train it with the targets aligned to the inputs);
+// Config.PostNorm and Config.Positions give it the thesis's post-LayerNorm
+// and learned or sinusoidal positions.
+//
 // Generation uses a Decoder (see Model.NewDecoder), which consumes one
 // token per sequence per step and returns the next token's logits.
 //
@@ -60,9 +67,11 @@ import (
 type Model struct {
 	cfg      Config
 	embed    *nn.Embedding
-	embScale float32 // √Dim
-	pos      *nn.Sinusoidal
-	rope     *nn.RoPE
+	embScale float32        // √Dim
+	pos      *nn.Sinusoidal // nil with learned positions
+	rope     *nn.RoPE       // nil unless Positions is rope
+	posTable *nn.Embedding  // learned positions, [Context, d]; nil otherwise
+	posIDs   []int32        // the position of every row, for posTable
 	layers   []*layer
 	norm     *nn.LayerNorm
 	head     *nn.Linear // untied output projection; nil when tied
@@ -102,10 +111,17 @@ func New(cfg Config) (*Model, error) {
 		cfg:      cfg,
 		embed:    nn.NewEmbedding("embed", V, d, rng),
 		embScale: float32(math.Sqrt(float64(d))),
-		pos:      nn.NewSinusoidal(d),
-		rope:     nn.NewRoPE(h),
 	}
 	m.params = append(m.params, m.embed.Params()...)
+	switch cfg.positions() {
+	case PositionsRoPE:
+		m.pos, m.rope = nn.NewSinusoidal(d), nn.NewRoPE(h)
+	case PositionsSinusoidal:
+		m.pos = nn.NewSinusoidal(d)
+	case PositionsLearned:
+		m.posTable = nn.NewEmbedding("pos", cfg.Context, d, rng)
+		m.params = append(m.params, m.posTable.Params()...)
+	}
 	resid := 1 / math.Sqrt(2*float64(L))
 	for i := range L {
 		name := fmt.Sprintf("layers.%d", i)
@@ -120,6 +136,7 @@ func New(cfg Config) (*Model, error) {
 			out:  nn.NewLinear(name+".attn.out", d, d, false, rng),
 			ln2:  nn.NewLayerNorm(name+".ln2", d, nn.GainBias),
 			ffn:  nn.NewGLU(name+".ffn", d, hidden, false, rng),
+			post: cfg.PostNorm,
 		}
 		l.out.Weight.InitNormal(rng, resid/math.Sqrt(float64(d)))
 		l.ffn.Out.Weight.InitNormal(rng, resid/math.Sqrt(float64(hidden)))
@@ -172,6 +189,7 @@ func (m *Model) Config() Config { return m.cfg }
 // within the model and stable across versions (checkpoints use them):
 //
 //	embed.weight                             [V,d]
+//	pos.weight                               [Context,d]  learned positions only
 //	layers.<i>.ln1.gain, layers.<i>.ln1.bias [d]
 //	layers.<i>.attn.qkv.weight               [d,3d]  columns: q, k, v, each head by head
 //	layers.<i>.attn.qknorm.gain, .bias       [h]     polynomial and polysketch only
@@ -201,7 +219,7 @@ func (m *Model) Forward(tokens []int32, B, N int) *tensor.Tensor {
 	m.haveGrad = false
 	m.embed.Forward(&m.x, m.tokens)
 	scale(m.embScale, m.x.Data)
-	m.pos.Forward(&m.x, &m.x)
+	m.addPositions(B, N)
 	for _, l := range m.layers {
 		l.forward(m)
 	}
@@ -251,9 +269,28 @@ func (m *Model) Backward() {
 	for i := len(m.layers) - 1; i >= 0; i-- {
 		m.layers[i].backward(m)
 	}
-	m.pos.Backward(&m.x, &m.x)
+	if m.posTable != nil {
+		m.posTable.Backward(&m.x) // x = emb + table[position]: the table's gradient is dx
+	}
 	scale(m.embScale, m.x.Data)
 	m.embed.Backward(&m.x)
+}
+
+// addPositions adds the position embeddings to the B×N rows of m.x:
+// sinusoidal, or rows of the learned table.
+func (m *Model) addPositions(B, N int) {
+	if m.pos != nil {
+		m.pos.Forward(&m.x, &m.x)
+		return
+	}
+	m.posIDs = m.posIDs[:0]
+	for range B {
+		for n := range N {
+			m.posIDs = append(m.posIDs, int32(n))
+		}
+	}
+	m.posTable.Forward(&m.y, m.posIDs) // m.y is free until the first layer
+	add(m.x.Data, m.y.Data)
 }
 
 // resize sizes the shared and per-layer buffers for a batch of B×N.

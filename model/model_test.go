@@ -146,54 +146,61 @@ type probe struct {
 // each LayerNorm, the q, k and v columns of the projection separately, the
 // output projection, the GLU, and the q/k LayerNorm of polynomial models.
 func TestGradients(t *testing.T) {
-	const B, N = 2, 13
 	for _, c := range testCases() {
-		t.Run(c.name, func(t *testing.T) {
-			m := mustNew(t, c.cfg)
-			perturb(m, 3)
-			rng := rand.New(rand.NewPCG(9, 9))
-			tokens := randomTokens(rng, B*N, c.cfg.Vocab)
-			targets := randomTokens(rng, B*N, c.cfg.Vocab)
-			targets[3] = -1 // padding is ignored
-			m.Loss(tokens, targets, B, N)
-			m.Backward()
+		t.Run(c.name, func(t *testing.T) { checkModelGradients(t, c.cfg) })
+	}
+}
 
-			var probes []probe
-			d := c.cfg.Dim
-			for _, p := range m.Params() {
-				if strings.HasSuffix(p.Name, "attn.qkv.weight") {
-					for j, part := range []string{"q", "k", "v"} {
-						probes = append(probes, probe{label: p.Name + "[" + part + "]", p: p, lo: j * d, cols: d, row: 3 * d, n: len(p.Value.Data)})
-					}
-					continue
-				}
-				probes = append(probes, probe{label: p.Name, p: p, n: len(p.Value.Data)})
+// checkModelGradients compares Backward with central finite differences
+// of Loss for a sample of every parameter of a model of configuration cfg.
+func checkModelGradients(t *testing.T, cfg Config) {
+	const B, N = 2, 13
+	m := mustNew(t, cfg)
+	perturb(m, 3)
+	rng := rand.New(rand.NewPCG(9, 9))
+	tokens := randomTokens(rng, B*N, cfg.Vocab)
+	targets := randomTokens(rng, B*N, cfg.Vocab)
+	targets[3] = -1 // padding is ignored
+	m.Loss(tokens, targets, B, N)
+	m.Backward()
+
+	var probes []probe
+	d := cfg.Dim
+	for _, p := range m.Params() {
+		if strings.HasSuffix(p.Name, "attn.qkv.weight") {
+			for j, part := range []string{"q", "k", "v"} {
+				probes = append(probes, probe{label: p.Name + "[" + part + "]", p: p, lo: j * d, cols: d, row: 3 * d, n: len(p.Value.Data)})
 			}
-			classes := map[string]bool{}
-			for _, pr := range probes {
-				classes[paramClass(pr.p.Name)] = true
-				checkProbe(t, m, pr, tokens, targets, B, N, rng)
-			}
-			want := []string{"embed", "ln1", "qkv", "out", "ln2", "ffn.in", "ffn.out", "norm", "head.bias"}
-			if c.cfg.Properties().NormalizeQK {
-				want = append(want, "qknorm")
-			}
-			if !c.cfg.Tied {
-				want = append(want, "head.weight")
-			}
-			for _, w := range want {
-				if !classes[w] {
-					t.Errorf("no parameter of class %q was checked", w)
-				}
-			}
-		})
+			continue
+		}
+		probes = append(probes, probe{label: p.Name, p: p, n: len(p.Value.Data)})
+	}
+	classes := map[string]bool{}
+	for _, pr := range probes {
+		classes[paramClass(pr.p.Name)] = true
+		checkProbe(t, m, pr, tokens, targets, B, N, rng)
+	}
+	want := []string{"embed", "ln1", "qkv", "out", "ln2", "ffn.in", "ffn.out", "norm", "head.bias"}
+	if cfg.Properties().NormalizeQK {
+		want = append(want, "qknorm")
+	}
+	if !cfg.Tied {
+		want = append(want, "head.weight")
+	}
+	if cfg.Positions == PositionsLearned {
+		want = append(want, "pos")
+	}
+	for _, w := range want {
+		if !classes[w] {
+			t.Errorf("no parameter of class %q was checked", w)
+		}
 	}
 }
 
 // paramClass names the kind of a parameter: "qkv" for
 // "layers.1.attn.qkv.weight".
 func paramClass(name string) string {
-	for _, c := range []string{"ffn.in", "ffn.out", "ln1", "qkv", "qknorm", "out", "ln2", "head.bias", "head.weight", "embed"} {
+	for _, c := range []string{"ffn.in", "ffn.out", "ln1", "qkv", "qknorm", "out", "ln2", "head.bias", "head.weight", "embed", "pos"} {
 		if strings.Contains(name, "."+c+".") || strings.HasPrefix(name, c+".") || strings.HasPrefix(name, c) {
 			return c
 		}
