@@ -94,24 +94,8 @@ func (c conformanceCase) build(t testing.TB, causal bool) Mechanism {
 func conformanceInputs(seed uint64, N int) (q, k, v *tensor.Tensor) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	q, k, v = randTensor(rng, 1, confB, confH, N, confh), randTensor(rng, 1, confB, confH, N, confh), randTensor(rng, 1, confB, confH, N, confh)
-	scale := math.Pow(confh, -0.25)
-	for _, x := range []*tensor.Tensor{q, k} {
-		for r := 0; r < len(x.Data); r += confh {
-			row := x.Data[r : r+confh]
-			var mean, sq float64
-			for _, e := range row {
-				mean += float64(e)
-			}
-			mean /= confh
-			for _, e := range row {
-				sq += (float64(e) - mean) * (float64(e) - mean)
-			}
-			sd := math.Sqrt(sq / confh)
-			for i, e := range row {
-				row[i] = float32((float64(e) - mean) / sd * scale)
-			}
-		}
-	}
+	normalizeRows(q, math.Pow(confh, -0.25))
+	normalizeRows(k, math.Pow(confh, -0.25))
 	return q, k, v
 }
 

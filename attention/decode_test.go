@@ -116,23 +116,8 @@ func decodeInputs(N int, seed uint64) (q, k, v *tensor.Tensor) {
 	const B, H, h = 2, 3, 8
 	rng := rand.New(rand.NewPCG(seed, 17))
 	q, k, v = randTensor(rng, 1, B, H, N, h), randTensor(rng, 1, B, H, N, h), randTensor(rng, 1, B, H, N, h)
-	for _, x := range []*tensor.Tensor{q, k} {
-		for r := 0; r < len(x.Data)/h; r++ {
-			row := x.Data[r*h : (r+1)*h]
-			var mean, sq float64
-			for _, e := range row {
-				mean += float64(e)
-			}
-			mean /= h
-			for _, e := range row {
-				sq += (float64(e) - mean) * (float64(e) - mean)
-			}
-			sd := math.Sqrt(sq / h)
-			for i, e := range row {
-				row[i] = float32((float64(e) - mean) / sd)
-			}
-		}
-	}
+	normalizeRows(q, 1)
+	normalizeRows(k, 1)
 	return q, k, v
 }
 

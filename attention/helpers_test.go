@@ -17,6 +17,28 @@ func randTensor(rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
 	return t
 }
 
+// normalizeRows scales every row of x (of its last dimension) to mean 0
+// and standard deviation scale, as the model's q/k LayerNorm leaves them
+// (times scale).
+func normalizeRows(x *tensor.Tensor, scale float64) {
+	h := x.Shape[x.Dims()-1]
+	for r := 0; r < len(x.Data); r += h {
+		row := x.Data[r : r+h]
+		var mean, sq float64
+		for _, e := range row {
+			mean += float64(e)
+		}
+		mean /= float64(h)
+		for _, e := range row {
+			sq += (float64(e) - mean) * (float64(e) - mean)
+		}
+		sd := math.Sqrt(sq / float64(h))
+		for i, e := range row {
+			row[i] = float32((float64(e) - mean) / sd * scale)
+		}
+	}
+}
+
 // mustNew builds a mechanism or fails the test.
 func mustNew(t testing.TB, kind Kind, o Options) Mechanism {
 	t.Helper()

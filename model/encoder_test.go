@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -75,18 +74,7 @@ func TestEncoderNoDecoder(t *testing.T) {
 }
 
 func TestEncoderConfig(t *testing.T) {
-	c := encoder("polysketch:learned", PositionsLearned, true)
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Config
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	if back != c {
-		t.Errorf("JSON round trip: %+v, want %+v", back, c)
-	}
+	jsonRoundTrip(t, encoder("polysketch:learned", PositionsLearned, true))
 	for _, tc := range []struct {
 		name, want string
 		f          func(c *Config)

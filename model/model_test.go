@@ -511,9 +511,10 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestConfigJSON(t *testing.T) {
-	c := with(DefaultConfig(), func(a *attention.PolysketchConfig) { a.Remat = true })
-	c.Tied = false
+// jsonRoundTrip requires c to come back from its JSON unchanged, and
+// returns the JSON.
+func jsonRoundTrip(t *testing.T, c Config) []byte {
+	t.Helper()
 	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -525,6 +526,13 @@ func TestConfigJSON(t *testing.T) {
 	if back != c {
 		t.Errorf("JSON round trip: %+v, want %+v", back, c)
 	}
+	return b
+}
+
+func TestConfigJSON(t *testing.T) {
+	c := with(DefaultConfig(), func(a *attention.PolysketchConfig) { a.Remat = true })
+	c.Tied = false
+	b := jsonRoundTrip(t, c)
 	for _, key := range []string{`"vocab":256`, `"sketch_size":32`, `"attention":"polysketch"`, `"sketch":"gaussian"`} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("JSON %s lacks %s", b, key)
