@@ -5,7 +5,7 @@ import "github.com/polysketch/polysketch/vec"
 // The cumulative-sum algorithm (PolySketchFormer v1, Sec. 3; Performer's
 // causal prefix sums): the state S_i = Σ_{j≤i} φ(k_j)v_jᵀ and
 // s_i = Σ_{j≤i} φ(k_j) are updated token by token, and
-// o_i = φ(q_i)ᵀS_i / (1 + φ(q_i)·s_i). Each token costs two F×h
+// o_i = φ(q_i)ᵀS_i / (c + φ(q_i)·s_i). Each token costs two F×h
 // matrix-vector operations on a state that must be revisited for every
 // token, with no matrix products: the sequential baseline the block
 // algorithm is measured against. Heads run in parallel; tokens cannot.
@@ -20,17 +20,14 @@ import "github.com/polysketch/polysketch/vec"
 // cumsumFeatures computes the row-major features of block l's keys and
 // queries into w.fk and w.fq (with the sketches in w.preK, w.preQ and
 // M in w.mk, w.mq, w.tk, w.tq for the backward pass).
-func (a *polysketchAttn) cumsumFeatures(w *psWorker, hd, l int) {
+func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	F := L.F
-	phi := w.phi[:F*rows]
 	a.sketchKeys(w, hd, l, w.preK)
-	selfTensor(phi, w.mk, w.tk, L.ro, rows)
-	transposeInto(w.fk, phi, rows, F, rows)
+	transposeInto(w.fk, a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	selfTensor(phi, w.mq, w.tq, L.ro, rows)
-	transposeInto(w.fq, phi, rows, F, rows)
+	transposeInto(w.fq, a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
 }
 
 // cumsumAdd adds token i's key and value to the state.
@@ -41,7 +38,7 @@ func cumsumAdd(S, s, fk, vi []float32, h int) {
 	vec.Add(s, s, fk)
 }
 
-func (a *polysketchAttn) cumsumForward(w *psWorker, hd int) {
+func (a *engine) cumsumForward(w *psWorker, hd int) {
 	L := &a.L
 	F, h := L.F, L.h
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -57,12 +54,12 @@ func (a *polysketchAttn) cumsumForward(w *psWorker, hd int) {
 			for f, x := range fq {
 				vec.Axpy(x, S[f*h:(f+1)*h], oi)
 			}
-			vec.Scale(1/(1+vec.Dot(fq, s)), oi)
+			vec.Scale(1/(a.fm.one+vec.Dot(fq, s)), oi)
 		}
 	}
 }
 
-func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
+func (a *engine) cumsumBackward(w *psWorker, hd int) {
 	L := &a.L
 	F, h, ro := L.F, L.h, L.ro
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -74,7 +71,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 		for i := 0; i < rows; i++ {
 			cumsumAdd(S, s, w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], h)
 			fq := w.fq[i*F : (i+1)*F]
-			den := 1 + vec.Dot(fq, s)
+			den := a.fm.one + vec.Dot(fq, s)
 			gi := w.g[i*h : (i+1)*h]
 			copy(gi, do[i*h:(i+1)*h])
 			vec.Scale(1/den, gi)
@@ -87,7 +84,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		selfTensorBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
@@ -117,7 +114,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 			}
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		selfTensorBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }
