@@ -257,6 +257,9 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 type sketchDecoder struct {
 	fm        *featureMap
 	proj      projection
+	ls        logScaled // proj of a scaled map, whose states keep references:
+	ref, bref []float32 // [bh]: of the prefix state and of the current block's
+	ks        []float32 // [bh × b]: log-scales of the current block's keys
 	bh, h     int
 	b, p      int  // block size and degree
 	local     bool // exact weights inside the current block
@@ -298,6 +301,7 @@ type chunkScratch struct {
 	phiQ, phiK    []float32 // [F × n]
 	wts           []float32 // [min(n,b) × b]: a segment's local weights
 	den           []float32 // [min(n,b)]: their denominators
+	sk, cf        []float32 // scaled maps: [n] log-scales of the chunk's keys, [min(n,b)] cross factors
 	sks           sketchScratch
 }
 
@@ -324,6 +328,11 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	}
 	d.sks = newScratch(proj, bh)
+	if a.fm.scaled {
+		d.ls = a.ls
+		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
+		d.Reset()
+	}
 	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }
@@ -334,12 +343,15 @@ func (d *sketchDecoder) Reset() {
 	d.n = 0
 	clear(d.prefix)
 	clear(d.block)
+	for i := range d.ref {
+		d.ref[i], d.bref[i] = negInf, negInf
+	}
 }
 
 func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
 	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
-	if n == 1 {
+	if n == 1 && d.ls == nil {
 		d.step()
 	} else {
 		workers := stepWorkers(d.bh, d.bh*n*2*d.stateSize)
@@ -448,6 +460,9 @@ func (c *chunkScratch) size(d *sketchDecoder, n int) {
 	c.mq, c.mk, c.tilde = make([]float32, d.ro*n), make([]float32, d.ro*n), make([]float32, d.ro*n)
 	c.phiQ, c.phiK = make([]float32, d.F*n), make([]float32, d.F*n)
 	c.wts, c.den = make([]float32, seg*d.b), make([]float32, seg)
+	if d.ls != nil {
+		c.sk, c.cf = make([]float32, n), make([]float32, seg)
+	}
 	c.sks = newScratch(d.proj, n)
 }
 
@@ -462,6 +477,11 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	d.proj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
 	phiK := d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
+	var sk []float32
+	if d.ls != nil {
+		sk = c.sk[:n]
+		copy(sk, d.ls.logScale(c.pre, n))
+	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
 	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
@@ -472,8 +492,16 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		pos := at % b  // its index within the block
 		s := min(n-t0, b-pos)
 		if pos == 0 && at > 0 { // the previous block is complete
-			vec.Add(prefix, prefix, block)
+			if sk != nil {
+				d.ref[i] = addScaled(prefix, block, d.ref[i], d.bref[i])
+				d.bref[i] = negInf
+			} else {
+				vec.Add(prefix, prefix, block)
+			}
 			clear(block)
+		}
+		if sk != nil {
+			copy(d.ks[i*b+pos:], sk[t0:t0+s])
 		}
 
 		// Keep the segment's keys (or their sketches) and values.
@@ -504,6 +532,21 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			for j, x := range live {
 				live[j] = ipow(x, p)
 			}
+			if sk != nil { // as the engine: relative to r_t, then to R_t
+				kl := d.ks[i*b : i*b+pos+t+1]
+				r := negInf
+				for _, x := range kl {
+					r = max(r, x)
+				}
+				for j, x := range kl {
+					live[j] *= expf(x - r)
+				}
+				R := max(d.ref[i], r)
+				if f := expf(r - R); f != 1 {
+					vec.Scale(f, live)
+				}
+				c.cf[t] = expf(d.ref[i] - R)
+			}
 			den[t] = d.fm.one + vec.Sum(live)
 			clear(row[pos+t+1:])
 		}
@@ -512,6 +555,11 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 
 		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
 		if at >= b {
+			if sk != nil { // ψ = c·φ̃(q)
+				for f := 0; f < F; f++ {
+					vec.Mul(phiQ[f*n+t0:f*n+t0+s], phiQ[f*n+t0:f*n+t0+s], c.cf[:s])
+				}
+			}
 			blas.SgemmSerial(blas.Trans, blas.NoTrans, s, h, F, 1, phiQ[t0:], n, prefix, h, 1, out, h)
 			for f, z := range prefix[F*h:] {
 				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
@@ -521,7 +569,20 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])
 		}
 
-		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1.
+		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1
+		// (relative to the block's maximum so far).
+		if sk != nil {
+			m := max(d.bref[i], vec.Max(sk[t0:t0+s]))
+			vec.Scale(expf(d.bref[i]-m), block)
+			d.bref[i] = m
+			ks := c.cf[:s]
+			for t := range ks {
+				ks[t] = expf(sk[t0+t] - m)
+			}
+			for f := 0; f < F; f++ {
+				vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
+			}
+		}
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, phiK[t0:], n, v[t0*h:], h, 1, block, h)
 		zeta := block[F*h:]
 		for f := range zeta {

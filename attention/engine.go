@@ -65,6 +65,7 @@ type engine struct {
 	fm   featureMap
 	proj projection // fm's projection for the head size, built from opts.Seed on first use
 	sk   *sketch    // proj when it is a sketch (polysketch), else nil
+	ls   logScaled  // proj when fm.scaled
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -82,6 +83,10 @@ type engine struct {
 	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
 
+	// Scaled maps only (engine_scaled.go).
+	ref        []float32 // [bh × n]: r_i, the running maximum of key log-scales in i's block (CumSum: over j ≤ i)
+	bmax, pmax []float32 // [bh × (t+1)]: m_l, the maximum of block l's, and A_l, that of blocks before l (A_t: all)
+
 	// Learned sketches only.
 	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
 	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
@@ -93,7 +98,7 @@ type engine struct {
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
 	stepNetFwd, stepNetBwd, stepNetReduce                func(w *psWorker, i int)
-	scanFn                                               func(states []float32, t, stride, lo, hi int, run, tmp []float32)
+	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
 // psLayout is the shape of one problem and everything sized from it.
@@ -159,6 +164,10 @@ func (a *engine) projFor(h int) projection {
 	}
 	a.proj = a.fm.project(h, a.opts.Seed)
 	a.sk, _ = a.proj.(*sketch)
+	a.ls, _ = a.proj.(logScaled)
+	if a.fm.scaled && (a.ls == nil || a.fm.tensored || a.fm.one != 0 || a.opts.Local) {
+		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
+	}
 	return a.proj
 }
 
@@ -246,6 +255,11 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
+	var ref, bmax, pmax []float32
+	if a.fm.scaled {
+		ref = take(n)
+		bmax, pmax = take(L.bh*(L.t+1)), take(L.bh*(L.t+1))
+	}
 	var ms, dms, keep [2][]float32
 	var pgrad []float32
 	if L.learned {
@@ -259,6 +273,7 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	}
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
+		a.ref, a.bmax, a.pmax = ref, bmax, pmax
 		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
@@ -268,7 +283,7 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 		} else {
 			w = new(psWorker)
 		}
-		w.carve(L, p, take)
+		w.carve(L, p, &a.fm, take)
 	}
 	return off
 }
@@ -334,10 +349,13 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 func (a *engine) forwardBlocks() {
 	L := &a.L
 	a.pool.run(L.bh*L.t, a.stepPrepare)
+	if a.fm.scaled {
+		a.references()
+	}
 	if L.causal {
-		a.scan(prefixScan)
+		a.scan(scanPrefix)
 	} else {
-		a.scan(nil)
+		a.scan(scanSumKeys)
 	}
 	a.pool.run(L.bh*L.t, a.stepFinish)
 }
@@ -365,9 +383,9 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 		a.statesValid = false
 		a.pool.run(L.bh*L.t, a.stepBwdQueries)
 		if L.causal {
-			a.scan(suffixScan)
+			a.scan(scanSuffix)
 		} else {
-			a.scan(nil)
+			a.scan(scanSum)
 		}
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
@@ -379,11 +397,18 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
 
-// scan runs fn (prefixScan or suffixScan) over each head's states, or with
-// fn nil sums states 0..t-1 of each head into state t; in parallel over
-// heads and chunks of state elements.
-func (a *engine) scan(fn func(states []float32, t, stride, lo, hi int, run, tmp []float32)) {
-	a.scanFn = fn
+// Scans over the per-block states of each head.
+const (
+	scanSum     = iota // sum states 0..t-1 into state t (non-causal)
+	scanSumKeys        // the same for key states (relative to their blocks' maxima when scaled)
+	scanPrefix         // exclusive prefix sums (prefixScan)
+	scanSuffix         // exclusive suffix sums (suffixScan)
+)
+
+// scan runs a scan of the given kind over each head's states, in parallel
+// over heads and chunks of state elements.
+func (a *engine) scan(kind int) {
+	a.scanKind = kind
 	chunks := (a.L.stateSize + scanChunk - 1) / scanChunk
 	a.pool.run(a.L.bh*chunks, a.stepScan)
 }
@@ -394,11 +419,28 @@ func (a *engine) scanItem(w *psWorker, i int) {
 	hd, ch := i/chunks, i%chunks
 	lo, hi := ch*scanChunk, min((ch+1)*scanChunk, L.stateSize)
 	st := a.states[hd*L.slots*L.stateSize : (hd+1)*L.slots*L.stateSize]
-	if a.scanFn == nil {
-		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+	if a.fm.scaled {
+		bmax, pmax := a.maxes(hd)
+		switch a.scanKind {
+		case scanSum:
+			sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+		case scanSumKeys:
+			scaledSum(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi, bmax)
+		case scanPrefix:
+			scaledPrefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax)
+		case scanSuffix:
+			scaledSuffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax, pmax)
+		}
 		return
 	}
-	a.scanFn(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+	switch a.scanKind {
+	case scanSum, scanSumKeys:
+		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+	case scanPrefix:
+		prefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+	case scanSuffix:
+		suffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+	}
 }
 
 // Per-item steps of the block phases. Item i is block i%t of head i/t.
@@ -455,7 +497,7 @@ func (a *engine) bwdQueriesItem(w *psWorker, i int) {
 		g = z // G_l replaces Z_l once Z_l is used
 	}
 	if L.sketched {
-		a.skOutput(true, hd, l, a.pre(a.preK, hd, l), w.mk)
+		a.skOutput(w, true, hd, l, a.pre(a.preK, hd, l), w.mk)
 	}
 	a.bwdQueries(w, hd, l, a.pre(a.preQ, hd, l), z, g, false)
 }
@@ -486,9 +528,43 @@ func (a *engine) rows(x []float32, hd, l int) []float32 {
 // sumKeyStates adds every block's key state of head hd to w.run (which
 // callers clear): the whole state a non-causal query sees.
 func (a *engine) sumKeyStates(w *psWorker, hd int) {
+	A := negInf
 	for l := 0; l < a.L.t; l++ {
 		a.keysPrep(w, hd, l, w.preK, w.hbuf)
+		if a.fm.scaled {
+			bmax, _ := a.maxes(hd)
+			A = addScaled(w.run, w.hbuf, A, bmax[l])
+		} else {
+			vec.Add(w.run, w.run, w.hbuf)
+		}
+	}
+	if a.fm.scaled {
+		_, pmax := a.maxes(hd)
+		pmax[a.L.t] = A
+	}
+}
+
+// addState adds block l's key state w.hbuf to the running prefix state
+// w.run (streaming), which is relative to A for a scaled map; it returns
+// the new reference.
+func (a *engine) addState(w *psWorker, hd, l int, A float32) float32 {
+	if !a.fm.scaled {
 		vec.Add(w.run, w.run, w.hbuf)
+		return A
+	}
+	bmax, _ := a.maxes(hd)
+	return addScaled(w.run, w.hbuf, A, bmax[l])
+}
+
+// setReference records A_l, the reference of the prefix state block l
+// reads, for a scaled map (streaming); at l = t it is that of all blocks.
+func (a *engine) setReference(hd, l int, A float32) {
+	if a.fm.scaled {
+		bmax, pmax := a.maxes(hd)
+		if l == a.L.t {
+			A = max(A, bmax[l-1])
+		}
+		pmax[l] = A
 	}
 }
 
@@ -503,6 +579,7 @@ func (a *engine) streamForward(w *psWorker, hd int) {
 		}
 		return
 	}
+	A := negInf
 	for l := 0; l < L.t; l++ {
 		var state, z []float32
 		if l < L.t-1 {
@@ -514,10 +591,11 @@ func (a *engine) streamForward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
+		a.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, a.o)
 		a.finish(w, hd, l, w.preQ, z, a.o)
 		if state != nil {
-			vec.Add(w.run, w.run, w.hbuf)
+			A = a.addState(w, hd, l, A)
 		}
 	}
 }
@@ -541,6 +619,7 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		return
 	}
 	// Sweep 1, forward: prefix states, denominators, dq, local terms.
+	A := negInf
 	for l := 0; l < L.t; l++ {
 		var state, z []float32
 		if l < L.t-1 {
@@ -552,21 +631,30 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
+		a.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, nil)
 		a.finish(w, hd, l, w.preQ, z, nil)
 		a.bwdQueries(w, hd, l, w.preQ, z, nil, true)
 		lo, rows := L.plan.span(l)
 		copy(a.gd[hd*L.n+lo:hd*L.n+lo+rows], w.gd[:rows])
 		if state != nil {
-			vec.Add(w.run, w.run, w.hbuf)
+			A = a.addState(w, hd, l, A)
 		}
 	}
-	// Sweep 2, backward: suffix states U_l = Σ_{j>l} φ(Q_j)ᵀ·dO_j/D_j, dk, dv.
+	a.setReference(hd, L.t, A)
+	// Sweep 2, backward: suffix states U_l = Σ_{j>l} φ(Q_j)ᵀ·dO_j/D_j, dk, dv
+	// (for a scaled map relative to m_l, as scaledSuffixScan makes them).
 	clear(w.run)
 	for l := L.t - 1; l >= 0; l-- {
 		var u []float32
 		if l < L.t-1 {
 			u = w.run
+			if a.fm.scaled {
+				bmax, pmax := a.maxes(hd)
+				u = w.acc
+				copy(u, w.run)
+				vec.Scale(expf(bmax[l]-pmax[l+1]), u)
+			}
 		}
 		if u != nil || L.sketched {
 			a.sketchKeys(w, hd, l, w.preK)
@@ -574,7 +662,12 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		a.bwdKeys(w, hd, l, w.preK, u)
 		if l > 0 {
 			a.queryStateAgain(w, hd, l, w.preQ, w.hbuf)
-			vec.Add(w.run, w.run, w.hbuf)
+			if a.fm.scaled {
+				_, pmax := a.maxes(hd)
+				suffixAdd(w.run, w.hbuf, pmax[l]-pmax[l+1])
+			} else {
+				vec.Add(w.run, w.run, w.hbuf)
+			}
 		}
 	}
 }
@@ -595,10 +688,13 @@ func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	}
 	_, rows := a.L.plan.span(l)
 	a.proj.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
+	if key && a.fm.scaled {
+		a.keyLogScales(w, pre, rows)
+	}
 }
 
 // skOutput is skApply from the kept pre (sketch.output): the same bits.
-func (a *engine) skOutput(key bool, hd, l int, pre, mT []float32) {
+func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	if a.L.learned {
 		a.learnedRows(key, hd, l, mT)
 		return
@@ -609,6 +705,9 @@ func (a *engine) skOutput(key bool, hd, l int, pre, mT []float32) {
 	}
 	_, rows := a.L.plan.span(l)
 	a.proj.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
+	if key && a.fm.scaled {
+		a.keyLogScales(w, pre, rows)
+	}
 }
 
 // skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) and writes
@@ -652,11 +751,20 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	a.sketchKeys(w, hd, l, pre)
+	var ml float32
+	if a.fm.scaled {
+		ml = vec.Max(w.skeys[:rows])
+		bmax, _ := a.maxes(hd)
+		bmax[l] = ml
+	}
 	if state == nil {
 		return
 	}
 	F, h := L.F, L.h
 	phi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
+	if a.fm.scaled { // H_l relative to m_l
+		phi = scaleCols(w.phi, phi, a.keyScales(w, rows, ml), F, rows)
+	}
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
 	z := state[F*h : F*h+F]
 	for f := range z {
@@ -702,6 +810,9 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 	transposeInto(w.mkr, w.mk, rows, ro, rows)
 	lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
 	lowerPow(ww, s, w.tmp, rows, a.fm.diagPow())
+	if a.fm.scaled {
+		a.scaledWeights(w, hd, l)
+	}
 }
 
 // finish adds the cross-block terms with prefix state z (nil for none) to
@@ -715,9 +826,22 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 	if o != nil {
 		out = a.rows(o, hd, l)
 	}
+	scaled := a.fm.scaled && L.causal
+	if scaled { // the diagonal block's terms relative to R_i instead of r_i
+		a.rowFactors(w, hd, l)
+		for i, f := range w.fs[:rows] {
+			d[i] *= f
+			if out != nil {
+				vec.Scale(f, out[i*h:(i+1)*h])
+			}
+		}
+	}
 	if z != nil {
-		a.skOutput(false, hd, l, pre, w.mq)
+		a.skOutput(w, false, hd, l, pre, w.mq)
 		phi := a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
+		if scaled {
+			phi = scaleCols(w.phi, phi, w.cs, F, rows)
+		}
 		c := w.cross[:rows]
 		clear(c)
 		zeta := z[F*h : F*h+F]
@@ -770,10 +894,17 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	gr := w.g[:rows*h]
 	cross, gd := w.cross[:rows], w.gd[:rows]
 	clear(cross)
-	a.skOutput(false, hd, l, pre, w.mq)
+	a.skOutput(w, false, hd, l, pre, w.mq)
 	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
+	scaled := a.fm.scaled && L.causal
+	if scaled {
+		a.rowFactors(w, hd, l)
+	}
 	if z != nil {
 		phi = a.fm.lift(phi, w.mq, w.tq, ro, rows)
+		if scaled { // ψ_i = c_i·φ̃(q_i), as finish used it
+			phi = scaleCols(w.phi, phi, w.cs, F, rows)
+		}
 		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
@@ -787,6 +918,10 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		s, ww, dw = w.s[:rows*rows], w.w[:rows*rows], w.dw[:rows*rows]
 		if !weightsValid {
 			a.localWeights(w, hd, l)
+		}
+		if scaled { // weights and their factors relative to R_i
+			scaleRows(ww, w.fs, rows)
+			scaleRows(s, w.fs, rows)
 		}
 		lowerABt(dw, gr, h, v, h, rows, h)
 		lowerRowDots(gd, ww, dw, rows)
@@ -807,6 +942,11 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
 		if L.sketched {
 			lowerPowGrad(dw, s, w.tmp, rows, a.fm.diagPow())
+			if scaled { // dS = dW ∗ exp(s_j − R_i), the factors left in s
+				for i := 0; i < rows; i++ {
+					vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], s[i*rows:i*rows+i+1])
+				}
+			}
 			lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
@@ -819,10 +959,16 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	dm := w.dmq[:ro*rows]
 	have := false
 	if z != nil {
+		rs := gd
+		if scaled { // dφ̃(q_i) = c_i·dψ_i
+			scaleCols(dphi, dphi, w.cs, F, rows)
+			rs = w.cross[:rows]
+			vec.Mul(rs, gd, w.cs[:rows])
+		}
 		a.fm.liftBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		// The term ζ_l·gdᵀ of dφ(Q_l), ζ_l scaled per row, reaches M
 		// without forming it per row.
-		a.fm.liftSharedBackward(dm, z[F*h:F*h+F], gd, w.mq, w.psi, w.aux, ro, rows)
+		a.fm.liftSharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
@@ -857,6 +1003,10 @@ func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
 	phi := a.fm.lift(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
+	if a.fm.scaled && L.causal {
+		a.rowFactors(w, hd, l)
+		phi = scaleCols(w.phi, phi, w.cs, L.F, rows)
+	}
 	a.loadGrad(w, hd, l)
 	copy(w.gd[:rows], a.gd[hd*L.n+lo:hd*L.n+lo+rows])
 	a.queryState(w, phi, rows, state)
@@ -871,8 +1021,18 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	dm := w.dmk[:ro*rows]
 	have := false
 	if u != nil {
-		a.skOutput(true, hd, l, pre, w.mk)
+		a.skOutput(w, true, hd, l, pre, w.mk)
 		phi, dphi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
+		var ks []float32
+		if a.fm.scaled { // keys relative to U_l's reference: m_l, or A_t when non-causal
+			ref := vec.Max(w.skeys[:rows])
+			if !L.causal {
+				_, pmax := a.maxes(hd)
+				ref = pmax[L.t]
+			}
+			ks = a.keyScales(w, rows, ref)
+			phi = scaleCols(w.phi, phi, ks, F, rows)
+		}
 		beta := float32(0)
 		if L.causal {
 			beta = 1
@@ -880,10 +1040,13 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 		v := a.rows(a.v, hd, l)
 		blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, u, h, beta, a.rows(a.dv, hd, l), h)
 		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 0, dphi, rows)
+		if ks != nil {
+			scaleCols(dphi, dphi, ks, F, rows)
+		}
 		a.fm.liftBackward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
-		// The term 1·u_lᵀ of dφ(K_l), the same for every row, reaches M
-		// without forming it per row.
-		a.fm.liftSharedBackward(dm, u[F*h:F*h+F], nil, w.mk, w.psi, nil, ro, rows)
+		// The term 1·u_lᵀ of dφ(K_l), the same for every row (times ks),
+		// reaches M without forming it per row.
+		a.fm.liftSharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
@@ -926,16 +1089,28 @@ type psWorker struct {
 	preQ, preK     []float32 // sketch projections when not kept: [preW × bs]
 	run, hbuf, acc []float32 // running, block and total states; scan scratch
 	fq, fk, df     []float32 // CumSum: row-major features and gradient [bs × F]
+	ks, cs, fs     []float32 // scaled maps: key scales, query cross and diagonal factors [bs]
+	skeys          []float32 // scaled maps: log-scales of the block's keys [bs]
 	sks            sketchScratch
 }
 
 // carve takes the worker's buffers for layout L from take.
-func (w *psWorker) carve(L *psLayout, p projection, take func(int) []float32) {
+func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(int) []float32) {
 	bs, ro, F := L.bs, L.ro, L.F
-	w.mq, w.mk, w.tq, w.tk = take(ro*bs), take(ro*bs), take(ro*bs), take(ro*bs)
+	w.mq, w.mk = take(ro*bs), take(ro*bs)
+	w.tq, w.tk, w.psi, w.aux = nil, nil, nil, nil
+	if fm.tensored {
+		w.tq, w.tk = take(ro*bs), take(ro*bs)
+	}
 	w.dmq, w.dmk = take(ro*bs), take(ro*bs)
-	w.psi, w.aux = take(ro*ro), take(ro*bs)
+	if fm.tensored {
+		w.psi, w.aux = take(ro*ro), take(ro*bs)
+	}
 	w.phi, w.dphi = take(F*bs), take(F*bs)
+	w.ks, w.cs, w.fs, w.skeys = nil, nil, nil, nil
+	if fm.scaled {
+		w.ks, w.cs, w.fs, w.skeys = take(bs), take(bs), take(bs), take(bs)
+	}
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
 	ab, buf := p.scratchSize(bs)
@@ -958,7 +1133,7 @@ func (w *psWorker) carve(L *psLayout, p projection, take func(int) []float32) {
 	case modeStream:
 		w.preQ, w.preK = take(L.preW*bs), take(L.preW*bs)
 		w.run, w.hbuf = take(L.stateSize), take(L.stateSize)
-		if !L.causal {
+		if !L.causal || fm.scaled {
 			w.acc = take(L.stateSize)
 		}
 	case modeCumSum:

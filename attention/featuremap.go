@@ -67,6 +67,16 @@ type featureMap struct {
 	// one is added to every denominator: 1 for polysketch (1 + Σ w),
 	// 0 for the plain ratio Σ w v / Σ w.
 	one float32
+	// scaled: the projection is a logScaled one whose key features carry
+	// a log-scale, stabilized by running maxima (see engine_scaled.go);
+	// needs the plain ratio and an entrywise lift.
+	scaled bool
+}
+
+// A logScaled projection's features of a row are exp(s)·Mᵀ, s a log-scale
+// per row that it keeps in pre (Performer's stabilizer).
+type logScaled interface {
+	logScale(pre []float32, n int) []float32
 }
 
 // features returns the number of features of an r-dimensional projection.
