@@ -38,6 +38,10 @@ var conformanceCases = []conformanceCase{
 	{spec: "polynomial:block=8", ref: refExact(Polynomial, 4), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "polysketch:block=8:sketch-size=8", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
 	{spec: "polysketch:block=8:sketch-size=8:learned", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
+	{spec: "elu:block=8", ref: perHead(refELU), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
+	{spec: "elu:block=8:cumsum", ref: perHead(refELU), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
+	{spec: "performer:block=8:features=16", ref: refPerformerOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
+	{spec: "performer:block=8:features=16:cumsum", ref: refPerformerOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 }
 
 // Shapes of the conformance inputs: B·H = 4 heads of h = 8, N = 37.

@@ -5,7 +5,7 @@ import "github.com/polysketch/polysketch/vec"
 // The cumulative-sum algorithm (PolySketchFormer v1, Sec. 3; Performer's
 // causal prefix sums): the state S_i = Σ_{j≤i} φ(k_j)v_jᵀ and
 // s_i = Σ_{j≤i} φ(k_j) are updated token by token, and
-// o_i = φ(q_i)ᵀS_i / (1 + φ(q_i)·s_i). Each token costs two F×h
+// o_i = φ(q_i)ᵀS_i / (c + φ(q_i)·s_i). Each token costs two F×h
 // matrix-vector operations on a state that must be revisited for every
 // token, with no matrix products: the sequential baseline the block
 // algorithm is measured against. Heads run in parallel; tokens cannot.
@@ -20,17 +20,14 @@ import "github.com/polysketch/polysketch/vec"
 // cumsumFeatures computes the row-major features of block l's keys and
 // queries into w.fk and w.fq (with the sketches in w.preK, w.preQ and
 // M in w.mk, w.mq, w.tk, w.tq for the backward pass).
-func (a *polysketchAttn) cumsumFeatures(w *psWorker, hd, l int) {
+func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	F := L.F
-	phi := w.phi[:F*rows]
 	a.sketchKeys(w, hd, l, w.preK)
-	selfTensor(phi, w.mk, w.tk, L.ro, rows)
-	transposeInto(w.fk, phi, rows, F, rows)
+	transposeInto(w.fk, a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	selfTensor(phi, w.mq, w.tq, L.ro, rows)
-	transposeInto(w.fq, phi, rows, F, rows)
+	transposeInto(w.fq, a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
 }
 
 // cumsumAdd adds token i's key and value to the state.
@@ -41,7 +38,11 @@ func cumsumAdd(S, s, fk, vi []float32, h int) {
 	vec.Add(s, s, fk)
 }
 
-func (a *polysketchAttn) cumsumForward(w *psWorker, hd int) {
+func (a *engine) cumsumForward(w *psWorker, hd int) {
+	if a.fm.scaled {
+		a.cumsumScaledForward(w, hd)
+		return
+	}
 	L := &a.L
 	F, h := L.F, L.h
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -57,12 +58,16 @@ func (a *polysketchAttn) cumsumForward(w *psWorker, hd int) {
 			for f, x := range fq {
 				vec.Axpy(x, S[f*h:(f+1)*h], oi)
 			}
-			vec.Scale(1/(1+vec.Dot(fq, s)), oi)
+			vec.Scale(1/(a.fm.one+vec.Dot(fq, s)), oi)
 		}
 	}
 }
 
-func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
+func (a *engine) cumsumBackward(w *psWorker, hd int) {
+	if a.fm.scaled {
+		a.cumsumScaledBackward(w, hd)
+		return
+	}
 	L := &a.L
 	F, h, ro := L.F, L.h, L.ro
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -74,7 +79,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 		for i := 0; i < rows; i++ {
 			cumsumAdd(S, s, w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], h)
 			fq := w.fq[i*F : (i+1)*F]
-			den := 1 + vec.Dot(fq, s)
+			den := a.fm.one + vec.Dot(fq, s)
 			gi := w.g[i*h : (i+1)*h]
 			copy(gi, do[i*h:(i+1)*h])
 			vec.Scale(1/den, gi)
@@ -87,7 +92,7 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		selfTensorBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
@@ -117,7 +122,123 @@ func (a *polysketchAttn) cumsumBackward(w *psWorker, hd int) {
 			}
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		selfTensorBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
+	}
+}
+
+// Scaled maps (engine_scaled.go): the state is kept relative to M_i, the
+// running maximum of the key log-scales s_j, j ≤ i, and rescaled by
+// exp(M_{i-1} − M_i) when it grows; key j enters it weighted by
+// exp(s_j − M_i). Backward's suffix sums run relative to M_j, rescaled by
+// exp(M_j − M_{j+1}) ≤ 1 as j decreases, and key j's gradients carry
+// exp(s_j − M_j). M_i is kept in a.ref between the sweeps.
+
+// cumsumScaledStep adds key i of the block (row-major features w.fk) to
+// the state relative to M and returns the new reference.
+func (a *engine) cumsumScaledStep(w *psWorker, i int, v []float32, M float32) float32 {
+	F, h := a.L.F, a.L.h
+	S, z := w.run[:F*h], w.run[F*h:F*h+F]
+	s := w.skeys[i]
+	if s > M {
+		vec.Scale(expf(M-s), w.run)
+		M = s
+	}
+	kf := w.df[i*F : (i+1)*F]
+	copy(kf, w.fk[i*F:(i+1)*F])
+	vec.Scale(expf(s-M), kf)
+	cumsumAdd(S, z, kf, v[i*h:(i+1)*h], h)
+	return M
+}
+
+func (a *engine) cumsumScaledForward(w *psWorker, hd int) {
+	L := &a.L
+	F, h := L.F, L.h
+	S, s := w.run[:F*h], w.run[F*h:F*h+F]
+	clear(w.run)
+	M := negInf
+	for l := 0; l < L.t; l++ {
+		lo, rows := L.plan.span(l)
+		a.cumsumFeatures(w, hd, l)
+		v, o := a.rows(a.v, hd, l), a.rows(a.o, hd, l)
+		for i := 0; i < rows; i++ {
+			M = a.cumsumScaledStep(w, i, v, M)
+			a.ref[hd*L.n+lo+i] = M
+			fq, oi := w.fq[i*F:(i+1)*F], o[i*h:(i+1)*h]
+			clear(oi)
+			for f, x := range fq {
+				vec.Axpy(x, S[f*h:(f+1)*h], oi)
+			}
+			vec.Scale(1/vec.Dot(fq, s), oi)
+		}
+	}
+}
+
+func (a *engine) cumsumScaledBackward(w *psWorker, hd int) {
+	L := &a.L
+	F, h, ro := L.F, L.h, L.ro
+	S, s := w.run[:F*h], w.run[F*h:F*h+F]
+	clear(w.run)
+	M := negInf
+	for l := 0; l < L.t; l++ {
+		lo, rows := L.plan.span(l)
+		a.cumsumFeatures(w, hd, l)
+		v, do := a.rows(a.v, hd, l), a.rows(a.do, hd, l)
+		for i := 0; i < rows; i++ {
+			M = a.cumsumScaledStep(w, i, v, M)
+			a.ref[hd*L.n+lo+i] = M
+			fq := w.fq[i*F : (i+1)*F]
+			den := vec.Dot(fq, s)
+			gi := w.g[i*h : (i+1)*h]
+			copy(gi, do[i*h:(i+1)*h])
+			vec.Scale(1/den, gi)
+			dfq := w.df[i*F : (i+1)*F]
+			for f := range dfq {
+				dfq[f] = vec.Dot(S[f*h:(f+1)*h], gi)
+			}
+			gd := -vec.Dot(fq, dfq) / den
+			vec.Axpy(gd, s, dfq)
+			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
+		}
+		transposeInto(w.dphi, w.df, F, rows, F)
+		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
+	}
+	R, rho := S, s
+	clear(w.run)
+	next := M // M_{j+1}, the reference of R
+	for l := L.t - 1; l >= 0; l-- {
+		lo, rows := L.plan.span(l)
+		a.cumsumFeatures(w, hd, l)
+		v, do, dv := a.rows(a.v, hd, l), a.rows(a.do, hd, l), a.rows(a.dv, hd, l)
+		for i := rows - 1; i >= 0; i-- {
+			Mi := a.ref[hd*L.n+lo+i]
+			if Mi != next {
+				vec.Scale(expf(Mi-next), w.run)
+				next = Mi
+			}
+			den, gd := a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i]
+			gi := w.g[i*h : (i+1)*h]
+			copy(gi, do[i*h:(i+1)*h])
+			vec.Scale(1/den, gi)
+			fq := w.fq[i*F : (i+1)*F]
+			for f, x := range fq {
+				vec.Axpy(x, gi, R[f*h:(f+1)*h])
+			}
+			vec.Axpy(gd, fq, rho)
+			ks := expf(w.skeys[i] - Mi)
+			fk, vi, dvi := w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], dv[i*h:(i+1)*h]
+			clear(dvi)
+			for f, x := range fk {
+				vec.Axpy(ks*x, R[f*h:(f+1)*h], dvi)
+			}
+			dfk := w.df[i*F : (i+1)*F]
+			for f := range dfk {
+				dfk[f] = ks * (vec.Dot(R[f*h:(f+1)*h], vi) + rho[f])
+			}
+		}
+		transposeInto(w.dphi, w.df, F, rows, F)
+		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }

@@ -87,7 +87,7 @@ func (a polynomialAttn) NewDecoder(B, H, h int) (Decoder, error) {
 	return newCacheDecoder(B, H, h, a.weights.(polyWeighting).p), nil
 }
 
-func (a *polysketchAttn) NewDecoder(B, H, h int) (Decoder, error) {
+func (a *engine) NewDecoder(B, H, h int) (Decoder, error) {
 	if !a.opts.Causal {
 		return nil, errNotCausal(a.Kind())
 	}
@@ -255,7 +255,11 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 // against the block's keys so far, Φ(Q)·Z and Φ(Q)·ζ for the prefix, and
 // Φ(K)ᵀV added to the block's state.
 type sketchDecoder struct {
-	sk        *sketch
+	fm        *featureMap
+	proj      projection
+	ls        logScaled // proj of a scaled map, whose states keep references:
+	ref, bref []float32 // [bh]: of the prefix state and of the current block's
+	ks        []float32 // [bh × b]: log-scales of the current block's keys
 	bh, h     int
 	b, p      int  // block size and degree
 	local     bool // exact weights inside the current block
@@ -297,15 +301,17 @@ type chunkScratch struct {
 	phiQ, phiK    []float32 // [F × n]
 	wts           []float32 // [min(n,b) × b]: a segment's local weights
 	den           []float32 // [min(n,b)]: their denominators
+	sk, cf        []float32 // scaled maps: [n] log-scales of the chunk's keys, [min(n,b)] cross factors
 	sks           sketchScratch
 }
 
-func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
+func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	o := a.opts
-	sk := a.sketchFor(h) // the mechanism's own: drawn (or built) now if no Forward ran yet
+	proj := a.projFor(h) // the mechanism's own: drawn (or built) now if no Forward ran yet
+	_, ro, preW := proj.dims()
 	bh := B * H
-	d := &sketchDecoder{sk: sk, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
-		ro: sk.out, F: featureDim(sk.out)}
+	d := &sketchDecoder{fm: &a.fm, proj: proj, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
+		ro: ro, F: a.fm.features(ro)}
 	d.stateSize = d.F*h + d.F
 	d.kw = h
 	if !d.local {
@@ -314,14 +320,19 @@ func newSketchDecoder(a *polysketchAttn, B, H, h int) *sketchDecoder {
 	d.prefix, d.block = make([]float32, bh*d.stateSize), make([]float32, bh*d.stateSize)
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
-	d.preQ, d.preK = make([]float32, sk.preW*bh), make([]float32, sk.preW*bh)
+	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
 	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
 	d.phiQ, d.phiK = make([]float32, d.F*bh), make([]float32, d.F*bh)
 	d.fq, d.fk = make([]float32, bh*d.F), make([]float32, bh*d.F)
 	if !d.local {
 		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	}
-	d.sks = sk.newScratch(bh)
+	d.sks = newScratch(proj, bh)
+	if a.fm.scaled {
+		d.ls = a.ls
+		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
+		d.Reset()
+	}
 	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }
@@ -332,12 +343,15 @@ func (d *sketchDecoder) Reset() {
 	d.n = 0
 	clear(d.prefix)
 	clear(d.block)
+	for i := range d.ref {
+		d.ref[i], d.bref[i] = negInf, negInf
+	}
 }
 
 func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
 	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
-	if n == 1 {
+	if n == 1 && d.ls == nil {
 		d.step()
 	} else {
 		workers := stepWorkers(d.bh, d.bh*n*2*d.stateSize)
@@ -358,12 +372,10 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
 	// Sketches and features of every head's q and k: one product each.
-	d.sk.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	d.sk.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
-	selfTensor(d.phiQ, d.mq, d.tq, ro, bh)
-	selfTensor(d.phiK, d.mk, d.tk, ro, bh)
-	transposeInto(d.fq, d.phiQ, bh, F, bh)
-	transposeInto(d.fk, d.phiK, bh, F, bh)
+	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
+	d.proj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
+	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
+	transposeInto(d.fk, d.fm.lift(d.phiK, d.mk, d.tk, ro, bh), bh, F, bh)
 	if !d.local {
 		transposeInto(d.mqr, d.mq, bh, ro, bh)
 		transposeInto(d.mkr, d.mk, bh, ro, bh)
@@ -402,7 +414,7 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	for j := range w {
 		w[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
 	}
-	den := 1 + vec.Sum(w)
+	den := d.fm.one + vec.Sum(w)
 	o := d.o[i*h : (i+1)*h]
 	clear(o)
 	for j, wj := range w {
@@ -428,12 +440,12 @@ func (d *sketchDecoder) stepHead(_, i int) {
 }
 
 // localDegree is the power of the dot products inside the current block:
-// p of the exact weights, or 2 of the sketched (M(q)·M(k))².
+// p of the exact weights, or that of the feature weights (fm.diagPow).
 func (d *sketchDecoder) localDegree() int {
 	if d.local {
 		return d.p
 	}
-	return 2
+	return d.fm.diagPow()
 }
 
 // size makes sure c has room for chunks of n positions of d.
@@ -443,11 +455,15 @@ func (c *chunkScratch) size(d *sketchDecoder, n int) {
 	}
 	seg := min(n, d.b)
 	c.n = n
-	c.pre = make([]float32, d.sk.preW*n)
+	_, _, preW := d.proj.dims()
+	c.pre = make([]float32, preW*n)
 	c.mq, c.mk, c.tilde = make([]float32, d.ro*n), make([]float32, d.ro*n), make([]float32, d.ro*n)
 	c.phiQ, c.phiK = make([]float32, d.F*n), make([]float32, d.F*n)
 	c.wts, c.den = make([]float32, seg*d.b), make([]float32, seg)
-	c.sks = d.sk.newScratch(n)
+	if d.ls != nil {
+		c.sk, c.cf = make([]float32, n), make([]float32, seg)
+	}
+	c.sks = newScratch(d.proj, n)
 }
 
 // chunkHead advances head i by the d.chunk positions of the Step, worker
@@ -457,10 +473,15 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	c := &d.chunks[w]
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
-	d.sk.apply(q, h, n, c.pre, c.mq, &c.sks)
-	d.sk.apply(k, h, n, c.pre, c.mk, &c.sks)
-	selfTensor(c.phiQ, c.mq, c.tilde, d.ro, n)
-	selfTensor(c.phiK, c.mk, c.tilde, d.ro, n)
+	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
+	d.proj.apply(k, h, n, c.pre, c.mk, &c.sks)
+	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
+	phiK := d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
+	var sk []float32
+	if d.ls != nil {
+		sk = c.sk[:n]
+		copy(sk, d.ls.logScale(c.pre, n))
+	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
 	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
@@ -471,8 +492,16 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		pos := at % b  // its index within the block
 		s := min(n-t0, b-pos)
 		if pos == 0 && at > 0 { // the previous block is complete
-			vec.Add(prefix, prefix, block)
+			if sk != nil {
+				d.ref[i] = addScaled(prefix, block, d.ref[i], d.bref[i])
+				d.bref[i] = negInf
+			} else {
+				vec.Add(prefix, prefix, block)
+			}
 			clear(block)
+		}
+		if sk != nil {
+			copy(d.ks[i*b+pos:], sk[t0:t0+s])
 		}
 
 		// Keep the segment's keys (or their sketches) and values.
@@ -503,7 +532,22 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			for j, x := range live {
 				live[j] = ipow(x, p)
 			}
-			den[t] = 1 + vec.Sum(live)
+			if sk != nil { // as the engine: relative to r_t, then to R_t
+				kl := d.ks[i*b : i*b+pos+t+1]
+				r := negInf
+				for _, x := range kl {
+					r = max(r, x)
+				}
+				for j, x := range kl {
+					live[j] *= expf(x - r)
+				}
+				R := max(d.ref[i], r)
+				if f := expf(r - R); f != 1 {
+					vec.Scale(f, live)
+				}
+				c.cf[t] = expf(d.ref[i] - R)
+			}
+			den[t] = d.fm.one + vec.Sum(live)
 			clear(row[pos+t+1:])
 		}
 		out := o[t0*h : (t0+s)*h]
@@ -511,20 +555,38 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 
 		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
 		if at >= b {
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, s, h, F, 1, c.phiQ[t0:], n, prefix, h, 1, out, h)
+			if sk != nil { // ψ = c·φ̃(q)
+				for f := 0; f < F; f++ {
+					vec.Mul(phiQ[f*n+t0:f*n+t0+s], phiQ[f*n+t0:f*n+t0+s], c.cf[:s])
+				}
+			}
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, s, h, F, 1, phiQ[t0:], n, prefix, h, 1, out, h)
 			for f, z := range prefix[F*h:] {
-				vec.Axpy(z, c.phiQ[f*n+t0:f*n+t0+s], den)
+				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
 			}
 		}
 		for t := range s {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])
 		}
 
-		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1.
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, c.phiK[t0:], n, v[t0*h:], h, 1, block, h)
+		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1
+		// (relative to the block's maximum so far).
+		if sk != nil {
+			m := max(d.bref[i], vec.Max(sk[t0:t0+s]))
+			vec.Scale(expf(d.bref[i]-m), block)
+			d.bref[i] = m
+			ks := c.cf[:s]
+			for t := range ks {
+				ks[t] = expf(sk[t0+t] - m)
+			}
+			for f := 0; f < F; f++ {
+				vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
+			}
+		}
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, phiK[t0:], n, v[t0*h:], h, 1, block, h)
 		zeta := block[F*h:]
 		for f := range zeta {
-			zeta[f] += vec.Sum(c.phiK[f*n+t0 : f*n+t0+s])
+			zeta[f] += vec.Sum(phiK[f*n+t0 : f*n+t0+s])
 		}
 		t0 += s
 	}

@@ -476,3 +476,20 @@ func selfTensorBackward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumula
 		}
 	}
 }
+
+// dims returns the input size, the output size and the rows of pre: a
+// sketch is the projection of polysketch's feature map.
+func (s *sketch) dims() (in, out, preW int) { return s.in, s.out, s.preW }
+
+// floats is the memory of the sketch's matrices, or of a learned sketch's
+// parameters, their gradients and the transposed weights of its networks.
+func (s *sketch) floats() int {
+	n := 0
+	for _, lv := range s.levels {
+		n += len(lv.gT) + len(lv.signs) + 2*len(lv.idx) // int is two floats
+	}
+	if s.net != nil {
+		n += 2*s.net.size + s.net.transposedSize()
+	}
+	return n
+}

@@ -519,43 +519,21 @@ type HeadSized interface {
 	SetHeadSize(h int)
 }
 
-// SetHeadSize fixes the head size; with a learned sketch it creates the
-// parameters (deterministically from Options.Seed).
-func (a *polysketchAttn) SetHeadSize(h int) {
-	if h <= 0 {
-		panic(fmt.Sprintf("attention.Polysketch.SetHeadSize(%d): must be positive", h))
-	}
-	a.sketchFor(h)
-}
-
 // Params lists the parameters of a learned sketch (see sketch_learned.go
 // for their names and shapes), shared by all heads: nil for random
 // sketches, for degree 2 (nothing to learn), and before the head size is
 // known (SetHeadSize or the first Forward). Backward adds (+=) to their
 // gradients.
-func (a *polysketchAttn) Params() []*nn.Param {
+func (a *engine) Params() []*nn.Param {
 	if a.sk == nil || a.sk.net == nil {
 		return nil
 	}
 	return append([]*nn.Param(nil), a.sk.net.params...)
 }
 
-// sketchFor returns the sketch for heads of size h, drawing or building it
-// on first use; a learned sketch keeps its head size.
-func (a *polysketchAttn) sketchFor(h int) *sketch {
-	if a.sk != nil && a.sk.in == h {
-		return a.sk
-	}
-	if a.sk != nil && a.sk.net != nil {
-		panic(fmt.Sprintf("attention.Polysketch: learned sketch built for head size %d, given %d", a.sk.in, h))
-	}
-	a.sk = newSketch(a.opts.Sketch, a.opts.Degree/2, h, a.opts.SketchSize, a.opts.Seed)
-	return a.sk
-}
-
 // netRows returns side's input (q for 0, k for 1) and its gradient, and the
 // first row and count of chunk c.
-func (a *polysketchAttn) netRows(side, c int) (x, dx []float32, lo, rows int) {
+func (a *engine) netRows(side, c int) (x, dx []float32, lo, rows int) {
 	L := &a.L
 	x, dx = a.q, a.dq
 	if side == 1 {
@@ -566,7 +544,7 @@ func (a *polysketchAttn) netRows(side, c int) (x, dx []float32, lo, rows int) {
 }
 
 // netForwardItem computes M of chunk i (q chunks, then k chunks) into a.ms.
-func (a *polysketchAttn) netForwardItem(w *psWorker, i int) {
+func (a *engine) netForwardItem(w *psWorker, i int) {
 	L := &a.L
 	side := i / L.chunks
 	x, _, lo, rows := a.netRows(side, i%L.chunks)
@@ -576,7 +554,7 @@ func (a *polysketchAttn) netForwardItem(w *psWorker, i int) {
 
 // kept returns where the networks keep a2 and y for rows from lo of side
 // (q for 0, k for 1): nothing with Remat.
-func (a *polysketchAttn) kept(side, lo int, load bool) kept {
+func (a *engine) kept(side, lo int, load bool) kept {
 	if a.keep[side] == nil {
 		return kept{}
 	}
@@ -587,7 +565,7 @@ func (a *polysketchAttn) kept(side, lo int, load bool) kept {
 // netBackwardItem runs the networks backward over the chunks of group g,
 // from the gradients in a.dms, into dq, dk and the group's partial
 // parameter gradients.
-func (a *polysketchAttn) netBackwardItem(w *psWorker, g int) {
+func (a *engine) netBackwardItem(w *psWorker, g int) {
 	L := &a.L
 	net := a.sk.net
 	grads := a.pgrad[g*net.size : (g+1)*net.size]
@@ -605,7 +583,7 @@ func (a *polysketchAttn) netBackwardItem(w *psWorker, g int) {
 
 // netReduceItem adds the partial sums of segment i to the parameter
 // gradients, in group order.
-func (a *polysketchAttn) netReduceItem(_ *psWorker, i int) {
+func (a *engine) netReduceItem(_ *psWorker, i int) {
 	net := a.sk.net
 	s := net.segs[i]
 	dst := net.params[s.p].Grad.Data[s.lo:s.hi]
@@ -617,7 +595,7 @@ func (a *polysketchAttn) netReduceItem(_ *psWorker, i int) {
 
 // learnedRows writes Mᵀ of block l of head hd ([r × rows]) from the
 // sketches of all rows that Forward computed: queries (key false) or keys.
-func (a *polysketchAttn) learnedRows(key bool, hd, l int, mT []float32) {
+func (a *engine) learnedRows(key bool, hd, l int, mT []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	m := a.ms[0]

@@ -1,0 +1,79 @@
+package attention
+
+import (
+	"errors"
+
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// ELU is ELU+1 linearized attention (Katharopoulos et al. 2020, as the
+// thesis defines it in §3.2-3.3): weights w_ij = φ(q_i)·φ(k_j) with
+// φ(x) = elu(x)+1 entrywise (x+1 for x > 0, eˣ otherwise, always > 0) and
+// the plain ratio o_i = Σ_{j≤i} w_ij v_j / Σ_{j≤i} w_ij, without the 1 that
+// polysketch adds to its denominators. It runs on the engine (engine.go)
+// with h features per row; the diagonal blocks are lt(φ(Q_l)·φ(K_l)ᵀ).
+const ELU Kind = "elu"
+
+// ELUConfig configures ELU+1 attention.
+type ELUConfig struct {
+	Block  int  `json:"block" help:"rows per block of the lower-triangular multiply"`
+	CumSum bool `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline)"`
+	Remat  bool `json:"remat" help:"keep nothing per block for backward: recompute it"`
+}
+
+func (ELUConfig) Mechanism() string { return string(ELU) }
+
+func (c ELUConfig) Validate() error { return errors.Join(checkBlock(c.Block)) }
+
+func init() {
+	Register(Entry{
+		Name: string(ELU), Order: 110, Cost: "O(N·(b + h)·h)",
+		Summary:    "linear attention with features elu(x)+1 and the plain ratio (Katharopoulos et al.; thesis §3.2)",
+		Properties: Properties{Linear: true, Recurrent: true},
+		Default:    func() Config { return ELUConfig{Block: 256} },
+		New: func(c Config, s Setup) (Mechanism, error) {
+			cfg := c.(ELUConfig)
+			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
+			return newEngine(ELU, o, featureMap{project: func(h int, _ uint64) projection { return eluMap{h} }}), nil
+		},
+	})
+}
+
+// eluMap is the identity projection followed by the lift elu(x)+1,
+// applied by the map itself. It keeps xᵀ in pre for the backward pass.
+type eluMap struct{ h int }
+
+func (m eluMap) dims() (in, out, preW int)         { return m.h, m.h, m.h }
+func (m eluMap) scratchSize(n int) (ab, buf int)   { return m.h * n, 0 }
+func (eluMap) matrices() map[string]*tensor.Tensor { return nil }
+func (eluMap) floats() int                         { return 0 }
+
+func (m eluMap) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScratch) {
+	transposeInto(pre, x, ldx, n, m.h)
+	m.output(x, ldx, n, pre, mT)
+}
+
+// output sets φ = x+1 for x > 0 and eˣ otherwise.
+func (m eluMap) output(_ []float32, _, n int, pre, mT []float32) {
+	pre, mT = pre[:m.h*n], mT[:m.h*n]
+	vec.Exp(mT, pre) // +Inf where x is large, replaced below
+	for i, x := range pre {
+		if x > 0 {
+			mT[i] = x + 1
+		}
+	}
+}
+
+// backward: dφ/dx is 1 for x > 0 and eˣ otherwise.
+func (m eluMap) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	pre, d := pre[:m.h*n], scr.a[:m.h*n]
+	vec.Exp(d, pre)
+	for i, x := range pre {
+		if x > 0 {
+			d[i] = 1
+		}
+	}
+	vec.Mul(d, d, dmT[:m.h*n])
+	transposeAdd(dx, ldx, d, n, m.h, accumulate)
+}

@@ -1,0 +1,171 @@
+package attention
+
+import (
+	"math"
+
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// Feature maps. Every linear mechanism is the block lower-triangular
+// engine (engine.go) run on features φ(q), φ(k) ≥ 0 with weights
+// w_ij = φ(q_i)·φ(k_j). A feature map is a projection of each row of q or
+// k to r numbers, then a lift of those to the F features:
+//
+//	polysketch  random sketch or learned network  →  symmetric self-tensoring (F = r(r+1)/2)
+//	elu         identity                          →  elu(x)+1, entrywise (F = h)
+//	performer   orthogonal random features        →  positive exponential (F = m)
+//
+// Self-tensoring is done by the engine itself, which exploits it: the
+// diagonal blocks are lt((L·Rᵀ)²) from the r-dimensional projections,
+// never features, and a feature gradient shared by every row reaches the
+// projection through an r×r matrix (symmetricOf). An entrywise lift keeps
+// F = r and is applied by the projection, forward and backward side by
+// side with it; the engine then uses the projection's output as the
+// features and the diagonal blocks are lt(Φ(Q_l)·Φ(K_l)ᵀ).
+
+// A projection maps rows of q or k, a block at a time, to the transposed
+// matrix Mᵀ ([out × n]) the lift reads. *sketch (random or learned) is
+// one.
+type projection interface {
+	// dims returns the input size h, the output size r and the rows of
+	// pre, what apply keeps per row for output and backward.
+	dims() (in, out, preW int)
+	// scratchSize returns the sizes of the buffers of a sketchScratch for
+	// blocks of n rows.
+	scratchSize(n int) (ab, buf int)
+	// apply computes Mᵀ of the rows x[i·ldx : i·ldx+in], i < n, keeping
+	// what output and backward need in pre ([preW × n]).
+	apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch)
+	// output recomputes Mᵀ from pre (or x), bitwise equal to apply's.
+	output(x []float32, ldx, n int, pre, mT []float32)
+	// backward computes dx (or with accumulate adds to it) from dMᵀ and
+	// the pre of apply.
+	backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch)
+	// matrices returns every random matrix of the projection by name,
+	// for reproducing its output elsewhere (nil if none).
+	matrices() map[string]*tensor.Tensor
+	// floats is the memory of the projection's own matrices, in floats,
+	// for Workspace.
+	floats() int
+}
+
+// newScratch allocates the scratch of p for blocks of n rows.
+func newScratch(p projection, n int) sketchScratch {
+	ab, buf := p.scratchSize(n)
+	return sketchScratch{a: make([]float32, ab), b: make([]float32, ab), buf: make([]float32, buf)}
+}
+
+// featureMap describes the features of one linear mechanism.
+type featureMap struct {
+	// project builds the projection for heads of size h from the seed.
+	project func(h int, seed uint64) projection
+	// tensored: the lift is symmetric self-tensoring, done by the engine;
+	// else the projection applied an entrywise lift and F = r.
+	tensored bool
+	// one is added to every denominator: 1 for polysketch (1 + Σ w),
+	// 0 for the plain ratio Σ w v / Σ w.
+	one float32
+	// scaled: the projection is a logScaled one whose key features carry
+	// a log-scale, stabilized by running maxima (see engine_scaled.go);
+	// needs the plain ratio and an entrywise lift.
+	scaled bool
+}
+
+// A logScaled projection's features of a row are exp(s)·Mᵀ, s a log-scale
+// per row that it keeps in pre (Performer's stabilizer).
+type logScaled interface {
+	logScale(pre []float32, n int) []float32
+}
+
+// features returns the number of features of an r-dimensional projection.
+func (fm *featureMap) features(r int) int {
+	if fm.tensored {
+		return featureDim(r)
+	}
+	return r
+}
+
+// diagPow is the power of the dot products of projections inside
+// diagonal blocks: (M(q)·M(k))² = φ(q)·φ(k) when self-tensored, else the
+// features' dot product itself.
+func (fm *featureMap) diagPow() int {
+	if fm.tensored {
+		return 2
+	}
+	return 1
+}
+
+// lift returns Φᵀ ([F × n]) of Mᵀ ([r × n]): self-tensored into phi
+// (tilde receives √2·Mᵀ), or Mᵀ itself.
+func (fm *featureMap) lift(phi, mT, tilde []float32, r, n int) []float32 {
+	if !fm.tensored {
+		return mT[:r*n]
+	}
+	selfTensor(phi, mT, tilde, r, n)
+	return phi
+}
+
+// liftBackward computes dMᵀ (or with accumulate adds to it) from dΦᵀ.
+func (fm *featureMap) liftBackward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool) {
+	if fm.tensored {
+		selfTensorBackward(dmT, dphiT, mT, tilde, tmp, r, n, accumulate)
+		return
+	}
+	if accumulate {
+		vec.Add(dmT[:r*n], dmT[:r*n], dphiT[:r*n])
+	} else {
+		copy(dmT[:r*n], dphiT[:r*n])
+	}
+}
+
+// liftSharedBackward adds to dMᵀ ([r × n]) the gradient of a feature
+// gradient u ([F]) scaled per row by s ([n], nil for 1): dΦ_i += s_i·u.
+// Self-tensored, that is dMᵀ += Ψ(u)·Mᵀ∗s (see symmetricOf), r² work per
+// row instead of F; psi ([r × r]) and aux ([r × n]) are scratch.
+func (fm *featureMap) liftSharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
+	if !fm.tensored {
+		for c, uc := range u[:r] {
+			d := dmT[c*n : (c+1)*n]
+			if s == nil {
+				for i := range d {
+					d[i] += uc
+				}
+			} else {
+				vec.Axpy(uc, s[:n], d)
+			}
+		}
+		return
+	}
+	symmetricOf(psi, u, r)
+	if s == nil {
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 1, dmT, n)
+		return
+	}
+	aux = aux[:r*n]
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 0, aux, n)
+	for c := 0; c < r; c++ {
+		x := aux[c*n : (c+1)*n]
+		vec.Mul(x, x, s[:n])
+		vec.Add(dmT[c*n:(c+1)*n], dmT[c*n:(c+1)*n], x)
+	}
+}
+
+// symmetricOf writes into psi ([r × r]) the matrix Ψ(u) through which a
+// feature gradient u, the same for every row, reaches M: selfTensorBackward
+// maps dφ_cc = u_cc to dM_c = 2·u_cc·M_c and dφ_cd = u_cd (c < d) to
+// dM_c = √2·u_cd·M_d, dM_d = √2·u_cd·M_c, so dMᵀ = Ψ(u)·Mᵀ with Ψ_cc = 2u_cc
+// and Ψ_cd = Ψ_dc = √2·u_cd.
+func symmetricOf(psi, u []float32, r int) {
+	f := 0
+	for c := 0; c < r; c++ {
+		psi[c*r+c] = 2 * u[f]
+		f++
+		for d := c + 1; d < r; d++ {
+			x := math.Sqrt2 * u[f]
+			psi[c*r+d], psi[d*r+c] = x, x
+			f++
+		}
+	}
+}
