@@ -225,3 +225,37 @@ func ExampleBatch() {
 	fmt.Println(logits.Shape, first.Len(), second.Len())
 	// Output: [2 256] 5 4
 }
+
+// BenchmarkBatchStep times one decoding step of S sequences of
+// DefaultConfig (polysketch) stepped together, at positions near 64,
+// reporting generated tokens per second: what a server's step costs.
+func BenchmarkBatchStep(b *testing.B) {
+	for _, S := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
+			m := mustNew(b, DefaultConfig())
+			batch := m.NewBatch()
+			seqs := make([]*Sequence, S)
+			toks := make([][]int32, S)
+			for i := range seqs {
+				s, err := m.NewSequence()
+				if err != nil {
+					b.Fatal(err)
+				}
+				seqs[i], toks[i] = s, []int32{int32(i)}
+			}
+			step := func() {
+				if _, err := batch.Step(seqs, toks); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 64 {
+				step()
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				step()
+			}
+			b.ReportMetric(float64(b.N*S)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
