@@ -323,18 +323,20 @@ func TestQueueFull(t *testing.T) {
 	// The slot: a stream that runs until canceled.
 	first := startStream(t, ctx, ts.URL, `{"prompt":"a","max_tokens":4000,"stream":true}`)
 	defer first.Body.Close()
+	queued := func() int {
+		l := s.loaded()
+		l.sched.mu.Lock()
+		defer l.sched.mu.Unlock()
+		return len(l.sched.queue)
+	}
+	waitFor(t, func() bool { return queued() == 0 && activeGauge(s) == 1 })
 	// The queue: a request that waits for the slot.
 	done := make(chan int, 1)
 	go func() {
 		code, _, _ := call(t, "POST", ts.URL+"/v1/completions", `{"prompt":"b","max_tokens":2}`)
 		done <- code
 	}()
-	waitFor(t, func() bool {
-		l := s.loaded()
-		l.sched.mu.Lock()
-		defer l.sched.mu.Unlock()
-		return len(l.sched.queue) == 1
-	})
+	waitFor(t, func() bool { return queued() == 1 })
 	code, h, b := call(t, "POST", ts.URL+"/v1/completions", `{"prompt":"c","max_tokens":2}`)
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(b), "queue") {
 		t.Errorf("third request: %d %s (Retry-After %q), want 429 with Retry-After", code, b, h.Get("Retry-After"))
