@@ -189,9 +189,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.fail(rw, r, errorf(http.StatusInternalServerError, "internal_error", "internal error: the request failed; the server is still up"))
 			}
 		}
-		path := r.URL.Path
-		if _, pattern := s.mux.Handler(r); pattern == "/" {
-			path = "other" // do not make a label of every path a scanner tries
+		// The endpoint's pattern, not the path: labels must not grow with
+		// every model id or path a scanner tries.
+		_, path := s.mux.Handler(r)
+		if _, p, ok := strings.Cut(path, " "); ok {
+			path = p
+		}
+		if path == "/" {
+			path = "other"
 		}
 		s.metrics.requests.WithLabelValues(path, strconv.Itoa(rw.code)).Inc()
 	}()
