@@ -105,7 +105,9 @@ func relDiff(a, b []float32) float64 {
 // other positions and in other chunks, enough of them that the rows of a
 // step span several matrix products.
 func TestBatchInvariance(t *testing.T) {
-	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 96, 40; return c }
+	// Wide enough for products of many rows at a time, and a GLU whose
+	// output sums over more than one k block of the packed products.
+	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 288, 40; return c }
 	for _, tc := range []struct {
 		name string
 		cfg  Config

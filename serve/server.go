@@ -370,6 +370,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Echo {
 		return errorf(http.StatusBadRequest, "invalid_value", "echo is a field of /v1/completions")
 	}
+	switch string(req.Logprobs) {
+	case "", "null", "false":
+	default:
+		return errorf(http.StatusBadRequest, "invalid_value", "logprobs: supported on /v1/completions only")
+	}
 	rq := &request{chat: true, prompts: []string{prompt}, stream: req.Stream}
 	return s.generate(w, r, l, req, rq, 256)
 }
@@ -412,10 +417,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		for p, ids := range rq.tokens {
 			for c := range set.n {
 				idx := p*set.n + c
+				offset := 0
+				if rq.echo {
+					offset = len(rq.prompts[p])
+				}
 				jobs = append(jobs, &job{
-					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit,
+					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
 					sampler: newSampler(set.temperature, set.topP, set.topK, set.seed, uint64(idx)),
-					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT,
+					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
 					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box,
 				})
 			}
@@ -465,6 +474,7 @@ func wait(r *http.Request, box *mailbox, buf []event) []event {
 // choices is the state of a request's choices as their events arrive.
 type choices struct {
 	text      []strings.Builder
+	logprobs  []*logprobs // nil entries unless asked for
 	finish    []string
 	generated int
 	left      int
@@ -472,7 +482,12 @@ type choices struct {
 
 func newChoices(rq *request) *choices {
 	n := len(rq.prompts) * rq.set.n
-	c := &choices{text: make([]strings.Builder, n), finish: make([]string, n), left: n}
+	c := &choices{text: make([]strings.Builder, n), logprobs: make([]*logprobs, n), finish: make([]string, n), left: n}
+	if rq.set.logprobs >= 0 {
+		for i := range c.logprobs {
+			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+		}
+	}
 	if rq.set.maxTokens == 0 {
 		for i := range c.finish {
 			c.finish[i] = "length"
@@ -484,6 +499,9 @@ func newChoices(rq *request) *choices {
 
 func (c *choices) add(e event) {
 	c.text[e.index].WriteString(e.text)
+	if e.logprobs != nil && c.logprobs[e.index] != nil {
+		c.logprobs[e.index].add(e.logprobs)
+	}
 	if e.finish != "" {
 		c.finish[e.index] = e.finish
 		c.generated += e.generated
@@ -536,7 +554,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		if rq.echo {
 			text = rq.prompts[i/rq.set.n] + text
 		}
-		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, FinishReason: &c.finish[i]})
+		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, Logprobs: c.logprobs[i], FinishReason: &c.finish[i]})
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -563,7 +581,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		}
 		return rc.Flush() == nil
 	}
-	chunk := func(index int, text string, finish *string, first bool) any {
+	chunk := func(index int, text string, lp *logprobs, finish *string, first bool) any {
 		if rq.chat {
 			d := &chatText{}
 			if first {
@@ -576,7 +594,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 				Choices: []chatChoice{{Index: index, Delta: d, FinishReason: finish}}}
 		}
 		return completion{ID: id, Object: "text_completion", Created: created, Model: s.name(),
-			Choices: []completionChoice{{Index: index, Text: text, FinishReason: finish}}}
+			Choices: []completionChoice{{Index: index, Text: text, Logprobs: lp, FinishReason: finish}}}
 	}
 	n := len(rq.prompts) * rq.set.n
 	// Every choice opens with a chunk: the role for chat, the prompt with
@@ -586,14 +604,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		if rq.echo {
 			text = rq.prompts[i/rq.set.n]
 		}
-		if !send(chunk(i, text, nil, true)) {
+		if !send(chunk(i, text, nil, nil, true)) {
 			return
 		}
 	}
 	c := newChoices(rq)
 	for i := range c.finish {
 		if c.finish[i] != "" {
-			if !send(chunk(i, "", &c.finish[i], false)) {
+			if !send(chunk(i, "", nil, &c.finish[i], false)) {
 				return
 			}
 		}
@@ -610,10 +628,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 				return
 			}
 			c.add(e)
-			if e.text != "" && !send(chunk(e.index, e.text, nil, false)) {
+			if (e.text != "" || e.logprobs != nil) && !send(chunk(e.index, e.text, e.logprobs, nil, false)) {
 				return
 			}
-			if e.finish != "" && !send(chunk(e.index, "", &c.finish[e.index], false)) {
+			if e.finish != "" && !send(chunk(e.index, "", nil, &c.finish[e.index], false)) {
 				return
 			}
 		}

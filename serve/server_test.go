@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -273,7 +274,9 @@ func TestBadRequests(t *testing.T) {
 		{"choices", ts.URL, "/v1/completions", `{"prompt":["a","b","c"],"n":8}`, nil, 400, "at most 16 sequences"},
 		{"stops", ts.URL, "/v1/completions", `{"prompt":"a","stop":["a","b","c","d","e"]}`, nil, 400, "at most 4"},
 		{"stop type", ts.URL, "/v1/completions", `{"prompt":"a","stop":7}`, nil, 400, "field stop"},
-		{"logprobs", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":2}`, nil, 400, "logprobs"},
+		{"logprobs", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":6}`, nil, 400, "logprobs 6: want a number of alternatives from 0 to 5"},
+		{"logprobs type", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":"x"}`, nil, 400, "logprobs"},
+		{"chat logprobs", ts.URL, "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"logprobs":true}`, nil, 400, "/v1/completions only"},
 		{"no prompt", ts.URL, "/v1/completions", `{"max_tokens":2}`, nil, 400, "prompt is missing"},
 		{"token prompt", ts.URL, "/v1/completions", `{"prompt":[1,2]}`, nil, 400, "token ids are not supported"},
 		{"empty prompt", ts.URL, "/v1/completions", `{"prompt":""}`, nil, 400, "prompt 0 is empty"},
@@ -403,4 +406,80 @@ func TestKVMemory(t *testing.T) {
 		wg.Go(func() { complete(t, ts.URL, `{"prompt":"abc","max_tokens":30}`) })
 	}
 	wg.Wait()
+}
+
+// TestLogprobs checks the log-probabilities of a greedy completion
+// against the model's own logits.
+func TestLogprobs(t *testing.T) {
+	m := testModel(t, testConfig())
+	_, ts := newTest(t, Options{}, m)
+	const prompt, n = "if err != nil {", 12
+	got := complete(t, ts.URL, fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"logprobs":3,"echo":true}`, prompt, n)).Choices[0]
+	lp := got.Logprobs
+	if lp == nil || len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
+		t.Fatalf("logprobs %+v, want %d entries of each", lp, n)
+	}
+	dec, err := m.NewDecoder(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		best, sum := 0, 0.0
+		for j, v := range logits.Data {
+			if v > logits.Data[best] {
+				best = j
+			}
+		}
+		for _, v := range logits.Data {
+			sum += math.Exp(float64(v) - float64(logits.Data[best]))
+		}
+		want := -math.Log(sum) // log-softmax of the most likely token
+		if d := math.Abs(lp.TokenLogprobs[i] - want); d > 1e-9 {
+			t.Errorf("token %d: logprob %v, want %v", i, lp.TokenLogprobs[i], want)
+		}
+		if lp.TextOffset[i] != len(prompt)+i {
+			t.Errorf("token %d: text offset %d, want %d (after the echoed prompt)", i, lp.TextOffset[i], len(prompt)+i)
+		}
+		top := lp.TopLogprobs[i]
+		if len(top) != 3 || top[lp.Tokens[i]] != lp.TokenLogprobs[i] {
+			t.Errorf("token %d (%q): top logprobs %v, want 3 with the token itself", i, lp.Tokens[i], top)
+		}
+		for name, v := range top {
+			if v > lp.TokenLogprobs[i] {
+				t.Errorf("token %d: alternative %q has logprob %v over the greedy token's %v", i, name, v, lp.TokenLogprobs[i])
+			}
+		}
+		if logits, err = dec.Step([]int32{int32(best)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The streamed logprobs are the same, number for number.
+	chunks := streamed(t, ts.URL, "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"logprobs":3,"echo":true,"stream":true}`, prompt, n))
+	var all logprobs
+	for _, c := range chunks {
+		for _, ch := range c.Choices {
+			if ch.Logprobs != nil {
+				all.add(ch.Logprobs)
+			}
+		}
+	}
+	a, _ := json.Marshal(all)
+	b, _ := json.Marshal(lp)
+	if string(a) != string(b) {
+		t.Errorf("streamed logprobs\n%s\nwhole\n%s", a, b)
+	}
+}
+
+func TestTokenName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a", "a"}, {"é", "é"}, {"\xc3", `bytes:\xc3`}, {"\xe2\x82", `bytes:\xe2\x82`},
+	} {
+		if got := tokenName([]byte(tc.in)); got != tc.want {
+			t.Errorf("tokenName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
