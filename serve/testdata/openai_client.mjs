@@ -30,6 +30,12 @@ check(whole.object === "text_completion" && whole.choices.length === 1, `complet
 check(whole.choices[0].finish_reason === "length", `finish_reason ${whole.choices[0].finish_reason}`);
 check(whole.usage.completion_tokens === 24, `usage ${JSON.stringify(whole.usage)}`);
 
+const withLogprobs = await client.completions.create({ ...req, logprobs: 2 });
+const lp = withLogprobs.choices[0].logprobs;
+check(lp && lp.tokens.length === 24 && lp.token_logprobs.length === 24 && lp.top_logprobs.length === 24 &&
+  lp.token_logprobs.every((x) => x <= 0), `logprobs: ${JSON.stringify(lp)}`);
+check(withLogprobs.choices[0].text === whole.choices[0].text, "logprobs changed the text of a seeded request");
+
 const stream = await client.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
 let text = "", finish = null, usage = null, chunks = 0;
 for await (const chunk of stream) {
