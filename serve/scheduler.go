@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -98,6 +99,7 @@ var (
 	errQueueFull = errors.New("the queue of waiting requests is full")
 	errClosed    = errors.New("the server is shutting down")
 	errKVMemory  = errors.New("the request needs more KV-cache memory than the server has")
+	errInternal  = errors.New("internal error in the model step; the server is still up")
 )
 
 // scheduler runs the model over the active jobs, one batched step at a
@@ -111,6 +113,7 @@ type scheduler struct {
 	rows     int   // rows per step beyond which waiting prompts wait a step
 	kvBudget int64 // bytes of KV cache for all active jobs; 0 for no limit
 	metrics  *metrics
+	logger   *slog.Logger
 
 	mu     sync.Mutex
 	queue  []*job
@@ -129,7 +132,7 @@ type scheduler struct {
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
 	return &scheduler{
 		m: m, batch: m.NewBatch(), maxSeqs: o.MaxSequences, maxQueue: o.MaxQueue,
-		chunk: o.PrefillChunk, rows: max(o.PrefillChunk, o.StepRows), kvBudget: o.KVMemory, metrics: met,
+		chunk: o.PrefillChunk, rows: max(o.PrefillChunk, o.StepRows), kvBudget: o.KVMemory, metrics: met, logger: o.Logger,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
@@ -202,8 +205,37 @@ func (s *scheduler) run() {
 			<-s.wake
 			continue
 		}
-		s.step()
+		s.safeStep()
 	}
+}
+
+// safeStep runs a step; a panic inside it (a bug) ends the requests of
+// the step with an error, drops their sequences, whose state may be
+// broken, and leaves the server running.
+func (s *scheduler) safeStep() {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		s.logger.Error("panic in a model step", "panic", fmt.Sprint(v), "sequences", len(s.stepJ))
+		for _, j := range s.stepJ {
+			j.out.post(event{index: j.index, err: errInternal})
+			j.canceled.Store(true)
+		}
+		for i := 0; i < len(s.active); {
+			if j := s.active[i]; j.canceled.Load() {
+				j.seq = nil // not back to the pool
+				s.mu.Lock()
+				s.kvUsed -= j.kv
+				s.mu.Unlock()
+				s.active = append(s.active[:i], s.active[i+1:]...)
+				continue
+			}
+			i++
+		}
+	}()
+	s.step()
 }
 
 // admit moves queued jobs to the active set while there is room; s.mu is

@@ -530,7 +530,10 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
+				if errors.Is(e.err, errClosed) {
+					return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
+				}
+				return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", e.err)
 			}
 			c.add(e)
 		}

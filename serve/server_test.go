@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,4 +484,36 @@ func TestTokenName(t *testing.T) {
 			t.Errorf("tokenName(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// panicky is the byte tokenizer, whose Decode panics while armed.
+type panicky struct {
+	tokenizer.Tokenizer
+	armed atomic.Bool
+}
+
+func (p *panicky) Decode(dst []byte, ids []int32) ([]byte, error) {
+	if p.armed.Load() {
+		panic("test panic in Decode")
+	}
+	return p.Tokenizer.Decode(dst, ids)
+}
+
+// TestPanicInStep: a panic inside the scheduler's step ends the requests
+// of that step with 500, and the server goes on serving.
+func TestPanicInStep(t *testing.T) {
+	tok := &panicky{Tokenizer: tokenizer.Byte}
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.Ready(testModel(t, testConfig()), tok); err != nil {
+		t.Fatal(err)
+	}
+	url := httptestServer(t, s)
+	tok.armed.Store(true)
+	code, _, b := call(t, "POST", url+"/v1/completions", `{"prompt":"a","max_tokens":3}`)
+	if code != http.StatusInternalServerError || !strings.Contains(string(b), "internal error") {
+		t.Errorf("request meeting the panic: %d %s, want 500", code, b)
+	}
+	tok.armed.Store(false)
+	complete(t, url, `{"prompt":"a","max_tokens":3}`)
+	waitFor(t, func() bool { return idle(s) }) // no sequence left behind
 }
