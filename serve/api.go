@@ -230,7 +230,8 @@ type sampling struct {
 	stop        []string
 	seed        uint64
 	n           int
-	logprobs    int // alternatives per position; -1 for no logprobs
+	logprobs    int  // alternatives per position; -1 for no logprobs
+	explicit    bool // max_tokens was given, rather than defaulted
 }
 
 // maxStops bounds the stop strings of a request, as OpenAI does.
@@ -256,7 +257,7 @@ func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, 
 		if *r.MaxTokens < 0 {
 			return bad("max_tokens %d: must be 0 or more", *r.MaxTokens)
 		}
-		s.maxTokens = *r.MaxTokens
+		s.maxTokens, s.explicit = *r.MaxTokens, true
 	}
 	if r.Temperature != nil {
 		t := *r.Temperature

@@ -406,6 +406,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		if len(ids) > l.limit {
 			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d has %d tokens, over this model's limit of %d; shorten it", i, len(ids), l.limit)
 		}
+		if !set.explicit {
+			set.maxTokens = min(set.maxTokens, l.limit-len(ids)+1) // a default fits the room left
+		}
 		if len(ids)+set.maxTokens-1 > l.limit {
 			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d of %d tokens and max_tokens %d pass this model's limit of %d tokens; ask for max_tokens %d or fewer", i, len(ids), set.maxTokens, l.limit, l.limit-len(ids)+1)
 		}

@@ -408,6 +408,14 @@ func TestKVMemory(t *testing.T) {
 		wg.Go(func() { complete(t, ts.URL, `{"prompt":"abc","max_tokens":30}`) })
 	}
 	wg.Wait()
+	// A chat without max_tokens gets what fits in the context (64), not
+	// the default of 256.
+	_, roomy := newTest(t, Options{}, testModel(t, c))
+	code, _, b = call(t, "POST", roomy.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stop":"never"}`)
+	prompt := len("User: hi\nAssistant:")
+	if code != 200 || !strings.Contains(string(b), fmt.Sprintf(`"completion_tokens":%d`, c.Context-prompt+1)) && !strings.Contains(string(b), `"finish_reason":"stop"`) {
+		t.Errorf("chat without max_tokens on a model of context %d: %d %s", c.Context, code, b)
+	}
 }
 
 // TestLogprobs checks the log-probabilities of a greedy completion
