@@ -129,6 +129,15 @@ func New(o Options) *Server {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(page)
 	})
+	for path, method := range map[string]string{
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
+		"/health": "GET", "/metrics": "GET",
+	} {
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", method)
+			s.fail(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s: use %s", r.Method, path, method))
+		})
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; see GET /v1/models, POST /v1/completions, POST /v1/chat/completions", r.Method, r.URL.Path))
 	})

@@ -212,7 +212,8 @@ func TestEndpoints(t *testing.T) {
 		{"GET", "/health", 200, `{"status":"ok"}`},
 		{"GET", "/", 200, `<form id="form">`},
 		{"GET", "/nothing", 404, `"error":{"message":"no endpoint GET /nothing`},
-		{"GET", "/v1/completions", 404, `"error"`},
+		{"GET", "/v1/completions", 405, `"message":"GET /v1/completions: use POST"`},
+		{"DELETE", "/v1/models", 405, `use GET`},
 		{"GET", "/panic", 500, `"type":"server_error"`},
 		{"GET", "/health", 200, `{"status":"ok"}`}, // still up after the panic
 		{"GET", "/metrics", 200, "polysketch_requests_total"},
