@@ -232,7 +232,7 @@ func ExampleBatch() {
 // DefaultConfig (polysketch) stepped together, at positions near 64,
 // reporting generated tokens per second: what a server's step costs.
 func BenchmarkBatchStep(b *testing.B) {
-	for _, S := range []int{1, 4, 16} {
+	for _, S := range []int{1, 4, 16, 32} {
 		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
 			m := mustNew(b, DefaultConfig())
 			batch := m.NewBatch()
