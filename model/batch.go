@@ -74,11 +74,13 @@ func (s *Sequence) Reset() {
 // products over the rows of all the sequences of a step; attention runs
 // per sequence, sequences in parallel.
 //
-// A row's result does not depend on the other rows of its step: the
-// products run on at most blas.RowBlock rows at a time, where every row
-// is computed on its own, and every other operation acts on one row or
-// one sequence. So a sequence gives the same bits alone or batched with
-// any others, as long as it is fed the same chunks.
+// A row's result does not depend on the other sequences of its step: a
+// chunk of several tokens runs through each product as a matrix of its
+// own, and the sequences of one token each are gathered into products of
+// at most blas.RowBlock rows, where every row is computed on its own;
+// every other operation acts on one row or one sequence. So a sequence
+// gives the same bits alone or batched with any others, as long as it is
+// fed the same chunks.
 //
 // A Batch shares the model's parameters and keeps buffers of its own; do
 // not update the parameters while a Step runs. A Batch is not safe for
@@ -96,6 +98,7 @@ type Batch struct {
 	bias     *nn.Param
 	workers  []*seqWorker
 
+	spans                 []span // the rows of each product
 	tokens                []int32
 	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
 	last, final, logits   tensor.Tensor // one row per sequence
@@ -165,8 +168,18 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 		x := rows(&b.x, b.at[i], b.at[i]+len(tokens[i]), d).Reshape(1, len(tokens[i]), d)
 		b.pos.Forward(x, x)
 	}
+	b.spans = b.spans[:0]
+	gather := false // the last span gathers sequences of one token
+	for i, t := range tokens {
+		if n := len(b.spans); gather && len(t) == 1 && b.at[i]-b.spans[n-1].lo < b.group {
+			b.spans[n-1].hi++
+			continue
+		}
+		b.spans = append(b.spans, span{b.at[i], b.at[i] + len(t)})
+		gather = len(t) == 1
+	}
 	for l, blk := range b.blocks {
-		blk.forward(&b.x, &b.a1, &b.qkv, &b.ot, &b.y, &b.a2, b.group, func() { b.attend(l, seqs, tokens) })
+		blk.forward(&b.x, &b.a1, &b.qkv, &b.ot, &b.y, &b.a2, b.spans, func() { b.attend(l, seqs, tokens) })
 	}
 	for _, s := range seqs {
 		s.busy = false

@@ -103,7 +103,9 @@ func relDiff(a, b []float32) float64 {
 // other positions and in other chunks, enough of them that the rows of a
 // step span several matrix products.
 func TestBatchInvariance(t *testing.T) {
-	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 96, 40; return c }
+	// Wide enough for products of many rows at a time, and a GLU whose
+	// output sums over more than one k block of the packed products.
+	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 288, 40; return c }
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -221,4 +223,93 @@ func ExampleBatch() {
 	}
 	fmt.Println(logits.Shape, first.Len(), second.Len())
 	// Output: [2 256] 5 4
+}
+
+// BenchmarkBatchStep times one decoding step of S sequences of
+// DefaultConfig (polysketch) stepped together, at positions near 64,
+// reporting generated tokens per second: what a server's step costs.
+func BenchmarkBatchStep(b *testing.B) {
+	for _, S := range []int{1, 4, 16, 32} {
+		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
+			m := mustNew(b, DefaultConfig())
+			batch := m.NewBatch()
+			seqs := make([]*Sequence, S)
+			toks := make([][]int32, S)
+			for i := range seqs {
+				s, err := m.NewSequence()
+				if err != nil {
+					b.Fatal(err)
+				}
+				seqs[i], toks[i] = s, []int32{int32(i)}
+			}
+			step := func() {
+				if _, err := batch.Step(seqs, toks); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 64 {
+				step()
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				step()
+			}
+			b.ReportMetric(float64(b.N*S)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkBatchPosition times decoding steps of S polysketch sequences
+// (DefaultConfig, blocks of 64) stepped together at positions
+// [pos, pos+32): the cost is the same at every position past the first
+// block; inside the first block there is no prefix state to read yet, so
+// those steps cost less.
+func BenchmarkBatchPosition(b *testing.B) {
+	for _, S := range []int{1, 8} {
+		for _, pos := range []int{0, 64, 1024, 4096} {
+			b.Run(fmt.Sprintf("S=%d/pos=%d", S, pos), func(b *testing.B) {
+				m := mustNew(b, DefaultConfig())
+				batch := m.NewBatch()
+				seqs := make([]*Sequence, S)
+				for i := range seqs {
+					s, err := m.NewSequence()
+					if err != nil {
+						b.Fatal(err)
+					}
+					seqs[i] = s
+				}
+				prompt := make([]int32, 256)
+				chunks, toks := make([][]int32, S), make([][]int32, S)
+				for i := range toks {
+					toks[i] = []int32{1}
+				}
+				seek := func() {
+					for _, s := range seqs {
+						s.Reset()
+					}
+					for seqs[0].Len() < pos {
+						for i := range chunks {
+							chunks[i] = prompt[:min(256, pos-seqs[0].Len())]
+						}
+						if _, err := batch.Step(seqs, chunks); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				seek()
+				b.ResetTimer()
+				for b.Loop() {
+					if seqs[0].Len() == pos+32 {
+						b.StopTimer()
+						seek()
+						b.StartTimer()
+					}
+					if _, err := batch.Step(seqs, toks); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*S)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
 }

@@ -13,12 +13,15 @@ import (
 // equal to float tolerance to the logits at the same position of
 // Model.Forward over the whole sequence.
 //
-// Each layer keeps an attention.Decoder: a KV cache for softmax, flash and
-// polynomial attention, so that position n costs O(n) and a sequence may
-// not exceed Config.Context (Limit); for polysketch, the recurrent state
-// of the block algorithm, so that every token costs the same and
-// sequences may run past Context (positions beyond it are extrapolated by
-// the sinusoidal and rotary embeddings).
+// A Decoder is B Sequences stepped together by a Batch, always all of
+// them, by the same number of tokens (a server, whose sequences join and
+// leave between steps, uses Sequences and a Batch directly). Each
+// sequence keeps an attention.Decoder per layer: a KV cache for softmax,
+// flash and polynomial attention, so that position n costs O(n) and a
+// sequence may not exceed Config.Context (Limit); for polysketch, the
+// recurrent state of the block algorithm, so that every token costs the
+// same and sequences may run past Context (positions beyond it are
+// extrapolated by the sinusoidal and rotary embeddings).
 //
 // A Decoder reads the model's parameters (it shares them, not copies them)
 // and its own buffers, so it does not disturb a Forward/Backward pair of

@@ -63,19 +63,20 @@ func (l *layer) shared() block {
 // a1, qkv, ot, y and a2 receive the intermediate rows: the input of qkv
 // (LN₁(x), or a copy of x), the projections [rows,3d], the attention
 // output [rows,d] that mix writes into ot from qkv, the sublayer outputs,
-// and the input of the GLU (LN₂(x), or the first LayerNorm's output). All but the attention
-// acts on each row alone. With group > 0 the dense layers run on at most
-// group rows at a time, so that a row meets the same matrix kernels
-// however many rows share the pass (see Batch); with 0, on all at once.
-func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, group int, mix func()) {
-	R, d := x.Matrix()
+// and the input of the GLU (LN₂(x), or the first LayerNorm's output). All
+// but the attention acts on each row alone. With spans the dense layers
+// run on each span of rows as a product of its own, so that a row meets
+// the same matrix kernels however many rows share the pass (see Batch);
+// with none, on all rows at once.
+func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, spans []span, mix func()) {
+	_, d := x.Matrix()
 	each := func(f func(x, a1, qkv, ot, y, a2 *tensor.Tensor)) {
-		if group <= 0 || group >= R {
+		if len(spans) == 0 {
 			f(x, a1, qkv, ot, y, a2)
 			return
 		}
-		for lo := 0; lo < R; lo += group {
-			hi := min(lo+group, R)
+		for _, s := range spans {
+			lo, hi := s.lo, s.hi
 			f(rows(x, lo, hi, d), rows(a1, lo, hi, d), rows(qkv, lo, hi, 3*d), rows(ot, lo, hi, d), rows(y, lo, hi, d), rows(a2, lo, hi, d))
 		}
 	}
@@ -124,6 +125,9 @@ func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
 	}
 }
 
+// span is the rows [lo, hi) of a pass.
+type span struct{ lo, hi int }
+
 // rows returns rows [lo, hi) of t seen as a matrix of cols columns.
 func rows(t *tensor.Tensor, lo, hi, cols int) *tensor.Tensor {
 	return &tensor.Tensor{Shape: []int{hi - lo, cols}, Data: t.Data[lo*cols : hi*cols]}
@@ -155,7 +159,7 @@ func (l *layer) resize(B, N, d, H, h int) {
 func (l *layer) forward(m *Model) {
 	B, N, H, h, d := m.batch, m.length, m.cfg.Heads, m.cfg.HeadSize(), m.cfg.Dim
 	b := l.block()
-	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, 0, func() {
+	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, nil, func() {
 		b.heads(&l.q, &l.k, &l.v, &m.qkv, m.rope)
 		l.attn.Forward(&m.o, &l.q, &l.k, &l.v)
 		fromHeads(l.ot.Data, d, 0, m.o.Data, B, H, N, h)

@@ -88,10 +88,28 @@ type completion struct {
 }
 
 type completionChoice struct {
-	Index        int     `json:"index"`
-	Text         string  `json:"text"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *logprobs `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// logprobs are the log-probabilities of a choice's tokens (legacy
+// completions format): each generated token, its log-probability under
+// the model (before temperature, top-k and top-p), the most likely
+// alternatives at its position, and its byte offset in the choice's text.
+type logprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+func (l *logprobs) add(o *logprobs) {
+	l.Tokens = append(l.Tokens, o.Tokens...)
+	l.TokenLogprobs = append(l.TokenLogprobs, o.TokenLogprobs...)
+	l.TopLogprobs = append(l.TopLogprobs, o.TopLogprobs...)
+	l.TextOffset = append(l.TextOffset, o.TextOffset...)
 }
 
 // chatCompletion is the response of /v1/chat/completions (Object
@@ -212,10 +230,15 @@ type sampling struct {
 	stop        []string
 	seed        uint64
 	n           int
+	logprobs    int  // alternatives per position; -1 for no logprobs
+	explicit    bool // max_tokens was given, rather than defaulted
 }
 
 // maxStops bounds the stop strings of a request, as OpenAI does.
 const maxStops = 4
+
+// maxLogprobs bounds the alternatives of logprobs, as OpenAI does.
+const maxLogprobs = 5
 
 // maxChoices bounds n.
 const maxChoices = 16
@@ -223,7 +246,7 @@ const maxChoices = 16
 // settings validates the sampling fields of r; defMax is the max_tokens
 // of a request that sets none.
 func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, *apiError) {
-	s := sampling{maxTokens: defMax, temperature: 1, topP: 1, n: 1}
+	s := sampling{maxTokens: defMax, temperature: 1, topP: 1, n: 1, logprobs: -1}
 	bad := func(format string, args ...any) (sampling, *apiError) {
 		return s, errorf(http.StatusBadRequest, "invalid_value", format, args...)
 	}
@@ -234,7 +257,7 @@ func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, 
 		if *r.MaxTokens < 0 {
 			return bad("max_tokens %d: must be 0 or more", *r.MaxTokens)
 		}
-		s.maxTokens = *r.MaxTokens
+		s.maxTokens, s.explicit = *r.MaxTokens, true
 	}
 	if r.Temperature != nil {
 		t := *r.Temperature
@@ -275,12 +298,15 @@ func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, 
 	} else {
 		s.seed = seed()
 	}
-	if len(r.Logprobs) > 0 {
-		switch string(r.Logprobs) {
-		case "null", "false", "0":
-		default:
-			return bad("logprobs: not supported by this server; leave it out")
+	s.logprobs = -1
+	switch raw := string(r.Logprobs); raw {
+	case "", "null", "false":
+	default:
+		var k int
+		if json.Unmarshal(r.Logprobs, &k) != nil || k < 0 || k > maxLogprobs {
+			return bad("logprobs %s: want a number of alternatives from 0 to %d", raw, maxLogprobs)
 		}
+		s.logprobs = k
 	}
 	return s, nil
 }

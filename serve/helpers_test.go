@@ -21,7 +21,7 @@ import (
 // step's rows share matrix products.
 func testConfig() model.Config {
 	return model.Config{
-		Vocab: 256, Dim: 64, Layers: 2, Heads: 2, Context: 64, Hidden: 128,
+		Vocab: 256, Dim: 64, Layers: 2, Heads: 2, Context: 64, Hidden: 288, // the GLU output sums over more than one block of the packed products
 		Attention: attention.PolysketchConfig{Degree: 4, SketchSize: 8, Block: 16, Local: true, Learned: true, Sketch: attention.Gaussian},
 		Seed:      7,
 	}

@@ -16,9 +16,11 @@ import (
 // TestLoad runs 32 concurrent streaming clients, with clients that
 // disconnect mid-stream and malformed requests among them, on loopback,
 // bounded in requests and time. Every well-formed request must complete,
-// with the text it gets alone (fixed seeds: batch invariance); the
-// malformed ones get 400; afterwards no sequence is left in the scheduler
-// and no goroutine is left over.
+// with the text and the logprobs it gets alone, to the last bit (fixed
+// seeds: batch invariance; the logprobs show the logits, which a change
+// in the last bit would alter even where the sampled tokens stay the
+// same); the malformed ones get 400; afterwards no sequence is left in
+// the scheduler and no goroutine is left over.
 func TestLoad(t *testing.T) {
 	const clients = 32
 	perClient, maxTokens := 3, 24
@@ -36,8 +38,13 @@ func TestLoad(t *testing.T) {
 	var reqs []request
 	for i := range 8 {
 		prompt := strings.Repeat(fmt.Sprintf("func f%d() {}\n", i), i+1)
-		body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"seed":%d,"temperature":0.8,"top_k":40}`, prompt, maxTokens+i, 100+i)
-		reqs = append(reqs, request{body: body, want: complete(t, ts.URL, body).Choices[0].Text})
+		body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"seed":%d,"temperature":0.8,"top_k":40,"logprobs":1}`, prompt, maxTokens+i, 100+i)
+		c := complete(t, ts.URL, body).Choices[0]
+		lp, err := json.Marshal(c.Logprobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, request{body: body, want: c.Text + "|" + string(lp)})
 	}
 	tr.CloseIdleConnections()
 	waitFor(t, func() bool { return idle(s) })
@@ -65,7 +72,7 @@ func TestLoad(t *testing.T) {
 					return
 				}
 				if text != r.want {
-					fail("client %d: %s: text %q under load, %q alone", c, r.body, text, r.want)
+					fail("client %d: %s: text and logprobs under load\n%s\nalone\n%s", c, r.body, text, r.want)
 				}
 				mu.Lock()
 				completed++
@@ -149,7 +156,8 @@ func activeGauge(s *Server) float64 {
 	return -1
 }
 
-// streamText posts a streaming request and returns its text.
+// streamText posts a streaming request and returns its text, "|" and its
+// logprobs as JSON.
 func streamText(ctx context.Context, client *http.Client, url, body string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", strings.NewReader(body))
 	if err != nil {
@@ -168,6 +176,7 @@ func streamText(ctx context.Context, client *http.Client, url, body string) (str
 		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	var text strings.Builder
+	var lp logprobs
 	done := false
 	for _, ev := range strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n\n") {
 		data, ok := strings.CutPrefix(ev, "data: ")
@@ -184,10 +193,14 @@ func streamText(ctx context.Context, client *http.Client, url, body string) (str
 		}
 		for _, ch := range c.Choices {
 			text.WriteString(ch.Text)
+			if ch.Logprobs != nil {
+				lp.add(ch.Logprobs)
+			}
 		}
 	}
 	if !done {
 		return "", fmt.Errorf("stream without [DONE]")
 	}
-	return text.String(), nil
+	b, err = json.Marshal(lp)
+	return text.String() + "|" + string(b), err
 }

@@ -1,11 +1,17 @@
 package serve
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
@@ -33,6 +39,8 @@ type job struct {
 	eot     int32
 	hasEOT  bool
 	kv      int64 // bytes of KV cache reserved for it
+	top     int   // alternatives of logprobs; -1 for none
+	offset  int   // bytes of text so far, for logprobs' text offsets
 	out     *mailbox
 
 	canceled atomic.Bool // the client went away: drop at the next step
@@ -52,6 +60,7 @@ type job struct {
 type event struct {
 	index     int
 	text      string
+	logprobs  *logprobs // of the tokens since the last event, if asked for
 	finish    string
 	generated int
 	err       error
@@ -90,6 +99,7 @@ var (
 	errQueueFull = errors.New("the queue of waiting requests is full")
 	errClosed    = errors.New("the server is shutting down")
 	errKVMemory  = errors.New("the request needs more KV-cache memory than the server has")
+	errInternal  = errors.New("internal error in the model step; the server is still up")
 )
 
 // scheduler runs the model over the active jobs, one batched step at a
@@ -103,6 +113,7 @@ type scheduler struct {
 	rows     int   // rows per step beyond which waiting prompts wait a step
 	kvBudget int64 // bytes of KV cache for all active jobs; 0 for no limit
 	metrics  *metrics
+	logger   *slog.Logger
 
 	mu     sync.Mutex
 	queue  []*job
@@ -121,7 +132,7 @@ type scheduler struct {
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
 	return &scheduler{
 		m: m, batch: m.NewBatch(), maxSeqs: o.MaxSequences, maxQueue: o.MaxQueue,
-		chunk: o.PrefillChunk, rows: max(o.PrefillChunk, o.StepRows), kvBudget: o.KVMemory, metrics: met,
+		chunk: o.PrefillChunk, rows: max(o.PrefillChunk, o.StepRows), kvBudget: o.KVMemory, metrics: met, logger: o.Logger,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
@@ -194,8 +205,37 @@ func (s *scheduler) run() {
 			<-s.wake
 			continue
 		}
-		s.step()
+		s.safeStep()
 	}
+}
+
+// safeStep runs a step; a panic inside it (a bug) ends the requests of
+// the step with an error, drops their sequences, whose state may be
+// broken, and leaves the server running.
+func (s *scheduler) safeStep() {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		s.logger.Error("panic in a model step", "panic", fmt.Sprint(v), "sequences", len(s.stepJ))
+		for _, j := range s.stepJ {
+			j.out.post(event{index: j.index, err: errInternal})
+			j.canceled.Store(true)
+		}
+		for i := 0; i < len(s.active); {
+			if j := s.active[i]; j.canceled.Load() {
+				j.seq = nil // not back to the pool
+				s.mu.Lock()
+				s.kvUsed -= j.kv
+				s.mu.Unlock()
+				s.active = append(s.active[:i], s.active[i+1:]...)
+				continue
+			}
+			i++
+		}
+	}()
+	s.step()
 }
 
 // admit moves queued jobs to the active set while there is room; s.mu is
@@ -302,7 +342,8 @@ func (s *scheduler) step() {
 				continue
 			}
 		}
-		s.emit(j, j.sampler.sample(logits.Data[i*V:(i+1)*V]), now)
+		row := logits.Data[i*V : (i+1)*V]
+		s.emit(j, row, j.sampler.sample(row), now)
 	}
 	for i := 0; i < len(s.active); {
 		if s.active[i].canceled.Load() {
@@ -315,7 +356,7 @@ func (s *scheduler) step() {
 
 // emit hands token tok of job j to its request, and ends the job when it
 // is done (marking it canceled, which retires it).
-func (s *scheduler) emit(j *job, tok int32, now time.Time) {
+func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 	if j.generated == 0 {
 		s.metrics.ttft.Observe(now.Sub(j.queued).Seconds())
 	} else {
@@ -324,6 +365,10 @@ func (s *scheduler) emit(j *job, tok int32, now time.Time) {
 	j.last = now
 	j.generated++
 	s.metrics.generated.Inc()
+	var lp *logprobs
+	if j.top >= 0 {
+		lp = j.logprobs(logits, tok)
+	}
 	finish := ""
 	var text string
 	if j.hasEOT && tok == j.eot {
@@ -346,12 +391,69 @@ func (s *scheduler) emit(j *job, tok int32, now time.Time) {
 			text += j.text.flush()
 		}
 	}
-	if text != "" || finish != "" {
-		j.out.post(event{index: j.index, text: text, finish: finish, generated: j.generated})
+	if text != "" || finish != "" || lp != nil {
+		j.out.post(event{index: j.index, text: text, logprobs: lp, finish: finish, generated: j.generated})
 	}
 	if finish != "" {
 		j.canceled.Store(true)
 		return
 	}
 	j.next = tok
+}
+
+// logprobs returns the entry of logprobs for token tok sampled from
+// logits: its log-probability under softmax(logits), computed in float64,
+// and the j.top most likely tokens (ties by id).
+func (j *job) logprobs(logits []float32, tok int32) *logprobs {
+	top := float64(logits[0])
+	for _, l := range logits {
+		top = max(top, float64(l))
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - top)
+	}
+	lse := top + math.Log(sum)
+	name := func(id int32) string {
+		b, err := j.tok.Decode(nil, []int32{id})
+		if err != nil {
+			return fmt.Sprintf("token:%d", id)
+		}
+		return tokenName(b)
+	}
+	lp := &logprobs{
+		Tokens:        []string{name(tok)},
+		TokenLogprobs: []float64{float64(logits[tok]) - lse},
+		TextOffset:    []int{j.offset},
+		TopLogprobs:   []map[string]float64{{}},
+	}
+	b, _ := j.tok.Decode(nil, []int32{tok})
+	j.offset += len(b)
+	if j.top > 0 {
+		ids := make([]int32, len(logits))
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
+		for _, id := range ids[:min(j.top, len(ids))] {
+			lp.TopLogprobs[0][name(id)] = float64(logits[id]) - lse
+		}
+	}
+	return lp
+}
+
+// tokenName is how logprobs show a token: its text, or for bytes that
+// are not valid UTF-8 on their own (a piece of a character), "bytes:"
+// and their escapes, as OpenAI does, so that different tokens never
+// share a name.
+func tokenName(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var s strings.Builder
+	s.WriteString("bytes:")
+	for _, c := range b {
+		fmt.Fprintf(&s, "\\x%02x", c)
+	}
+	return s.String()
 }

@@ -129,6 +129,15 @@ func New(o Options) *Server {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(page)
 	})
+	for path, method := range map[string]string{
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
+		"/health": "GET", "/metrics": "GET",
+	} {
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", method)
+			s.fail(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s: use %s", r.Method, path, method))
+		})
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; see GET /v1/models, POST /v1/completions, POST /v1/chat/completions", r.Method, r.URL.Path))
 	})
@@ -189,9 +198,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.fail(rw, r, errorf(http.StatusInternalServerError, "internal_error", "internal error: the request failed; the server is still up"))
 			}
 		}
-		path := r.URL.Path
-		if _, pattern := s.mux.Handler(r); pattern == "/" {
-			path = "other" // do not make a label of every path a scanner tries
+		// The endpoint's pattern, not the path: labels must not grow with
+		// every model id or path a scanner tries.
+		_, path := s.mux.Handler(r)
+		if _, p, ok := strings.Cut(path, " "); ok {
+			path = p
+		}
+		if path == "/" {
+			path = "other"
 		}
 		s.metrics.requests.WithLabelValues(path, strconv.Itoa(rw.code)).Inc()
 	}()
@@ -365,6 +379,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Echo {
 		return errorf(http.StatusBadRequest, "invalid_value", "echo is a field of /v1/completions")
 	}
+	switch string(req.Logprobs) {
+	case "", "null", "false":
+	default:
+		return errorf(http.StatusBadRequest, "invalid_value", "logprobs: supported on /v1/completions only")
+	}
 	rq := &request{chat: true, prompts: []string{prompt}, stream: req.Stream}
 	return s.generate(w, r, l, req, rq, 256)
 }
@@ -396,6 +415,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		if len(ids) > l.limit {
 			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d has %d tokens, over this model's limit of %d; shorten it", i, len(ids), l.limit)
 		}
+		if !set.explicit {
+			set.maxTokens = min(set.maxTokens, l.limit-len(ids)+1) // a default fits the room left
+		}
 		if len(ids)+set.maxTokens-1 > l.limit {
 			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d of %d tokens and max_tokens %d pass this model's limit of %d tokens; ask for max_tokens %d or fewer", i, len(ids), set.maxTokens, l.limit, l.limit-len(ids)+1)
 		}
@@ -407,10 +429,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		for p, ids := range rq.tokens {
 			for c := range set.n {
 				idx := p*set.n + c
+				offset := 0
+				if rq.echo {
+					offset = len(rq.prompts[p])
+				}
 				jobs = append(jobs, &job{
-					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit,
+					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
 					sampler: newSampler(set.temperature, set.topP, set.topK, set.seed, uint64(idx)),
-					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT,
+					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
 					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box,
 				})
 			}
@@ -460,6 +486,7 @@ func wait(r *http.Request, box *mailbox, buf []event) []event {
 // choices is the state of a request's choices as their events arrive.
 type choices struct {
 	text      []strings.Builder
+	logprobs  []*logprobs // nil entries unless asked for
 	finish    []string
 	generated int
 	left      int
@@ -467,7 +494,12 @@ type choices struct {
 
 func newChoices(rq *request) *choices {
 	n := len(rq.prompts) * rq.set.n
-	c := &choices{text: make([]strings.Builder, n), finish: make([]string, n), left: n}
+	c := &choices{text: make([]strings.Builder, n), logprobs: make([]*logprobs, n), finish: make([]string, n), left: n}
+	if rq.set.logprobs >= 0 {
+		for i := range c.logprobs {
+			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+		}
+	}
 	if rq.set.maxTokens == 0 {
 		for i := range c.finish {
 			c.finish[i] = "length"
@@ -479,6 +511,9 @@ func newChoices(rq *request) *choices {
 
 func (c *choices) add(e event) {
 	c.text[e.index].WriteString(e.text)
+	if e.logprobs != nil && c.logprobs[e.index] != nil {
+		c.logprobs[e.index].add(e.logprobs)
+	}
 	if e.finish != "" {
 		c.finish[e.index] = e.finish
 		c.generated += e.generated
@@ -507,7 +542,10 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
+				if errors.Is(e.err, errClosed) {
+					return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
+				}
+				return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", e.err)
 			}
 			c.add(e)
 		}
@@ -531,7 +569,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		if rq.echo {
 			text = rq.prompts[i/rq.set.n] + text
 		}
-		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, FinishReason: &c.finish[i]})
+		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: text, Logprobs: c.logprobs[i], FinishReason: &c.finish[i]})
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
@@ -558,7 +596,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		}
 		return rc.Flush() == nil
 	}
-	chunk := func(index int, text string, finish *string, first bool) any {
+	chunk := func(index int, text string, lp *logprobs, finish *string, first bool) any {
 		if rq.chat {
 			d := &chatText{}
 			if first {
@@ -571,7 +609,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 				Choices: []chatChoice{{Index: index, Delta: d, FinishReason: finish}}}
 		}
 		return completion{ID: id, Object: "text_completion", Created: created, Model: s.name(),
-			Choices: []completionChoice{{Index: index, Text: text, FinishReason: finish}}}
+			Choices: []completionChoice{{Index: index, Text: text, Logprobs: lp, FinishReason: finish}}}
 	}
 	n := len(rq.prompts) * rq.set.n
 	// Every choice opens with a chunk: the role for chat, the prompt with
@@ -581,14 +619,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		if rq.echo {
 			text = rq.prompts[i/rq.set.n]
 		}
-		if !send(chunk(i, text, nil, true)) {
+		if !send(chunk(i, text, nil, nil, true)) {
 			return
 		}
 	}
 	c := newChoices(rq)
 	for i := range c.finish {
 		if c.finish[i] != "" {
-			if !send(chunk(i, "", &c.finish[i], false)) {
+			if !send(chunk(i, "", nil, &c.finish[i], false)) {
 				return
 			}
 		}
@@ -605,10 +643,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 				return
 			}
 			c.add(e)
-			if e.text != "" && !send(chunk(e.index, e.text, nil, false)) {
+			if (e.text != "" || e.logprobs != nil) && !send(chunk(e.index, e.text, e.logprobs, nil, false)) {
 				return
 			}
-			if e.finish != "" && !send(chunk(e.index, "", &c.finish[e.index], false)) {
+			if e.finish != "" && !send(chunk(e.index, "", nil, &c.finish[e.index], false)) {
 				return
 			}
 		}

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"github.com/polysketch/polysketch/attention"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,7 +213,8 @@ func TestEndpoints(t *testing.T) {
 		{"GET", "/health", 200, `{"status":"ok"}`},
 		{"GET", "/", 200, `<form id="form">`},
 		{"GET", "/nothing", 404, `"error":{"message":"no endpoint GET /nothing`},
-		{"GET", "/v1/completions", 404, `"error"`},
+		{"GET", "/v1/completions", 405, `"message":"GET /v1/completions: use POST"`},
+		{"DELETE", "/v1/models", 405, `use GET`},
 		{"GET", "/panic", 500, `"type":"server_error"`},
 		{"GET", "/health", 200, `{"status":"ok"}`}, // still up after the panic
 		{"GET", "/metrics", 200, "polysketch_requests_total"},
@@ -274,7 +278,9 @@ func TestBadRequests(t *testing.T) {
 		{"choices", ts.URL, "/v1/completions", `{"prompt":["a","b","c"],"n":8}`, nil, 400, "at most 16 sequences"},
 		{"stops", ts.URL, "/v1/completions", `{"prompt":"a","stop":["a","b","c","d","e"]}`, nil, 400, "at most 4"},
 		{"stop type", ts.URL, "/v1/completions", `{"prompt":"a","stop":7}`, nil, 400, "field stop"},
-		{"logprobs", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":2}`, nil, 400, "logprobs"},
+		{"logprobs", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":6}`, nil, 400, "logprobs 6: want a number of alternatives from 0 to 5"},
+		{"logprobs type", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":"x"}`, nil, 400, "logprobs"},
+		{"chat logprobs", ts.URL, "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"logprobs":true}`, nil, 400, "/v1/completions only"},
 		{"no prompt", ts.URL, "/v1/completions", `{"max_tokens":2}`, nil, 400, "prompt is missing"},
 		{"token prompt", ts.URL, "/v1/completions", `{"prompt":[1,2]}`, nil, 400, "token ids are not supported"},
 		{"empty prompt", ts.URL, "/v1/completions", `{"prompt":""}`, nil, 400, "prompt 0 is empty"},
@@ -324,18 +330,20 @@ func TestQueueFull(t *testing.T) {
 	// The slot: a stream that runs until canceled.
 	first := startStream(t, ctx, ts.URL, `{"prompt":"a","max_tokens":4000,"stream":true}`)
 	defer first.Body.Close()
+	queued := func() int {
+		l := s.loaded()
+		l.sched.mu.Lock()
+		defer l.sched.mu.Unlock()
+		return len(l.sched.queue)
+	}
+	waitFor(t, func() bool { return queued() == 0 && activeGauge(s) == 1 })
 	// The queue: a request that waits for the slot.
 	done := make(chan int, 1)
 	go func() {
 		code, _, _ := call(t, "POST", ts.URL+"/v1/completions", `{"prompt":"b","max_tokens":2}`)
 		done <- code
 	}()
-	waitFor(t, func() bool {
-		l := s.loaded()
-		l.sched.mu.Lock()
-		defer l.sched.mu.Unlock()
-		return len(l.sched.queue) == 1
-	})
+	waitFor(t, func() bool { return queued() == 1 })
 	code, h, b := call(t, "POST", ts.URL+"/v1/completions", `{"prompt":"c","max_tokens":2}`)
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(b), "queue") {
 		t.Errorf("third request: %d %s (Retry-After %q), want 429 with Retry-After", code, b, h.Get("Retry-After"))
@@ -402,4 +410,120 @@ func TestKVMemory(t *testing.T) {
 		wg.Go(func() { complete(t, ts.URL, `{"prompt":"abc","max_tokens":30}`) })
 	}
 	wg.Wait()
+	// A chat without max_tokens gets what fits in the context (64), not
+	// the default of 256.
+	_, roomy := newTest(t, Options{}, testModel(t, c))
+	code, _, b = call(t, "POST", roomy.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stop":"never"}`)
+	prompt := len("User: hi\nAssistant:")
+	if code != 200 || !strings.Contains(string(b), fmt.Sprintf(`"completion_tokens":%d`, c.Context-prompt+1)) && !strings.Contains(string(b), `"finish_reason":"stop"`) {
+		t.Errorf("chat without max_tokens on a model of context %d: %d %s", c.Context, code, b)
+	}
+}
+
+// TestLogprobs checks the log-probabilities of a greedy completion
+// against the model's own logits.
+func TestLogprobs(t *testing.T) {
+	m := testModel(t, testConfig())
+	_, ts := newTest(t, Options{}, m)
+	const prompt, n = "if err != nil {", 12
+	got := complete(t, ts.URL, fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"logprobs":3,"echo":true}`, prompt, n)).Choices[0]
+	lp := got.Logprobs
+	if lp == nil || len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
+		t.Fatalf("logprobs %+v, want %d entries of each", lp, n)
+	}
+	dec, err := m.NewDecoder(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		best, sum := 0, 0.0
+		for j, v := range logits.Data {
+			if v > logits.Data[best] {
+				best = j
+			}
+		}
+		for _, v := range logits.Data {
+			sum += math.Exp(float64(v) - float64(logits.Data[best]))
+		}
+		want := -math.Log(sum) // log-softmax of the most likely token
+		if d := math.Abs(lp.TokenLogprobs[i] - want); d > 1e-9 {
+			t.Errorf("token %d: logprob %v, want %v", i, lp.TokenLogprobs[i], want)
+		}
+		if lp.TextOffset[i] != len(prompt)+i {
+			t.Errorf("token %d: text offset %d, want %d (after the echoed prompt)", i, lp.TextOffset[i], len(prompt)+i)
+		}
+		top := lp.TopLogprobs[i]
+		if len(top) != 3 || top[lp.Tokens[i]] != lp.TokenLogprobs[i] {
+			t.Errorf("token %d (%q): top logprobs %v, want 3 with the token itself", i, lp.Tokens[i], top)
+		}
+		for name, v := range top {
+			if v > lp.TokenLogprobs[i] {
+				t.Errorf("token %d: alternative %q has logprob %v over the greedy token's %v", i, name, v, lp.TokenLogprobs[i])
+			}
+		}
+		if logits, err = dec.Step([]int32{int32(best)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The streamed logprobs are the same, number for number.
+	chunks := streamed(t, ts.URL, "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"logprobs":3,"echo":true,"stream":true}`, prompt, n))
+	var all logprobs
+	for _, c := range chunks {
+		for _, ch := range c.Choices {
+			if ch.Logprobs != nil {
+				all.add(ch.Logprobs)
+			}
+		}
+	}
+	a, _ := json.Marshal(all)
+	b, _ := json.Marshal(lp)
+	if string(a) != string(b) {
+		t.Errorf("streamed logprobs\n%s\nwhole\n%s", a, b)
+	}
+}
+
+func TestTokenName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a", "a"}, {"é", "é"}, {"\xc3", `bytes:\xc3`}, {"\xe2\x82", `bytes:\xe2\x82`},
+	} {
+		if got := tokenName([]byte(tc.in)); got != tc.want {
+			t.Errorf("tokenName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// panicky is the byte tokenizer, whose Decode panics while armed.
+type panicky struct {
+	tokenizer.Tokenizer
+	armed atomic.Bool
+}
+
+func (p *panicky) Decode(dst []byte, ids []int32) ([]byte, error) {
+	if p.armed.Load() {
+		panic("test panic in Decode")
+	}
+	return p.Tokenizer.Decode(dst, ids)
+}
+
+// TestPanicInStep: a panic inside the scheduler's step ends the requests
+// of that step with 500, and the server goes on serving.
+func TestPanicInStep(t *testing.T) {
+	tok := &panicky{Tokenizer: tokenizer.Byte}
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.Ready(testModel(t, testConfig()), tok); err != nil {
+		t.Fatal(err)
+	}
+	url := httptestServer(t, s)
+	tok.armed.Store(true)
+	code, _, b := call(t, "POST", url+"/v1/completions", `{"prompt":"a","max_tokens":3}`)
+	if code != http.StatusInternalServerError || !strings.Contains(string(b), "internal error") {
+		t.Errorf("request meeting the panic: %d %s, want 500", code, b)
+	}
+	tok.armed.Store(false)
+	complete(t, url, `{"prompt":"a","max_tokens":3}`)
+	waitFor(t, func() bool { return idle(s) }) // no sequence left behind
 }

@@ -27,7 +27,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":      {"measure speed: bench gemm | bench attention | bench train", runBench},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
 	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
@@ -40,6 +40,7 @@ var benches = map[string]command{
 	"gemm":      {"GFLOPS of SGEMM for square and attention-shaped sizes", benchGEMM},
 	"attention": {"forward and backward time per token of each attention mechanism", benchAttention},
 	"train":     {"training tokens/s and peak memory of each attention mechanism", benchTrain},
+	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
 }
 
 func main() {

@@ -25,7 +25,8 @@ libraries, chat UIs and load tools work against it unchanged (point them at
 http://ADDR/v1):
 
   POST /v1/completions       prompt, max_tokens, temperature, top_p, top_k,
-                             stop, seed, n, stream, stream_options, echo
+                             stop, seed, n, stream, stream_options, echo,
+                             logprobs
   POST /v1/chat/completions  messages, in the plain-text template
                              "System: …\nUser: …\nAssistant: …" (a base
                              model has no chat template of its own)

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/serve"
+)
+
+const benchServeHelp = `usage: polysketch bench serve [flags]
+
+Load-tests an OpenAI-compatible server on loopback: for each number of
+concurrent clients in --clients, that many clients each send streaming
+completion requests one after another (prompt --prompt, --max-tokens
+tokens, a seed of their own) for --duration (or until --requests have
+been sent), and the case reports requests/s, aggregate generated tokens/s
+(and its ratio to the first case's), time to first token and inter-token
+latency (p50 and p99, measured by the clients), as a table or, with
+--json, as JSON lines.
+
+The server is --url if given (a running 'polysketch serve'); otherwise one
+started in this process for --checkpoint, or for an untrained model of the
+default configuration when --checkpoint is empty. The clients share the
+machine's CPU with an in-process server.
+
+flags:
+`
+
+// benchServeRow is one case of bench serve.
+type benchServeRow struct {
+	Clients      int     `json:"clients"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+	Seconds      float64 `json:"seconds"`
+	RequestsPerS float64 `json:"requests_per_sec"`
+	TokensPerS   float64 `json:"tokens_per_sec"`
+	Speedup      float64 `json:"speedup"` // tokens/s over the first case's
+	TTFTp50      float64 `json:"ttft_p50_ms"`
+	TTFTp99      float64 `json:"ttft_p99_ms"`
+	ITLp50       float64 `json:"itl_p50_ms"`
+	ITLp99       float64 `json:"itl_p99_ms"`
+}
+
+func benchServe(args []string, stdout io.Writer) error {
+	fs := newFlags("bench serve", stdout)
+	var (
+		url       = fs.String("url", "", "base URL of a running server, as http://127.0.0.1:8080 (default: start one in this process)")
+		ckpt      = fs.String("checkpoint", "", "checkpoint for the in-process server; empty for an untrained default model")
+		clients   = fs.String("clients", "1,16", "comma-separated numbers of concurrent clients, one case each")
+		duration  = fs.Duration("duration", 10*time.Second, "time each case sends requests for")
+		requests  = fs.Int("requests", 0, "requests per case at most (0: as many as fit in --duration)")
+		maxTokens = fs.Int("max-tokens", 64, "tokens generated per request")
+		prompt    = fs.String("prompt", "func main() {\n", "prompt of every request")
+		key       = fs.String("api-key", "", "bearer token for --url")
+		seqs      = fs.Int("max-sequences", 16, "sequences decoded at once by the in-process server")
+		asJSON    = fs.Bool("json", false, "print JSON lines instead of a table")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchServeHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	counts, err := parseInts(*clients)
+	if err != nil || len(counts) == 0 {
+		return fmt.Errorf("bench serve: --clients %q: want comma-separated positive numbers, as 1,16", *clients)
+	}
+	switch {
+	case *duration <= 0:
+		return fmt.Errorf("bench serve: --duration %s: must be positive", *duration)
+	case *requests < 0:
+		return fmt.Errorf("bench serve: --requests %d: must be 0 (no limit) or more", *requests)
+	case *maxTokens < 1:
+		return fmt.Errorf("bench serve: --max-tokens %d: must be at least 1", *maxTokens)
+	case *seqs < 1:
+		return fmt.Errorf("bench serve: --max-sequences %d: must be at least 1", *seqs)
+	}
+	base := strings.TrimSuffix(*url, "/")
+	if base == "" {
+		addr, stop, err := startBenchServer(*ckpt, *seqs)
+		if err != nil {
+			return fmt.Errorf("bench serve: %w", err)
+		}
+		defer stop()
+		base = "http://" + addr
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: slices.Max(counts)}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "%s, prompt %q, %d tokens per request\n\n", base, *prompt, *maxTokens)
+		fmt.Fprintf(stdout, "%8s %9s %7s %10s %10s %8s %10s %10s %10s %10s\n", "clients", "requests", "errors", "req/s", "tokens/s", "speedup", "ttft p50", "ttft p99", "itl p50", "itl p99")
+	}
+	var first float64
+	for _, c := range counts {
+		row, err := benchServeCase(client, base, *key, *prompt, *maxTokens, c, *duration, *requests)
+		if err != nil {
+			return fmt.Errorf("bench serve: %d clients: %w", c, err)
+		}
+		if first == 0 {
+			first = row.TokensPerS
+		}
+		if first > 0 {
+			row.Speedup = row.TokensPerS / first
+		}
+		if *asJSON {
+			if err := writeJSONLine(stdout, row); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%8d %9d %7d %10.2f %10.1f %7.2f× %8.1fms %8.1fms %8.2fms %8.2fms\n", row.Clients, row.Requests, row.Errors,
+			row.RequestsPerS, row.TokensPerS, row.Speedup, row.TTFTp50, row.TTFTp99, row.ITLp50, row.ITLp99)
+	}
+	return nil
+}
+
+// parseInts parses comma-separated positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// startBenchServer serves a checkpoint (or an untrained default model) on
+// a loopback port and returns its address and a function that stops it.
+func startBenchServer(dir string, seqs int) (string, func(), error) {
+	var m *model.Model
+	var tok tokenizer.Tokenizer = tokenizer.Byte
+	if dir == "" {
+		var err error
+		if m, err = model.New(model.DefaultConfig()); err != nil {
+			return "", nil, err
+		}
+	} else {
+		dir = checkpointDir(dir)
+		c, err := checkpoint.Load(dir)
+		if err != nil {
+			return "", nil, err
+		}
+		if tok, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
+			return "", nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+		m = c.Model
+	}
+	o := serve.DefaultOptions()
+	o.MaxSequences, o.MaxQueue = seqs, 1<<16
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	srv := serve.New(o)
+	if err := srv.Ready(m, tok); err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return ln.Addr().String(), func() {
+		hs.Close()
+		srv.Close()
+	}, nil
+}
+
+// benchServeCase runs one case: c clients for d (or n requests).
+func benchServeCase(client *http.Client, base, key, prompt string, maxTokens, c int, d time.Duration, n int) (benchServeRow, error) {
+	var (
+		mu         sync.Mutex
+		ttft, itl  []float64
+		tokens     int
+		sent, errs int
+		firstErr   error
+		wg         sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	take := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Now().After(deadline) || n > 0 && sent >= n {
+			return 0, false
+		}
+		sent++
+		return sent, true
+	}
+	for range c {
+		wg.Go(func() {
+			for {
+				id, ok := take()
+				if !ok {
+					return
+				}
+				r, err := benchRequest(client, base, key, prompt, maxTokens, uint64(id))
+				mu.Lock()
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					ttft = append(ttft, r.ttft)
+					itl = append(itl, r.itl...)
+					tokens += r.tokens
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	if errs == sent {
+		return benchServeRow{}, fmt.Errorf("every request failed: %w", firstErr)
+	}
+	row := benchServeRow{Clients: c, Requests: sent - errs, Errors: errs, Seconds: secs,
+		RequestsPerS: float64(sent-errs) / secs, TokensPerS: float64(tokens) / secs,
+		TTFTp50: 1e3 * quantile(ttft, 0.5), TTFTp99: 1e3 * quantile(ttft, 0.99),
+		ITLp50: 1e3 * quantile(itl, 0.5), ITLp99: 1e3 * quantile(itl, 0.99)}
+	return row, nil
+}
+
+// quantile returns the q-quantile of xs (nearest rank), 0 for none.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[min(len(xs)-1, int(q*float64(len(xs))))]
+}
+
+type benchResult struct {
+	ttft   float64   // seconds to the first text
+	itl    []float64 // seconds between pieces of text
+	tokens int       // generated, from the usage
+}
+
+// benchRequest sends one streaming request and times its events.
+func benchRequest(client *http.Client, base, key, prompt string, maxTokens int, seed uint64) (benchResult, error) {
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "seed": seed, "stream": true,
+		"stream_options": map[string]bool{"include_usage": true}})
+	req, err := http.NewRequestWithContext(context.Background(), "POST", base+"/v1/completions", strings.NewReader(string(body)))
+	if err != nil {
+		return benchResult{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return benchResult{}, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	var r benchResult
+	last := time.Time{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Choices []struct{ Text string } `json:"choices"`
+			Usage   *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error *struct{ Message string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			return r, fmt.Errorf("event %q: %w", data, err)
+		}
+		if ev.Error != nil {
+			return r, errors.New(ev.Error.Message)
+		}
+		if ev.Usage != nil {
+			r.tokens = ev.Usage.CompletionTokens
+		}
+		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
+			continue
+		}
+		now := time.Now()
+		if last.IsZero() {
+			r.ttft = now.Sub(start).Seconds()
+		} else {
+			r.itl = append(r.itl, now.Sub(last).Seconds())
+		}
+		last = now
+	}
+	return r, sc.Err()
+}
