@@ -128,6 +128,37 @@ func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float
 	}
 }
 
+// The same products for matrices kept transposed, [k × n] with leading
+// dimension n, as the engine keeps features, so that no transposes are
+// needed.
+
+// lowerAtB computes the lower triangle of dst = aᵀ·b.
+func lowerAtB(dst, a, b []float32, n, k int) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, i1-i0, i1, k, 1, a[i0:], n, b, n, 0, dst[i0*n:], n)
+		for i := i0; i < i1; i++ {
+			clear(dst[i*n+i+1 : i*n+i1])
+		}
+	}
+}
+
+// lowerMulT computes dstᵀ = (L·y)ᵀ = yᵀ·Lᵀ from yᵀ (or adds it, beta 1).
+func lowerMulT(dstT, L, yT []float32, n, k int, beta float32) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, k, i1-i0, i1, 1, yT, n, L[i0*n:], n, beta, dstT[i0:], n)
+	}
+}
+
+// lowerTMulT computes dstᵀ = (Lᵀ·y)ᵀ = yᵀ·L from yᵀ (or adds it, beta 1).
+func lowerTMulT(dstT, L, yT []float32, n, k int, beta float32) {
+	for j0 := 0; j0 < n; j0 += diagTile {
+		j1 := min(j0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, k, j1-j0, n-j0, 1, yT[j0:], n, L[j0*n+j0:], n, beta, dstT[j0:], n)
+	}
+}
+
 // lowerRowSums adds Σ_{j≤i} w_ij to d[i].
 func lowerRowSums(d, w []float32, n int) {
 	for i := 0; i < n; i++ {
