@@ -46,8 +46,8 @@ func init() {
 // > 1 for x > 0, φ = eˣ ≤ 1 otherwise).
 type eluMap struct{ h int }
 
-func (m eluMap) dims() (in, out, preW int)          { return m.h, m.h, m.h }
-func (m eluMap) scratchSize(n int) (ab, buf int)    { return m.h * n, 0 }
+func (m eluMap) dims() (in, out, preW int)         { return m.h, m.h, m.h }
+func (m eluMap) scratchSize(n int) (ab, buf int)   { return m.h * n, 0 }
 func (eluMap) matrices() map[string]*tensor.Tensor { return nil }
 func (eluMap) floats() int                         { return 0 }
 
