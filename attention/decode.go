@@ -429,6 +429,9 @@ func (d *sketchDecoder) stepHead(_, i int) {
 		}
 		den += vec.Dot(fq, prefix[F*h:])
 	}
+	if d.fm.one == 0 {
+		den = max(den, denFloor)
+	}
 	vec.Scale(1/den, o)
 
 	// Fold this position's key into the block's state.
@@ -564,6 +567,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			for f, z := range prefix[F*h:] {
 				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
 			}
+		}
+		if d.fm.one == 0 {
+			floorDenominators(den)
 		}
 		for t := range s {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])

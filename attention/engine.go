@@ -861,6 +861,9 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 			blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, z, h, beta, out, h)
 		}
 	}
+	if a.fm.one == 0 {
+		floorDenominators(d)
+	}
 	if out != nil {
 		for i, di := range d {
 			vec.Scale(1/di, out[i*h:(i+1)*h])
