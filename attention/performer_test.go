@@ -2,6 +2,7 @@ package attention
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/polysketch/polysketch/tensor"
@@ -223,4 +224,28 @@ func dotF32(a, b []float32) float64 {
 		s += float64(a[i]) * float64(b[i])
 	}
 	return s
+}
+
+// TestLinearConfigErrors: bad options of ELU and Performer are refused
+// before any work, with a message naming the flag and the fix.
+func TestLinearConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		spec, want string
+	}{
+		{"performer:features=0", "--features 0: must be positive"},
+		{"performer:features=-3", "--features -3: must be positive"},
+		{"performer:redraw=-1", "--redraw -1: must be 0 (never) or a positive number of steps"},
+		{"performer:block=0", "--block 0: must be positive"},
+		{"elu:block=-2", "--block -2: must be positive"},
+		{"elu:features=8", "--features is no option of elu attention: its options are --block, --cumsum, --remat"},
+		{"performer:features=many", "performer option --features=many"},
+	} {
+		_, err := ParseSpec(c.spec)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseSpec(%q) = %v, want an error containing %q", c.spec, err, c.want)
+		}
+	}
+	if _, err := New(PerformerConfig{Features: 0, Block: 0}, Setup{}); err == nil || !strings.Contains(err.Error(), "--features") || !strings.Contains(err.Error(), "--block") {
+		t.Errorf("New with two bad options: %v, want both named", err)
+	}
 }
