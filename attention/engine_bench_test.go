@@ -2,6 +2,8 @@ package attention
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -10,7 +12,11 @@ import (
 // attention`), at 4k and 64k tokens: µs/token should stay flat. Compare
 // within one run.
 func BenchmarkLinear(b *testing.B) {
-	for _, spec := range []string{"polysketch", "elu", "performer", "performer:cumsum"} {
+	specs := []string{"polysketch", "elu", "performer", "performer:cumsum"}
+	if extra := os.Getenv("LINEAR_SPECS"); extra != "" { // e.g. "elu:block=128,performer:block=128"
+		specs = strings.Split(extra, ",")
+	}
+	for _, spec := range specs {
 		for _, N := range []int{4096, 65536} {
 			s := psShape{1, 2, N, 64}
 			b.Run(fmt.Sprintf("%s/%v", spec, s), func(b *testing.B) {

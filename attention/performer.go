@@ -73,7 +73,9 @@ func init() {
 		Name: string(Performer), Order: 120, Cost: "O(N·(b + h)·m)",
 		Summary:    "FAVOR+: positive orthogonal random features approximating softmax, causally stabilized by a running maximum",
 		Properties: Properties{Linear: true, Recurrent: true},
-		Default:    func() Config { return PerformerConfig{Features: 256, Block: 256} },
+		// Blocks of 128: measured 13% faster than 256 for m = 256, h = 64
+		// (BenchmarkLinear); the diagonal blocks cost b·m per token.
+		Default: func() Config { return PerformerConfig{Features: 256, Block: 128} },
 		New: func(c Config, s Setup) (Mechanism, error) {
 			cfg := c.(PerformerConfig)
 			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
