@@ -249,3 +249,41 @@ func TestLinearConfigErrors(t *testing.T) {
 		t.Errorf("New with two bad options: %v, want both named", err)
 	}
 }
+
+// TestPerformerCausalStabilizer: later keys far larger than earlier ones
+// (their log-scales dominate, so a maximum over the whole sequence would
+// underflow the earlier keys' weights) leave the outputs before them bit
+// for bit unchanged, for cuts inside and at the ends of blocks, in every
+// algorithm, and in the decoder.
+func TestPerformerCausalStabilizer(t *testing.T) {
+	const N = 45
+	q, k, v := conformanceInputs(10, N)
+	for _, spec := range []string{"performer:block=8:features=16", "performer:block=8:features=16:remat", "performer:block=8:features=16:cumsum"} {
+		m := newPerformer(t, spec, true, confh)
+		base := forward(m, q, k, v)
+		for _, cut := range []int{3, 7, 8, 20, 43} {
+			k2 := k.Clone()
+			for b := 0; b < confB*confH; b++ {
+				for i := cut + 1; i < N; i++ {
+					for d := 0; d < confh; d++ {
+						k2.Data[(b*N+i)*confh+d] *= 25
+					}
+				}
+			}
+			o := forward(m, q, k2, v)
+			for b := 0; b < confB*confH; b++ {
+				for i := 0; i <= cut; i++ {
+					for d := 0; d < confh; d++ {
+						at := (b*N+i)*confh + d
+						if o.Data[at] != base.Data[at] {
+							t.Fatalf("%s: output at %d changed when keys after %d grew: %v → %v", spec, i, cut, base.Data[at], o.Data[at])
+						}
+					}
+				}
+			}
+			if d := relMax(o.Data, refPerformerOf(m, true, q, k2, v)); d > 1e-4 {
+				t.Errorf("%s, keys after %d ×25: max |o − reference| / max |reference| = %.3g", spec, cut, d)
+			}
+		}
+	}
+}
