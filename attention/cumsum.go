@@ -30,6 +30,14 @@ func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	transposeInto(w.fq, a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
 }
 
+// cumsumDen returns the denominator for the weights' sum x.
+func (a *engine) cumsumDen(x float32) float32 {
+	if a.fm.one == 0 {
+		return max(x, denFloor)
+	}
+	return a.fm.one + x
+}
+
 // cumsumAdd adds token i's key and value to the state.
 func cumsumAdd(S, s, fk, vi []float32, h int) {
 	for f, x := range fk {
@@ -58,7 +66,7 @@ func (a *engine) cumsumForward(w *psWorker, hd int) {
 			for f, x := range fq {
 				vec.Axpy(x, S[f*h:(f+1)*h], oi)
 			}
-			vec.Scale(1/(a.fm.one+vec.Dot(fq, s)), oi)
+			vec.Scale(1/a.cumsumDen(vec.Dot(fq, s)), oi)
 		}
 	}
 }
@@ -79,7 +87,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 		for i := 0; i < rows; i++ {
 			cumsumAdd(S, s, w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], h)
 			fq := w.fq[i*F : (i+1)*F]
-			den := a.fm.one + vec.Dot(fq, s)
+			den := a.cumsumDen(vec.Dot(fq, s))
 			gi := w.g[i*h : (i+1)*h]
 			copy(gi, do[i*h:(i+1)*h])
 			vec.Scale(1/den, gi)
@@ -169,7 +177,7 @@ func (a *engine) cumsumScaledForward(w *psWorker, hd int) {
 			for f, x := range fq {
 				vec.Axpy(x, S[f*h:(f+1)*h], oi)
 			}
-			vec.Scale(1/vec.Dot(fq, s), oi)
+			vec.Scale(1/max(vec.Dot(fq, s), denFloor), oi)
 		}
 	}
 }
@@ -188,7 +196,7 @@ func (a *engine) cumsumScaledBackward(w *psWorker, hd int) {
 			M = a.cumsumScaledStep(w, i, v, M)
 			a.ref[hd*L.n+lo+i] = M
 			fq := w.fq[i*F : (i+1)*F]
-			den := vec.Dot(fq, s)
+			den := max(vec.Dot(fq, s), denFloor)
 			gi := w.g[i*h : (i+1)*h]
 			copy(gi, do[i*h:(i+1)*h])
 			vec.Scale(1/den, gi)

@@ -17,13 +17,14 @@ import (
 //
 //   - cacheDecoder (softmax, flash, polynomial): a KV cache; position n
 //     costs O(n·h) per head and the cache grows with the sequence.
-//   - sketchDecoder (polysketch): the recurrent state of the block
-//     algorithm, constant in size, so that every position costs the same.
+//   - sketchDecoder (every mechanism on the engine: polysketch, elu,
+//     performer): the recurrent state of the block algorithm, constant in
+//     size, so that every position costs the same.
 //
 // A Step of one position works with vector operations over the heads; a
 // Step of several runs each head's chunk as matrix products (the scores of
 // the whole chunk against the cache; the sketches, features and state
-// updates of whole block segments for polysketch), heads in parallel.
+// updates of whole block segments for the engine's), heads in parallel.
 
 // NewDecoder returns a Decoder running the causal mechanism m a few
 // positions at a time for B sequences of H heads of size h. Softmax and
@@ -232,22 +233,27 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, n, h, total, 1, s, total, vals, h, 0, o, h)
 }
 
-// sketchDecoder decodes causal polysketch attention with the state of the
-// block algorithm (lt.go), blocks being positions [l·b, (l+1)·b) exactly
-// as in Forward. For position i in block l,
+// sketchDecoder decodes causal attention of the engine (engine.go), for
+// any feature map, with the state of the block algorithm (lt.go), blocks
+// being positions [l·b, (l+1)·b) exactly as in Forward. For position i in
+// block l,
 //
-//	o_i = (φ(q_i)ᵀ·Z_l + Σ_{j∈l, j≤i} w_ij v_j) / (1 + φ(q_i)·ζ_l + Σ_{j∈l, j≤i} w_ij),
+//	o_i = (φ(q_i)ᵀ·Z_l + Σ_{j∈l, j≤i} w_ij v_j) / (c + φ(q_i)·ζ_l + Σ_{j∈l, j≤i} w_ij),
 //
 // with Z_l = Σ_{j<l·b} φ(k_j)v_jᵀ and ζ_l = Σ_{j<l·b} φ(k_j) over the
-// completed blocks, and the local weights w_ij = (q_i·k_j)^p with Local,
-// else the sketched (M(q_i)·M(k_j))² = φ(q_i)·φ(k_j) (also for CumSum,
-// whose weights are sketched everywhere). The features φ and sketches M
-// are those of the mechanism (sketch.apply, selfTensor), random or
-// learned. The current
-// block's φ(K)ᵀV and φ(K)ᵀ1 accumulate as positions arrive, and are added
-// to Z and ζ when the block completes, so every position costs the same:
-// two F×h rank-one products, the sketch of one q and one k, and at most b
-// local weights.
+// completed blocks, c = 1 for polysketch and 0 for the plain ratio, and
+// the local weights w_ij = (q_i·k_j)^p with Local, else the feature
+// weights φ(q_i)·φ(k_j), for a self-tensored map (M(q_i)·M(k_j))² (also
+// for CumSum, whose weights are feature weights everywhere). The
+// projections M and features φ are those of the mechanism (its projection
+// and lift), random or learned. The current block's φ(K)ᵀV and φ(K)ᵀ1
+// accumulate as positions arrive, and are added to Z and ζ when the block
+// completes, so every position costs the same: two F×h rank-one products,
+// the projections of one q and one k, and at most b local weights. For a
+// scaled map (Performer) both states keep the references of
+// engine_scaled.go, the running maxima of the key log-scales, and are
+// rescaled when they grow; its Steps of one position take the path of
+// several.
 //
 // A Step of several positions cuts each head's chunk into segments, the
 // runs of positions within one block, and computes a segment as the
@@ -429,6 +435,9 @@ func (d *sketchDecoder) stepHead(_, i int) {
 		}
 		den += vec.Dot(fq, prefix[F*h:])
 	}
+	if d.fm.one == 0 {
+		den = max(den, denFloor)
+	}
 	vec.Scale(1/den, o)
 
 	// Fold this position's key into the block's state.
@@ -564,6 +573,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			for f, z := range prefix[F*h:] {
 				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
 			}
+		}
+		if d.fm.one == 0 {
+			floorDenominators(den)
 		}
 		for t := range s {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])

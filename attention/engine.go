@@ -806,9 +806,13 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 		return
 	}
 	ro := L.ro
-	transposeInto(w.mqr, w.mq, rows, ro, rows)
-	transposeInto(w.mkr, w.mk, rows, ro, rows)
-	lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
+	if a.fm.tensored {
+		transposeInto(w.mqr, w.mq, rows, ro, rows)
+		transposeInto(w.mkr, w.mk, rows, ro, rows)
+		lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
+	} else {
+		lowerAtB(s, w.mq, w.mk, rows, ro)
+	}
 	lowerPow(ww, s, w.tmp, rows, a.fm.diagPow())
 	if a.fm.scaled {
 		a.scaledWeights(w, hd, l)
@@ -856,6 +860,9 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 			}
 			blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, z, h, beta, out, h)
 		}
+	}
+	if a.fm.one == 0 {
+		floorDenominators(d)
 	}
 	if out != nil {
 		for i, di := range d {
@@ -947,9 +954,14 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 					vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], s[i*rows:i*rows+i+1])
 				}
 			}
-			lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
-			lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
+			if a.fm.tensored {
+				lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
+				lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
+			} else { // kept transposed, as the features are
+				lowerMulT(w.dmr, dw, w.mk, rows, ro, 0)
+				lowerTMulT(dmk, dw, w.mq, rows, ro, 0)
+			}
 		} else {
 			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
 			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
@@ -972,7 +984,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		have = true
 	}
 	if L.sketched {
-		addTransposed(dm, w.dmr, rows, ro, have)
+		a.addDiagonal(dm, w.dmr, rows, ro, have)
 		have = true
 	}
 	if !have {
@@ -1050,13 +1062,27 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 		have = true
 	}
 	if L.sketched {
-		addTransposed(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
+		a.addDiagonal(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
 		have = true
 	}
 	if !have {
 		dm = nil
 	}
 	a.skBackward(w, true, hd, l, L.causal && !L.sketched, dm, pre)
+}
+
+// addDiagonal adds (or with accumulate false writes) the gradient of Mᵀ
+// ([ro × rows]) from a diagonal block, src, into dm: src is row-major
+// for self-tensored maps, transposed for the others.
+func (a *engine) addDiagonal(dm, src []float32, rows, ro int, accumulate bool) {
+	switch {
+	case a.fm.tensored:
+		addTransposed(dm, src, rows, ro, accumulate)
+	case accumulate:
+		vec.Add(dm[:ro*rows], dm[:ro*rows], src[:ro*rows])
+	default:
+		copy(dm[:ro*rows], src[:ro*rows])
+	}
 }
 
 // addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
@@ -1124,7 +1150,10 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(in
 		w.s, w.w, w.dw = take(bs*bs), take(bs*bs), take(bs*bs)
 	}
 	if L.sketched {
-		w.mqr, w.mkr, w.dmr = take(bs*ro), take(bs*ro), take(bs*ro)
+		if fm.tensored {
+			w.mqr, w.mkr = take(bs*ro), take(bs*ro)
+		}
+		w.dmr = take(bs * ro)
 	}
 	switch L.mode {
 	case modeBlocks:

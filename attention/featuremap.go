@@ -79,6 +79,19 @@ type logScaled interface {
 	logScale(pre []float32, n int) []float32
 }
 
+// denFloor bounds the denominators of the plain ratio from below. They
+// are sums of positive weights, zero only where every weight of a row
+// underflowed; there the output is 0 instead of NaN. It changes nothing
+// else: real denominators are far larger.
+const denFloor = 1e-30
+
+// floorDenominators applies denFloor to d.
+func floorDenominators(d []float32) {
+	for i, x := range d {
+		d[i] = max(x, denFloor)
+	}
+}
+
 // features returns the number of features of an r-dimensional projection.
 func (fm *featureMap) features(r int) int {
 	if fm.tensored {

@@ -1,10 +1,7 @@
 package attention
 
 import (
-	"fmt"
-
 	"github.com/polysketch/polysketch/blas"
-	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/vec"
 )
 
@@ -23,13 +20,13 @@ import (
 //
 //	dA_l = dY_l·Z_lᵀ + (diagonal part),  dB_l = C_l·U_lᵀ + …,  dC_l = B_l·U_l + ….
 //
-// ltMul and ltMulBackward run this on materialized matrices. Polysketch
-// attention runs the same three phases with A = φ(Q) and B = φ(K) produced
-// block by block, and shares the pieces below: the block partition, the
-// scans over per-block states, and the diagonal-block kernels, which
-// compute lt(S^p)·C for S = A_l·B_lᵀ and p = 1 (ltMul), p = 2 (sketched
-// local blocks, lt((L·Rᵀ)²) with L = M(Q_l), R = M(K_l)) or the degree p
-// (exact local blocks, lt((Q_l·K_lᵀ)^p)).
+// The engine (engine.go) runs these three phases with A = φ(Q) and B = φ(K)
+// produced block by block and C = V (and the ones of the denominators),
+// from the pieces below: the block partition, the scans over per-block
+// states, and the diagonal-block kernels, which compute lt(S^p)·C for
+// S = A_l·B_lᵀ and p = 1 (features of entrywise maps, kept transposed),
+// p = 2 (self-tensored maps: lt((L·Rᵀ)²) with L = M(Q_l), R = M(K_l)) or
+// the degree p (exact local blocks, lt((Q_l·K_lᵀ)^p)).
 
 // blocks cuts n rows into blocks of size rows; the last may be shorter.
 type blocks struct{ n, size int }
@@ -128,6 +125,37 @@ func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float
 	}
 }
 
+// The same products for matrices kept transposed, [k × n] with leading
+// dimension n, as the engine keeps features, so that no transposes are
+// needed.
+
+// lowerAtB computes the lower triangle of dst = aᵀ·b.
+func lowerAtB(dst, a, b []float32, n, k int) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, i1-i0, i1, k, 1, a[i0:], n, b, n, 0, dst[i0*n:], n)
+		for i := i0; i < i1; i++ {
+			clear(dst[i*n+i+1 : i*n+i1])
+		}
+	}
+}
+
+// lowerMulT computes dstᵀ = (L·y)ᵀ = yᵀ·Lᵀ from yᵀ (or adds it, beta 1).
+func lowerMulT(dstT, L, yT []float32, n, k int, beta float32) {
+	for i0 := 0; i0 < n; i0 += diagTile {
+		i1 := min(i0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, k, i1-i0, i1, 1, yT, n, L[i0*n:], n, beta, dstT[i0:], n)
+	}
+}
+
+// lowerTMulT computes dstᵀ = (Lᵀ·y)ᵀ = yᵀ·L from yᵀ (or adds it, beta 1).
+func lowerTMulT(dstT, L, yT []float32, n, k int, beta float32) {
+	for j0 := 0; j0 < n; j0 += diagTile {
+		j1 := min(j0+diagTile, n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, k, j1-j0, n-j0, 1, yT[j0:], n, L[j0*n+j0:], n, beta, dstT[j0:], n)
+	}
+}
+
 // lowerRowSums adds Σ_{j≤i} w_ij to d[i].
 func lowerRowSums(d, w []float32, n int) {
 	for i := 0; i < n; i++ {
@@ -199,102 +227,6 @@ func ipow(x float32, p int) float32 {
 	return r
 }
 
-// ltMul computes y = lt(a·bᵀ)·c for row-major a, b [n×m] and c, y [n×k]
-// with the block algorithm, blocks of the given size, in parallel over
-// blocks. It is deterministic for any GOMAXPROCS. It is the plain form of
-// the algorithm on materialized matrices and allocates its states and
-// scratch; polysketch runs the same phases with features made block by
-// block and buffers it keeps.
-func ltMul(y, a, b, c []float32, n, m, k, block int) {
-	lt := newLTMul(n, m, k, block)
-	lt.forward(y, a, b, c)
-}
-
-// ltMulBackward computes the gradients da, db, dc (overwritten) of
-// y = lt(a·bᵀ)·c from dy.
-func ltMulBackward(da, db, dc, dy, a, b, c []float32, n, m, k, block int) {
-	lt := newLTMul(n, m, k, block)
-	lt.forward(nil, a, b, c) // the prefix states Z_l
-	lt.backward(da, db, dc, dy, a, b, c)
-}
-
-// ltMultiplier holds the per-block states of one lt(a·bᵀ)·c.
-type ltMultiplier struct {
-	n, m, k int
-	plan    blocks
-	states  []float32 // [t × m·k]
-}
-
-func newLTMul(n, m, k, block int) *ltMultiplier {
-	if n <= 0 || m <= 0 || k <= 0 || block <= 0 {
-		panic(fmt.Sprintf("attention.ltMul: n=%d m=%d k=%d block=%d", n, m, k, block))
-	}
-	p := blocks{n, block}
-	return &ltMultiplier{n: n, m: m, k: k, plan: p, states: make([]float32, p.count()*m*k)}
-}
-
-// forward leaves Z_l in states and, if y is not nil, computes y.
-func (lt *ltMultiplier) forward(y, a, b, c []float32) {
-	m, k, t, sz := lt.m, lt.k, lt.plan.count(), lt.m*lt.k
-	parallel.For(t, func(l int) {
-		lo, rows := lt.plan.span(l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, m, k, rows, 1, b[lo*m:], m, c[lo*k:], k, 0, lt.states[l*sz:], k)
-	})
-	scanParallel(lt.states, t, sz, prefixScan)
-	if y == nil {
-		return
-	}
-	parallel.For(t, func(l int) {
-		lo, rows := lt.plan.span(l)
-		s := make([]float32, rows*rows)
-		lowerABt(s, a[lo*m:], m, b[lo*m:], m, rows, m)
-		lowerMul(y[lo*k:], k, s, c[lo*k:], k, rows, k, 0)
-		if l > 0 {
-			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, k, m, 1, a[lo*m:], m, lt.states[l*sz:], k, 1, y[lo*k:], k)
-		}
-	})
-}
-
-// backward computes the gradients from dy, with Z_l in states.
-func (lt *ltMultiplier) backward(da, db, dc, dy, a, b, c []float32) {
-	m, k, t, sz := lt.m, lt.k, lt.plan.count(), lt.m*lt.k
-	// Phase 1: dA_l and the diagonal blocks, then G_l = A_lᵀ·dY_l in place of Z_l.
-	parallel.For(t, func(l int) {
-		lo, rows := lt.plan.span(l)
-		s := make([]float32, rows*rows)
-		ds := make([]float32, rows*rows)
-		lowerABt(s, a[lo*m:], m, b[lo*m:], m, rows, m)
-		lowerABt(ds, dy[lo*k:], k, c[lo*k:], k, rows, k) // dS = lt(dY·Cᵀ)
-		lowerTMul(dc[lo*k:], k, s, dy[lo*k:], k, rows, k, 0)
-		lowerMul(da[lo*m:], m, ds, b[lo*m:], m, rows, m, 0)
-		lowerTMul(db[lo*m:], m, ds, a[lo*m:], m, rows, m, 0)
-		z := lt.states[l*sz : (l+1)*sz]
-		if l > 0 {
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, rows, m, k, 1, dy[lo*k:], k, z, k, 1, da[lo*m:], m)
-		}
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, m, k, rows, 1, a[lo*m:], m, dy[lo*k:], k, 0, z, k)
-	})
-	scanParallel(lt.states, t, sz, suffixScan)
-	// Phase 3: dB_l += C_l·U_lᵀ, dC_l += B_l·U_l.
-	parallel.For(t-1, func(l int) {
-		lo, rows := lt.plan.span(l)
-		u := lt.states[l*sz:]
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, rows, m, k, 1, c[lo*k:], k, u, k, 1, db[lo*m:], m)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, k, m, 1, b[lo*m:], m, u, k, 1, dc[lo*k:], k)
-	})
-}
-
 // scanChunk is the number of state elements one scan task covers: the
 // scans are elementwise, so they split over elements as well as over heads.
 const scanChunk = 4096
-
-// scanParallel runs scan over t states of size sz, split into chunks of
-// elements done in parallel.
-func scanParallel(states []float32, t, sz int, scan func(states []float32, t, stride, lo, hi int, run, tmp []float32)) {
-	chunks := (sz + scanChunk - 1) / scanChunk
-	parallel.For(chunks, func(ch int) {
-		lo, hi := ch*scanChunk, min((ch+1)*scanChunk, sz)
-		run, tmp := make([]float32, hi-lo), make([]float32, hi-lo)
-		scan(states, t, sz, lo, hi, run, tmp)
-	})
-}

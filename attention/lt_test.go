@@ -15,48 +15,6 @@ func randSlice(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
-// naiveLT returns lt(a·bᵀ)·c in float64 from the definition.
-func naiveLT(a, b, c []float32, n, m, k int) []float64 {
-	y := make([]float64, n*k)
-	for i := 0; i < n; i++ {
-		for j := 0; j <= i; j++ {
-			var s float64
-			for p := 0; p < m; p++ {
-				s += float64(a[i*m+p]) * float64(b[j*m+p])
-			}
-			for d := 0; d < k; d++ {
-				y[i*k+d] += s * float64(c[j*k+d])
-			}
-		}
-	}
-	return y
-}
-
-// naiveLTGrad returns the gradients of Σ dy ∗ lt(a·bᵀ)·c in float64:
-// dA = lt(dY·Cᵀ)·B, dB = lt(dY·Cᵀ)ᵀ·A, dC = lt(A·Bᵀ)ᵀ·dY.
-func naiveLTGrad(dy, a, b, c []float32, n, m, k int) (da, db, dc []float64) {
-	da, db, dc = make([]float64, n*m), make([]float64, n*m), make([]float64, n*k)
-	for i := 0; i < n; i++ {
-		for j := 0; j <= i; j++ {
-			var s, g float64
-			for p := 0; p < m; p++ {
-				s += float64(a[i*m+p]) * float64(b[j*m+p])
-			}
-			for d := 0; d < k; d++ {
-				g += float64(dy[i*k+d]) * float64(c[j*k+d])
-			}
-			for p := 0; p < m; p++ {
-				da[i*m+p] += g * float64(b[j*m+p])
-				db[j*m+p] += g * float64(a[i*m+p])
-			}
-			for d := 0; d < k; d++ {
-				dc[j*k+d] += s * float64(dy[i*k+d])
-			}
-		}
-	}
-	return da, db, dc
-}
-
 func maxErr(got []float32, want []float64) (err, scale float64) {
 	for i := range want {
 		err = math.Max(err, math.Abs(float64(got[i])-want[i]))
@@ -71,72 +29,158 @@ var ltSizes = []struct{ n, block int }{
 	{5, 8}, {8, 8}, {13, 4}, {200, 16}, {301, 150}, {1, 1}, {7, 1},
 }
 
-func TestLTMul(t *testing.T) {
-	const m, k = 5, 3
+// at returns entry (i, j) of a matrix of n rows, row-major with k
+// columns, or kept transposed ([k × n]).
+func at(x []float32, transposed bool, i, j, n, k int) float64 {
+	if transposed {
+		return float64(x[j*n+i])
+	}
+	return float64(x[i*k+j])
+}
+
+// TestLowerKernels checks the diagonal-block kernels, row-major and
+// transposed, against their definitions: S = lt(a·bᵀ), lt(S)·y and lt(S)ᵀ·y.
+func TestLowerKernels(t *testing.T) {
+	const k = 5
 	for _, sz := range ltSizes {
-		t.Run(fmt.Sprintf("n=%d/b=%d", sz.n, sz.block), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(sz.n), uint64(sz.block)))
-			a, b, c := randSlice(rng, sz.n*m), randSlice(rng, sz.n*m), randSlice(rng, sz.n*k)
-			y := randSlice(rng, sz.n*k) // overwritten
-			ltMul(y, a, b, c, sz.n, m, k, sz.block)
-			if err, scale := maxErr(y, naiveLT(a, b, c, sz.n, m, k)); err > 1e-5*scale {
-				t.Errorf("max |y - naive| = %.3g (max |naive| %.3g)", err, scale)
+		n := sz.n
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(n), 3))
+			a, b, y := randSlice(rng, n*k), randSlice(rng, n*k), randSlice(rng, n*k)
+			for _, tr := range []bool{false, true} {
+				s := randSlice(rng, n*n) // overwritten on the lower triangle and the diagonal tiles
+				if tr {
+					lowerAtB(s, a, b, n, k)
+				} else {
+					lowerABt(s, a, k, b, k, n, k)
+				}
+				wantS := make([]float64, n*n)
+				for i := 0; i < n; i++ {
+					for j := 0; j <= i; j++ {
+						for c := 0; c < k; c++ {
+							wantS[i*n+j] += at(a, tr, i, c, n, k) * at(b, tr, j, c, n, k)
+						}
+					}
+				}
+				var lower []float32
+				var wantLower []float64
+				for i := 0; i < n; i++ {
+					lower = append(lower, s[i*n:i*n+i+1]...)
+					wantLower = append(wantLower, wantS[i*n:i*n+i+1]...)
+				}
+				if err, scale := maxErr(lower, wantLower); err > 1e-5*scale {
+					t.Errorf("transposed=%v: S: max error %.3g (scale %.3g)", tr, err, scale)
+				}
+				mul, tmul := randSlice(rng, n*k), randSlice(rng, n*k)
+				if tr {
+					lowerMulT(mul, s, y, n, k, 0)
+					lowerTMulT(tmul, s, y, n, k, 0)
+				} else {
+					lowerMul(mul, k, s, y, k, n, k, 0)
+					lowerTMul(tmul, k, s, y, k, n, k, 0)
+				}
+				wantMul, wantTMul := make([]float64, n*k), make([]float64, n*k)
+				for i := 0; i < n; i++ {
+					for j := 0; j <= i; j++ {
+						for c := 0; c < k; c++ {
+							wantMul[i*k+c] += wantS[i*n+j] * at(y, tr, j, c, n, k)
+							wantTMul[j*k+c] += wantS[i*n+j] * at(y, tr, i, c, n, k)
+						}
+					}
+				}
+				for _, g := range []struct {
+					name string
+					got  []float32
+					want []float64
+				}{{"lt(S)·y", mul, wantMul}, {"lt(S)ᵀ·y", tmul, wantTMul}} {
+					got := g.got
+					if tr { // back to row-major
+						got = make([]float32, n*k)
+						transposeInto(got, g.got, n, k, n)
+					}
+					if err, scale := maxErr(got, g.want); err > 1e-5*scale {
+						t.Errorf("transposed=%v: %s: max error %.3g (scale %.3g)", tr, g.name, err, scale)
+					}
+				}
 			}
 		})
 	}
 }
 
-func TestLTMulBackward(t *testing.T) {
-	const m, k = 5, 3
-	for _, sz := range ltSizes {
-		t.Run(fmt.Sprintf("n=%d/b=%d", sz.n, sz.block), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(sz.n)+7, uint64(sz.block)))
-			n := sz.n
-			a, b, c, dy := randSlice(rng, n*m), randSlice(rng, n*m), randSlice(rng, n*k), randSlice(rng, n*k)
-			da, db, dc := randSlice(rng, n*m), randSlice(rng, n*m), randSlice(rng, n*k) // overwritten
-			ltMulBackward(da, db, dc, dy, a, b, c, n, m, k, sz.block)
-			wa, wb, wc := naiveLTGrad(dy, a, b, c, n, m, k)
-			for _, g := range []struct {
-				name string
-				got  []float32
-				want []float64
-			}{{"da", da, wa}, {"db", db, wb}, {"dc", dc, wc}} {
-				if err, scale := maxErr(g.got, g.want); err > 1e-5*scale {
-					t.Errorf("%s: max |got - naive| = %.3g (max |naive| %.3g)", g.name, err, scale)
-				}
-			}
-			// Central finite differences of L = Σ dy ∗ lt(a·bᵀ)·c on a few
-			// coordinates of each input (L is bilinear in each, so they are
-			// exact up to rounding).
-			y := make([]float32, n*k)
-			loss := func() float64 {
-				ltMul(y, a, b, c, n, m, k, sz.block)
-				var s float64
-				for i := range y {
-					s += float64(y[i]) * float64(dy[i])
-				}
-				return s
-			}
-			for _, in := range []struct {
-				name string
-				x, g []float32
-			}{{"a", a, da}, {"b", b, db}, {"c", c, dc}} {
-				for range 5 {
-					i := rng.IntN(len(in.x))
-					const eps = 1e-2
-					orig := in.x[i]
-					in.x[i] = orig + eps
-					up := loss()
-					in.x[i] = orig - eps
-					down := loss()
-					in.x[i] = orig
-					num := (up - down) / (2 * eps)
-					if math.Abs(num-float64(in.g[i])) > 1e-2*(math.Abs(num)+1) {
-						t.Errorf("d%s[%d] = %.6g, finite difference %.6g", in.name, i, in.g[i], num)
+// TestScans checks the scans over per-block states against their
+// definitions, plain and relative to block maxima (scaled maps), over
+// element ranges as the engine splits them.
+func TestScans(t *testing.T) {
+	const size = 7
+	for _, tn := range []int{1, 2, 5} {
+		rng := rand.New(rand.NewPCG(uint64(tn), 4))
+		states := randSlice(rng, (tn+1)*size)
+		bmax, pmax := randSlice(rng, tn+1), make([]float32, tn+1)
+		A := math.Inf(-1)
+		for l := 0; l < tn; l++ {
+			bmax[l] *= 30 // exp(±90): overflows unless rescaled
+			pmax[l] = float32(A)
+			A = math.Max(A, float64(bmax[l]))
+		}
+		pmax[tn] = float32(A)
+		want := func(weight func(l, j int) float64, include func(l, j int) bool) []float64 {
+			w := make([]float64, tn*size)
+			for l := 0; l < tn; l++ {
+				for j := 0; j < tn; j++ {
+					if include(l, j) {
+						for e := 0; e < size; e++ {
+							w[l*size+e] += weight(l, j) * float64(states[j*size+e])
+						}
 					}
 				}
 			}
-		})
+			return w
+		}
+		one := func(l, j int) float64 { return 1 }
+		before := func(l, j int) bool { return j < l }
+		after := func(l, j int) bool { return j > l }
+		for _, c := range []struct {
+			name string
+			scan func(st, run, tmp []float32, lo, hi int)
+			want []float64
+		}{
+			{"prefix", func(st, run, tmp []float32, lo, hi int) { prefixScan(st, tn, size, lo, hi, run, tmp) }, want(one, before)},
+			{"suffix", func(st, run, tmp []float32, lo, hi int) { suffixScan(st, tn, size, lo, hi, run, tmp) }, want(one, after)},
+			{"scaled prefix", func(st, run, tmp []float32, lo, hi int) { scaledPrefixScan(st, tn, size, lo, hi, run, tmp, bmax) },
+				want(func(l, j int) float64 { return math.Exp(float64(bmax[j] - pmax[l])) }, before)},
+			{"scaled suffix", func(st, run, tmp []float32, lo, hi int) {
+				scaledSuffixScan(st, tn, size, lo, hi, run, tmp, bmax, pmax)
+			}, want(func(l, j int) float64 { return math.Exp(float64(bmax[l] - pmax[j])) }, after)},
+		} {
+			st := append([]float32(nil), states[:tn*size]...)
+			run, tmp := make([]float32, size), make([]float32, size)
+			c.scan(st, run, tmp, 0, 3)
+			c.scan(st, run, tmp, 3, size)
+			if err, scale := maxErr(st, c.want); err > 1e-5*scale || math.IsNaN(err) {
+				t.Errorf("t=%d: %s: max error %.3g (scale %.3g)", tn, c.name, err, scale)
+			}
+		}
+		for _, scaled := range []bool{false, true} {
+			dst := make([]float32, size)
+			wantSum := make([]float64, size)
+			for j := 0; j < tn; j++ {
+				w := 1.0
+				if scaled {
+					w = math.Exp(float64(bmax[j] - pmax[tn]))
+				}
+				for e := range wantSum {
+					wantSum[e] += w * float64(states[j*size+e])
+				}
+			}
+			if scaled {
+				scaledSum(dst, states, tn, size, 0, size, bmax)
+			} else {
+				sumStates(dst, states, tn, size, 0, size)
+			}
+			if err, scale := maxErr(dst, wantSum); err > 1e-5*scale {
+				t.Errorf("t=%d: sum (scaled %v): max error %.3g (scale %.3g)", tn, scaled, err, scale)
+			}
+		}
 	}
 }
 

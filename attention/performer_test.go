@@ -2,6 +2,7 @@ package attention
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/polysketch/polysketch/tensor"
@@ -223,4 +224,66 @@ func dotF32(a, b []float32) float64 {
 		s += float64(a[i]) * float64(b[i])
 	}
 	return s
+}
+
+// TestLinearConfigErrors: bad options of ELU and Performer are refused
+// before any work, with a message naming the flag and the fix.
+func TestLinearConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		spec, want string
+	}{
+		{"performer:features=0", "--features 0: must be positive"},
+		{"performer:features=-3", "--features -3: must be positive"},
+		{"performer:redraw=-1", "--redraw -1: must be 0 (never) or a positive number of steps"},
+		{"performer:block=0", "--block 0: must be positive"},
+		{"elu:block=-2", "--block -2: must be positive"},
+		{"elu:features=8", "--features is no option of elu attention: its options are --block, --cumsum, --remat"},
+		{"performer:features=many", "performer option --features=many"},
+	} {
+		_, err := ParseSpec(c.spec)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseSpec(%q) = %v, want an error containing %q", c.spec, err, c.want)
+		}
+	}
+	if _, err := New(PerformerConfig{Features: 0, Block: 0}, Setup{}); err == nil || !strings.Contains(err.Error(), "--features") || !strings.Contains(err.Error(), "--block") {
+		t.Errorf("New with two bad options: %v, want both named", err)
+	}
+}
+
+// TestPerformerCausalStabilizer: later keys far larger than earlier ones
+// (their log-scales dominate, so a maximum over the whole sequence would
+// underflow the earlier keys' weights) leave the outputs before them bit
+// for bit unchanged, for cuts inside and at the ends of blocks, in every
+// algorithm, and in the decoder.
+func TestPerformerCausalStabilizer(t *testing.T) {
+	const N = 45
+	q, k, v := conformanceInputs(10, N)
+	for _, spec := range []string{"performer:block=8:features=16", "performer:block=8:features=16:remat", "performer:block=8:features=16:cumsum"} {
+		m := newPerformer(t, spec, true, confh)
+		base := forward(m, q, k, v)
+		for _, cut := range []int{3, 7, 8, 20, 43} {
+			k2 := k.Clone()
+			for b := 0; b < confB*confH; b++ {
+				for i := cut + 1; i < N; i++ {
+					for d := 0; d < confh; d++ {
+						k2.Data[(b*N+i)*confh+d] *= 25
+					}
+				}
+			}
+			o := forward(m, q, k2, v)
+			for b := 0; b < confB*confH; b++ {
+				for i := 0; i <= cut; i++ {
+					for d := 0; d < confh; d++ {
+						at := (b*N+i)*confh + d
+						if o.Data[at] != base.Data[at] {
+							t.Fatalf("%s: output at %d changed when keys after %d grew: %v → %v", spec, i, cut, base.Data[at], o.Data[at])
+						}
+					}
+				}
+			}
+			if d := relMax(o.Data, refPerformerOf(m, true, q, k2, v)); d > 1e-4 {
+				t.Errorf("%s, keys after %d ×25: max |o − reference| / max |reference| = %.3g", spec, cut, d)
+			}
+		}
+	}
 }

@@ -397,10 +397,18 @@ func fwht(buf []float32, pad, n int) {
 // transposeInto writes the n×c matrix x (leading dimension ldx) transposed
 // into dst ([c × n]).
 func transposeInto(dst, x []float32, ldx, n, c int) {
-	for i := 0; i < n; i++ {
-		row := x[i*ldx : i*ldx+c]
-		for t, v := range row {
-			dst[t*n+i] = v
+	// In tiles, so that the writes, a column of dst per row of x, stay in
+	// a few cache lines.
+	const tile = 16
+	for i0 := 0; i0 < n; i0 += tile {
+		i1 := min(i0+tile, n)
+		for t0 := 0; t0 < c; t0 += tile {
+			t1 := min(t0+tile, c)
+			for i := i0; i < i1; i++ {
+				for t, v := range x[i*ldx+t0 : i*ldx+t1] {
+					dst[(t0+t)*n+i] = v
+				}
+			}
 		}
 	}
 }
