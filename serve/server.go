@@ -43,8 +43,9 @@ import (
 	"github.com/polysketch/polysketch/model"
 )
 
-// Options configure a Server. Zero fields take the defaults of
-// DefaultOptions.
+// Options configure a Server. Zero counts and sizes (MaxSequences through
+// MaxBody) take the defaults of DefaultOptions; a zero KVMemory or
+// WriteTimeout means no limit.
 type Options struct {
 	Name         string        // the model id clients name; any name is accepted when empty
 	MaxSequences int           // sequences decoded at once
