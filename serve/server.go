@@ -396,7 +396,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	if err != nil {
 		return err
 	}
-	rq.set, rq.usage = set, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	rq.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	if rq.chat {
 		set.stop = append(set.stop, chatStop)
 	}
@@ -424,6 +424,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		}
 		rq.tokens = append(rq.tokens, ids)
 	}
+	rq.set = set
 	box := newMailbox()
 	var jobs []*job
 	if set.maxTokens > 0 {
