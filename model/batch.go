@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/blas"
@@ -251,18 +252,20 @@ func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
 }
 
 // attend computes layer l's attention output rows b.ot from b.qkv, each
-// sequence through its own attention state, sequences split over the
-// workers in contiguous runs.
+// sequence through its own attention state, on up to GOMAXPROCS
+// goroutines that take the next sequence when done with one (prompt
+// chunks and single tokens cost very different times).
 func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 	W := min(len(b.workers), len(seqs))
-	// One worker does small steps alone: a goroutine costs more than a
-	// decoding step's attention of a few sequences.
+	// One goroutine does small steps alone: starting another costs more
+	// than a decoding step's attention of a few sequences.
 	if W > 1 && len(b.tokens) < 4 {
 		W = 1
 	}
+	var next atomic.Int64
 	run := func(w int) {
 		wk := b.workers[w]
-		for i := w * len(seqs) / W; i < (w+1)*len(seqs)/W; i++ {
+		for i := int(next.Add(1) - 1); i < len(seqs); i = int(next.Add(1) - 1) {
 			b.attendOne(wk, l, seqs[i], b.at[i], len(tokens[i]))
 		}
 	}
@@ -272,11 +275,7 @@ func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 	}
 	var wg sync.WaitGroup
 	for w := 1; w < W; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(w)
-		}()
+		wg.Go(func() { run(w) })
 	}
 	run(0)
 	wg.Wait()

@@ -23,8 +23,9 @@ import (
 // prompt one chunk of it. Sequences join from the queue and leave when
 // they finish or their client goes away, between steps. A prompt is cut
 // into chunks of a fixed size counted from its start, whatever else runs,
-// and model.Batch computes each row on its own; so a request's tokens do
-// not depend on the requests it shares steps with.
+// model.Batch computes a sequence's rows independently of the other
+// sequences', and each job samples with a generator of its own; so a
+// request's tokens do not depend on the requests it shares steps with.
 
 // job is one choice of a request: a prompt to read and tokens to
 // generate into the request's mailbox.
@@ -43,7 +44,7 @@ type job struct {
 	offset  int   // bytes of text so far, for logprobs' text offsets
 	out     *mailbox
 
-	canceled atomic.Bool // the client went away: drop at the next step
+	canceled atomic.Bool // done (finished, failed, or its client went away): dropped at the next step
 
 	// The scheduler's own.
 	seq       *model.Sequence

@@ -43,8 +43,9 @@ import (
 	"github.com/polysketch/polysketch/model"
 )
 
-// Options configure a Server. Zero fields take the defaults of
-// DefaultOptions.
+// Options configure a Server. Zero counts and sizes (MaxSequences through
+// MaxBody) take the defaults of DefaultOptions; a zero KVMemory or
+// WriteTimeout means no limit.
 type Options struct {
 	Name         string        // the model id clients name; any name is accepted when empty
 	MaxSequences int           // sequences decoded at once
@@ -395,7 +396,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	if err != nil {
 		return err
 	}
-	rq.set, rq.usage = set, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	rq.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	if rq.chat {
 		set.stop = append(set.stop, chatStop)
 	}
@@ -423,6 +424,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		}
 		rq.tokens = append(rq.tokens, ids)
 	}
+	rq.set = set
 	box := newMailbox()
 	var jobs []*job
 	if set.maxTokens > 0 {
