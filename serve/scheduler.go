@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/polysketch/polysketch/sample"
 	"log/slog"
 	"math"
 	"slices"
@@ -34,7 +35,7 @@ type job struct {
 	prompt  []int32
 	max     int // tokens to generate at most
 	limit   int // positions the sequence may take, 0 for no limit
-	sampler *sampler
+	sampler *sample.Sampler
 	text    *textStream
 	tok     tokenizer.Tokenizer
 	eot     int32
@@ -344,7 +345,7 @@ func (s *scheduler) step() {
 			}
 		}
 		row := logits.Data[i*V : (i+1)*V]
-		s.emit(j, row, j.sampler.sample(row), now)
+		s.emit(j, row, j.sampler.Next(row), now)
 	}
 	for i := 0; i < len(s.active); {
 		if s.active[i].canceled.Load() {

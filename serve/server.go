@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/polysketch/polysketch/sample"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -437,7 +438,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 				}
 				jobs = append(jobs, &job{
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
-					sampler: newSampler(set.temperature, set.topP, set.topK, set.seed, uint64(idx)),
+					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
 					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box,
 				})

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/polysketch/polysketch/sample"
 	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 	"time"
 
@@ -47,11 +47,11 @@ func runGenerate(args []string, stdout io.Writer) error {
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
 		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
-		s       sampler
+		s       = sample.New(0.8, 0.95, 0, nil)
 	)
-	fs.Float64Var(&s.temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
-	fs.IntVar(&s.topK, "top-k", 0, "sample among the k most likely tokens only; 0 for all")
-	fs.Float64Var(&s.topP, "top-p", 0.95, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
+	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
+	fs.IntVar(&s.TopK, "top-k", s.TopK, "sample among the k most likely tokens only; 0 for all")
+	fs.Float64Var(&s.TopP, "top-p", s.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
@@ -65,12 +65,12 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return err
 	}
 	switch {
-	case !(s.temperature >= 0) || math.IsInf(s.temperature, 0):
-		return fmt.Errorf("generate: --temperature %v: must be 0 or positive", s.temperature)
-	case s.topK < 0:
-		return fmt.Errorf("generate: --top-k %d: must not be negative", s.topK)
-	case !(s.topP > 0 && s.topP <= 1):
-		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.topP)
+	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 0):
+		return fmt.Errorf("generate: --temperature %v: must be 0 or positive", s.Temperature)
+	case s.TopK < 0:
+		return fmt.Errorf("generate: --top-k %d: must not be negative", s.TopK)
+	case !(s.TopP > 0 && s.TopP <= 1):
+		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.TopP)
 	case *n < 0:
 		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
 	case *prompt == "":
@@ -108,7 +108,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; use --tokens %d or fewer",
 			len(ids), *n, limit, c.Model.Config().Attention.Mechanism(), limit-len(ids)+1)
 	}
-	s.rng = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
+	s.Rand = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -130,7 +130,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 	var out []byte
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
-		next := int32(s.sample(logits.Data))
+		next := s.Next(logits.Data)
 		if hasEOT && next == eot {
 			break
 		}
@@ -160,75 +160,4 @@ func flush(w io.Writer) {
 	if f, ok := w.(interface{ Flush() error }); ok {
 		f.Flush()
 	}
-}
-
-// sampler draws tokens from logits by temperature, top-k and top-p.
-type sampler struct {
-	temperature float64
-	topK        int
-	topP        float64
-	rng         *rand.Rand
-
-	order []int     // token ids, most likely first
-	probs []float64 // their probabilities
-}
-
-// sample returns a token id drawn from logits.
-func (s *sampler) sample(logits []float32) int {
-	if s.temperature == 0 {
-		best := 0
-		for i, l := range logits {
-			if l > logits[best] {
-				best = i
-			}
-		}
-		return best
-	}
-	s.order = s.order[:0]
-	for i := range logits {
-		s.order = append(s.order, i)
-	}
-	// Most likely first; ties by id, so that the order is deterministic.
-	slices.SortFunc(s.order, func(a, b int) int {
-		switch {
-		case logits[a] > logits[b]:
-			return -1
-		case logits[a] < logits[b]:
-			return 1
-		}
-		return a - b
-	})
-	if s.topK > 0 && s.topK < len(s.order) {
-		s.order = s.order[:s.topK]
-	}
-	top := float64(logits[s.order[0]])
-	s.probs = s.probs[:0]
-	var sum float64
-	for _, id := range s.order {
-		p := math.Exp((float64(logits[id]) - top) / s.temperature)
-		s.probs = append(s.probs, p)
-		sum += p
-	}
-	// Nucleus: the shortest prefix reaching topP of the probability.
-	keep, acc := len(s.probs), 0.0
-	for i, p := range s.probs {
-		acc += p / sum
-		if acc >= s.topP {
-			keep = i + 1
-			break
-		}
-	}
-	s.order, s.probs = s.order[:keep], s.probs[:keep]
-	sum = 0
-	for _, p := range s.probs {
-		sum += p
-	}
-	u := s.rng.Float64() * sum
-	for i, p := range s.probs {
-		if u < p {
-			return s.order[i]
-		}
-		u -= p
-	}
-	return s.order[len(s.order)-1]
 }

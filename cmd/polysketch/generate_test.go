@@ -1,7 +1,7 @@
 package main
 
 import (
-	"math"
+	"github.com/polysketch/polysketch/sample"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -14,74 +14,6 @@ import (
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/tensor"
 )
-
-func TestSampleGreedy(t *testing.T) {
-	logits := []float32{0.1, 2, -1, 1.9, 2}
-	for _, s := range []sampler{
-		{temperature: 0},                   // greedy
-		{temperature: 5, topK: 1, topP: 1}, // one candidate left
-		{temperature: 1, topP: 1e-9},       // the nucleus of the most likely alone
-	} {
-		s.rng = rand.New(rand.NewPCG(1, 2))
-		for range 20 {
-			if got := s.sample(logits); got != 1 {
-				t.Errorf("%+v: sampled %d, want 1, the first of the most likely", s, got)
-			}
-		}
-	}
-}
-
-// TestSampleDistribution draws many tokens and compares their frequencies
-// with the distribution each setting defines.
-func TestSampleDistribution(t *testing.T) {
-	p := []float64{0.5, 0.3, 0.15, 0.05}
-	logits := make([]float32, len(p))
-	for i, v := range p {
-		logits[i] = float32(math.Log(v)) + 3 // a shift changes nothing
-	}
-	tests := []struct {
-		name string
-		s    sampler
-		want []float64
-	}{
-		{"plain", sampler{temperature: 1, topP: 1}, p},
-		{"top-k 2", sampler{temperature: 1, topK: 2, topP: 1}, []float64{0.5 / 0.8, 0.3 / 0.8, 0, 0}},
-		// 0.5 < 0.7 ≤ 0.5+0.3: the nucleus is the first two.
-		{"top-p 0.7", sampler{temperature: 1, topP: 0.7}, []float64{0.5 / 0.8, 0.3 / 0.8, 0, 0}},
-		{"top-p 0.9", sampler{temperature: 1, topP: 0.9}, []float64{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
-		{"temperature 2", sampler{temperature: 2, topP: 1}, normalize([]float64{math.Sqrt(0.5), math.Sqrt(0.3), math.Sqrt(0.15), math.Sqrt(0.05)})},
-	}
-	const draws = 200000
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tc.s
-			s.rng = rand.New(rand.NewPCG(3, 4))
-			counts := make([]float64, len(p))
-			for range draws {
-				counts[s.sample(logits)]++
-			}
-			for i := range counts {
-				got := counts[i] / draws
-				// 5 standard deviations of a frequency, at least.
-				tol := 5 * math.Sqrt(tc.want[i]*(1-tc.want[i])/draws)
-				if math.Abs(got-tc.want[i]) > tol || (tc.want[i] == 0 && got != 0) {
-					t.Errorf("token %d: frequency %.4f, want %.4f", i, got, tc.want[i])
-				}
-			}
-		})
-	}
-}
-
-func normalize(p []float64) []float64 {
-	var s float64
-	for _, v := range p {
-		s += v
-	}
-	for i := range p {
-		p[i] /= s
-	}
-	return p
-}
 
 // saveTiny saves an untrained byte-level model of the given attention and
 // context as a checkpoint in a temporary directory, and returns it.
@@ -166,10 +98,10 @@ func TestGenerateAsStepByStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		greedy := sampler{temperature: 0}
+		greedy := sample.New(0, 1, 0, nil)
 		var want []byte
 		for len(want) < tokens {
-			next := greedy.sample(logits.Data)
+			next := greedy.Next(logits.Data)
 			if want = append(want, byte(next)); len(want) == tokens {
 				break // the last token is not fed back: 48+17−1 positions fill softmax's 64
 			}

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader on other
