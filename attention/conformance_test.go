@@ -42,6 +42,7 @@ var conformanceCases = []conformanceCase{
 	{spec: "elu:block=8:cumsum", ref: perHead(refELU), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "performer:block=8:features=16", ref: refPerformerOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "performer:block=8:features=16:cumsum", ref: refPerformerOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
+	{spec: "sqpolysketch:block=8:degree=2:sketch-size=4", ref: refSquareSketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
 }
 
 // Shapes of the conformance inputs: B·H = 4 heads of h = 8, N = 37.
