@@ -262,10 +262,11 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 // Φ(K)ᵀV added to the block's state.
 type sketchDecoder struct {
 	fm        *featureMap
-	proj      projection
-	ls        logScaled // proj of a scaled map, whose states keep references:
-	ref, bref []float32 // [bh]: of the prefix state and of the current block's
-	ks        []float32 // [bh × b]: log-scales of the current block's keys
+	proj      projection // of the queries
+	kproj     projection // of the keys
+	ls        logScaled  // proj of a scaled map, whose states keep references:
+	ref, bref []float32  // [bh]: of the prefix state and of the current block's
+	ks        []float32  // [bh × b]: log-scales of the current block's keys
 	bh, h     int
 	b, p      int  // block size and degree
 	local     bool // exact weights inside the current block
@@ -316,7 +317,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	proj := a.projFor(h) // the mechanism's own: drawn (or built) now if no Forward ran yet
 	_, ro, preW := proj.dims()
 	bh := B * H
-	d := &sketchDecoder{fm: &a.fm, proj: proj, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
+	d := &sketchDecoder{fm: &a.fm, proj: proj, kproj: a.kproj, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
 		ro: ro, F: a.fm.features(ro)}
 	d.stateSize = d.F*h + d.F
 	d.kw = h
@@ -379,7 +380,7 @@ func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
 	// Sketches and features of every head's q and k: one product each.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	d.proj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
+	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
 	transposeInto(d.fk, d.fm.lift(d.phiK, d.mk, d.tk, ro, bh), bh, F, bh)
 	if !d.local {
@@ -483,7 +484,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
-	d.proj.apply(k, h, n, c.pre, c.mk, &c.sks)
+	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
 	phiK := d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
 	var sk []float32

@@ -60,12 +60,14 @@ import (
 // M from there and leave dM; Backward ends by running the networks
 // backward, into dq, dk and the parameter gradients.
 type engine struct {
-	kind Kind
-	opts Options
-	fm   featureMap
-	proj projection // fm's projection for the head size, built from opts.Seed on first use
-	sk   *sketch    // proj when it is a sketch (polysketch), else nil
-	ls   logScaled  // proj when fm.scaled
+	kind  Kind
+	opts  Options
+	fm    featureMap
+	proj  projection        // fm's projection for the head size, built from opts.Seed on first use
+	kproj projection        // the keys' projection: proj, or fm.projectKeys's
+	tp    trainedProjection // proj when it has parameters, else nil
+	sk    *sketch           // proj when it is a sketch (polysketch), else nil
+	ls    logScaled         // proj when fm.scaled
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -82,6 +84,8 @@ type engine struct {
 	den        []float32 // [bh × n]: denominators
 	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
+
+	pslots []float32 // [bh × t × paramSize]: a trainedProjection's parameter gradient per block
 
 	// Scaled maps only (engine_scaled.go).
 	ref        []float32 // [bh × n]: r_i, the running maximum of key log-scales in i's block (CumSum: over j ≤ i)
@@ -162,9 +166,16 @@ func (a *engine) projFor(h int) projection {
 			panic(fmt.Sprintf("attention.%s: learned sketch built for head size %d, given %d", a.kind, a.sk.in, h))
 		}
 	}
-	a.proj = a.fm.project(h, a.opts.Seed)
+	a.proj, a.kproj = a.fm.project(h, a.opts.Seed), nil
+	if a.fm.projectKeys != nil {
+		a.kproj = a.fm.projectKeys(h, a.opts.Seed)
+	}
+	if a.kproj == nil {
+		a.kproj = a.proj
+	}
 	a.sk, _ = a.proj.(*sketch)
-	a.ls, _ = a.proj.(logScaled)
+	a.ls, _ = a.kproj.(logScaled)
+	a.tp, _ = a.proj.(trainedProjection)
 	if a.fm.scaled && (a.ls == nil || a.fm.tensored || a.fm.one != 0 || a.opts.Local) {
 		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
 	}
@@ -255,6 +266,10 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
+	var pslots []float32
+	if tp, ok := p.(trainedProjection); ok {
+		pslots = take(L.bh * L.t * tp.paramSize())
+	}
 	var ref, bmax, pmax []float32
 	if a.fm.scaled {
 		ref = take(n)
@@ -274,6 +289,7 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
 		a.ref, a.bmax, a.pmax = ref, bmax, pmax
+		a.pslots = pslots
 		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
@@ -309,7 +325,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 // sketch's parameters, their gradients and the transposed weights of its
 // networks).
 func (a *engine) Workspace(B, H, N, h int) int64 {
-	p := a.proj
+	p, kp := a.proj, a.kproj
 	if in := 0; p != nil {
 		in, _, _ = p.dims()
 		if in != h {
@@ -317,10 +333,17 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 		}
 	}
 	if p == nil {
-		p = a.fm.project(h, a.opts.Seed)
+		p, kp = a.fm.project(h, a.opts.Seed), nil
+		if a.fm.projectKeys != nil {
+			kp = a.fm.projectKeys(h, a.opts.Seed)
+		}
+	}
+	floats := p.floats()
+	if kp != nil && kp != p {
+		floats += kp.floats()
 	}
 	L := a.layout(B, H, N, h, runtime.GOMAXPROCS(0), p)
-	return int64(a.carve(&L, p, nil)+p.floats()) * 4
+	return int64(a.carve(&L, p, nil)+floats) * 4
 }
 
 // Forward computes o = PolySketch attention of q, k, v.
@@ -388,6 +411,9 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 			a.scan(scanSum)
 		}
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
+	}
+	if a.tp != nil {
+		a.addParamGrads()
 	}
 	if L.learned {
 		a.sk.net.transposeWeights()
@@ -686,8 +712,12 @@ func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	if key {
 		x = a.k
 	}
+	p := a.proj
+	if key {
+		p = a.kproj
+	}
 	_, rows := a.L.plan.span(l)
-	a.proj.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
+	p.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
 	if key && a.fm.scaled {
 		a.keyLogScales(w, pre, rows)
 	}
@@ -703,8 +733,12 @@ func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	if key {
 		x = a.k
 	}
+	p := a.proj
+	if key {
+		p = a.kproj
+	}
 	_, rows := a.L.plan.span(l)
-	a.proj.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
+	p.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
 	if key && a.fm.scaled {
 		a.keyLogScales(w, pre, rows)
 	}
@@ -730,14 +764,33 @@ func (a *engine) skBackward(w *psWorker, key bool, hd, l int, accumulate bool, d
 		}
 		return
 	}
+	p, dx := a.proj, a.dq
+	if key {
+		p, dx = a.kproj, a.dk
+	}
+	if !key && a.tp != nil { // this block's slot of the parameter gradient
+		n := a.tp.paramSize()
+		w.sks.dparam = a.pslots[(hd*L.t+l)*n : (hd*L.t+l+1)*n]
+		clear(w.sks.dparam)
+	}
 	if dmT == nil {
 		return
 	}
-	dx := a.dq
-	if key {
-		dx = a.dk
+	p.backward(a.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
+}
+
+// addParamGrads adds the per-block parameter gradients of a
+// trainedProjection to its parameters' gradients, in block order.
+func (a *engine) addParamGrads() {
+	off := 0
+	for _, p := range a.tp.params() {
+		g := p.Grad.Data
+		for slot := 0; slot < a.L.bh*a.L.t; slot++ {
+			at := slot*a.tp.paramSize() + off
+			vec.Add(g, g, a.pslots[at:at+len(g)])
+		}
+		off += len(p.Grad.Data)
 	}
-	a.proj.backward(a.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
 }
 
 // sketchKeys computes the sketch of block l's keys into pre and w.mk.

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -51,6 +52,14 @@ type projection interface {
 	floats() int
 }
 
+// A trainedProjection has parameters: its backward adds their gradient
+// over the rows to scr.dparam ([paramSize()]), which the engine points
+// at one slot per block so that the sums do not depend on the threads.
+type trainedProjection interface {
+	params() []*nn.Param
+	paramSize() int
+}
+
 // newScratch allocates the scratch of p for blocks of n rows.
 func newScratch(p projection, n int) sketchScratch {
 	ab, buf := p.scratchSize(n)
@@ -61,6 +70,10 @@ func newScratch(p projection, n int) sketchScratch {
 type featureMap struct {
 	// project builds the projection for heads of size h from the seed.
 	project func(h int, seed uint64) projection
+	// projectKeys, if not nil, builds a different projection for the
+	// keys, of the same dimensions (an asymmetric map: weights
+	// φ_Q(q)·φ_K(k)).
+	projectKeys func(h int, seed uint64) projection
 	// tensored: the lift is symmetric self-tensoring, done by the engine;
 	// else the projection applied an entrywise lift and F = r.
 	tensored bool

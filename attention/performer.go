@@ -39,11 +39,16 @@ import (
 // by exp(s_j − R_i), R_i = max_{j≤i} s_j the running maximum, which also
 // cancels in the ratio. Block states are kept relative to their own
 // maximum and rescaled when a larger one arrives, as online softmax
-// does. There is no eps: φ̃ ≥ 0 with the largest entry of every row 1
-// and the key attaining R_i weighted by exp(0), so a denominator is zero
-// only if every product φ̃_f(q_i)·φ̃_f(k_j) underflows (exponents below
-// about −87), not for inputs of the sizes the model produces (LayerNorm
-// is not needed; q and k of norm up to about √(2·87)·h^(1/4)).
+// does (engine_scaled.go).
+//
+// No eps is added: public implementations add it after stabilizing,
+// which makes the kernel depend on the stabilizer (and so, with their
+// whole-sequence maximum, on the future). Here the ratio is exactly that
+// of the features φ. Denominators are sums of positive terms, the key
+// attaining R_i weighted by exp(0) = 1; they underflow only if every
+// product φ̃_f(q_i)·φ̃_f(k_j) does (exponent differences beyond about 87,
+// far outside what moderate ‖q'‖, ‖k'‖ give), and are then floored at
+// 1e-30, making o_i = 0 rather than NaN (see denFloor).
 const Performer Kind = "performer"
 
 // PerformerConfig configures Performer attention.

@@ -178,8 +178,9 @@ func (s *sketch) matrices() map[string]*tensor.Tensor {
 // sketchScratch is the working memory of apply and backward for blocks of
 // up to n rows.
 type sketchScratch struct {
-	a, b []float32 // ping-pong buffers for intermediate levels
-	buf  []float32 // SRHT: [pad × n]
+	dparam []float32 // a trainedProjection's parameter gradient of the rows (see featuremap.go)
+	a, b   []float32 // ping-pong buffers for intermediate levels
+	buf    []float32 // SRHT: [pad × n]
 }
 
 // scratchSize returns the sizes of the buffers of a sketchScratch for

@@ -419,6 +419,9 @@ func TestParams(t *testing.T) {
 			r := ps.SketchSize
 			perLayer += 2 * (2*h + (h*8*r + 8*r) + 2*8*r + (8*r*r + r) + (r*8*r + 8*r) + (8*r*r + r))
 		}
+		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok {
+			perLayer += sq.Degree + 1 // the coefficients
+		}
 		want := V*d + cfg.Layers*perLayer + 2*d + V
 		if !cfg.Tied {
 			want += d * V

@@ -1,0 +1,243 @@
+package attention
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
+)
+
+// SquareSketch is the linear-time form of learnable squared polynomial
+// attention (thesis §4.3): the weights f(q,k) = (Σ_{i=0..p} a_i (q·k)^i)²
+// with learned coefficients a_i, approximated as (ψ_Q(q)·ψ_K(k))², where
+//
+//	ψ_Q(x) = [a_0, a_1·M_1(x), …, a_p·M_p(x)],  ψ_K(y) = [1, M_1(y), …, M_p(y)],
+//
+// and M_i is a random sketch of degree i with r columns, the same for q
+// and k: column c is ∏_{t=1..i} (g_{i,t,c}·x) / √r for independent
+// Gaussian vectors g, so that E[M_i(x)·M_i(y)] = (x·y)^i. The square is
+// a self-tensoring of ψ (featuremap.go), so every weight is ≥ 0 however
+// the coefficients are signed, and the engine runs it in O(N) with
+// (1+p·r)(2+p·r)/2 features per row; inside the diagonal blocks the
+// weights are lt((ψ_Q(Q_l)·ψ_K(K_l)ᵀ)²) without forming features. As for
+// polynomial attention o_i = Σ_j w_ij v_j / (1 + Σ_j w_ij).
+//
+// The coefficients are a parameter ("coefficients", [p+1], lowest degree
+// first) shared by the heads of a layer, initialized from U(−50, 50) as
+// the thesis found best, or all ones (its §5.2). The random vectors are
+// drawn from the layer's seed ("g<i>.<t>", [h, r]: the g_{i,t,c} of
+// degree i as columns).
+const SquareSketch Kind = "sqpolysketch"
+
+// SquareSketchConfig configures sketched squared-polynomial attention.
+type SquareSketchConfig struct {
+	Degree     int    `json:"degree" help:"degree p of the inner polynomial Σ a_i (q·k)^i, squared: 1 to 8"`
+	SketchSize int    `json:"sketch_size" help:"sketch size r: columns per degree"`
+	Init       string `json:"init" help:"initial coefficients: uniform (U(−50, 50)) or ones"`
+	Block      int    `json:"block" help:"rows per block of the lower-triangular multiply"`
+	CumSum     bool   `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline)"`
+	Remat      bool   `json:"remat" help:"keep nothing per block for backward: recompute it"`
+}
+
+func (SquareSketchConfig) Mechanism() string { return string(SquareSketch) }
+
+func (c SquareSketchConfig) Validate() error {
+	var errs []error
+	if c.Degree < 1 || c.Degree > 8 {
+		errs = append(errs, fmt.Errorf("--degree %d: the inner polynomial's degree must be 1 to 8", c.Degree))
+	}
+	if c.SketchSize <= 0 {
+		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (8 or 16 keep the features few)", c.SketchSize))
+	}
+	if c.Init != "uniform" && c.Init != "ones" {
+		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
+	}
+	return errors.Join(append(errs, checkBlock(c.Block))...)
+}
+
+func init() {
+	Register(Entry{
+		Name: string(SquareSketch), Order: 130, Cost: "O(N·(b + p²r²)·h)",
+		Summary: "learnable squared polynomial (Σ a_i (q·k)^i)², sketched per degree and self-tensored: linear time",
+		Properties: Properties{
+			Linear: true, NormalizeQK: true, Trainable: true, Recurrent: true,
+		},
+		Default: func() Config {
+			return SquareSketchConfig{Degree: 2, SketchSize: 8, Init: "uniform", Block: 256}
+		},
+		New: func(c Config, s Setup) (Mechanism, error) {
+			cfg := c.(SquareSketchConfig)
+			coef := nn.NewParam("coefficients", false, cfg.Degree+1)
+			rng := rand.New(rand.NewPCG(s.Seed, 0x5eed0c0ef))
+			for i := range coef.Value.Data {
+				if cfg.Init == "ones" {
+					coef.Value.Data[i] = 1
+				} else {
+					coef.Value.Data[i] = float32(100*rng.Float64() - 50)
+				}
+			}
+			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
+			var keys *degreeSketch // drawn with the queries', for the same head size
+			fm := featureMap{
+				project: func(h int, seed uint64) projection {
+					q := newDegreeSketch(h, cfg.Degree, cfg.SketchSize, seed, coef)
+					keys = &degreeSketch{h: h, p: q.p, r: q.r, w: q.w, gT: q.gT}
+					return q
+				},
+				projectKeys: func(int, uint64) projection { return keys },
+				tensored:    true,
+				one:         1,
+			}
+			return &squareSketchAttn{newEngine(SquareSketch, o, fm), coef}, nil
+		},
+	})
+}
+
+// squareSketchAttn is the engine with the per-degree sketches, and the
+// coefficients, which exist before the head size is known.
+type squareSketchAttn struct {
+	*engine
+	coef *nn.Param
+}
+
+// Params returns the coefficients. Backward adds (+=) to their gradient.
+func (a *squareSketchAttn) Params() []*nn.Param { return []*nn.Param{a.coef} }
+
+// degreeSketch is the projection ψ of SquareSketch: row 0 of Mᵀ is the
+// constant term, then r rows per degree i = 1…p. pre keeps every
+// projection g·x ([w × n]): degree i's i·r of them from row r·i(i−1)/2.
+// The queries' carries the coefficients; the keys' has coef nil and
+// shares gT.
+type degreeSketch struct {
+	h, p, r, w int
+	gT         []float32 // [w × h]: row r·i(i−1)/2 + (t−1)·r + c is g_{i,t,c}
+	coef       *nn.Param
+	ps         []*nn.Param // {coef}, made once: Backward allocates nothing
+}
+
+func newDegreeSketch(h, p, r int, seed uint64, coef *nn.Param) *degreeSketch {
+	s := &degreeSketch{h: h, p: p, r: r, w: r * p * (p + 1) / 2, coef: coef, ps: []*nn.Param{coef}}
+	s.gT = make([]float32, s.w*h)
+	rng := rand.New(rand.NewPCG(seed, 0x5ca1ab1e))
+	for i := range s.gT {
+		s.gT[i] = float32(rng.NormFloat64())
+	}
+	return s
+}
+
+func (s *degreeSketch) dims() (in, out, preW int) { return s.h, 1 + s.p*s.r, s.w }
+func (s *degreeSketch) scratchSize(n int) (ab, buf int) {
+	return s.w * n, n
+}
+
+// floats counts the shared random vectors once, with the queries'.
+func (s *degreeSketch) floats() int {
+	if s.coef == nil {
+		return 0
+	}
+	return len(s.gT)
+}
+
+func (s *degreeSketch) params() []*nn.Param { return s.ps }
+func (s *degreeSketch) paramSize() int      { return s.p + 1 }
+
+// matrices returns g<i>.<t> as [h, r] matrices: column c is g_{i,t,c}.
+func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
+	m := map[string]*tensor.Tensor{}
+	for i := 1; i <= s.p; i++ {
+		for t := 1; t <= i; t++ {
+			g := tensor.New(s.h, s.r)
+			at := s.r*i*(i-1)/2 + (t-1)*s.r
+			for c := 0; c < s.r; c++ {
+				for d := 0; d < s.h; d++ {
+					g.Data[d*s.r+c] = s.gT[(at+c)*s.h+d]
+				}
+			}
+			m[fmt.Sprintf("g%d.%d", i, t)] = g
+		}
+	}
+	return m
+}
+
+func (s *degreeSketch) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScratch) {
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, s.w, n, s.h, 1, s.gT, s.h, x, ldx, 0, pre, n)
+	s.output(x, ldx, n, pre, mT)
+}
+
+// scale returns the factor of degree i's rows: a_i/√r, or 1/√r (keys);
+// degree 0: a_0 or 1.
+func (s *degreeSketch) scale(i int) float32 {
+	f := float32(1)
+	if i > 0 {
+		f = float32(1 / math.Sqrt(float64(s.r)))
+	}
+	if s.coef != nil {
+		f *= s.coef.Value.Data[i]
+	}
+	return f
+}
+
+func (s *degreeSketch) output(_ []float32, _, n int, pre, mT []float32) {
+	r := s.r
+	row0 := mT[:n]
+	for j := range row0 {
+		row0[j] = s.scale(0)
+	}
+	for i := 1; i <= s.p; i++ {
+		at := r * i * (i - 1) / 2
+		for c := 0; c < r; c++ {
+			m := mT[(1+(i-1)*r+c)*n : (2+(i-1)*r+c)*n]
+			copy(m, pre[(at+c)*n:(at+c+1)*n])
+			for t := 1; t < i; t++ {
+				vec.Mul(m, m, pre[(at+t*r+c)*n:(at+t*r+c+1)*n])
+			}
+			vec.Scale(s.scale(i), m)
+		}
+	}
+}
+
+// backward: with ψ_ic = s_i·∏_t P_t (P_t = g_{i,t,c}·x), dP_t = dψ_ic·s_i·
+// ∏_{t'≠t} P_t', and for the queries da_i = Σ dψ_ic·ψ_ic/a_i, computed as
+// Σ dψ_ic·∏_t P_t/√r (no division).
+func (s *degreeSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	r := s.r
+	dp, tmp := scr.a[:s.w*n], scr.buf[:n]
+	if s.coef != nil {
+		scr.dparam[0] += vec.Sum(dmT[:n])
+	}
+	inv := float32(1 / math.Sqrt(float64(r)))
+	for i := 1; i <= s.p; i++ {
+		at := r * i * (i - 1) / 2
+		si := s.scale(i)
+		for c := 0; c < r; c++ {
+			d := dmT[(1+(i-1)*r+c)*n : (2+(i-1)*r+c)*n]
+			if s.coef != nil {
+				copy(tmp, d)
+				for t := 0; t < i; t++ {
+					vec.Mul(tmp, tmp, pre[(at+t*r+c)*n:(at+t*r+c+1)*n])
+				}
+				scr.dparam[i] += inv * vec.Sum(tmp)
+			}
+			for t := 0; t < i; t++ {
+				g := dp[(at+t*r+c)*n : (at+t*r+c+1)*n]
+				copy(g, d)
+				vec.Scale(si, g)
+				for u := 0; u < i; u++ {
+					if u != t {
+						vec.Mul(g, g, pre[(at+u*r+c)*n:(at+u*r+c+1)*n])
+					}
+				}
+			}
+		}
+	}
+	beta := float32(0)
+	if accumulate {
+		beta = 1
+	}
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, n, s.h, s.w, 1, dp, n, s.gT, s.h, beta, dx, ldx)
+}
