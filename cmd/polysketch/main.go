@@ -45,6 +45,9 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
+		if errors.Is(err, errReported) { // a rank other than 0, whose failure rank 0 prints
+			os.Exit(1)
+		}
 		fmt.Fprintln(os.Stderr, "polysketch:", err)
 		os.Exit(1)
 	}
