@@ -38,6 +38,7 @@ var benches = map[string]command{
 	"gemm":      {"GFLOPS of SGEMM for square and attention-shaped sizes", benchGEMM},
 	"attention": {"forward and backward time per token of each attention mechanism", benchAttention},
 	"train":     {"training tokens/s and peak memory of each attention mechanism", benchTrain},
+	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 }
 
 func main() {
