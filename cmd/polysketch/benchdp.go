@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
+	"github.com/polysketch/polysketch/vec"
 )
 
 const benchDPHelp = `usage: [mpirun -np K] polysketch bench dp [flags]
@@ -44,6 +46,12 @@ type benchDPRow struct {
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	CommSeconds  float64 `json:"comm_seconds_per_step"`
 	Reduce       string  `json:"reduce"`
+	// Seconds of one reduction of the whole gradient alone, under mpirun:
+	// the fixed-order one (all-to-all, sums in rank order, all-gather)
+	// and MPI_Allreduce, the best of 5.
+	FixedSeconds     float64 `json:"fixed_reduce_seconds,omitempty"`
+	AllreduceSeconds float64 `json:"allreduce_seconds,omitempty"`
+	GradientBytes    int     `json:"gradient_bytes"`
 }
 
 func benchDP(args []string, stdout io.Writer) (err error) {
@@ -157,10 +165,69 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	}
 	r := benchDPRow{Ranks: k, Threads: runtime.GOMAXPROCS(0), Tokens: tokens, Seconds: sec,
 		TokensPerSec: float64(tokens) / sec, CommSeconds: wait.Seconds() / float64(steps), Reduce: reduce}
+	n := 0
+	for _, p := range t.Model.Params() {
+		n += p.Value.Len()
+	}
+	r.GradientBytes = 4 * n
+	if dr != nil {
+		if r.FixedSeconds, r.AllreduceSeconds, err = reduceCost(dr.comm, n); err != nil {
+			return fmt.Errorf("bench dp: %w", err)
+		}
+	}
 	if asJSON {
 		return writeJSONLine(stdout, r)
 	}
 	_, err = fmt.Fprintf(stdout, "ranks %d × GOMAXPROCS %d, %d tokens/step (%d × %d × %d), reduce %s: %.3f s/step, %.0f tokens/s, %.4f s/step waiting on communication (rank 0)\n",
 		r.Ranks, r.Threads, tokens, tc.Accum, tc.Batch, mc.Context, reduce, sec, r.TokensPerSec, r.CommSeconds)
+	if err == nil && dr != nil {
+		_, err = fmt.Fprintf(stdout, "reduction of the %.1f MB gradient alone: fixed-order %.4f s, MPI_Allreduce %.4f s (best of 5)\n",
+			float64(r.GradientBytes)/1e6, r.FixedSeconds, r.AllreduceSeconds)
+	}
 	return err
+}
+
+// reduceCost times, best of 5, a reduction of n floats alone: the
+// fixed-order one train.Join makes (an all-to-all of K chunks, each summed
+// in rank order by its owner, then an all-gather) and MPI_Allreduce.
+func reduceCost(comm train.Comm, n int) (fixed, allreduce float64, err error) {
+	k := comm.Size()
+	size := (n + k - 1) / k
+	buf, recv, acc, all := make([]float32, size*k), make([]float32, size*k), make([]float32, size), make([]float32, size*k)
+	counts, displs := make([]int, k), make([]int, k)
+	for i := range k {
+		counts[i], displs[i] = size, i*size
+	}
+	sync := func() error { return comm.Allgather(make([]byte, 1), make([]byte, k)) }
+	fixed, allreduce = math.Inf(1), math.Inf(1)
+	for range 5 {
+		if err := sync(); err != nil {
+			return 0, 0, err
+		}
+		t := time.Now()
+		req, err := comm.Ialltoallv(buf, counts, displs, recv, counts, displs)
+		if err == nil {
+			err = req.Wait()
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		copy(acc, recv[:size])
+		for i := 1; i < k; i++ {
+			vec.Add(acc, acc, recv[i*size:(i+1)*size])
+		}
+		if err := comm.Allgatherv(acc, all, counts, displs); err != nil {
+			return 0, 0, err
+		}
+		fixed = min(fixed, time.Since(t).Seconds())
+		if err := sync(); err != nil {
+			return 0, 0, err
+		}
+		t = time.Now()
+		if err := comm.Allreduce(buf[:n]); err != nil {
+			return 0, 0, err
+		}
+		allreduce = min(allreduce, time.Since(t).Seconds())
+	}
+	return fixed, allreduce, nil
 }
