@@ -92,6 +92,12 @@ type Model struct {
 	final         tensor.Tensor // [B,N,d] output of the final LayerNorm
 	logits        tensor.Tensor // [B,N,V]; after Loss, the gradient of the loss
 	haveGrad      bool          // Loss ran, so Backward may
+
+	// LayerDone, if not nil, is called by Backward as soon as the
+	// gradients of layer i's parameters are final (layers in reverse
+	// order), so that data-parallel training can send them while the
+	// rest of the backward pass runs.
+	LayerDone func(i int)
 }
 
 // New returns a model with freshly initialized parameters, drawn from
@@ -268,6 +274,9 @@ func (m *Model) Backward() {
 	m.norm.Backward(&m.x, &m.y) // m.x becomes dL/dx
 	for i := len(m.layers) - 1; i >= 0; i-- {
 		m.layers[i].backward(m)
+		if m.LayerDone != nil {
+			m.LayerDone(i)
+		}
 	}
 	if m.posTable != nil {
 		m.posTable.Backward(&m.x) // x = emb + table[position]: the table's gradient is dx

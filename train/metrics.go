@@ -102,6 +102,9 @@ func openMetrics(dir string, step int) (*metricsLog, []Metrics, int, error) {
 // write appends m as one line, in one write, so that readers never see
 // half a line unless the system crashes.
 func (l *metricsLog) write(m Metrics) error {
+	if l == nil { // a rank of a data-parallel run other than 0 writes none
+		return nil
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("metrics of step %d: %w", m.Step, err)
@@ -112,7 +115,12 @@ func (l *metricsLog) write(m Metrics) error {
 	return nil
 }
 
-func (l *metricsLog) close() error { return l.f.Close() }
+func (l *metricsLog) close() error {
+	if l == nil {
+		return nil
+	}
+	return l.f.Close()
+}
 
 // maxPlotPoints bounds the points of the training-loss line: longer runs
 // are averaged over consecutive steps, which also smooths the noise.

@@ -61,6 +61,11 @@ type Trainer struct {
 	saved           int  // step of the last checkpoint; -1 if none
 	pending         bool // a checkpoint of this step is due
 	skipped         int  // lines of the metrics log that did not parse
+
+	dist   *dist       // the data-parallel part (dist.go); nil in a single process
+	losses []float64   // of the step's micro-batches
+	mine   []float64   // of this rank's micro-batches
+	acc    [][]float32 // sum of the micro-batches' gradients, by parameter
 }
 
 // Progress is what the Progress callback learns after each step.
@@ -227,7 +232,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		t.skipped = 0
 	}
 	for t.opt.Step < t.Config.Steps {
-		if err := ctx.Err(); err != nil {
+		if err := t.stopErr(ctx); err != nil {
 			return t.stop(res, elapsed(), err)
 		}
 		m, err := t.step()
@@ -236,7 +241,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 		step := t.opt.Step
 		done := step == t.Config.Steps
-		if done || (t.Config.EvalEvery > 0 && step%t.Config.EvalEvery == 0) {
+		if t.writes() && (done || (t.Config.EvalEvery > 0 && step%t.Config.EvalEvery == 0)) {
 			e, err := t.eval.run(ctx, t.Model, t.val)
 			switch {
 			case err == nil && (math.IsNaN(e.Loss) || math.IsInf(e.Loss, 0)):
@@ -321,21 +326,9 @@ func (t *Trainer) step() (Metrics, error) {
 	}
 	t.Model.SetStep(t.opt.Step)
 	params := t.Model.Params()
-	optim.ZeroGrad(params)
-	var loss float64
-	var tokens int64
-	for range t.Config.Accum {
-		if err := t.batches.Next(&t.batch); err != nil {
-			return Metrics{}, fmt.Errorf("training data: %w", err)
-		}
-		t.inputs, t.targets = split(t.batch, t.inputs, t.targets)
-		l := t.Model.Loss(t.inputs, t.targets, t.batch.B, t.batch.N)
-		if testHookLoss != nil {
-			l = testHookLoss(t.opt.Step+1, l)
-		}
-		t.Model.Backward()
-		loss += l
-		tokens += int64(t.batch.B * t.batch.N)
+	loss, tokens, err := t.gradients()
+	if err != nil {
+		return Metrics{}, err
 	}
 	loss /= float64(t.Config.Accum)
 	if t.Config.Accum > 1 {
@@ -375,6 +368,10 @@ var testHookLoss func(step int, loss float64) float64
 // updates, with the data position pos, or the batcher's current one if pos
 // is nil.
 func (t *Trainer) save(pos []byte) error {
+	if !t.writes() {
+		t.saved, t.pending = t.opt.Step, false
+		return nil
+	}
 	if pos == nil {
 		var err error
 		if pos, err = t.batches.State(); err != nil {
@@ -398,7 +395,7 @@ func (t *Trainer) save(pos []byte) error {
 // plot redraws the loss curve; a failure is only logged, since the
 // metrics log holds the same data.
 func (t *Trainer) plot() {
-	if len(t.history) == 0 {
+	if len(t.history) == 0 || !t.writes() {
 		return
 	}
 	if err := plot(filepath.Join(t.Dir, PlotFile), t.history); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/mpi"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/optim"
 )
@@ -75,6 +76,9 @@ type benchTrainConfig struct {
 }
 
 func benchTrain(args []string, stdout io.Writer) error {
+	if n, _ := mpi.Launched(); n > 1 {
+		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
+	}
 	fs := newFlags("bench train", stdout)
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model

@@ -41,12 +41,16 @@ var benches = map[string]command{
 	"attention": {"forward and backward time per token of each attention mechanism", benchAttention},
 	"train":     {"training tokens/s and peak memory of each attention mechanism", benchTrain},
 	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
+	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 }
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
+		}
+		if errors.Is(err, errReported) { // a rank other than 0, whose failure rank 0 prints
+			os.Exit(1)
 		}
 		fmt.Fprintln(os.Stderr, "polysketch:", err)
 		os.Exit(1)

@@ -120,6 +120,12 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every"}
 
 func runTrain(args []string, stdout io.Writer) (err error) {
+	dr, err := startDist() // under mpirun: this rank's part (dist.go)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	defer dr.finish(&err)
+	stdout = dr.output(stdout)
 	mc, tc := model.DefaultConfig(), train.DefaultConfig()
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
@@ -152,7 +158,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	if o.resume && o.force {
 		return errors.New("train: --resume and --force contradict each other: continue the run, or replace it")
 	}
-	release, err := lockRun(o.out)
+	release, err := dr.lockRun(o.out)
 	if err != nil {
 		return err
 	}
@@ -224,7 +230,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("train: --log-every %d: must be positive", o.logEvery)
 	}
 
-	p := newProgress(stderr, o.logEvery)
+	p := newProgress(dr.output(stderr), o.logEvery)
 	trainTokens, valTokens, err := loadCorpus(tc.Corpus, tok, o.cacheDir, p.logf)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -232,12 +238,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	defer trainTokens.Close()
 	defer valTokens.Close()
 
-	var t *train.Trainer
-	if resumeFrom != nil {
-		t, err = train.Resume(o.out, resumeFrom, tc, trainTokens, valTokens)
-	} else {
-		t, err = train.New(o.out, mc, tc, trainTokens, valTokens)
-	}
+	t, err := dr.newTrainer(o.out, mc, tc, resumeFrom, trainTokens, valTokens)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
