@@ -32,6 +32,8 @@ var commands = map[string]command{
 	"train":    {"train a language model on text files (default: the Go source tree)", runTrain},
 	"eval":     {"loss and perplexity of a checkpoint on a corpus", runEval},
 	"generate": {"sample text from a checkpoint, streaming it token by token", runGenerate},
+
+	"experiment": {"rerun a comparison of the seeds: a grid of mechanisms × sizes, its table and plots", runExperiment},
 }
 
 var benches = map[string]command{
