@@ -213,22 +213,13 @@ func (g taskGrid) runs(mechs []string, cols []taskCol, quick bool, seed uint64) 
 			if quick {
 				mc.Dim, mc.Heads = 16, 2
 			}
-			mc.Vocab = taskVocab(spec)
+			mc.Vocab, mc.Bidirectional = spec.IDs(), spec.Bidirectional
 			tc := recipe(g.steps, g.batch, g.lr, seed)
 			tc.Task = &spec
 			runs = append(runs, newRun(mech, mech, col.label, col.size, mc, tc))
 		}
 	}
 	return runs
-}
-
-// taskVocab returns the token ids of a built-in task.
-func taskVocab(s task.Spec) int {
-	switch s.Name {
-	case task.InductionHeads, task.Reversal:
-		return s.Vocab + 1
-	}
-	return s.Vocab
 }
 
 // corpusRuns returns a run per mechanism and context length on the byte

@@ -27,6 +27,10 @@ type Config struct {
 	Learned    bool                 `json:"learned"`     // polysketch: learned sketches (Algorithm 2), trained with the model
 	Remat      bool                 `json:"remat"`       // recompute attention in Backward instead of keeping its state
 
+	// Bidirectional makes an encoder-only model (see NewEncoder): every
+	// position attends to every other, with each mechanism's non-causal form.
+	Bidirectional bool `json:"bidirectional,omitempty"`
+
 	Tied bool   `json:"tied"` // the output projection is the transposed token embedding
 	Seed uint64 `json:"seed"` // initial weights and the random sketches
 }
@@ -80,7 +84,7 @@ func (c Config) normalized() bool {
 // seed of its own derived from Seed.
 func (c Config) options(layer int) attention.Options {
 	return attention.Options{
-		Causal: true, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
+		Causal: !c.Bidirectional, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
 		Local: c.Local, Sketch: c.Sketch, Learned: c.Learned, Remat: c.Remat, Seed: layerSeed(c.Seed, layer),
 	}
 }

@@ -38,6 +38,7 @@ draws, and the run draws accuracy.png. Unless given, a task run's model is
 type taskOptions struct {
 	name                      string
 	vocab, count, train, test int
+	bidirectional             bool
 }
 
 func taskFlags(fs *flag.FlagSet, o *taskOptions) {
@@ -45,6 +46,7 @@ func taskFlags(fs *flag.FlagSet, o *taskOptions) {
 	fs.IntVar(&o.vocab, "task-vocab", o.vocab, "task alphabet: all ids (selective-copy, mqar), the random tokens (induction-heads) or the digits (reversal); 0: the task's default")
 	fs.IntVar(&o.count, "task-count", o.count, "tokens to copy (selective-copy), key-value pairs (mqar) or digits (reversal); 0: the task's default")
 	fs.IntVar(&o.train, "task-train", o.train, "distinct training examples, drawn over and over; 0: a fresh one every draw")
+	fs.BoolVar(&o.bidirectional, "bidirectional", o.bidirectional, "an encoder-only model (bidirectional attention, a label per position) on the task's encoder form: reversal only, the digits alone")
 	fs.IntVar(&o.test, "task-test", o.test, "held-out test examples; 0: the task's default (512; a tenth of a file)")
 }
 
@@ -78,7 +80,14 @@ func (o taskOptions) spec(length int, seed uint64) (*task.Spec, error) {
 			*f.dst = f.v
 		}
 	}
-	if s.Name == task.Reversal && o.count == 0 && length > 0 {
+	s.Bidirectional = o.bidirectional
+	switch {
+	case s.Name != task.Reversal:
+	case o.bidirectional && length == 0:
+		s.Length = s.Count
+	case o.bidirectional && o.count == 0:
+		s.Count = length
+	case o.count == 0 && length > 0:
 		s.Count = length / 2 // the digits that fit
 	}
 	s.Seed = seed
@@ -130,7 +139,7 @@ func setTask(mc *model.Config, tc *train.Config, o taskOptions, set map[string]b
 		return fmt.Errorf("--corpus and --task: train on one or the other")
 	}
 	tc.Task = s
-	mc.Context = s.Length
+	mc.Context, mc.Bidirectional = s.Length, s.Bidirectional
 	if !set["layers"] {
 		mc.Layers = 2
 	}
@@ -150,7 +159,7 @@ func setTask(mc *model.Config, tc *train.Config, o taskOptions, set map[string]b
 // the task the run was trained on.
 func checkResumedTask(saved *task.Spec, o taskOptions, given map[string]bool) error {
 	asked := false
-	for _, f := range []string{"task", "task-vocab", "task-count", "task-train", "task-test"} {
+	for _, f := range []string{"task", "task-vocab", "task-count", "task-train", "task-test", "bidirectional"} {
 		asked = asked || given[f]
 	}
 	if !asked {
@@ -158,6 +167,9 @@ func checkResumedTask(saved *task.Spec, o taskOptions, given map[string]bool) er
 	}
 	if saved == nil {
 		return fmt.Errorf("train: --resume: the run was trained on a corpus, not a task; drop --task, or start a new run with --force")
+	}
+	if !given["bidirectional"] {
+		o.bidirectional = saved.Bidirectional
 	}
 	if !given["task"] {
 		o.name = saved.Name

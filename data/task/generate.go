@@ -131,3 +131,16 @@ func (s Spec) reversal(rng *rand.Rand, ex *Example) {
 		}
 	}
 }
+
+// mirror is the thesis's sequence reversal for an encoder-only model
+// (§5): Count random digits, and at each position i the target is the
+// digit at position Count−1−i.
+func (s Spec) mirror(rng *rand.Rand, ex *Example) {
+	reset(ex, s.Length)
+	for i := range s.Count {
+		ex.Tokens[i] = int32(rng.IntN(s.Vocab))
+	}
+	for i := range s.Count {
+		ex.Targets[i] = ex.Tokens[s.Count-1-i]
+	}
+}

@@ -49,6 +49,10 @@ type Spec struct {
 	// Count is the tokens to copy (selective-copy), the key-value pairs
 	// (mqar) or the digits to reverse (reversal).
 	Count int `json:"count,omitempty"`
+	// Bidirectional asks for a task's form for an encoder-only model
+	// (reversal only, the thesis's): the Count digits alone, and at each
+	// position the digit at the mirrored position as its target.
+	Bidirectional bool `json:"bidirectional,omitempty"`
 	// Train is the number of distinct training examples, drawn over and
 	// over (the papers' 64k); 0 draws a fresh one every time.
 	Train int `json:"train,omitempty"`
@@ -159,11 +163,16 @@ func (s Spec) Validate() error {
 			add("reversal vocabulary %d: need at least 2 digits", s.Vocab)
 		case s.Count < 1:
 			add("reversal count %d: need at least 1 digit", s.Count)
-		case 2*s.Count > s.Length:
+		case s.Bidirectional && s.Count != s.Length:
+			add("bidirectional reversal: %d digits in length %d: the encoder's form is the digits alone, so they must be equal", s.Count, s.Length)
+		case !s.Bidirectional && 2*s.Count > s.Length:
 			add("reversal: %d digits need length %d (digits, separator, reversed digits), more than %d", s.Count, 2*s.Count, s.Length)
 		}
 	default:
 		return unknown(s.Name)
+	}
+	if s.Bidirectional && s.Name != Reversal {
+		add("%s has no bidirectional form: only reversal does", s.Name)
 	}
 	if len(errs) == 0 {
 		// Rejecting training draws equal to test examples must leave most
@@ -209,6 +218,17 @@ func lperm(n, k int) float64 {
 	return (a - c) / math.Ln2
 }
 
+// IDs returns the number of token ids of a built-in task (its Vocab and
+// special tokens): the vocabulary of a model that learns it. A task
+// file's ids are its tokenizer's.
+func (s Spec) IDs() int {
+	switch {
+	case s.Name == InductionHeads, s.Name == Reversal && !s.Bidirectional:
+		return s.Vocab + 1
+	}
+	return s.Vocab
+}
+
 // Set is a task ready to train on: its test examples and its stream of
 // training examples.
 type Set struct {
@@ -245,14 +265,18 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 		}
 		return s, nil
 	case SelectiveCopy:
-		s.vocab, s.gen = spec.Vocab, spec.selectiveCopy
+		s.gen = spec.selectiveCopy
 	case InductionHeads:
-		s.vocab, s.gen = spec.Vocab+1, spec.inductionHeads
+		s.gen = spec.inductionHeads
 	case MQAR:
-		s.vocab, s.gen = spec.Vocab, spec.mqar
+		s.gen = spec.mqar
 	case Reversal:
-		s.vocab, s.gen = spec.Vocab+1, spec.reversal
+		s.gen = spec.reversal
+		if spec.Bidirectional {
+			s.gen = spec.mirror
+		}
 	}
+	s.vocab = spec.IDs()
 	// Distinct test examples from a stream of their own.
 	rng := rand.New(rand.NewPCG(mix(spec.Seed, testStream), 0))
 	for len(s.Test) < spec.Test {

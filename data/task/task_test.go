@@ -48,6 +48,8 @@ func TestValidate(t *testing.T) {
 		{Spec{Name: Reversal, Length: 8, Vocab: 10, Count: 4, Test: 0}, "at least 1 test example"},
 		{Spec{Name: "sorting", Length: 8, Test: 1}, "unknown task"},
 		{Spec{Name: File, Length: 8, Test: 1}, "no path"},
+		{Spec{Name: Reversal, Length: 8, Vocab: 10, Count: 4, Test: 1, Bidirectional: true}, "must be equal"},
+		{Spec{Name: MQAR, Length: 64, Vocab: 64, Count: 4, Test: 1, Bidirectional: true}, "no bidirectional form"},
 	}
 	for _, tt := range tests {
 		err := tt.spec.Validate()
@@ -131,6 +133,13 @@ func check(t *testing.T, s Spec, ex Example) {
 			t.Fatalf("%d queries, want %d", len(want), s.Count)
 		}
 	case Reversal:
+		if s.Bidirectional {
+			for i := range s.Count {
+				want = append(want, ex.Tokens[s.Count-1-i])
+				at = append(at, i)
+			}
+			break
+		}
 		for i := range s.Count {
 			want = append(want, ex.Tokens[s.Count-1-i])
 			at = append(at, s.Count+i)
@@ -158,6 +167,7 @@ func smallSpecs() []Spec {
 		{Name: InductionHeads, Length: 12, Vocab: 4, Test: 16, Seed: 3},
 		{Name: MQAR, Length: 24, Vocab: 16, Count: 4, Test: 16, Seed: 3},
 		{Name: Reversal, Length: 14, Vocab: 3, Count: 6, Test: 16, Seed: 3},
+		{Name: Reversal, Length: 7, Vocab: 3, Count: 7, Test: 16, Seed: 3, Bidirectional: true},
 	}
 }
 
