@@ -207,22 +207,36 @@ func Set(cfg Config, name, value string) (Config, error) {
 // option's flag or JSON name, applied over the mechanism's defaults. A
 // boolean option may be given without a value ("polysketch:remat").
 func ParseSpec(spec string) (Config, error) {
-	parts := strings.Split(strings.TrimSpace(spec), ":")
-	cfg, err := DefaultConfig(parts[0])
+	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
+	cfg, err := DefaultConfig(name)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range parts[1:] {
+	if cfg, err = SetSpec(cfg, opts); err != nil {
+		return nil, fmt.Errorf("spec %q: %w", spec, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("spec %q: %w", spec, err)
+	}
+	return cfg, nil
+}
+
+// SetSpec returns cfg with the options of a spec's tail set
+// ("learned=false:sketch-size=64", without the name; a boolean option may
+// come without its value). It does not validate the result.
+func SetSpec(cfg Config, opts string) (Config, error) {
+	if opts == "" {
+		return cfg, nil
+	}
+	for _, p := range strings.Split(opts, ":") {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
 			v = "true"
 		}
+		var err error
 		if cfg, err = Set(cfg, k, v); err != nil {
-			return nil, fmt.Errorf("spec %q: %w", spec, err)
+			return cfg, err
 		}
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("spec %q: %w", spec, err)
 	}
 	return cfg, nil
 }

@@ -39,17 +39,8 @@ func small(spec string, block int) attention.Config {
 			cfg = c
 		}
 	}
-	for _, o := range strings.Split(opts, ":") {
-		if o == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(o, "=")
-		if !ok {
-			v = "true"
-		}
-		if cfg, err = attention.Set(cfg, k, v); err != nil {
-			panic(err)
-		}
+	if cfg, err = attention.SetSpec(cfg, opts); err != nil {
+		panic(err)
 	}
 	return cfg
 }

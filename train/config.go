@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/optim"
 )
@@ -17,6 +18,9 @@ type Config struct {
 	// The trainer does not read it; it records where the tokens came from
 	// so that a resumed run can load them again.
 	Corpus []string `json:"corpus"`
+	// Task, if not nil, is the task trained on instead of a corpus (see
+	// NewTask); Corpus is then unused.
+	Task *task.Spec `json:"task,omitempty"`
 	// Tokenizer names the tokenizer of the tokens (tokenizer.Lookup).
 	Tokenizer string `json:"tokenizer"`
 
@@ -77,6 +81,11 @@ func (c Config) Validate() error {
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, err := tokenizer.Lookup(c.Tokenizer); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Task != nil {
+		if err := c.Task.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Batch < 1 {
 		add("batch %d: must be positive", c.Batch)

@@ -470,16 +470,16 @@ func (t *Trainer) gradients() (loss float64, tokens int64, err error) {
 	all := t.losses[:A]
 	mine := t.mine[:0]
 	for i := range A {
-		if err := t.batches.Next(&t.batch); err != nil {
+		B, N, err := t.next()
+		if err != nil {
 			return 0, 0, fmt.Errorf("training data: %w", err)
 		}
-		tokens += int64(t.batch.B * t.batch.N)
+		tokens += int64(B * N)
 		if i%k != rank {
 			continue // another rank's micro-batch
 		}
-		t.inputs, t.targets = split(t.batch, t.inputs, t.targets)
 		optim.ZeroGrad(params)
-		l := t.Model.Loss(t.inputs, t.targets, t.batch.B, t.batch.N)
+		l := t.Model.Loss(t.inputs, t.targets, B, N)
 		if testHookLoss != nil {
 			l = testHookLoss(t.opt.Step+1, l)
 		}

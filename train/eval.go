@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 )
@@ -17,6 +18,9 @@ type Eval struct {
 	Loss    float64 // mean cross-entropy per predicted token, in nats
 	Tokens  int64   // tokens predicted
 	Batches int     // batches run
+	// Task holds a task's scores (then Loss and Tokens are over its
+	// answer positions); nil for a corpus.
+	Task *task.Metrics `json:"task,omitempty"`
 }
 
 // Perplexity returns exp(Loss).

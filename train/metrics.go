@@ -28,6 +28,11 @@ type Metrics struct {
 	Elapsed      float64  `json:"elapsed"`        // seconds since the run started, over all its sessions
 	ValLoss      *float64 `json:"val_loss,omitempty"`
 	ValPPL       *float64 `json:"val_ppl,omitempty"`
+	// ValAccuracy and ValExact are a task's test scores (task.Metrics):
+	// per-token accuracy and exact match over its answer positions. A
+	// task's ValLoss is over answer positions only.
+	ValAccuracy *float64 `json:"val_accuracy,omitempty"`
+	ValExact    *float64 `json:"val_exact,omitempty"`
 }
 
 // The files a run keeps in its directory beside the checkpoint.
@@ -36,6 +41,9 @@ const (
 	MetricsFile = "metrics.jsonl"
 	// PlotFile is the loss curve: training and validation loss against step.
 	PlotFile = "loss.png"
+	// AccuracyPlotFile is a task's curve: test accuracy and exact match
+	// against step.
+	AccuracyPlotFile = "accuracy.png"
 	// CheckpointDir is the checkpoint's directory inside the run's.
 	CheckpointDir = "checkpoint"
 )

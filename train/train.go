@@ -55,6 +55,7 @@ type Trainer struct {
 	history []Metrics
 	log     *metricsLog
 	eval    evaluator
+	task    *taskData // nil for a corpus
 
 	batch           data.Batch
 	inputs, targets []int32
@@ -92,6 +93,11 @@ type Result struct {
 // tokenizer tc.Tokenizer). The run's metrics log starts empty; a
 // checkpoint already in dir is replaced by the run's first one.
 func New(dir string, mc model.Config, tc Config, train, val *data.Tokens) (*Trainer, error) {
+	return newRun(dir, mc, tc, func(t *Trainer) error { return t.init(train, val) })
+}
+
+// newRun is New, with init in place of the corpus's initialization.
+func newRun(dir string, mc model.Config, tc Config, init func(*Trainer) error) (*Trainer, error) {
 	if err := tc.Validate(); err != nil {
 		return nil, fmt.Errorf("training config: %w", err)
 	}
@@ -101,7 +107,7 @@ func New(dir string, mc model.Config, tc Config, train, val *data.Tokens) (*Trai
 	}
 	t := &Trainer{Model: m, Config: tc, Dir: dir, saved: -1}
 	t.state.Tokenizer = tc.Tokenizer
-	if err := t.init(train, val); err != nil {
+	if err := init(t); err != nil {
 		return nil, err
 	}
 	if t.opt, err = optim.NewAdamW(m.Params(), tc.optimizer()); err != nil {
@@ -139,6 +145,11 @@ func LoadCheckpoint(dir string) (*checkpoint.Checkpoint, Config, error) {
 // tc may differ from it (more Steps, say), at the price of that exactness.
 // Lines of the metrics log after the checkpoint's step are dropped.
 func Resume(dir string, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
+	return resumeRun(dir, c, tc, func(t *Trainer) error { return t.init(train, val) })
+}
+
+// resumeRun is Resume, with init in place of the corpus's initialization.
+func resumeRun(dir string, c *checkpoint.Checkpoint, tc Config, init func(*Trainer) error) (*Trainer, error) {
 	if err := tc.Validate(); err != nil {
 		return nil, fmt.Errorf("training config: %w", err)
 	}
@@ -149,10 +160,10 @@ func Resume(dir string, c *checkpoint.Checkpoint, tc Config, train, val *data.To
 		return nil, fmt.Errorf("checkpoint in %s was trained on %s tokens, not %s", dir, c.State.Tokenizer, tc.Tokenizer)
 	}
 	t := &Trainer{Model: c.Model, Config: tc, Dir: dir, state: c.State, saved: c.State.Step}
-	if err := t.init(train, val); err != nil {
+	if err := init(t); err != nil {
 		return nil, err
 	}
-	if err := t.batches.SetState(c.State.Data); err != nil {
+	if err := t.setDataState(c.State.Data); err != nil {
 		return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
 	}
 	var err error
@@ -242,7 +253,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		step := t.opt.Step
 		done := step == t.Config.Steps
 		if t.writes() && (done || (t.Config.EvalEvery > 0 && step%t.Config.EvalEvery == 0)) {
-			e, err := t.eval.run(ctx, t.Model, t.val)
+			e, err := t.validate(ctx)
 			switch {
 			case err == nil && (math.IsNaN(e.Loss) || math.IsInf(e.Loss, 0)):
 				return t.result(res), t.failed(fmt.Errorf("step %d: validation loss is %v: %w", step, e.Loss, ErrDiverged))
@@ -250,6 +261,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 				res.Val = &e
 				loss, ppl := e.Loss, e.Perplexity()
 				m.ValLoss, m.ValPPL = &loss, &ppl
+				if e.Task != nil {
+					m.ValAccuracy, m.ValExact = &e.Task.Accuracy, &e.Task.Exact
+					t.logf("step %d: test loss %.4f, accuracy %.4f, exact match %.4f", step, loss, e.Task.Accuracy, e.Task.Exact)
+					break
+				}
 				t.logf("step %d: validation loss %.4f, perplexity %.3f", step, loss, ppl)
 			case ctx.Err() != nil: // interrupted: log the step without it
 			default:
@@ -320,7 +336,7 @@ func (t *Trainer) step() (Metrics, error) {
 	var pos []byte // data position before this step, for the pending save
 	if t.pending {
 		var err error
-		if pos, err = t.batches.State(); err != nil {
+		if pos, err = t.dataState(); err != nil {
 			return Metrics{}, err
 		}
 	}
@@ -374,7 +390,7 @@ func (t *Trainer) save(pos []byte) error {
 	}
 	if pos == nil {
 		var err error
-		if pos, err = t.batches.State(); err != nil {
+		if pos, err = t.dataState(); err != nil {
 			return err
 		}
 	}
@@ -400,5 +416,10 @@ func (t *Trainer) plot() {
 	}
 	if err := plot(filepath.Join(t.Dir, PlotFile), t.history); err != nil {
 		t.logf("loss curve: %v", err)
+	}
+	if t.task != nil {
+		if err := plotAccuracy(filepath.Join(t.Dir, AccuracyPlotFile), t.history); err != nil {
+			t.logf("accuracy curve: %v", err)
+		}
 	}
 }

@@ -168,17 +168,8 @@ func (a *attentionFlags) resolve(base attention.Config, opts string, strict bool
 			return nil, err
 		}
 	}
-	if opts != "" {
-		spec := cfg.Mechanism() + ":" + opts
-		for _, kv := range strings.Split(opts, ":") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				v = "true"
-			}
-			if cfg, err = attention.Set(cfg, k, v); err != nil {
-				return nil, fmt.Errorf("--attention %s: %w", spec, err)
-			}
-		}
+	if cfg, err = attention.SetSpec(cfg, opts); err != nil {
+		return nil, fmt.Errorf("--attention %s:%s: %w", cfg.Mechanism(), opts, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s attention: %s", cfg.Mechanism(), oneLine(err))

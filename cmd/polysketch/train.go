@@ -82,6 +82,7 @@ type trainOptions struct {
 	force    bool
 	cacheDir string
 	logEvery int
+	task     taskOptions
 }
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
@@ -114,6 +115,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.BoolVar(&o.force, "force", o.force, "start a new run in --out even if it holds a checkpoint, replacing it")
 	fs.StringVar(&o.cacheDir, "cache-dir", o.cacheDir, "directory for tokenized corpora (default: the user cache directory)")
 	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "steps between progress lines when stderr is not a terminal")
+	taskFlags(fs, &o.task)
 }
 
 // resumable lists the flags a resumed run may change.
@@ -136,6 +138,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		fmt.Fprint(fs.Output(), trainHelp)
 		fs.PrintDefaults()
 		printMechanisms(fs.Output())
+		fmt.Fprint(fs.Output(), taskHelp)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -153,6 +156,9 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	}
 	if !set["warmup"] {
 		tc.Warmup = min(tc.Warmup, tc.Steps/10)
+	}
+	if err := setTask(&mc, &tc, o.task, set); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
 	ckDir := filepath.Join(o.out, train.CheckpointDir)
 	if o.resume && o.force {
@@ -207,6 +213,9 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 				o.out, strings.Join(bad, ", "))
 		}
 		mc, tc, resumeFrom = smc, stc, c
+		if err := checkResumedTask(tc.Task, o.task, set); err != nil {
+			return err
+		}
 		if c.State.Step >= tc.Steps {
 			fmt.Fprintf(stdout, "the run in %s is complete at step %d of %d; pass a larger --steps to train further\n", o.out, c.State.Step, tc.Steps)
 			return nil
@@ -220,6 +229,10 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("train: --tokenizer: %w", err)
 	}
 	mc.Vocab = tok.VocabSize()
+	tset, err := taskSet(&mc, tc, tok)
+	if err != nil {
+		return err
+	}
 	if err := mc.Validate(); err != nil {
 		return fmt.Errorf("train: model: %s", oneLine(err))
 	}
@@ -231,14 +244,25 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	}
 
 	p := newProgress(dr.output(stderr), o.logEvery)
-	trainTokens, valTokens, err := loadCorpus(tc.Corpus, tok, o.cacheDir, p.logf)
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
+	var trainTokens, valTokens *data.Tokens
+	if tset == nil {
+		trainTokens, valTokens, err = loadCorpus(tc.Corpus, tok, o.cacheDir, p.logf)
+		if err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		defer trainTokens.Close()
+		defer valTokens.Close()
 	}
-	defer trainTokens.Close()
-	defer valTokens.Close()
 
-	t, err := dr.newTrainer(o.out, mc, tc, resumeFrom, trainTokens, valTokens)
+	var t *train.Trainer
+	switch {
+	case tset != nil && dr != nil:
+		err = dr.check(errors.New("--task: task runs train in one process; data-parallel training takes a corpus"), nil)
+	case tset != nil:
+		t, err = newTaskTrainer(o.out, mc, tc, tset, resumeFrom)
+	default:
+		t, err = dr.newTrainer(o.out, mc, tc, resumeFrom, trainTokens, valTokens)
+	}
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -259,8 +283,12 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	if tc.Accum > 1 {
 		accum = fmt.Sprintf(" × %d micro-batches", tc.Accum)
 	}
-	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s training tokens (%s for validation); Ctrl-C stops and saves",
-		what, tc.Steps, tc.Batch, mc.Context, accum, count(int(trainTokens.Len())), count(int(valTokens.Len())))
+	on := taskDesc(tset)
+	if tset == nil {
+		on = fmt.Sprintf("%s training tokens (%s for validation)", count(int(trainTokens.Len())), count(int(valTokens.Len())))
+	}
+	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
+		what, tc.Steps, tc.Batch, mc.Context, accum, on)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -280,7 +308,9 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("train: %w", err)
 	}
 	fmt.Fprintf(stdout, "step %d of %d: training loss %.4f", res.Step, tc.Steps, res.Loss)
-	if res.Val != nil {
+	if res.Val != nil && res.Val.Task != nil {
+		fmt.Fprintf(stdout, ", test loss %.4f, accuracy %.4f, exact match %.4f", res.Val.Loss, res.Val.Task.Accuracy, res.Val.Task.Exact)
+	} else if res.Val != nil {
 		fmt.Fprintf(stdout, ", validation loss %.4f (perplexity %.3f, %.3f bits/token)", res.Val.Loss, res.Val.Perplexity(), res.Val.BitsPerToken())
 	}
 	trained := res.Tokens - resumeTokens(resumeFrom)

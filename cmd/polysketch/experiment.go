@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/train"
+)
+
+const experimentHelp = `usage: polysketch experiment NAME [flags]
+
+Reruns one of the seeds' comparisons of attention mechanisms in miniature:
+a grid of mechanisms × sizes, each an ordinary checkpointed training run
+under --dir, then results.jsonl, results.md (a table laid out like the
+paper's) and PNG plots there. Running the same command again resumes an
+interrupted experiment (Ctrl-C stops it cleanly); a directory made by a
+different configuration is refused. The same --seed gives the same table,
+bit for bit (but for speed's timings).
+
+Experiments (times are estimates for 2 cores, from measured training
+speed; --quick versions take seconds):
+`
+
+func runExperiment(args []string, stdout io.Writer) error {
+	fs := newFlags("experiment", stdout)
+	var (
+		dir, cacheDir string
+		quick         bool
+		seed          uint64 = 1
+		corpus        []string
+		logEvery      = 50
+	)
+	fs.StringVar(&dir, "dir", "", "experiment directory (default: experiments/NAME, or experiments/NAME-quick)")
+	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
+	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
+	fs.Var(&listFlag{list: &corpus}, "corpus", "lm and speed: text files, directories or globs (default: the Go source tree)")
+	fs.StringVar(&cacheDir, "cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
+	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, experimentHelp)
+		for _, e := range experiment.List() {
+			fmt.Fprintf(w, "  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
+		}
+		fmt.Fprintln(w, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("experiment: name one of %s (see 'polysketch experiment -h')", strings.Join(experiment.Names(), ", "))
+	}
+	name := args[0]
+	if name == "-h" || name == "-help" || name == "--help" || name == "help" {
+		fs.Usage()
+		return flag.ErrHelp
+	}
+	if strings.HasPrefix(name, "-") {
+		return fmt.Errorf("experiment: name the experiment before the flags: polysketch experiment NAME %s", strings.Join(args, " "))
+	}
+	args = args[1:]
+	e, err := experiment.Lookup(name)
+	if err != nil {
+		return fmt.Errorf("experiment: %w", err)
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if logEvery < 1 {
+		return fmt.Errorf("experiment: --log-every %d: must be positive", logEvery)
+	}
+	if err := absPaths(corpus); err != nil {
+		return fmt.Errorf("experiment: --corpus: %w", err)
+	}
+	if dir == "" {
+		dir = filepath.Join("experiments", name)
+		if quick {
+			dir += "-quick"
+		}
+	}
+	p := newProgress(stderr, logEvery)
+	o := experiment.Options{
+		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
+		Progress: func(run string, u train.Progress) { p.update(u) },
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once
+	}()
+	start := time.Now()
+	_, err = e.Run(ctx, o)
+	p.done()
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stdout, "interrupted; checkpoints saved in %s\ncontinue with the same command\n", dir)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("experiment %s: %w", name, err)
+	}
+	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\nwritten in %s: %s, %s, plots (this session: %s)\n", table, dir,
+		experiment.ResultsFile, experiment.TableFile, time.Since(start).Round(time.Second))
+	return nil
+}

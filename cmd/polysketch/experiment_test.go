@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExperimentCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "exp")
+	stdout, _, err := runQuiet(t, "experiment", "induction-heads", "--quick", "--dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, "| mechanism | N=16 | N=32 |") {
+		t.Errorf("output %q holds no table", stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "results.jsonl")); err != nil {
+		t.Error(err)
+	}
+	// Again: every run is complete, so the same table comes back at once.
+	again, _, err := runQuiet(t, "experiment", "induction-heads", "--quick", "--dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(s string) string { return s[:strings.Index(s, "written in")] }
+	if table(again) != table(stdout) {
+		t.Errorf("rerun gives another table:\n%s\n%s", stdout, again)
+	}
+	_, _, err = runQuiet(t, "experiment", "induction-heads", "--quick", "--seed", "2", "--dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "different configuration") {
+		t.Errorf("another seed in the same directory: %v", err)
+	}
+}
+
+func TestExperimentErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"experiment"}, "name one of selective-copy"},
+		{[]string{"experiment", "copy"}, `unknown experiment "copy": choose one of selective-copy`},
+		{[]string{"experiment", "--quick", "mqar"}, "name the experiment before the flags"},
+		{[]string{"experiment", "mqar", "--steps", "3"}, "flag provided but not defined: -steps"},
+	}
+	for _, tt := range tests {
+		_, _, err := runQuiet(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v, want one line containing %q", tt.args, err, tt.want)
+		}
+	}
+	out, _, err := runQuiet(t, "experiment", "-h")
+	if err == nil || !strings.Contains(out, "reversal") || !strings.Contains(out, "minutes") {
+		t.Errorf("-h: %v\n%s", err, out)
+	}
+}

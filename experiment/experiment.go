@@ -1,0 +1,306 @@
+// Package experiment reruns the seeds' comparisons of attention mechanisms
+// in miniature: each named experiment is a grid of mechanisms × sizes,
+// trained as ordinary checkpointed runs (package train) under one
+// directory, then summarized in results.jsonl, a markdown table laid out
+// like the paper's, and PNG plots.
+//
+// An experiment directory holds
+//
+//	experiment.json   the plan: every run's model and training configuration
+//	runs/NAME/        one ordinary run each (checkpoint, metrics.jsonl, plots)
+//	results.jsonl     one Result per run
+//	results.md        the table
+//	*.png             the plots
+//
+// Running an experiment again in its directory resumes it: finished runs
+// are kept, an interrupted one continues from its checkpoint. A directory
+// whose plan differs from the one asked for is refused, never mixed into.
+// Runs are deterministic, so the same plan gives the same table bit for
+// bit (the speed experiment's timings aside).
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/filelock"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
+)
+
+// Experiment is a named grid of runs and the way its results are shown.
+type Experiment struct {
+	Name    string
+	Summary string // one line: what it reproduces
+	// Duration is the running time of the default (not --quick) version
+	// on 2 cores, estimated from measured training speed.
+	Duration string
+	kind     kind
+	grid     func(quick bool, seed uint64) []Run
+	paper    string // the paper's numbers to compare with, markdown
+}
+
+// kind says what a run trains on and what its table shows.
+type kind int
+
+const (
+	taskKind  kind = iota // a task: exact match
+	lmKind                // the corpus: validation perplexity
+	speedKind             // the corpus: training steps per second
+)
+
+// Run is one cell of an experiment's grid: one ordinary training run.
+type Run struct {
+	Name      string       `json:"name"`      // its directory under runs/
+	Mechanism string       `json:"mechanism"` // the mechanism spec
+	Row       string       `json:"row"`       // the table's row: the mechanism, and the seed if not the first
+	Column    string       `json:"column"`    // the size, as the table heads its column
+	Size      int          `json:"size"`      // the size as a number, for plots against it
+	Model     model.Config `json:"model"`
+	Train     train.Config `json:"train"`
+
+	err error // the mechanism spec's, if it does not parse
+}
+
+// Plan is everything that fixes an experiment's results; experiment.json
+// holds it.
+type Plan struct {
+	Experiment string   `json:"experiment"`
+	Quick      bool     `json:"quick"`
+	Seed       uint64   `json:"seed"`
+	Corpus     []string `json:"corpus,omitempty"`
+	Runs       []Run    `json:"runs"`
+}
+
+// Options say how to run an experiment.
+type Options struct {
+	Dir   string // the experiment directory
+	Quick bool   // the CI-sized version, seconds long
+	Seed  uint64 // the seed of every run (the noise rows add one)
+	// Corpus is the corpus of the lm and speed experiments: files,
+	// directories and globs; empty means the Go source tree.
+	Corpus   []string
+	CacheDir string // tokenized corpora; "" means the default
+	// Logf, if not nil, is told what happens.
+	Logf func(format string, args ...any)
+	// Progress, if not nil, is called after every step of every run.
+	Progress func(run string, p train.Progress)
+}
+
+// The files of an experiment directory.
+const (
+	PlanFile    = "experiment.json"
+	ResultsFile = "results.jsonl"
+	TableFile   = "results.md"
+	RunsDir     = "runs"
+	lockFile    = ".lock"
+)
+
+// List returns the experiments, in the order of the issue.
+func List() []*Experiment { return experiments }
+
+// Names returns the experiments' names.
+func Names() []string {
+	var ns []string
+	for _, e := range experiments {
+		ns = append(ns, e.Name)
+	}
+	return ns
+}
+
+// Lookup returns the experiment called name, or an error listing them.
+func Lookup(name string) (*Experiment, error) {
+	for _, e := range experiments {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown experiment %q: choose one of %s", name, strings.Join(Names(), ", "))
+}
+
+// Plan returns the plan of e under o, every run's configuration checked.
+func (e *Experiment) Plan(o Options) (Plan, error) {
+	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o.Quick, o.Seed)}
+	if e.kind != taskKind {
+		p.Corpus = o.Corpus
+	}
+	for _, r := range p.Runs {
+		if r.err != nil {
+			return p, fmt.Errorf("run %s: %w", r.Name, r.err)
+		}
+		if err := r.Model.Validate(); err != nil {
+			return p, fmt.Errorf("run %s: model: %s", r.Name, oneLine(err))
+		}
+		if err := r.Train.Validate(); err != nil {
+			return p, fmt.Errorf("run %s: %s", r.Name, oneLine(err))
+		}
+	}
+	return p, nil
+}
+
+// Run runs (or resumes) e in o.Dir, then writes its results, table and
+// plots, and returns the results. If ctx is cancelled, the run under way
+// saves a checkpoint and Run returns ctx's error: running it again
+// resumes.
+func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
+	plan, err := e.Plan(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("experiment directory: %w", err)
+	}
+	lk, err := filelock.TryLock(filepath.Join(o.Dir, lockFile))
+	if errors.Is(err, filelock.ErrLocked) {
+		return nil, fmt.Errorf("%s is in use by another experiment; wait for it or choose another directory", o.Dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	if err := claim(o.Dir, plan); err != nil {
+		return nil, err
+	}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+
+	var trainTokens, valTokens *data.Tokens
+	if e.kind != taskKind {
+		trainTokens, valTokens, err = loadCorpus(o.Corpus, o.CacheDir, logf)
+		if err != nil {
+			return nil, err
+		}
+		defer trainTokens.Close()
+		defer valTokens.Close()
+	}
+	var results []Result
+	for i, r := range plan.Runs {
+		logf("run %d of %d: %s (%s, %s)", i+1, len(plan.Runs), r.Name, r.Mechanism, r.Column)
+		if err := runOne(ctx, o, r, trainTokens, valTokens, logf); err != nil {
+			return nil, fmt.Errorf("run %s: %w", r.Name, err)
+		}
+		res, err := result(filepath.Join(o.Dir, RunsDir, r.Name), r)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", r.Name, err)
+		}
+		results = append(results, res)
+	}
+	if err := e.report(o.Dir, plan, results, logf); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// claim writes the plan into dir, or checks that the plan already there is
+// the same.
+func claim(dir string, plan Plan) error {
+	want, err := json.MarshalIndent(plan, "", "  ")
+	if err != nil {
+		return err
+	}
+	want = append(want, '\n')
+	path := filepath.Join(dir, PlanFile)
+	have, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {
+			return fmt.Errorf("%s is not empty and holds no %s: choose an empty or new directory for the experiment", dir, PlanFile)
+		}
+		return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(want); return err })
+	case err != nil:
+		return fmt.Errorf("experiment directory: %w", err)
+	case !bytes.Equal(have, want):
+		var old Plan
+		what := "another experiment or configuration"
+		if json.Unmarshal(have, &old) == nil {
+			if d := checkpoint.Diff(old, plan); len(d) > 0 {
+				what = strings.Join(d[:min(len(d), 3)], "; ")
+			}
+		}
+		return fmt.Errorf("%s was made by a different configuration (%s): choose another directory, or remove it to start over", dir, what)
+	}
+	return nil
+}
+
+// runOne trains r to its last step in its directory, resuming from a
+// checkpoint there.
+func runOne(ctx context.Context, o Options, r Run, trainTokens, valTokens *data.Tokens, logf func(string, ...any)) error {
+	dir := filepath.Join(o.Dir, RunsDir, r.Name)
+	var set *task.Set
+	if r.Train.Task != nil {
+		var err error
+		if set, err = task.New(*r.Train.Task, tokenizer.Byte); err != nil {
+			return err
+		}
+	}
+	var t *train.Trainer
+	if checkpoint.Exists(filepath.Join(dir, train.CheckpointDir)) {
+		c, tc, err := train.LoadCheckpoint(dir)
+		if err != nil {
+			return err
+		}
+		if c.State.Step >= tc.Steps {
+			return nil
+		}
+		logf("%s: resuming at step %d", r.Name, c.State.Step)
+		if set != nil {
+			t, err = train.ResumeTask(dir, c, r.Train, set)
+		} else {
+			t, err = train.Resume(dir, c, r.Train, trainTokens, valTokens)
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if set != nil {
+			t, err = train.NewTask(dir, r.Model, r.Train, set)
+		} else {
+			t, err = train.New(dir, r.Model, r.Train, trainTokens, valTokens)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	defer t.Close()
+	if o.Progress != nil {
+		t.Progress = func(p train.Progress) { o.Progress(r.Name, p) }
+	}
+	_, err := t.Run(ctx)
+	return err
+}
+
+// loadCorpus loads the corpus of paths, the Go source tree if none.
+func loadCorpus(paths []string, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
+	var c *data.Corpus
+	if len(paths) == 0 {
+		c, err = data.GoSource()
+	} else {
+		c, err = data.NewCorpus(paths...)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("corpus: %w", err)
+	}
+	return data.Load(c, tokenizer.Byte, data.Options{CacheDir: cacheDir, Logf: logf})
+}
+
+// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

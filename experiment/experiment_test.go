@@ -1,0 +1,179 @@
+package experiment
+
+import (
+	"context"
+	"github.com/polysketch/polysketch/attention"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
+)
+
+// tinyCorpus writes a small text file for the lm and speed experiments.
+func tinyCorpus(t *testing.T) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "corpus.txt")
+	var b strings.Builder
+	for i := range 400 {
+		b.WriteString("func f() int { return 42 } // the quick brown fox " + string(rune('a'+i%26)) + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{path}
+}
+
+func quickOptions(t *testing.T, dir string) Options {
+	return Options{Dir: dir, Quick: true, Seed: 1, Corpus: tinyCorpus(t), CacheDir: filepath.Join(t.TempDir(), "cache")}
+}
+
+// TestQuick runs every experiment's --quick version twice in two
+// directories and requires the same table, bit for bit (timings aside).
+func TestQuick(t *testing.T) {
+	for _, e := range List() {
+		t.Run(e.Name, func(t *testing.T) {
+			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+			ra, err := e.Run(context.Background(), quickOptions(t, a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, _ := e.Plan(quickOptions(t, a))
+			if len(ra) != len(plan.Runs) || len(ra) < 4 {
+				t.Fatalf("%d results for %d runs", len(ra), len(plan.Runs))
+			}
+			for _, f := range []string{PlanFile, ResultsFile, TableFile} {
+				if _, err := os.Stat(filepath.Join(a, f)); err != nil {
+					t.Error(err)
+				}
+			}
+			pngs, _ := filepath.Glob(filepath.Join(a, "*.png"))
+			if len(pngs) == 0 {
+				t.Error("no plots")
+			}
+			if e.kind == speedKind {
+				for _, r := range ra {
+					if !(r.StepsPerSec > 0) {
+						t.Errorf("%s: %v steps/s", r.Run, r.StepsPerSec)
+					}
+				}
+				return
+			}
+			if _, err := e.Run(context.Background(), quickOptions(t, b)); err != nil {
+				t.Fatal(err)
+			}
+			ta, _ := os.ReadFile(filepath.Join(a, TableFile))
+			tb, _ := os.ReadFile(filepath.Join(b, TableFile))
+			if string(ta) != string(tb) {
+				t.Errorf("same seed, different tables:\n%s\n%s", ta, tb)
+			}
+			rows := strings.Count(string(ta), "\n| ") - 1
+			if rows < 2 {
+				t.Errorf("table of %d rows:\n%s", rows, ta)
+			}
+		})
+	}
+}
+
+// TestResume interrupts an experiment in its second run, runs it again,
+// and requires the table of an uninterrupted one.
+func TestResume(t *testing.T) {
+	e, err := Lookup("induction-heads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	straight := filepath.Join(t.TempDir(), "straight")
+	if _, err := e.Run(context.Background(), quickOptions(t, straight)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "x")
+	ctx, cancel := context.WithCancel(context.Background())
+	o := quickOptions(t, dir)
+	o.Progress = func(run string, p train.Progress) {
+		if strings.HasPrefix(run, "polynomial") && p.Step == 2 {
+			cancel()
+		}
+	}
+	if _, err := e.Run(ctx, o); err == nil {
+		t.Fatal("interrupted experiment: no error")
+	}
+	o.Progress = nil
+	if _, err := e.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(straight, TableFile))
+	b, _ := os.ReadFile(filepath.Join(dir, TableFile))
+	if string(a) != string(b) {
+		t.Errorf("resumed experiment's table differs:\n%s\n%s", a, b)
+	}
+}
+
+func TestRefusesOtherPlan(t *testing.T) {
+	e, _ := Lookup("mqar")
+	dir := filepath.Join(t.TempDir(), "x")
+	if _, err := e.Run(context.Background(), quickOptions(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	o := quickOptions(t, dir)
+	o.Seed = 2
+	if _, err := e.Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "different configuration") {
+		t.Errorf("another seed in the same directory: %v", err)
+	}
+	other, _ := Lookup("reversal")
+	if _, err := other.Run(context.Background(), quickOptions(t, dir)); err == nil || !strings.Contains(err.Error(), "different configuration") {
+		t.Errorf("another experiment in the same directory: %v", err)
+	}
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
+	if _, err := e.Run(context.Background(), quickOptions(t, full)); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a directory of other files: %v", err)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	if _, err := Lookup("copying"); err == nil || !strings.Contains(err.Error(), "selective-copy, induction-heads, mqar, reversal, lm, speed") {
+		t.Errorf("unknown experiment: %v", err)
+	}
+}
+
+func TestPlansValid(t *testing.T) {
+	for _, e := range List() {
+		for _, quick := range []bool{false, true} {
+			if _, err := e.Plan(Options{Quick: quick, Seed: 1}); err != nil {
+				t.Errorf("%s (quick %v): %v", e.Name, quick, err)
+			}
+		}
+	}
+}
+
+func TestApplyMechanism(t *testing.T) {
+	tests := []struct {
+		spec string
+		want attention.Config
+		err  string
+	}{
+		{spec: "softmax", want: attention.SoftmaxConfig{}},
+		{spec: "polynomial:degree=8", want: attention.PolynomialConfig{Degree: 8, Block: 32}},
+		{spec: "polysketch:learned=true:local=false:sketch-size=64", want: attention.PolysketchConfig{Degree: 4, SketchSize: 64, Block: 32, Sketch: attention.Gaussian, Learned: true}},
+		{spec: "polysketch:learned:block=8", want: attention.PolysketchConfig{Degree: 4, SketchSize: 32, Block: 8, Local: true, Sketch: attention.Gaussian, Learned: true}},
+		{spec: "linear", err: `unknown attention mechanism "linear"`},
+		{spec: "polysketch:rank=3", err: "--rank is no option of polysketch attention: its options are --degree"},
+		{spec: "polynomial:degree=four", err: "--degree=four: want an integer"},
+		{spec: "polynomial:degree=3", err: "--degree 3: polynomial weights need an even degree"},
+	}
+	for _, tt := range tests {
+		mc := model.Config{Context: 32}
+		err := applyMechanism(&mc, tt.spec)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: error %v, want %q", tt.spec, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || mc.Attention != tt.want {
+			t.Errorf("%s: %+v, %v; want %+v", tt.spec, mc.Attention, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/model"
+)
+
+// taskData is the training data of a task run.
+type taskData struct {
+	set  *task.Set
+	draw uint64 // the stream position of the next training example
+	exs  []task.Example
+}
+
+// NewTask prepares a fresh run in dir that trains a model built from mc
+// on the task set, whose spec must be tc.Task. It is New for a task: the
+// run's checkpoints, metrics log and resumption work the same, a
+// validation scores the task's test examples (loss, accuracy and exact
+// match over answer positions), and the run also draws accuracy.png.
+func NewTask(dir string, mc model.Config, tc Config, set *task.Set) (*Trainer, error) {
+	return newRun(dir, mc, tc, func(t *Trainer) error { return t.initTask(set) })
+}
+
+// ResumeTask is Resume for a task run: it continues the run in dir from
+// its checkpoint c on the task set.
+func ResumeTask(dir string, c *checkpoint.Checkpoint, tc Config, set *task.Set) (*Trainer, error) {
+	return resumeRun(dir, c, tc, func(t *Trainer) error { return t.initTask(set) })
+}
+
+func (t *Trainer) initTask(set *task.Set) error {
+	mc := t.Model.Config()
+	switch {
+	case t.Config.Task == nil || *t.Config.Task != set.Spec:
+		return fmt.Errorf("the training configuration's task %+v is not the task given, %+v", t.Config.Task, set.Spec)
+	case set.Vocab() != mc.Vocab:
+		return fmt.Errorf("task %s has %d token ids; the model's vocabulary is %d", set.Spec.Name, set.Vocab(), mc.Vocab)
+	case set.Length() > mc.Context:
+		return fmt.Errorf("task %s has examples of %d tokens, longer than the model's context %d", set.Spec.Name, set.Length(), mc.Context)
+	}
+	t.task = &taskData{set: set, exs: make([]task.Example, t.Config.Batch)}
+	t.sched = t.Config.schedule()
+	return nil
+}
+
+func (d *taskData) next(t *Trainer) (B, N int, err error) {
+	t.inputs, t.targets = t.inputs[:0], t.targets[:0]
+	for i := range d.exs {
+		d.set.Draw(&d.exs[i], &d.draw)
+		t.inputs = append(t.inputs, d.exs[i].Tokens...)
+		t.targets = append(t.targets, d.exs[i].Targets...)
+	}
+	return len(d.exs), d.set.Length(), nil
+}
+
+// EvaluateTask scores m on the test examples of set, batch examples at a
+// time: the loss, per-token accuracy and exact match over the answer
+// positions. It stops early with ctx's error if ctx is cancelled.
+func EvaluateTask(ctx context.Context, m *model.Model, set *task.Set, batch int) (Eval, error) {
+	if batch < 1 {
+		return Eval{}, fmt.Errorf("batch %d: must be positive", batch)
+	}
+	return evaluateTask(ctx, m, set, batch)
+}
+
+func evaluateTask(ctx context.Context, m *model.Model, set *task.Set, batch int) (Eval, error) {
+	var s task.Score
+	var tokens []int32
+	var r Eval
+	N, V := set.Length(), m.Config().Vocab
+	for lo := 0; lo < len(set.Test); lo += batch {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		exs := set.Test[lo:min(lo+batch, len(set.Test))]
+		tokens = tokens[:0]
+		for _, ex := range exs {
+			tokens = append(tokens, ex.Tokens...)
+		}
+		logits := m.Forward(tokens, len(exs), N)
+		s.Add(logits.Data, V, exs)
+		r.Batches++
+	}
+	tm := s.Metrics()
+	r.Loss, r.Tokens, r.Task = tm.Loss, int64(tm.Tokens), &tm
+	return r, nil
+}
+
+// plotAccuracy draws the test accuracy and exact match of ms against step.
+func plotAccuracy(path string, ms []Metrics) error {
+	acc := chart.Series{Name: "per-token accuracy"}
+	exact := chart.Series{Name: "exact match"}
+	for _, m := range ms {
+		if m.ValAccuracy != nil && m.ValExact != nil {
+			acc.X = append(acc.X, float64(m.Step))
+			acc.Y = append(acc.Y, *m.ValAccuracy)
+			exact.X = append(exact.X, float64(m.Step))
+			exact.Y = append(exact.Y, *m.ValExact)
+		}
+	}
+	if len(acc.X) == 0 {
+		return nil
+	}
+	return chart.Write(path, &chart.Chart{
+		Title:  "test accuracy",
+		X:      chart.Axis{Label: "step"},
+		Y:      chart.Axis{Label: "fraction right (answer positions)"},
+		Series: []chart.Series{acc, exact},
+	})
+}
