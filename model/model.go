@@ -125,7 +125,12 @@ func New(cfg Config) (*Model, error) {
 	case PositionsSinusoidal:
 		m.pos = nn.NewSinusoidal(d)
 	case PositionsLearned:
+		// Entries of unit variance, as large as the sinusoids they replace
+		// and as the √d-scaled token embedding's: at N(0, 1/d), as the
+		// token table starts, positions would be drowned and take
+		// hundreds of steps to matter.
 		m.posTable = nn.NewEmbedding("pos", cfg.Context, d, rng)
+		m.posTable.Weight.InitNormal(rng, 1)
 		m.params = append(m.params, m.posTable.Params()...)
 	}
 	resid := 1 / math.Sqrt(2*float64(L))

@@ -96,6 +96,8 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 	fs.IntVar(&mc.Context, "context", mc.Context, "context length N: tokens per training sequence")
+	fs.BoolVar(&mc.PostNorm, "post-norm", mc.PostNorm, "encoders (--bidirectional): LayerNorm after each residual sum, as BERT and the thesis's encoder")
+	fs.StringVar(&mc.Positions, "positions", mc.Positions, "encoders (--bidirectional): positions as rope (sinusoidal plus rotary, the default), sinusoidal or learned")
 
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
 	fs.IntVar(&tc.Accum, "accum", tc.Accum, "micro-batches per step (gradient accumulation)")
