@@ -131,6 +131,8 @@ type hyperAttn struct {
 	sortQ  []int32   // [BH·N] query positions by (rank, position); non-causal
 	sortK  []int32   // [BH·N] key positions by (rank, position)
 	posK   []int32   // [BH·N] index of each key in sortK
+	ksrt   []float32 // [BH·N·h] the keys in the order of sortK
+	vsrt   []float32 // [BH·N·h] and the values
 	start  []int32   // [BH·(R+1)] where each rank's keys start in sortK
 	hist   []int32   // [BH·nb·R] causal: key ranks counted over positions before each chunk
 	vcum   []float64 // [BH·(N+1)] vnorm: prefix sums of ‖v_j‖²
@@ -347,7 +349,7 @@ func (a *hyperAttn) sizes(B, H, N, h int) hyperSizes {
 // buffers.
 func (a *hyperAttn) Workspace(B, H, N, h int) int64 {
 	z := a.sizes(B, H, N, h)
-	n32 := int64(z.heads) + 2*int64(z.rows) + 5*int64(z.ranks) + int64(z.starts) + int64(z.hist) +
+	n32 := int64(z.heads) + 2*int64(z.rows) + (5+2*int64(h))*int64(z.ranks) + int64(z.starts) + int64(z.hist) +
 		2*int64(z.samp) + 2*int64(z.partial) + int64(z.perWorker32)*int64(z.workers)
 	n64 := int64(z.vcum) + int64(z.gz)
 	partBytes := int64(z.parts) * 6 * 8 // hyperPart: five ints and two bools
@@ -368,6 +370,8 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 	a.sortQ = growInt32(a.sortQ, z.ranks)
 	a.sortK = growInt32(a.sortK, z.ranks)
 	a.posK = growInt32(a.posK, z.ranks)
+	a.ksrt = tensor.Grow(a.ksrt, z.ranks*h)
+	a.vsrt = tensor.Grow(a.vsrt, z.ranks*h)
 	a.start = growInt32(a.start, z.starts)
 	a.hist = growInt32(a.hist, z.hist)
 	a.vcum = growFloat64(a.vcum, z.vcum)
@@ -468,6 +472,14 @@ func (a *hyperAttn) prepItem(w, bh int) {
 	start := a.start[bh*(R+1) : (bh+1)*(R+1)]
 	sortK, posK := a.sortK[bh*N:(bh+1)*N], a.posK[bh*N:(bh+1)*N]
 	countingSort(rk, R, start, sortK, posK)
+	// Keys and values in sorted order, so that key blocks are a few
+	// contiguous runs.
+	kd, vd := a.k.Data[head:head+N*h], a.v.Data[head:head+N*h]
+	ks, vs := a.ksrt[head:head+N*h], a.vsrt[head:head+N*h]
+	for at, j := range sortK {
+		copy(ks[at*h:(at+1)*h], kd[int(j)*h:])
+		copy(vs[at*h:(at+1)*h], vd[int(j)*h:])
+	}
 	if !a.causal {
 		sortQ := a.sortQ[bh*N : (bh+1)*N]
 		countingSort(rq, R, sc.cum, sortQ, nil)
@@ -710,6 +722,8 @@ func (a *hyperAttn) keys(sc *hyperScratch, bh, blk int, p hyperPart) (k, v, lw [
 	switch {
 	case p.kind == partBlock && !a.causal:
 		copy(idx, sortK[p.j0*b:])
+		at := head + p.j0*b*h
+		return a.ksrt[at : at+p.n*h], a.vsrt[at : at+p.n*h], nil
 	case p.kind == partBlock:
 		if !p.first {
 			return sc.kg[:p.n*h], sc.vg[:p.n*h], nil // gathered by the first batch
@@ -722,12 +736,19 @@ func (a *hyperAttn) keys(sc *hyperScratch, bh, blk int, p hyperPart) (k, v, lw [
 			r++
 		}
 		off := first - sc.cum[r]
+		k, v = sc.kg[:p.n*h], sc.vg[:p.n*h]
 		for at := 0; at < p.n; r, off = r+1, 0 {
-			for ; off < cnt[r] && at < p.n; off++ {
-				idx[at] = sortK[start[r]+off]
-				at++
+			run := min(int(cnt[r]-off), p.n-at)
+			if run <= 0 {
+				continue
 			}
+			from := int(start[r] + off)
+			copy(idx[at:at+run], sortK[from:])
+			copy(k[at*h:(at+run)*h], a.ksrt[head+from*h:])
+			copy(v[at*h:(at+run)*h], a.vsrt[head+from*h:])
+			at += run
 		}
+		return k, v, nil
 	default:
 		set := bh*c.sets + min(blk, c.sets-1)
 		s := a.cfg.Samples
