@@ -181,6 +181,53 @@ type hyperScratch struct {
 	ones             []float32 // max(b,s)
 }
 
+// hyperView is what the computation of one block of one head reads:
+// Forward and Backward make it from their saved arrays, the decoder from
+// its caches (whose sorted keys then cover the keys before the block only).
+type hyperView struct {
+	N       int       // positions in the sequence (so far)
+	lo      int       // causal: the first row to compute; earlier rows of the block are left out
+	qOff    int       // q and rankQ hold the rows from position qOff on
+	q, k, v []float32 // [·×h] rows of the head
+	rankQ   []int32   // Gray ranks of the queries (from qOff on) and keys
+	rankK   []int32
+	sortQ   []int32 // non-causal: query positions by (rank, position)
+	cnt     []int32 // causal: rank counts of the keys before the block
+	sortK   []int32 // key positions by (rank, position)
+	posK    []int32 // index of each key in sortK
+	start   []int32 // where each rank's keys start in sortK
+	ksrt    []float32
+	vsrt    []float32
+	samp    []int32   // the block's sampled key positions; nil: none
+	lw      []float32 // their log-weights
+}
+
+// view returns the view of block blk of head bh in the call in progress.
+func (a *hyperAttn) view(bh, blk int) hyperView {
+	c := &a.call
+	N, h := c.N, c.h
+	head := bh * N * h
+	vw := hyperView{N: N, q: a.q.Data[head : head+N*h], k: a.k.Data[head : head+N*h], v: a.v.Data[head : head+N*h]}
+	if !a.approx(N) {
+		return vw
+	}
+	R := 1 << a.cfg.Hashes
+	rows := func(x []int32) []int32 { return x[bh*N : (bh+1)*N] }
+	vw.rankQ, vw.rankK, vw.sortK, vw.posK = rows(a.rankQ), rows(a.rankK), rows(a.sortK), rows(a.posK)
+	if a.causal {
+		vw.cnt = a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
+	} else {
+		vw.sortQ = rows(a.sortQ)
+	}
+	vw.start = a.start[bh*(R+1) : (bh+1)*(R+1)]
+	vw.ksrt, vw.vsrt = a.ksrt[head:head+N*h], a.vsrt[head:head+N*h]
+	if set := bh*c.sets + min(blk, c.sets-1); a.sampOK[set] {
+		s := a.cfg.Samples
+		vw.samp, vw.lw = a.samp[set*s:(set+1)*s], a.lw[set*s:(set+1)*s]
+	}
+	return vw
+}
+
 // hyperPart is one set of key columns a range of the item's rows attends to.
 type hyperPart struct {
 	r0, r1 int // rows [r0, r1) of the item; causal partBlock: of sc.order
@@ -607,46 +654,42 @@ func (a *hyperAttn) draw(pos []int32, lw []float32, hd, set, past int, vcum []fl
 	}
 }
 
-// rows fills sc.pos (and sc.grp) with the query rows of block blk of head
-// bh, in the order the item processes them, and returns their number.
-func (a *hyperAttn) rows(sc *hyperScratch, bh, blk int) int {
-	c := &a.call
-	N, b := c.N, a.cfg.Block
+// rows fills sc.pos (and sc.grp, sc.order) with the query rows of block
+// blk, in the order the item processes them, copies them to sc.qg and
+// returns their number.
+func (a *hyperAttn) rows(sc *hyperScratch, vw *hyperView, blk int) int {
+	N, b, h := vw.N, a.cfg.Block, a.call.h
 	i0 := blk * b
-	n := min(b, N-i0)
+	lo := max(i0, vw.lo)
+	n := min(i0+b, N) - lo
 	switch {
-	case c.exact || (a.causal && !a.chunkApprox(blk)):
+	case !a.causal && !a.approx(N), a.causal && !a.chunkApprox(blk):
 		for r := range n {
-			sc.pos[r] = int32(i0 + r)
+			sc.pos[r] = int32(lo + r)
 		}
 	case !a.causal:
-		copy(sc.pos[:n], a.sortQ[bh*N+i0:bh*N+i0+n])
+		copy(sc.pos[:n], vw.sortQ[i0:i0+n])
 		for r := range n {
 			sc.grp[r] = int32(blk)
+		}
+	case i0 == 0:
+		for r := range n {
+			sc.pos[r], sc.grp[r] = int32(lo+r), 0
 		}
 	default:
 		// Each query's key block is where its rank falls among the past
 		// keys sorted by rank: the middle of its bucket.
 		R := 1 << a.cfg.Hashes
-		past := i0
-		if past == 0 {
-			for r := range n {
-				sc.pos[r], sc.grp[r] = int32(i0+r), 0
-			}
-			return n
-		}
-		cnt := a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
-		cum := sc.cum
+		cnt, cum := vw.cnt, sc.cum
 		cum[0] = 0
 		for r := range R {
 			cum[r+1] = cum[r] + cnt[r]
 		}
-		last := int32((past+b-1)/b - 1)
-		rq := a.rankQ[bh*N : (bh+1)*N]
+		last := int32((i0+b-1)/b - 1)
 		for r := range n {
-			rk := rq[i0+r]
+			rk := vw.rankQ[lo+r-vw.qOff]
 			kb := min((cum[rk]+cnt[rk]/2)/int32(b), last)
-			sc.pos[r], sc.grp[r] = int32(i0+r), kb
+			sc.pos[r], sc.grp[r] = int32(lo+r), kb
 			sc.keys[r] = int64(kb)<<32 | int64(r)
 		}
 		slices.Sort(sc.keys[:n])
@@ -654,24 +697,26 @@ func (a *hyperAttn) rows(sc *hyperScratch, bh, blk int) int {
 			sc.order[r] = int32(key & 0xffffffff)
 		}
 	}
+	for r, i := range sc.pos[:n] {
+		copy(sc.qg[r*h:(r+1)*h], vw.q[(int(i)-vw.qOff)*h:])
+	}
 	return n
 }
 
 // parts lists the key columns the n rows of block blk attend to.
-func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
-	c := &a.call
-	N, b := c.N, a.cfg.Block
+func (a *hyperAttn) parts(sc *hyperScratch, vw *hyperView, blk, n int) []hyperPart {
+	N, b := vw.N, a.cfg.Block
 	ps := sc.parts[:0]
 	i0 := blk * b
 	end := min(i0+b, N)
 	switch {
-	case c.exact:
+	case !a.causal && !a.approx(N):
 		for j0 := 0; j0 < N; j0 += b {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partRange, j0: j0, n: min(b, N-j0)})
 		}
 	case !a.causal:
 		ps = append(ps, hyperPart{r0: 0, r1: n, kind: partBlock, j0: blk, n: min(b, N-blk*b)})
-		if a.sampOK[bh] {
+		if vw.samp != nil {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partSamples, n: a.cfg.Samples})
 		}
 	case !a.chunkApprox(blk):
@@ -696,7 +741,7 @@ func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
 			}
 			r0 = r1
 		}
-		if a.sampOK[bh*c.sets+blk] {
+		if vw.samp != nil {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partSamples, n: a.cfg.Samples})
 		}
 	}
@@ -707,29 +752,22 @@ func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
 // keys returns the keys and values of part p ([p.n × h] each) and, for
 // sampled columns, their log-weights; gathered parts leave the key
 // positions in sc.kidx and, for samples, the key blocks in sc.blk.
-func (a *hyperAttn) keys(sc *hyperScratch, bh, blk int, p hyperPart) (k, v, lw []float32) {
-	c := &a.call
-	N, h, b := c.N, c.h, a.cfg.Block
-	head := bh * N * h
-	kd, vd := a.k.Data[head:head+N*h], a.v.Data[head:head+N*h]
+func (a *hyperAttn) keys(sc *hyperScratch, vw *hyperView, p hyperPart) (k, v, lw []float32) {
+	h, b := a.call.h, a.cfg.Block
 	if p.kind == partRange {
-		return kd[p.j0*h : (p.j0+p.n)*h], vd[p.j0*h : (p.j0+p.n)*h], nil
+		return vw.k[p.j0*h : (p.j0+p.n)*h], vw.v[p.j0*h : (p.j0+p.n)*h], nil
 	}
 	idx := sc.kidx[:p.n]
-	R := 1 << a.cfg.Hashes
-	sortK := a.sortK[bh*N : (bh+1)*N]
-	start := a.start[bh*(R+1) : (bh+1)*(R+1)]
 	switch {
 	case p.kind == partBlock && !a.causal:
-		copy(idx, sortK[p.j0*b:])
-		at := head + p.j0*b*h
-		return a.ksrt[at : at+p.n*h], a.vsrt[at : at+p.n*h], nil
+		copy(idx, vw.sortK[p.j0*b:])
+		at := p.j0 * b * h
+		return vw.ksrt[at : at+p.n*h], vw.vsrt[at : at+p.n*h], nil
 	case p.kind == partBlock:
 		if !p.first {
 			return sc.kg[:p.n*h], sc.vg[:p.n*h], nil // gathered by the first batch
 		}
 		// Keys [kb·b, kb·b+n) of the past sorted by rank: walk the ranks.
-		cnt := a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
 		first := int32(p.j0 * b)
 		r := int32(0)
 		for sc.cum[r+1] <= first {
@@ -738,38 +776,34 @@ func (a *hyperAttn) keys(sc *hyperScratch, bh, blk int, p hyperPart) (k, v, lw [
 		off := first - sc.cum[r]
 		k, v = sc.kg[:p.n*h], sc.vg[:p.n*h]
 		for at := 0; at < p.n; r, off = r+1, 0 {
-			run := min(int(cnt[r]-off), p.n-at)
+			run := min(int(vw.cnt[r]-off), p.n-at)
 			if run <= 0 {
 				continue
 			}
-			from := int(start[r] + off)
-			copy(idx[at:at+run], sortK[from:])
-			copy(k[at*h:(at+run)*h], a.ksrt[head+from*h:])
-			copy(v[at*h:(at+run)*h], a.vsrt[head+from*h:])
+			from := int(vw.start[r] + off)
+			copy(idx[at:at+run], vw.sortK[from:])
+			copy(k[at*h:(at+run)*h], vw.ksrt[from*h:])
+			copy(v[at*h:(at+run)*h], vw.vsrt[from*h:])
 			at += run
 		}
 		return k, v, nil
-	default:
-		set := bh*c.sets + min(blk, c.sets-1)
-		s := a.cfg.Samples
-		copy(idx, a.samp[set*s:(set+1)*s])
-		lw = a.lw[set*s : (set+1)*s]
-		posK, rk := a.posK[bh*N:(bh+1)*N], a.rankK[bh*N:(bh+1)*N]
-		for u, j := range idx {
-			if a.causal {
-				// Index among the past keys sorted by rank.
-				sc.blk[u] = (sc.cum[rk[j]] + posK[j] - start[rk[j]]) / int32(b)
-			} else {
-				sc.blk[u] = posK[j] / int32(b)
-			}
+	}
+	copy(idx, vw.samp)
+	for u, j := range idx {
+		rk := vw.rankK[j]
+		if a.causal {
+			// Index among the past keys sorted by rank.
+			sc.blk[u] = (sc.cum[rk] + vw.posK[j] - vw.start[rk]) / int32(b)
+		} else {
+			sc.blk[u] = vw.posK[j] / int32(b)
 		}
 	}
 	k, v = sc.kg[:p.n*h], sc.vg[:p.n*h]
 	for u, j := range idx {
-		copy(k[u*h:(u+1)*h], kd[int(j)*h:])
-		copy(v[u*h:(u+1)*h], vd[int(j)*h:])
+		copy(k[u*h:(u+1)*h], vw.k[int(j)*h:])
+		copy(v[u*h:(u+1)*h], vw.v[int(j)*h:])
 	}
-	return k, v, lw
+	return k, v, vw.lw
 }
 
 // scores computes the logits of part p for its rows, α·q·k + log-weight,
@@ -810,18 +844,29 @@ func (a *hyperAttn) forwardItem(w, item int) {
 	N, h := c.N, c.h
 	head := bh * N * h
 	sc := a.sc[w]
-	n := a.rows(sc, bh, blk)
-	q := a.q.Data[head : head+N*h]
+	vw := a.view(bh, blk)
+	n := a.forwardRows(sc, &vw, blk)
 	for r, i := range sc.pos[:n] {
-		copy(sc.qg[r*h:(r+1)*h], q[int(i)*h:])
+		row := sc.og[r*h : (r+1)*h]
+		copy(c.out[head+int(i)*h:], row)
+		copy(a.o[head+int(i)*h:], row)
+		a.lse[bh*N+int(i)] = sc.m[r]
 	}
+}
+
+// forwardRows computes the output rows of block blk into sc.og, their
+// positions in sc.pos and their log-sum-exps in sc.m, and returns their
+// number.
+func (a *hyperAttn) forwardRows(sc *hyperScratch, vw *hyperView, blk int) int {
+	h := a.call.h
+	n := a.rows(sc, vw, blk)
 	og := sc.og[:n*h]
 	clear(og)
 	for r := range n {
 		sc.m[r], sc.l[r] = negInf, 0
 	}
-	for _, p := range a.parts(sc, bh, blk, n) {
-		k, v, lw := a.keys(sc, bh, blk, p)
+	for _, p := range a.parts(sc, vw, blk, n) {
+		k, v, lw := a.keys(sc, vw, p)
 		if a.causal && p.kind == partBlock {
 			a.forwardBatch(sc, p, k, v)
 			continue
@@ -832,13 +877,11 @@ func (a *hyperAttn) forwardItem(w, item int) {
 		}
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, p.r1-p.r0, h, p.n, 1, s, p.n, v, h, 1, og[p.r0*h:], h)
 	}
-	for r, i := range sc.pos[:n] {
-		row := og[r*h : (r+1)*h]
-		vec.Scale(1/sc.l[r], row)
-		copy(c.out[head+int(i)*h:], row)
-		copy(a.o[head+int(i)*h:], row)
-		a.lse[bh*N+int(i)] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
+	for r := range n {
+		vec.Scale(1/sc.l[r], og[r*h:(r+1)*h])
+		sc.m[r] += float32(math.Log(float64(sc.l[r])))
 	}
+	return n
 }
 
 // online folds the logits row (of row r) into the running statistics and
@@ -967,12 +1010,12 @@ func (a *hyperAttn) backwardItem(w, item int) {
 	clear(dv)
 	sc := a.sc[w]
 	alpha := float32(1 / math.Sqrt(float64(h)))
-	q, v, do := a.q.Data[head:head+N*h], a.v.Data[head:head+N*h], c.do[head:head+N*h]
+	v, do := a.v.Data[head:head+N*h], c.do[head:head+N*h]
 	vnorm := a.cfg.Sampling == SampleVNorm && !c.exact
 	for blk := g; blk < c.nb; blk += G {
-		n := a.rows(sc, bh, blk)
+		vw := a.view(bh, blk)
+		n := a.rows(sc, &vw, blk)
 		for r, i := range sc.pos[:n] {
-			copy(sc.qg[r*h:(r+1)*h], q[int(i)*h:])
 			copy(sc.dog[r*h:(r+1)*h], do[int(i)*h:])
 			sc.m[r] = a.lse[bh*N+int(i)]
 			sc.delta[r] = vec.Dot(sc.dog[r*h:(r+1)*h], a.o[head+int(i)*h:head+int(i+1)*h])
@@ -982,8 +1025,8 @@ func (a *hyperAttn) backwardItem(w, item int) {
 		if vnorm {
 			a.gz[bh*c.nb+blk] = 0
 		}
-		for _, p := range a.parts(sc, bh, blk, n) {
-			k, vv, lw := a.keys(sc, bh, blk, p)
+		for _, p := range a.parts(sc, &vw, blk, n) {
+			k, vv, lw := a.keys(sc, &vw, p)
 			if a.causal && p.kind == partBlock {
 				a.backwardBatch(sc, p, k, vv)
 				if p.last {
