@@ -307,17 +307,6 @@ func (a *hyperAttn) SketchMatrices() map[string]*tensor.Tensor {
 	return m
 }
 
-// NewDecoder returns a decoder that attends exactly over a KV cache
-// (softmax(q·k/√h), as flash's decoder): it does not reproduce Forward's
-// approximation, from which it differs by the approximation's error
-// (none while fewer than MinLength keys precede a position's chunk).
-func (a *hyperAttn) NewDecoder(B, H, h int) (Decoder, error) {
-	if !a.causal {
-		return nil, errNotCausal(a.Kind())
-	}
-	return newCacheDecoder(B, H, h, 0), nil
-}
-
 // blocks returns the blocks per head and the sample sets per head for
 // sequences of length N.
 func (a *hyperAttn) blocks(N int) (nb, sets int) {
@@ -431,12 +420,18 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 	a.sampOK = a.sampOK[:z.sets]
 	a.dkp = tensor.Grow(a.dkp, z.partial)
 	a.dvp = tensor.Grow(a.dvp, z.partial)
-	for len(a.sc) < z.workers {
+	a.ensureScratch(z.workers, min(a.cfg.Block, N), h, z.parts)
+}
+
+// ensureScratch sizes the buffers of the first `workers` workers for
+// blocks of b rows and heads of size h.
+func (a *hyperAttn) ensureScratch(workers, b, h, parts int) {
+	for len(a.sc) < workers {
 		a.sc = append(a.sc, &hyperScratch{})
 	}
-	b, s, R := min(a.cfg.Block, N), a.cfg.Samples, 1<<a.cfg.Hashes
+	s, R := a.cfg.Samples, 1<<a.cfg.Hashes
 	w := max(b, s)
-	for _, sc := range a.sc[:z.workers] {
+	for _, sc := range a.sc[:workers] {
 		sc.pos = growInt32(sc.pos, b)
 		sc.grp = growInt32(sc.grp, b)
 		sc.order = growInt32(sc.order, b)
@@ -446,8 +441,8 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 		sc.kidx = growInt32(sc.kidx, w)
 		sc.blk = growInt32(sc.blk, s)
 		sc.cum = growInt32(sc.cum, R+1)
-		if cap(sc.parts) < z.parts {
-			sc.parts = make([]hyperPart, 0, z.parts)
+		if cap(sc.parts) < parts {
+			sc.parts = make([]hyperPart, 0, parts)
 		}
 		for _, p := range []*[]float32{&sc.qg, &sc.og, &sc.dog, &sc.dqg} {
 			*p = tensor.Grow(*p, b*h)
