@@ -141,7 +141,7 @@ type hyperAttn struct {
 	sampOK []bool    // [BH·sets] whether the set was drawn (causal chunks without past have none)
 
 	// Backward buffers.
-	dkp, dvp []float32 // [(G−1)·BH·N·h] partial dK, dV of groups 1…
+	dkp, dvp []float32 // partial dK, dV: see backwardItem
 	gz       []float64 // [BH·nb] vnorm: Σ of the logit gradients of each block's samples
 
 	sc   []*hyperScratch
@@ -370,6 +370,9 @@ func (a *hyperAttn) sizes(B, H, N, h int) hyperSizes {
 		z.samp, z.sets = B*H*sets*s, B*H*sets
 	}
 	z.partial = (a.groups(B, H, N) - 1) * bhN * h
+	if a.approx(N) {
+		z.partial += bhN * h // every group keeps its own, in sorted order
+	}
 	w := max(b, s)
 	// 32-bit words per worker: pos, grp, keys (2), order, kidx, blk, cum;
 	// eleven row or key matrices, two score tiles, three row vectors, the
@@ -989,20 +992,42 @@ func (a *hyperAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 }
 
 // backwardItem runs blocks g, g+G, … of one head, writing their rows of
-// dQ and accumulating into the group's dK and dV.
+// dQ and accumulating into the group's dK and dV. Where the sequence is
+// approximated, every group accumulates in dkp, dvp in the keys' sorted
+// order, in which key blocks are contiguous runs, and reduceItem puts the
+// rows back in place; otherwise group 0 accumulates in dk, dv and the
+// others in dkp, dvp in position order.
 func (a *hyperAttn) backwardItem(w, item int) {
 	c := &a.call
 	G := c.groups
 	bh, g := item/G, item%G
 	N, h := c.N, c.h
 	head := bh * N * h
-	dk, dv := c.dk[head:head+N*h], c.dv[head:head+N*h]
-	if g > 0 {
+	sorted := a.approx(N)
+	var dk, dv []float32
+	switch {
+	case sorted:
+		at := (g*c.B*c.H + bh) * N * h
+		dk, dv = a.dkp[at:at+N*h], a.dvp[at:at+N*h]
+	case g == 0:
+		dk, dv = c.dk[head:head+N*h], c.dv[head:head+N*h]
+	default:
 		at := ((g-1)*c.B*c.H + bh) * N * h
 		dk, dv = a.dkp[at:at+N*h], a.dvp[at:at+N*h]
 	}
 	clear(dk)
 	clear(dv)
+	// row returns where key j's gradient row lives in dk, dv.
+	var posK []int32
+	if sorted {
+		posK = a.posK[bh*N : (bh+1)*N]
+	}
+	row := func(j int32) int {
+		if posK != nil {
+			return int(posK[j]) * h
+		}
+		return int(j) * h
+	}
 	sc := a.sc[w]
 	alpha := float32(1 / math.Sqrt(float64(h)))
 	v, do := a.v.Data[head:head+N*h], c.do[head:head+N*h]
@@ -1025,10 +1050,17 @@ func (a *hyperAttn) backwardItem(w, item int) {
 			if a.causal && p.kind == partBlock {
 				a.backwardBatch(sc, p, k, vv)
 				if p.last {
-					for u, j := range sc.kidx[:p.n] {
-						at := int(j) * h
-						vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
-						vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
+					// The block is a few runs of consecutive sorted keys.
+					idx := sc.kidx[:p.n]
+					for u0 := 0; u0 < len(idx); {
+						u1 := u0 + 1
+						for u1 < len(idx) && posK[idx[u1]] == posK[idx[u1-1]]+1 {
+							u1++
+						}
+						at, n := row(idx[u0]), (u1-u0)*h
+						vec.Add(dk[at:at+n], dk[at:at+n], sc.dkg[u0*h:u1*h])
+						vec.Add(dv[at:at+n], dv[at:at+n], sc.dvg[u0*h:u1*h])
+						u0 = u1
 					}
 				}
 				continue
@@ -1039,9 +1071,14 @@ func (a *hyperAttn) backwardItem(w, item int) {
 				vec.Axpy(-sc.m[r], sc.ones[:p.n], s[(r-p.r0)*p.n:(r-p.r0+1)*p.n])
 			}
 			vec.Exp(s, s) // P; masked columns are exp(−∞) = 0
+			// Contiguous rows accumulate in place; others are scattered below.
 			dks, dvs := dk[p.j0*h:], dv[p.j0*h:]
 			var beta float32 = 1
-			if p.kind != partRange {
+			direct := p.kind == partRange && !sorted
+			if p.kind == partBlock && !a.causal {
+				dks, dvs = dk[p.j0*a.cfg.Block*h:], dv[p.j0*a.cfg.Block*h:] // sorted block p.j0
+				direct = true
+			} else if !direct {
 				dks, dvs, beta = sc.dkg, sc.dvg, 0
 			}
 			dog := sc.dog[p.r0*h:]
@@ -1054,7 +1091,15 @@ func (a *hyperAttn) backwardItem(w, item int) {
 			vec.Mul(dp, dp, s) // dS, the gradient of the logits
 			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, h, p.n, alpha, dp, p.n, k, h, 1, dqg[p.r0*h:], h)
 			blas.SgemmSerial(blas.Trans, blas.NoTrans, p.n, h, rows, alpha, dp, p.n, sc.qg[p.r0*h:], h, beta, dks, h)
+			if direct {
+				continue
+			}
 			if p.kind == partRange {
+				for u := range p.n {
+					at := row(int32(p.j0 + u))
+					vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
+					vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
+				}
 				continue
 			}
 			if vnorm && p.kind == partSamples && a.vnormDrawn(bh, blk) {
@@ -1076,7 +1121,7 @@ func (a *hyperAttn) backwardItem(w, item int) {
 				}
 			}
 			for u, j := range sc.kidx[:p.n] {
-				at := int(j) * h
+				at := row(j)
 				vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
 				vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
 			}
@@ -1109,12 +1154,28 @@ func (a *hyperAttn) reduceItem(_, item int) {
 	rows := min(b, N-i0)
 	lo, hi := (bh*N+i0)*h, (bh*N+i0+rows)*h
 	dk, dv := c.dk[lo:hi], c.dv[lo:hi]
-	for g := 1; g < c.groups; g++ {
-		at := ((g-1)*c.B*c.H)*N*h + lo
-		vec.Add(dk, dk, a.dkp[at:at+rows*h])
-		vec.Add(dv, dv, a.dvp[at:at+rows*h])
+	if !a.approx(N) {
+		for g := 1; g < c.groups; g++ {
+			at := ((g-1)*c.B*c.H)*N*h + lo
+			vec.Add(dk, dk, a.dkp[at:at+rows*h])
+			vec.Add(dv, dv, a.dvp[at:at+rows*h])
+		}
+		return
 	}
-	if a.cfg.Sampling != SampleVNorm || c.exact || !a.approx(N) {
+	// Gather each key's rows from the groups' sorted buffers, in group order.
+	posK := a.posK[bh*N+i0 : bh*N+i0+rows]
+	for r, p := range posK {
+		d, e := dk[r*h:(r+1)*h], dv[r*h:(r+1)*h]
+		at := (bh*N + int(p)) * h
+		copy(d, a.dkp[at:at+h])
+		copy(e, a.dvp[at:at+h])
+		for g := 1; g < c.groups; g++ {
+			at += c.B * c.H * N * h
+			vec.Add(d, d, a.dkp[at:at+h])
+			vec.Add(e, e, a.dvp[at:at+h])
+		}
+	}
+	if a.cfg.Sampling != SampleVNorm {
 		return
 	}
 	// Z_c = Σ_{j<cb} ‖v_j‖² (causal) or Σ_j ‖v_j‖² (non-causal): each
