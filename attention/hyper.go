@@ -1117,7 +1117,9 @@ func (a *hyperAttn) backwardItem(w, item int) {
 				a.gz[bh*c.nb+blk] += sum
 				for u, j := range sc.kidx[:p.n] {
 					vj := v[int(j)*h : int(j+1)*h]
-					vec.Axpy(-2*glw[u]/vec.Dot(vj, vj), vj, sc.dvg[u*h:(u+1)*h])
+					if n2 := vec.Dot(vj, vj); n2 > 0 { // drawn, so ‖v_j‖ > 0 unless float32 underflows
+						vec.Axpy(-2*glw[u]/n2, vj, sc.dvg[u*h:(u+1)*h])
+					}
 				}
 			}
 			for u, j := range sc.kidx[:p.n] {
