@@ -56,6 +56,17 @@ import (
 // slot in a batch): output i depends on nothing after i, and its value
 // does not depend on the sequence length N either.
 //
+// In the causal form the number of blocks per position is fixed (its own
+// chunk, one past block, the samples), so the estimate of the far past
+// rests on Samples columns however long the sequence: the error grows with
+// N where attention is diffuse, as the non-causal form's does. Samples are
+// drawn with replacement; vnorm never draws a key whose value is 0, so
+// such keys are missing from its estimate of the row sums (uniform
+// sampling is unbiased for both). The decoder (NewDecoder) reproduces
+// Forward. Cost per head: O(N·(2b + s)·h) past MinLength (causal: exact
+// O(MinLength²·h) before), plus the hashes, O(N·h·hashes), and counting
+// sorts, O(N + 2^hashes) per causal chunk.
+//
 // Backward differentiates the approximation as computed: the sort and
 // the sampled columns are those of the forward pass; with vnorm the
 // log-weights are differentiated as functions of v.
