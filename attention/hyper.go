@@ -56,6 +56,17 @@ import (
 // slot in a batch): output i depends on nothing after i, and its value
 // does not depend on the sequence length N either.
 //
+// In the causal form the number of blocks per position is fixed (its own
+// chunk, one past block, the samples), so the estimate of the far past
+// rests on Samples columns however long the sequence: the error grows with
+// N where attention is diffuse, as the non-causal form's does. Samples are
+// drawn with replacement; vnorm never draws a key whose value is 0, so
+// such keys are missing from its estimate of the row sums (uniform
+// sampling is unbiased for both). The decoder (NewDecoder) reproduces
+// Forward. Cost per head: O(N·(2b + s)·h) past MinLength (causal: exact
+// O(MinLength²·h) before), plus the hashes, O(N·h·hashes), and counting
+// sorts, O(N + 2^hashes) per causal chunk.
+//
 // Backward differentiates the approximation as computed: the sort and
 // the sampled columns are those of the forward pass; with vnorm the
 // log-weights are differentiated as functions of v.
@@ -131,6 +142,8 @@ type hyperAttn struct {
 	sortQ  []int32   // [BH·N] query positions by (rank, position); non-causal
 	sortK  []int32   // [BH·N] key positions by (rank, position)
 	posK   []int32   // [BH·N] index of each key in sortK
+	ksrt   []float32 // [BH·N·h] the keys in the order of sortK
+	vsrt   []float32 // [BH·N·h] and the values
 	start  []int32   // [BH·(R+1)] where each rank's keys start in sortK
 	hist   []int32   // [BH·nb·R] causal: key ranks counted over positions before each chunk
 	vcum   []float64 // [BH·(N+1)] vnorm: prefix sums of ‖v_j‖²
@@ -139,7 +152,7 @@ type hyperAttn struct {
 	sampOK []bool    // [BH·sets] whether the set was drawn (causal chunks without past have none)
 
 	// Backward buffers.
-	dkp, dvp []float32 // [(G−1)·BH·N·h] partial dK, dV of groups 1…
+	dkp, dvp []float32 // partial dK, dV: see backwardItem
 	gz       []float64 // [BH·nb] vnorm: Σ of the logit gradients of each block's samples
 
 	sc   []*hyperScratch
@@ -177,6 +190,53 @@ type hyperScratch struct {
 	proj             []float32 // b×hashes projections
 	glw              []float32 // s: logit gradients of the sampled columns
 	ones             []float32 // max(b,s)
+}
+
+// hyperView is what the computation of one block of one head reads:
+// Forward and Backward make it from their saved arrays, the decoder from
+// its caches (whose sorted keys then cover the keys before the block only).
+type hyperView struct {
+	N       int       // positions in the sequence (so far)
+	lo      int       // causal: the first row to compute; earlier rows of the block are left out
+	qOff    int       // q and rankQ hold the rows from position qOff on
+	q, k, v []float32 // [·×h] rows of the head
+	rankQ   []int32   // Gray ranks of the queries (from qOff on) and keys
+	rankK   []int32
+	sortQ   []int32 // non-causal: query positions by (rank, position)
+	cnt     []int32 // causal: rank counts of the keys before the block
+	sortK   []int32 // key positions by (rank, position)
+	posK    []int32 // index of each key in sortK
+	start   []int32 // where each rank's keys start in sortK
+	ksrt    []float32
+	vsrt    []float32
+	samp    []int32   // the block's sampled key positions; nil: none
+	lw      []float32 // their log-weights
+}
+
+// view returns the view of block blk of head bh in the call in progress.
+func (a *hyperAttn) view(bh, blk int) hyperView {
+	c := &a.call
+	N, h := c.N, c.h
+	head := bh * N * h
+	vw := hyperView{N: N, q: a.q.Data[head : head+N*h], k: a.k.Data[head : head+N*h], v: a.v.Data[head : head+N*h]}
+	if !a.approx(N) {
+		return vw
+	}
+	R := 1 << a.cfg.Hashes
+	rows := func(x []int32) []int32 { return x[bh*N : (bh+1)*N] }
+	vw.rankQ, vw.rankK, vw.sortK, vw.posK = rows(a.rankQ), rows(a.rankK), rows(a.sortK), rows(a.posK)
+	if a.causal {
+		vw.cnt = a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
+	} else {
+		vw.sortQ = rows(a.sortQ)
+	}
+	vw.start = a.start[bh*(R+1) : (bh+1)*(R+1)]
+	vw.ksrt, vw.vsrt = a.ksrt[head:head+N*h], a.vsrt[head:head+N*h]
+	if set := bh*c.sets + min(blk, c.sets-1); a.sampOK[set] {
+		s := a.cfg.Samples
+		vw.samp, vw.lw = a.samp[set*s:(set+1)*s], a.lw[set*s:(set+1)*s]
+	}
+	return vw
 }
 
 // hyperPart is one set of key columns a range of the item's rows attends to.
@@ -258,17 +318,6 @@ func (a *hyperAttn) SketchMatrices() map[string]*tensor.Tensor {
 	return m
 }
 
-// NewDecoder returns a decoder that attends exactly over a KV cache
-// (softmax(q·k/√h), as flash's decoder): it does not reproduce Forward's
-// approximation, from which it differs by the approximation's error
-// (none while fewer than MinLength keys precede a position's chunk).
-func (a *hyperAttn) NewDecoder(B, H, h int) (Decoder, error) {
-	if !a.causal {
-		return nil, errNotCausal(a.Kind())
-	}
-	return newCacheDecoder(B, H, h, 0), nil
-}
-
 // blocks returns the blocks per head and the sample sets per head for
 // sequences of length N.
 func (a *hyperAttn) blocks(N int) (nb, sets int) {
@@ -332,6 +381,9 @@ func (a *hyperAttn) sizes(B, H, N, h int) hyperSizes {
 		z.samp, z.sets = B*H*sets*s, B*H*sets
 	}
 	z.partial = (a.groups(B, H, N) - 1) * bhN * h
+	if a.approx(N) {
+		z.partial += bhN * h // every group keeps its own, in sorted order
+	}
 	w := max(b, s)
 	// 32-bit words per worker: pos, grp, keys (2), order, kidx, blk, cum;
 	// eleven row or key matrices, two score tiles, three row vectors, the
@@ -347,7 +399,7 @@ func (a *hyperAttn) sizes(B, H, N, h int) hyperSizes {
 // buffers.
 func (a *hyperAttn) Workspace(B, H, N, h int) int64 {
 	z := a.sizes(B, H, N, h)
-	n32 := int64(z.heads) + 2*int64(z.rows) + 5*int64(z.ranks) + int64(z.starts) + int64(z.hist) +
+	n32 := int64(z.heads) + 2*int64(z.rows) + (5+2*int64(h))*int64(z.ranks) + int64(z.starts) + int64(z.hist) +
 		2*int64(z.samp) + 2*int64(z.partial) + int64(z.perWorker32)*int64(z.workers)
 	n64 := int64(z.vcum) + int64(z.gz)
 	partBytes := int64(z.parts) * 6 * 8 // hyperPart: five ints and two bools
@@ -368,6 +420,8 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 	a.sortQ = growInt32(a.sortQ, z.ranks)
 	a.sortK = growInt32(a.sortK, z.ranks)
 	a.posK = growInt32(a.posK, z.ranks)
+	a.ksrt = tensor.Grow(a.ksrt, z.ranks*h)
+	a.vsrt = tensor.Grow(a.vsrt, z.ranks*h)
 	a.start = growInt32(a.start, z.starts)
 	a.hist = growInt32(a.hist, z.hist)
 	a.vcum = growFloat64(a.vcum, z.vcum)
@@ -380,12 +434,18 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 	a.sampOK = a.sampOK[:z.sets]
 	a.dkp = tensor.Grow(a.dkp, z.partial)
 	a.dvp = tensor.Grow(a.dvp, z.partial)
-	for len(a.sc) < z.workers {
+	a.ensureScratch(z.workers, min(a.cfg.Block, N), h, z.parts)
+}
+
+// ensureScratch sizes the buffers of the first `workers` workers for
+// blocks of b rows and heads of size h.
+func (a *hyperAttn) ensureScratch(workers, b, h, parts int) {
+	for len(a.sc) < workers {
 		a.sc = append(a.sc, &hyperScratch{})
 	}
-	b, s, R := min(a.cfg.Block, N), a.cfg.Samples, 1<<a.cfg.Hashes
+	s, R := a.cfg.Samples, 1<<a.cfg.Hashes
 	w := max(b, s)
-	for _, sc := range a.sc[:z.workers] {
+	for _, sc := range a.sc[:workers] {
 		sc.pos = growInt32(sc.pos, b)
 		sc.grp = growInt32(sc.grp, b)
 		sc.order = growInt32(sc.order, b)
@@ -395,8 +455,8 @@ func (a *hyperAttn) ensure(B, H, N, h int) {
 		sc.kidx = growInt32(sc.kidx, w)
 		sc.blk = growInt32(sc.blk, s)
 		sc.cum = growInt32(sc.cum, R+1)
-		if cap(sc.parts) < z.parts {
-			sc.parts = make([]hyperPart, 0, z.parts)
+		if cap(sc.parts) < parts {
+			sc.parts = make([]hyperPart, 0, parts)
 		}
 		for _, p := range []*[]float32{&sc.qg, &sc.og, &sc.dog, &sc.dqg} {
 			*p = tensor.Grow(*p, b*h)
@@ -468,6 +528,14 @@ func (a *hyperAttn) prepItem(w, bh int) {
 	start := a.start[bh*(R+1) : (bh+1)*(R+1)]
 	sortK, posK := a.sortK[bh*N:(bh+1)*N], a.posK[bh*N:(bh+1)*N]
 	countingSort(rk, R, start, sortK, posK)
+	// Keys and values in sorted order, so that key blocks are a few
+	// contiguous runs.
+	kd, vd := a.k.Data[head:head+N*h], a.v.Data[head:head+N*h]
+	ks, vs := a.ksrt[head:head+N*h], a.vsrt[head:head+N*h]
+	for at, j := range sortK {
+		copy(ks[at*h:(at+1)*h], kd[int(j)*h:])
+		copy(vs[at*h:(at+1)*h], vd[int(j)*h:])
+	}
 	if !a.causal {
 		sortQ := a.sortQ[bh*N : (bh+1)*N]
 		countingSort(rq, R, sc.cum, sortQ, nil)
@@ -595,46 +663,42 @@ func (a *hyperAttn) draw(pos []int32, lw []float32, hd, set, past int, vcum []fl
 	}
 }
 
-// rows fills sc.pos (and sc.grp) with the query rows of block blk of head
-// bh, in the order the item processes them, and returns their number.
-func (a *hyperAttn) rows(sc *hyperScratch, bh, blk int) int {
-	c := &a.call
-	N, b := c.N, a.cfg.Block
+// rows fills sc.pos (and sc.grp, sc.order) with the query rows of block
+// blk, in the order the item processes them, copies them to sc.qg and
+// returns their number.
+func (a *hyperAttn) rows(sc *hyperScratch, vw *hyperView, blk int) int {
+	N, b, h := vw.N, a.cfg.Block, a.call.h
 	i0 := blk * b
-	n := min(b, N-i0)
+	lo := max(i0, vw.lo)
+	n := min(i0+b, N) - lo
 	switch {
-	case c.exact || (a.causal && !a.chunkApprox(blk)):
+	case !a.causal && !a.approx(N), a.causal && !a.chunkApprox(blk):
 		for r := range n {
-			sc.pos[r] = int32(i0 + r)
+			sc.pos[r] = int32(lo + r)
 		}
 	case !a.causal:
-		copy(sc.pos[:n], a.sortQ[bh*N+i0:bh*N+i0+n])
+		copy(sc.pos[:n], vw.sortQ[i0:i0+n])
 		for r := range n {
 			sc.grp[r] = int32(blk)
+		}
+	case i0 == 0:
+		for r := range n {
+			sc.pos[r], sc.grp[r] = int32(lo+r), 0
 		}
 	default:
 		// Each query's key block is where its rank falls among the past
 		// keys sorted by rank: the middle of its bucket.
 		R := 1 << a.cfg.Hashes
-		past := i0
-		if past == 0 {
-			for r := range n {
-				sc.pos[r], sc.grp[r] = int32(i0+r), 0
-			}
-			return n
-		}
-		cnt := a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
-		cum := sc.cum
+		cnt, cum := vw.cnt, sc.cum
 		cum[0] = 0
 		for r := range R {
 			cum[r+1] = cum[r] + cnt[r]
 		}
-		last := int32((past+b-1)/b - 1)
-		rq := a.rankQ[bh*N : (bh+1)*N]
+		last := int32((i0+b-1)/b - 1)
 		for r := range n {
-			rk := rq[i0+r]
+			rk := vw.rankQ[lo+r-vw.qOff]
 			kb := min((cum[rk]+cnt[rk]/2)/int32(b), last)
-			sc.pos[r], sc.grp[r] = int32(i0+r), kb
+			sc.pos[r], sc.grp[r] = int32(lo+r), kb
 			sc.keys[r] = int64(kb)<<32 | int64(r)
 		}
 		slices.Sort(sc.keys[:n])
@@ -642,24 +706,26 @@ func (a *hyperAttn) rows(sc *hyperScratch, bh, blk int) int {
 			sc.order[r] = int32(key & 0xffffffff)
 		}
 	}
+	for r, i := range sc.pos[:n] {
+		copy(sc.qg[r*h:(r+1)*h], vw.q[(int(i)-vw.qOff)*h:])
+	}
 	return n
 }
 
 // parts lists the key columns the n rows of block blk attend to.
-func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
-	c := &a.call
-	N, b := c.N, a.cfg.Block
+func (a *hyperAttn) parts(sc *hyperScratch, vw *hyperView, blk, n int) []hyperPart {
+	N, b := vw.N, a.cfg.Block
 	ps := sc.parts[:0]
 	i0 := blk * b
 	end := min(i0+b, N)
 	switch {
-	case c.exact:
+	case !a.causal && !a.approx(N):
 		for j0 := 0; j0 < N; j0 += b {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partRange, j0: j0, n: min(b, N-j0)})
 		}
 	case !a.causal:
 		ps = append(ps, hyperPart{r0: 0, r1: n, kind: partBlock, j0: blk, n: min(b, N-blk*b)})
-		if a.sampOK[bh] {
+		if vw.samp != nil {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partSamples, n: a.cfg.Samples})
 		}
 	case !a.chunkApprox(blk):
@@ -684,7 +750,7 @@ func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
 			}
 			r0 = r1
 		}
-		if a.sampOK[bh*c.sets+blk] {
+		if vw.samp != nil {
 			ps = append(ps, hyperPart{r0: 0, r1: n, kind: partSamples, n: a.cfg.Samples})
 		}
 	}
@@ -695,60 +761,58 @@ func (a *hyperAttn) parts(sc *hyperScratch, bh, blk, n int) []hyperPart {
 // keys returns the keys and values of part p ([p.n × h] each) and, for
 // sampled columns, their log-weights; gathered parts leave the key
 // positions in sc.kidx and, for samples, the key blocks in sc.blk.
-func (a *hyperAttn) keys(sc *hyperScratch, bh, blk int, p hyperPart) (k, v, lw []float32) {
-	c := &a.call
-	N, h, b := c.N, c.h, a.cfg.Block
-	head := bh * N * h
-	kd, vd := a.k.Data[head:head+N*h], a.v.Data[head:head+N*h]
+func (a *hyperAttn) keys(sc *hyperScratch, vw *hyperView, p hyperPart) (k, v, lw []float32) {
+	h, b := a.call.h, a.cfg.Block
 	if p.kind == partRange {
-		return kd[p.j0*h : (p.j0+p.n)*h], vd[p.j0*h : (p.j0+p.n)*h], nil
+		return vw.k[p.j0*h : (p.j0+p.n)*h], vw.v[p.j0*h : (p.j0+p.n)*h], nil
 	}
 	idx := sc.kidx[:p.n]
-	R := 1 << a.cfg.Hashes
-	sortK := a.sortK[bh*N : (bh+1)*N]
-	start := a.start[bh*(R+1) : (bh+1)*(R+1)]
 	switch {
 	case p.kind == partBlock && !a.causal:
-		copy(idx, sortK[p.j0*b:])
+		copy(idx, vw.sortK[p.j0*b:])
+		at := p.j0 * b * h
+		return vw.ksrt[at : at+p.n*h], vw.vsrt[at : at+p.n*h], nil
 	case p.kind == partBlock:
 		if !p.first {
 			return sc.kg[:p.n*h], sc.vg[:p.n*h], nil // gathered by the first batch
 		}
 		// Keys [kb·b, kb·b+n) of the past sorted by rank: walk the ranks.
-		cnt := a.hist[(bh*c.nb+blk)*R : (bh*c.nb+blk+1)*R]
 		first := int32(p.j0 * b)
 		r := int32(0)
 		for sc.cum[r+1] <= first {
 			r++
 		}
 		off := first - sc.cum[r]
+		k, v = sc.kg[:p.n*h], sc.vg[:p.n*h]
 		for at := 0; at < p.n; r, off = r+1, 0 {
-			for ; off < cnt[r] && at < p.n; off++ {
-				idx[at] = sortK[start[r]+off]
-				at++
+			run := min(int(vw.cnt[r]-off), p.n-at)
+			if run <= 0 {
+				continue
 			}
+			from := int(vw.start[r] + off)
+			copy(idx[at:at+run], vw.sortK[from:])
+			copy(k[at*h:(at+run)*h], vw.ksrt[from*h:])
+			copy(v[at*h:(at+run)*h], vw.vsrt[from*h:])
+			at += run
 		}
-	default:
-		set := bh*c.sets + min(blk, c.sets-1)
-		s := a.cfg.Samples
-		copy(idx, a.samp[set*s:(set+1)*s])
-		lw = a.lw[set*s : (set+1)*s]
-		posK, rk := a.posK[bh*N:(bh+1)*N], a.rankK[bh*N:(bh+1)*N]
-		for u, j := range idx {
-			if a.causal {
-				// Index among the past keys sorted by rank.
-				sc.blk[u] = (sc.cum[rk[j]] + posK[j] - start[rk[j]]) / int32(b)
-			} else {
-				sc.blk[u] = posK[j] / int32(b)
-			}
+		return k, v, nil
+	}
+	copy(idx, vw.samp)
+	for u, j := range idx {
+		rk := vw.rankK[j]
+		if a.causal {
+			// Index among the past keys sorted by rank.
+			sc.blk[u] = (sc.cum[rk] + vw.posK[j] - vw.start[rk]) / int32(b)
+		} else {
+			sc.blk[u] = vw.posK[j] / int32(b)
 		}
 	}
 	k, v = sc.kg[:p.n*h], sc.vg[:p.n*h]
 	for u, j := range idx {
-		copy(k[u*h:(u+1)*h], kd[int(j)*h:])
-		copy(v[u*h:(u+1)*h], vd[int(j)*h:])
+		copy(k[u*h:(u+1)*h], vw.k[int(j)*h:])
+		copy(v[u*h:(u+1)*h], vw.v[int(j)*h:])
 	}
-	return k, v, lw
+	return k, v, vw.lw
 }
 
 // scores computes the logits of part p for its rows, α·q·k + log-weight,
@@ -789,18 +853,29 @@ func (a *hyperAttn) forwardItem(w, item int) {
 	N, h := c.N, c.h
 	head := bh * N * h
 	sc := a.sc[w]
-	n := a.rows(sc, bh, blk)
-	q := a.q.Data[head : head+N*h]
+	vw := a.view(bh, blk)
+	n := a.forwardRows(sc, &vw, blk)
 	for r, i := range sc.pos[:n] {
-		copy(sc.qg[r*h:(r+1)*h], q[int(i)*h:])
+		row := sc.og[r*h : (r+1)*h]
+		copy(c.out[head+int(i)*h:], row)
+		copy(a.o[head+int(i)*h:], row)
+		a.lse[bh*N+int(i)] = sc.m[r]
 	}
+}
+
+// forwardRows computes the output rows of block blk into sc.og, their
+// positions in sc.pos and their log-sum-exps in sc.m, and returns their
+// number.
+func (a *hyperAttn) forwardRows(sc *hyperScratch, vw *hyperView, blk int) int {
+	h := a.call.h
+	n := a.rows(sc, vw, blk)
 	og := sc.og[:n*h]
 	clear(og)
 	for r := range n {
 		sc.m[r], sc.l[r] = negInf, 0
 	}
-	for _, p := range a.parts(sc, bh, blk, n) {
-		k, v, lw := a.keys(sc, bh, blk, p)
+	for _, p := range a.parts(sc, vw, blk, n) {
+		k, v, lw := a.keys(sc, vw, p)
 		if a.causal && p.kind == partBlock {
 			a.forwardBatch(sc, p, k, v)
 			continue
@@ -811,13 +886,11 @@ func (a *hyperAttn) forwardItem(w, item int) {
 		}
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, p.r1-p.r0, h, p.n, 1, s, p.n, v, h, 1, og[p.r0*h:], h)
 	}
-	for r, i := range sc.pos[:n] {
-		row := og[r*h : (r+1)*h]
-		vec.Scale(1/sc.l[r], row)
-		copy(c.out[head+int(i)*h:], row)
-		copy(a.o[head+int(i)*h:], row)
-		a.lse[bh*N+int(i)] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
+	for r := range n {
+		vec.Scale(1/sc.l[r], og[r*h:(r+1)*h])
+		sc.m[r] += float32(math.Log(float64(sc.l[r])))
 	}
+	return n
 }
 
 // online folds the logits row (of row r) into the running statistics and
@@ -930,28 +1003,50 @@ func (a *hyperAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 }
 
 // backwardItem runs blocks g, g+G, … of one head, writing their rows of
-// dQ and accumulating into the group's dK and dV.
+// dQ and accumulating into the group's dK and dV. Where the sequence is
+// approximated, every group accumulates in dkp, dvp in the keys' sorted
+// order, in which key blocks are contiguous runs, and reduceItem puts the
+// rows back in place; otherwise group 0 accumulates in dk, dv and the
+// others in dkp, dvp in position order.
 func (a *hyperAttn) backwardItem(w, item int) {
 	c := &a.call
 	G := c.groups
 	bh, g := item/G, item%G
 	N, h := c.N, c.h
 	head := bh * N * h
-	dk, dv := c.dk[head:head+N*h], c.dv[head:head+N*h]
-	if g > 0 {
+	sorted := a.approx(N)
+	var dk, dv []float32
+	switch {
+	case sorted:
+		at := (g*c.B*c.H + bh) * N * h
+		dk, dv = a.dkp[at:at+N*h], a.dvp[at:at+N*h]
+	case g == 0:
+		dk, dv = c.dk[head:head+N*h], c.dv[head:head+N*h]
+	default:
 		at := ((g-1)*c.B*c.H + bh) * N * h
 		dk, dv = a.dkp[at:at+N*h], a.dvp[at:at+N*h]
 	}
 	clear(dk)
 	clear(dv)
+	// row returns where key j's gradient row lives in dk, dv.
+	var posK []int32
+	if sorted {
+		posK = a.posK[bh*N : (bh+1)*N]
+	}
+	row := func(j int32) int {
+		if posK != nil {
+			return int(posK[j]) * h
+		}
+		return int(j) * h
+	}
 	sc := a.sc[w]
 	alpha := float32(1 / math.Sqrt(float64(h)))
-	q, v, do := a.q.Data[head:head+N*h], a.v.Data[head:head+N*h], c.do[head:head+N*h]
+	v, do := a.v.Data[head:head+N*h], c.do[head:head+N*h]
 	vnorm := a.cfg.Sampling == SampleVNorm && !c.exact
 	for blk := g; blk < c.nb; blk += G {
-		n := a.rows(sc, bh, blk)
+		vw := a.view(bh, blk)
+		n := a.rows(sc, &vw, blk)
 		for r, i := range sc.pos[:n] {
-			copy(sc.qg[r*h:(r+1)*h], q[int(i)*h:])
 			copy(sc.dog[r*h:(r+1)*h], do[int(i)*h:])
 			sc.m[r] = a.lse[bh*N+int(i)]
 			sc.delta[r] = vec.Dot(sc.dog[r*h:(r+1)*h], a.o[head+int(i)*h:head+int(i+1)*h])
@@ -961,15 +1056,22 @@ func (a *hyperAttn) backwardItem(w, item int) {
 		if vnorm {
 			a.gz[bh*c.nb+blk] = 0
 		}
-		for _, p := range a.parts(sc, bh, blk, n) {
-			k, vv, lw := a.keys(sc, bh, blk, p)
+		for _, p := range a.parts(sc, &vw, blk, n) {
+			k, vv, lw := a.keys(sc, &vw, p)
 			if a.causal && p.kind == partBlock {
 				a.backwardBatch(sc, p, k, vv)
 				if p.last {
-					for u, j := range sc.kidx[:p.n] {
-						at := int(j) * h
-						vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
-						vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
+					// The block is a few runs of consecutive sorted keys.
+					idx := sc.kidx[:p.n]
+					for u0 := 0; u0 < len(idx); {
+						u1 := u0 + 1
+						for u1 < len(idx) && posK[idx[u1]] == posK[idx[u1-1]]+1 {
+							u1++
+						}
+						at, n := row(idx[u0]), (u1-u0)*h
+						vec.Add(dk[at:at+n], dk[at:at+n], sc.dkg[u0*h:u1*h])
+						vec.Add(dv[at:at+n], dv[at:at+n], sc.dvg[u0*h:u1*h])
+						u0 = u1
 					}
 				}
 				continue
@@ -980,9 +1082,14 @@ func (a *hyperAttn) backwardItem(w, item int) {
 				vec.Axpy(-sc.m[r], sc.ones[:p.n], s[(r-p.r0)*p.n:(r-p.r0+1)*p.n])
 			}
 			vec.Exp(s, s) // P; masked columns are exp(−∞) = 0
+			// Contiguous rows accumulate in place; others are scattered below.
 			dks, dvs := dk[p.j0*h:], dv[p.j0*h:]
 			var beta float32 = 1
-			if p.kind != partRange {
+			direct := p.kind == partRange && !sorted
+			if p.kind == partBlock && !a.causal {
+				dks, dvs = dk[p.j0*a.cfg.Block*h:], dv[p.j0*a.cfg.Block*h:] // sorted block p.j0
+				direct = true
+			} else if !direct {
 				dks, dvs, beta = sc.dkg, sc.dvg, 0
 			}
 			dog := sc.dog[p.r0*h:]
@@ -995,7 +1102,15 @@ func (a *hyperAttn) backwardItem(w, item int) {
 			vec.Mul(dp, dp, s) // dS, the gradient of the logits
 			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, h, p.n, alpha, dp, p.n, k, h, 1, dqg[p.r0*h:], h)
 			blas.SgemmSerial(blas.Trans, blas.NoTrans, p.n, h, rows, alpha, dp, p.n, sc.qg[p.r0*h:], h, beta, dks, h)
+			if direct {
+				continue
+			}
 			if p.kind == partRange {
+				for u := range p.n {
+					at := row(int32(p.j0 + u))
+					vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
+					vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
+				}
 				continue
 			}
 			if vnorm && p.kind == partSamples && a.vnormDrawn(bh, blk) {
@@ -1013,11 +1128,13 @@ func (a *hyperAttn) backwardItem(w, item int) {
 				a.gz[bh*c.nb+blk] += sum
 				for u, j := range sc.kidx[:p.n] {
 					vj := v[int(j)*h : int(j+1)*h]
-					vec.Axpy(-2*glw[u]/vec.Dot(vj, vj), vj, sc.dvg[u*h:(u+1)*h])
+					if n2 := vec.Dot(vj, vj); n2 > 0 { // drawn, so ‖v_j‖ > 0 unless float32 underflows
+						vec.Axpy(-2*glw[u]/n2, vj, sc.dvg[u*h:(u+1)*h])
+					}
 				}
 			}
 			for u, j := range sc.kidx[:p.n] {
-				at := int(j) * h
+				at := row(j)
 				vec.Add(dk[at:at+h], dk[at:at+h], sc.dkg[u*h:(u+1)*h])
 				vec.Add(dv[at:at+h], dv[at:at+h], sc.dvg[u*h:(u+1)*h])
 			}
@@ -1050,12 +1167,28 @@ func (a *hyperAttn) reduceItem(_, item int) {
 	rows := min(b, N-i0)
 	lo, hi := (bh*N+i0)*h, (bh*N+i0+rows)*h
 	dk, dv := c.dk[lo:hi], c.dv[lo:hi]
-	for g := 1; g < c.groups; g++ {
-		at := ((g-1)*c.B*c.H)*N*h + lo
-		vec.Add(dk, dk, a.dkp[at:at+rows*h])
-		vec.Add(dv, dv, a.dvp[at:at+rows*h])
+	if !a.approx(N) {
+		for g := 1; g < c.groups; g++ {
+			at := ((g-1)*c.B*c.H)*N*h + lo
+			vec.Add(dk, dk, a.dkp[at:at+rows*h])
+			vec.Add(dv, dv, a.dvp[at:at+rows*h])
+		}
+		return
 	}
-	if a.cfg.Sampling != SampleVNorm || c.exact || !a.approx(N) {
+	// Gather each key's rows from the groups' sorted buffers, in group order.
+	posK := a.posK[bh*N+i0 : bh*N+i0+rows]
+	for r, p := range posK {
+		d, e := dk[r*h:(r+1)*h], dv[r*h:(r+1)*h]
+		at := (bh*N + int(p)) * h
+		copy(d, a.dkp[at:at+h])
+		copy(e, a.dvp[at:at+h])
+		for g := 1; g < c.groups; g++ {
+			at += c.B * c.H * N * h
+			vec.Add(d, d, a.dkp[at:at+h])
+			vec.Add(e, e, a.dvp[at:at+h])
+		}
+	}
+	if a.cfg.Sampling != SampleVNorm {
 		return
 	}
 	// Z_c = Σ_{j<cb} ‖v_j‖² (causal) or Σ_j ‖v_j‖² (non-causal): each
