@@ -50,6 +50,7 @@ type Experiment struct {
 	// on 2 cores, estimated from measured training speed.
 	Duration string
 	kind     kind
+	loss     bool // a task table shows the final test loss (the thesis's measure), not exact match
 	grid     func(quick bool, seed uint64) []Run
 	paper    string // the paper's numbers to compare with, markdown
 }

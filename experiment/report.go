@@ -116,6 +116,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 		lmKind:    "validation perplexity (bytes)",
 		speedKind: "training steps per second",
 	}[e.kind]
+	if e.loss {
+		what = "final test loss over the answer positions (nats), and exact match"
+	}
 	steps := 0
 	if len(plan.Runs) > 0 {
 		steps = plan.Runs[0].Train.Steps
@@ -143,6 +146,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 func (e *Experiment) cell(r Result) string {
 	switch e.kind {
 	case taskKind:
+		if e.loss {
+			return fmt.Sprintf("%.3g (%.1f%%)", r.ValLoss, 100*r.Exact)
+		}
 		return fmt.Sprintf("%.2f%%", 100*r.Exact)
 	case lmKind:
 		return fmt.Sprintf("%.3f", r.ValPPL)
