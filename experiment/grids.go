@@ -19,7 +19,8 @@ var experiments = []*Experiment{
 		Summary:  "003 Table 5 in miniature: exact match of selective copying at two context lengths",
 		Duration: "about 30 minutes; learned polysketch takes 5/6 of it",
 		kind:     taskKind,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"polynomial:degree=4",
@@ -46,7 +47,8 @@ var experiments = []*Experiment{
 		Summary:  "003 App. F.2: accuracy of induction heads at lengths 128 and 256",
 		Duration: "about 25 minutes",
 		kind:     taskKind,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"polynomial:degree=4",
@@ -73,7 +75,8 @@ var experiments = []*Experiment{
 		Summary:  "multi-query associative recall (zoology) at growing numbers of key-value pairs",
 		Duration: "about 27 minutes",
 		kind:     taskKind,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"polynomial:degree=4",
@@ -100,7 +103,8 @@ var experiments = []*Experiment{
 		Duration: "about 20 minutes",
 		kind:     taskKind,
 		loss:     true,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"polynomial:degree=2",
@@ -126,11 +130,33 @@ var experiments = []*Experiment{
 		paper: "thesis §5 (encoder-only, 1 layer, 1 head, d=32, 10k steps; final loss): x^2 0.196, x^4 0.0199, x^8 0.0000041; (1+…+x^d)^2 for d=1…6: 2.21, 0.180, 0.0000118, 0.143, 0.0000047, 0.093.",
 	},
 	{
+		Name:     "task",
+		Summary:  "your own task file (--task FILE): exact match of the main mechanisms on it",
+		Duration: "depends on the file; about 1 minute per 100 steps of learned polysketch at context 256",
+		kind:     taskKind,
+		grid: func(o Options) []Run {
+			mechs := []string{
+				"softmax",
+				"polynomial:degree=4",
+				"polysketch:learned=true:local=true",
+				"polysketch:learned=false:local=true",
+			}
+			g := taskGrid{steps: 500, batch: 16, lr: 3e-3}
+			if o.Quick {
+				g = quickTask()
+			}
+			g.test = 0 // a tenth of the file
+			spec := task.Spec{Name: task.File, Path: o.TaskFile, Length: o.Context}
+			return g.runs(mechs, []taskCol{{fmt.Sprintf("N=%d", o.Context), o.Context, spec}}, o.Quick, o.Seed)
+		},
+	},
+	{
 		Name:     "lm",
 		Summary:  "003 Tables 2-3 in miniature: validation perplexity of every mechanism at two context lengths, equal steps and tokens",
 		Duration: "about 80 minutes",
 		kind:     lmKind,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"polynomial:degree=2",
@@ -164,7 +190,8 @@ var experiments = []*Experiment{
 		Summary:  "003 Table 4 in miniature: training steps per second of each mechanism against context length",
 		Duration: "about 10 minutes",
 		kind:     speedKind,
-		grid: func(quick bool, seed uint64) []Run {
+		grid: func(o Options) []Run {
+			quick, seed := o.Quick, o.Seed
 			mechs := []string{
 				"softmax",
 				"flash",
@@ -221,6 +248,9 @@ func (g taskGrid) runs(mechs []string, cols []taskCol, quick bool, seed uint64) 
 				mc.Dim, mc.Layers, mc.Heads = 16, 2, 2
 			}
 			mc.Vocab, mc.Bidirectional = spec.IDs(), spec.Bidirectional
+			if spec.Name == task.File {
+				mc.Vocab = 256 // the byte tokenizer's
+			}
 			tc := recipe(g.steps, g.batch, g.lr, seed)
 			tc.Task = &spec
 			runs = append(runs, newRun(mech, mech, col.label, col.size, mc, tc))

@@ -57,7 +57,7 @@ type Spec struct {
 	// over (the papers' 64k); 0 draws a fresh one every time.
 	Train int `json:"train,omitempty"`
 	// Test is the number of held-out test examples (for a file: its last
-	// Test examples).
+	// Test examples; 0 means a tenth of them).
 	Test int `json:"test"`
 	// Seed fixes every example.
 	Seed uint64 `json:"seed"`
@@ -121,7 +121,7 @@ func (s Spec) Validate() error {
 	if s.Train < 0 {
 		add("task train %d: must be 0 (fresh examples) or positive", s.Train)
 	}
-	if s.Test < 1 {
+	if s.Test < 1 && !(s.Name == File && s.Test == 0) {
 		add("task test %d: need at least 1 test example", s.Test)
 	}
 	switch s.Name {
@@ -254,6 +254,9 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 		all, err := ReadFile(spec.Path, tok, spec.Length)
 		if err != nil {
 			return nil, err
+		}
+		if spec.Test == 0 {
+			spec.Test = max(1, len(all)/10)
 		}
 		if len(all) <= spec.Test {
 			return nil, fmt.Errorf("task file %s: %d examples, not enough to hold out %d for testing and train on the rest: lower the test examples", spec.Path, len(all), spec.Test)
