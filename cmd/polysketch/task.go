@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
@@ -225,4 +229,49 @@ func taskDesc(set *task.Set) string {
 		train = fmt.Sprintf("%d training examples", s.Train)
 	}
 	return fmt.Sprintf("task %s (%d token ids, %s, %d held out for testing)", what, set.Vocab(), train, len(set.Test))
+}
+
+// trainedTask returns the task a checkpoint was trained on, or nil for a
+// corpus (or a checkpoint without a training configuration).
+func trainedTask(c *checkpoint.Checkpoint) *task.Spec {
+	var tc train.Config
+	if len(c.Train) == 0 || checkpoint.DecodeJSON(c.Train, &tc) != nil {
+		return nil
+	}
+	return tc.Task
+}
+
+// taskEvalResult is eval's --json output for a task checkpoint.
+type taskEvalResult struct {
+	Checkpoint string `json:"checkpoint"`
+	Step       int    `json:"step"`
+	Task       string `json:"task"`
+	task.Metrics
+}
+
+// evalTask scores a task checkpoint on its task's held-out test examples.
+func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.Spec, tok tokenizer.Tokenizer, batch int, asJSON bool) error {
+	set, err := task.New(spec, tok)
+	if err != nil {
+		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+	}
+	if set.Vocab() != c.Model.Config().Vocab {
+		return fmt.Errorf("eval: checkpoint %s: its model has %d token ids, its task %d", dir, c.Model.Config().Vocab, set.Vocab())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := train.EvaluateTask(ctx, c.Model, set, batch)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	r := taskEvalResult{Checkpoint: dir, Step: c.State.Step, Task: spec.Name, Metrics: *e.Task}
+	if spec.Name == task.File {
+		r.Task = spec.Path
+	}
+	if asJSON {
+		return writeJSONLine(stdout, r)
+	}
+	_, err = fmt.Fprintf(stdout, "checkpoint %s (step %d) on the %d test examples of task %s: loss %.4f nats per answer token, accuracy %.4f, exact match %.4f\n",
+		dir, r.Step, r.Examples, r.Task, r.Loss, r.Accuracy, r.Exact)
+	return err
 }

@@ -37,6 +37,17 @@ func TestTrainTask(t *testing.T) {
 	if n := len(metricsOf(t, out)); n != 8 {
 		t.Errorf("%d steps after resuming to 8", n)
 	}
+	// eval scores the task's test examples; generate refuses.
+	stdout, _, err = runQuiet(t, "eval", "--checkpoint", out)
+	if err != nil || !strings.Contains(stdout, "on the 8 test examples of task induction-heads") {
+		t.Errorf("eval: %v\n%s", err, stdout)
+	}
+	if _, _, err := runQuiet(t, "eval", "--checkpoint", out, "--corpus", "x.txt"); err == nil || !strings.Contains(err.Error(), "not on text") {
+		t.Errorf("eval on a corpus: %v", err)
+	}
+	if _, _, err := runQuiet(t, "generate", "--checkpoint", out); err == nil || !strings.Contains(err.Error(), "tokens are not text") {
+		t.Errorf("generate: %v", err)
+	}
 	bad := append(taskArgs(out), "--task", "induction-heads", "--task-vocab", "7", "--resume", "--steps", "9")
 	if _, _, err := runQuiet(t, append([]string{"train"}, bad...)...); err == nil || !strings.Contains(err.Error(), "vocab: 6 vs 7") {
 		t.Errorf("resume with another vocabulary: %v", err)
