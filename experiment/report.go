@@ -127,6 +127,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 	if plan.Quick {
 		quick = " --quick"
 	}
+	if len(plan.Runs) > 0 && plan.Runs[0].Train.Task != nil && plan.Runs[0].Train.Task.Path != "" {
+		quick += fmt.Sprintf(" --task %s --context %d", plan.Runs[0].Train.Task.Path, plan.Runs[0].Model.Context)
+	}
 	fmt.Fprintf(&b, "%s: %s, after %d steps (`polysketch experiment %s%s --seed %d`)\n\n", e.Name, what, steps, e.Name, quick, plan.Seed)
 	fmt.Fprintf(&b, "| mechanism | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 	for _, row := range rows {
