@@ -17,7 +17,7 @@ var experiments = []*Experiment{
 	{
 		Name:     "selective-copy",
 		Summary:  "003 Table 5 in miniature: exact match of selective copying at two context lengths",
-		Duration: "about 30 minutes; learned polysketch takes 5/6 of it",
+		Duration: "about 80 minutes, 70 of them learned polysketch's, at 0.7 steps/s",
 		kind:     taskKind,
 		grid: func(o Options) []Run {
 			quick, seed := o.Quick, o.Seed
@@ -28,7 +28,9 @@ var experiments = []*Experiment{
 				"polysketch:learned=true:local=true",
 				// "performer", "elu", "hyper": when the attention registry has them.
 			}
-			g := taskGrid{steps: 500, batch: 16, lr: 3e-3, test: 256}
+			// 1500 steps: softmax reached 96.9% at N = 128 in 1500 steps
+			// of 16, 87.9% at N = 64 in 600.
+			g := taskGrid{steps: 1500, batch: 16, lr: 3e-3, test: 256}
 			lengths := []int{64, 128}
 			count := 8
 			if quick {
