@@ -21,6 +21,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
@@ -357,9 +358,10 @@ func hash(ex Example) uint64 {
 
 // reset sizes ex to n positions: tokens 0, targets -1.
 func reset(ex *Example, n int) {
-	ex.Tokens = append(ex.Tokens[:0], make([]int32, n)...)
-	ex.Targets = ex.Targets[:0]
-	for range n {
-		ex.Targets = append(ex.Targets, -1)
+	ex.Tokens = slices.Grow(ex.Tokens[:0], n)[:n]
+	clear(ex.Tokens)
+	ex.Targets = slices.Grow(ex.Targets[:0], n)[:n]
+	for i := range ex.Targets {
+		ex.Targets[i] = -1
 	}
 }
