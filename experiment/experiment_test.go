@@ -220,3 +220,28 @@ func TestTaskFileOptions(t *testing.T) {
 		t.Errorf("mqar with a file: %v", err)
 	}
 }
+
+func TestTable(t *testing.T) {
+	e, _ := Lookup("selective-copy")
+	plan := Plan{Experiment: e.Name, Seed: 3, Runs: []Run{{Train: train.Config{Steps: 7}}}}
+	rs := []Result{
+		{Row: "softmax", Column: "N=64", Exact: 1},
+		{Row: "polysketch", Column: "N=64", Exact: 0.5},
+		{Row: "softmax", Column: "N=128", Exact: 0.9973},
+	}
+	want := "selective-copy: exact match on the held-out test examples (every answer token right), after 7 steps (`polysketch experiment selective-copy --seed 3`)\n\n" +
+		"| mechanism | N=64 | N=128 |\n|---|---|---|\n" +
+		"| softmax | 100.00% | 99.73% |\n" +
+		"| polysketch | 50.00% | – |\n"
+	if got := e.Table(plan, rs); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+	lm, _ := Lookup("lm")
+	if got := lm.Table(plan, []Result{{Row: "softmax", Column: "N=128", ValPPL: 4.56789}}); !strings.Contains(got, "| softmax | 4.568 |") {
+		t.Errorf("lm table:\n%s", got)
+	}
+	rev, _ := Lookup("reversal")
+	if got := rev.Table(plan, []Result{{Row: "softmax", Column: "50 digits", ValLoss: 1.0851e-7, Exact: 1}}); !strings.Contains(got, "| softmax | 1.09e-07 (100.0%) |") {
+		t.Errorf("reversal table:\n%s", got)
+	}
+}
