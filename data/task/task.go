@@ -291,7 +291,28 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 			s.Test = append(s.Test, ex)
 		}
 	}
+	if err := s.checkPool(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// checkPool makes sure that a finite pool of training examples (Spec.Train)
+// holds at least one that is not a test example, or Draw would never
+// return.
+func (s *Set) checkPool() error {
+	if s.Spec.Train == 0 {
+		return nil
+	}
+	var ex Example
+	for i := range uint64(s.Spec.Train) {
+		rng := rand.New(rand.NewPCG(mix(s.Spec.Seed, trainStream), i))
+		s.gen(rng, &ex)
+		if !s.held[hash(ex)] {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: each of the %d training examples is also a test example: raise the training examples (0 for fresh ones)", s.Spec.Name, s.Spec.Train)
 }
 
 // Vocab returns the number of token ids of the task: the vocabulary of a
