@@ -263,9 +263,18 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 			return nil, fmt.Errorf("task file %s: %d examples, not enough to hold out %d for testing and train on the rest: lower the test examples", spec.Path, len(all), spec.Test)
 		}
 		s.vocab = tok.VocabSize()
-		s.file, s.Test = all[:len(all)-spec.Test], all[len(all)-spec.Test:]
+		s.Test = all[len(all)-spec.Test:]
 		for _, ex := range s.Test {
 			s.held[hash(ex)] = true
+		}
+		// Lines equal to a test example are not trained on.
+		for _, ex := range all[:len(all)-spec.Test] {
+			if !s.held[hash(ex)] {
+				s.file = append(s.file, ex)
+			}
+		}
+		if len(s.file) == 0 {
+			return nil, fmt.Errorf("task file %s: every training line repeats a test example (the last %d lines): add different examples", spec.Path, spec.Test)
 		}
 		return s, nil
 	case SelectiveCopy:
