@@ -27,7 +27,9 @@ Tasks: --task trains on a synthetic task instead of a corpus:
                    the first (PolySketchFormer App. F.2)
   mqar             multi-query associative recall: the value of each key
                    queried again later (zoology)
-  reversal         the digits before a separator, reversed (thesis ch. 5)
+  reversal         the digits before a separator, reversed (thesis ch. 5);
+                   with --bidirectional, an encoder-only model labels each
+                   of the digits alone with its mirror image, as the thesis
 or on a task file of JSON lines {"input": [ids], "target": [ids]} or
 {"input": "text", "target": "text"} (encoded by --tokenizer), trained to
 produce the target after the input; its last --task-test lines are the test
@@ -35,7 +37,8 @@ set. Examples are --context tokens long (a task's own default if --context
 is not given). Loss, accuracy and exact match count the answer positions
 only; validations score the held-out test examples, which training never
 draws, and the run draws accuracy.png. Unless given, a task run's model is
-003 App. F's: 2 layers of 8 heads of 16 (--dim 128).
+003 App. F's: 2 layers of 8 heads of 16 (--dim 128). eval scores a task
+checkpoint on its test examples.
 `
 
 // taskOptions are the flags that choose and shape a task.
