@@ -29,7 +29,7 @@ Tasks: --task trains on a synthetic task instead of a corpus:
                    queried again later (zoology)
   reversal         the digits before a separator, reversed (thesis ch. 5);
                    with --bidirectional, an encoder-only model labels each
-                   of the digits alone with its mirror image, as the thesis
+                   of the digits alone with its mirror image, as in the thesis
 or on a task file of JSON lines {"input": [ids], "target": [ids]} or
 {"input": "text", "target": "text"} (encoded by --tokenizer), trained to
 produce the target after the input; its last --task-test lines are the test
