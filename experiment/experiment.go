@@ -50,7 +50,8 @@ type Experiment struct {
 	// on 2 cores, estimated from measured training speed.
 	Duration string
 	kind     kind
-	grid     func(quick bool, seed uint64) []Run
+	loss     bool // a task table shows the final test loss (the thesis's measure), not exact match
+	grid     func(o Options) []Run
 	paper    string // the paper's numbers to compare with, markdown
 }
 
@@ -95,6 +96,10 @@ type Options struct {
 	// directories and globs; empty means the Go source tree.
 	Corpus   []string
 	CacheDir string // tokenized corpora; "" means the default
+	// TaskFile is the task file of the experiment task (see task.ReadFile;
+	// byte tokens), whose examples are Context tokens long.
+	TaskFile string
+	Context  int
 	// Logf, if not nil, is told what happens.
 	Logf func(format string, args ...any)
 	// Progress, if not nil, is called after every step of every run.
@@ -134,7 +139,17 @@ func Lookup(name string) (*Experiment, error) {
 
 // Plan returns the plan of e under o, every run's configuration checked.
 func (e *Experiment) Plan(o Options) (Plan, error) {
-	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o.Quick, o.Seed)}
+	if e.Name == "task" {
+		if o.TaskFile == "" {
+			return Plan{}, errors.New("experiment task needs a task file (--task FILE)")
+		}
+		if o.Context < 1 {
+			return Plan{}, fmt.Errorf("context %d: must be positive", o.Context)
+		}
+	} else if o.TaskFile != "" {
+		return Plan{}, fmt.Errorf("experiment %s takes no task file; the experiment task does", e.Name)
+	}
+	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o)}
 	if e.kind != taskKind {
 		p.Corpus = o.Corpus
 	}

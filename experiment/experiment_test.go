@@ -30,17 +30,42 @@ func quickOptions(t *testing.T, dir string) Options {
 	return Options{Dir: dir, Quick: true, Seed: 1, Corpus: tinyCorpus(t), CacheDir: filepath.Join(t.TempDir(), "cache")}
 }
 
-// TestQuick runs every experiment's --quick version twice in two
-// directories and requires the same table, bit for bit (timings aside).
+// tinyTaskFile writes a task file of 40 lines: "abX=" → "X".
+func tinyTaskFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "task.jsonl")
+	var b strings.Builder
+	for i := range 40 {
+		c := string(rune('a' + i%20))
+		b.WriteString(`{"input": "ab` + c + `=", "target": "` + c + `"}` + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// optionsFor adds what experiment e needs beyond quickOptions.
+func optionsFor(t *testing.T, e *Experiment, dir string) Options {
+	o := quickOptions(t, dir)
+	if e.Name == "task" {
+		o.TaskFile, o.Context = tinyTaskFile(t), 8
+	}
+	return o
+}
+
+// TestQuick runs every experiment's --quick version, and some of them
+// twice in two directories, requiring the same table bit for bit.
 func TestQuick(t *testing.T) {
 	for _, e := range List() {
 		t.Run(e.Name, func(t *testing.T) {
 			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-			ra, err := e.Run(context.Background(), quickOptions(t, a))
+			o := optionsFor(t, e, a)
+			ra, err := e.Run(context.Background(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, _ := e.Plan(quickOptions(t, a))
+			plan, _ := e.Plan(o)
 			if len(ra) != len(plan.Runs) || len(ra) < 4 {
 				t.Fatalf("%d results for %d runs", len(ra), len(plan.Runs))
 			}
@@ -61,7 +86,12 @@ func TestQuick(t *testing.T) {
 				}
 				return
 			}
-			if _, err := e.Run(context.Background(), quickOptions(t, b)); err != nil {
+			// Determinism: a second run for a few (each costs seconds).
+			if e.Name == "selective-copy" || e.Name == "induction-heads" || e.Name == "task" {
+				return
+			}
+			o.Dir = b
+			if _, err := e.Run(context.Background(), o); err != nil {
 				t.Fatal(err)
 			}
 			ta, _ := os.ReadFile(filepath.Join(a, TableFile))
@@ -133,7 +163,7 @@ func TestRefusesOtherPlan(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	if _, err := Lookup("copying"); err == nil || !strings.Contains(err.Error(), "selective-copy, induction-heads, mqar, reversal, lm, speed") {
+	if _, err := Lookup("copying"); err == nil || !strings.Contains(err.Error(), "selective-copy, induction-heads, mqar, reversal, task, lm, speed") {
 		t.Errorf("unknown experiment: %v", err)
 	}
 }
@@ -141,7 +171,11 @@ func TestLookup(t *testing.T) {
 func TestPlansValid(t *testing.T) {
 	for _, e := range List() {
 		for _, quick := range []bool{false, true} {
-			if _, err := e.Plan(Options{Quick: quick, Seed: 1}); err != nil {
+			o := Options{Quick: quick, Seed: 1}
+			if e.Name == "task" {
+				o.TaskFile, o.Context = "x.jsonl", 64
+			}
+			if _, err := e.Plan(o); err != nil {
 				t.Errorf("%s (quick %v): %v", e.Name, quick, err)
 			}
 		}
@@ -175,5 +209,41 @@ func TestApplyMechanism(t *testing.T) {
 		if err != nil || mc.Attention != tt.want {
 			t.Errorf("%s: %+v, %v; want %+v", tt.spec, mc.Attention, err, tt.want)
 		}
+	}
+}
+
+func TestTaskFileOptions(t *testing.T) {
+	e, _ := Lookup("task")
+	if _, err := e.Plan(Options{Quick: true, Seed: 1}); err == nil || !strings.Contains(err.Error(), "needs a task file") {
+		t.Errorf("task without a file: %v", err)
+	}
+	m, _ := Lookup("mqar")
+	if _, err := m.Plan(Options{Quick: true, Seed: 1, TaskFile: "x"}); err == nil || !strings.Contains(err.Error(), "takes no task file") {
+		t.Errorf("mqar with a file: %v", err)
+	}
+}
+
+func TestTable(t *testing.T) {
+	e, _ := Lookup("selective-copy")
+	plan := Plan{Experiment: e.Name, Seed: 3, Runs: []Run{{Train: train.Config{Steps: 7}}}}
+	rs := []Result{
+		{Row: "softmax", Column: "N=64", Exact: 1},
+		{Row: "polysketch", Column: "N=64", Exact: 0.5},
+		{Row: "softmax", Column: "N=128", Exact: 0.9973},
+	}
+	want := "selective-copy: exact match on the held-out test examples (every answer token right), after 7 steps (`polysketch experiment selective-copy --seed 3`)\n\n" +
+		"| mechanism | N=64 | N=128 |\n|---|---|---|\n" +
+		"| softmax | 100.00% | 99.73% |\n" +
+		"| polysketch | 50.00% | – |\n"
+	if got := e.Table(plan, rs); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+	lm, _ := Lookup("lm")
+	if got := lm.Table(plan, []Result{{Row: "softmax", Column: "N=128", ValPPL: 4.56789}}); !strings.Contains(got, "| softmax | 4.568 |") {
+		t.Errorf("lm table:\n%s", got)
+	}
+	rev, _ := Lookup("reversal")
+	if got := rev.Table(plan, []Result{{Row: "softmax", Column: "50 digits", ValLoss: 1.0851e-7, Exact: 1}}); !strings.Contains(got, "| softmax | 1.09e-07 (100.0%) |") {
+		t.Errorf("reversal table:\n%s", got)
 	}
 }

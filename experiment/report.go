@@ -116,6 +116,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 		lmKind:    "validation perplexity (bytes)",
 		speedKind: "training steps per second",
 	}[e.kind]
+	if e.loss {
+		what = "final test loss over the answer positions (nats), and exact match"
+	}
 	steps := 0
 	if len(plan.Runs) > 0 {
 		steps = plan.Runs[0].Train.Steps
@@ -123,6 +126,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 	quick := ""
 	if plan.Quick {
 		quick = " --quick"
+	}
+	if len(plan.Runs) > 0 && plan.Runs[0].Train.Task != nil && plan.Runs[0].Train.Task.Path != "" {
+		quick += fmt.Sprintf(" --task %s --context %d", plan.Runs[0].Train.Task.Path, plan.Runs[0].Model.Context)
 	}
 	fmt.Fprintf(&b, "%s: %s, after %d steps (`polysketch experiment %s%s --seed %d`)\n\n", e.Name, what, steps, e.Name, quick, plan.Seed)
 	fmt.Fprintf(&b, "| mechanism | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
@@ -143,6 +149,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 func (e *Experiment) cell(r Result) string {
 	switch e.kind {
 	case taskKind:
+		if e.loss {
+			return fmt.Sprintf("%.3g (%.1f%%)", r.ValLoss, 100*r.Exact)
+		}
 		return fmt.Sprintf("%.2f%%", 100*r.Exact)
 	case lmKind:
 		return fmt.Sprintf("%.3f", r.ValPPL)

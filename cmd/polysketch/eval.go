@@ -92,6 +92,14 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
+	if spec := trainedTask(c); spec != nil {
+		if len(corpus) == 0 {
+			return evalTask(stdout, dir, c, *spec, tok, *batch, *asJSON)
+		}
+		if v := c.Model.Config().Vocab; v != tok.VocabSize() {
+			return fmt.Errorf("eval: checkpoint %s was trained on the task %s, with %d token ids, not on text: drop --corpus to score it on its test examples", dir, spec.Name, v)
+		}
+	}
 	if len(corpus) == 0 {
 		corpus = trainedCorpus(c)
 	}

@@ -39,12 +39,16 @@ func runExperiment(args []string, stdout io.Writer) error {
 		seed          uint64 = 1
 		corpus        []string
 		logEvery      = 50
+		taskFile      string
+		contextLen    int
 	)
 	fs.StringVar(&dir, "dir", "", "experiment directory (default: experiments/NAME, or experiments/NAME-quick)")
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.Var(&listFlag{list: &corpus}, "corpus", "lm and speed: text files, directories or globs (default: the Go source tree)")
 	fs.StringVar(&cacheDir, "cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
+	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
+	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
 	fs.Usage = func() {
 		w := fs.Output()
@@ -80,6 +84,11 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
 	}
+	if taskFile != "" {
+		if taskFile, err = filepath.Abs(taskFile); err != nil {
+			return fmt.Errorf("experiment: --task: %w", err)
+		}
+	}
 	if dir == "" {
 		dir = filepath.Join("experiments", name)
 		if quick {
@@ -89,6 +98,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
+		TaskFile: taskFile, Context: contextLen,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

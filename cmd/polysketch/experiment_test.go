@@ -43,6 +43,8 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment", "copy"}, `unknown experiment "copy": choose one of selective-copy`},
 		{[]string{"experiment", "--quick", "mqar"}, "name the experiment before the flags"},
 		{[]string{"experiment", "mqar", "--steps", "3"}, "flag provided but not defined: -steps"},
+		{[]string{"experiment", "task", "--quick"}, "needs a task file (--task FILE)"},
+		{[]string{"experiment", "mqar", "--quick", "--task", "x.jsonl"}, "takes no task file"},
 	}
 	for _, tt := range tests {
 		_, _, err := runQuiet(t, tt.args...)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
 
@@ -88,6 +89,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 	tok, err := tokenizer.Lookup(c.State.Tokenizer)
 	if err != nil {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
+	}
+	if spec := trainedTask(c); spec != nil && spec.Name != task.File {
+		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, spec.Name, *ckpt)
 	}
 	eot, hasEOT := tokenizer.EndOfText(tok)
 	hasEOT = hasEOT && *stopEOT

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
@@ -25,7 +29,9 @@ Tasks: --task trains on a synthetic task instead of a corpus:
                    the first (PolySketchFormer App. F.2)
   mqar             multi-query associative recall: the value of each key
                    queried again later (zoology)
-  reversal         the digits before a separator, reversed (thesis ch. 5)
+  reversal         the digits before a separator, reversed (thesis ch. 5);
+                   with --bidirectional, an encoder-only model labels each
+                   of the digits alone with its mirror image, as in the thesis
 or on a task file of JSON lines {"input": [ids], "target": [ids]} or
 {"input": "text", "target": "text"} (encoded by --tokenizer), trained to
 produce the target after the input; its last --task-test lines are the test
@@ -33,7 +39,8 @@ set. Examples are --context tokens long (a task's own default if --context
 is not given). Loss, accuracy and exact match count the answer positions
 only; validations score the held-out test examples, which training never
 draws, and the run draws accuracy.png. Unless given, a task run's model is
-003 App. F's: 2 layers of 8 heads of 16 (--dim 128).
+003 App. F's: 2 layers of 8 heads of 16 (--dim 128). eval scores a task
+checkpoint on its test examples.
 `
 
 // taskOptions are the flags that choose and shape a task.
@@ -231,4 +238,49 @@ func taskDesc(set *task.Set) string {
 		train = fmt.Sprintf("%d training examples", s.Train)
 	}
 	return fmt.Sprintf("task %s (%d token ids, %s, %d held out for testing)", what, set.Vocab(), train, len(set.Test))
+}
+
+// trainedTask returns the task a checkpoint was trained on, or nil for a
+// corpus (or a checkpoint without a training configuration).
+func trainedTask(c *checkpoint.Checkpoint) *task.Spec {
+	var tc train.Config
+	if len(c.Train) == 0 || checkpoint.DecodeJSON(c.Train, &tc) != nil {
+		return nil
+	}
+	return tc.Task
+}
+
+// taskEvalResult is eval's --json output for a task checkpoint.
+type taskEvalResult struct {
+	Checkpoint string `json:"checkpoint"`
+	Step       int    `json:"step"`
+	Task       string `json:"task"`
+	task.Metrics
+}
+
+// evalTask scores a task checkpoint on its task's held-out test examples.
+func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.Spec, tok tokenizer.Tokenizer, batch int, asJSON bool) error {
+	set, err := task.New(spec, tok)
+	if err != nil {
+		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+	}
+	if set.Vocab() != c.Model.Config().Vocab {
+		return fmt.Errorf("eval: checkpoint %s: its model has %d token ids, its task %d", dir, c.Model.Config().Vocab, set.Vocab())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := train.EvaluateTask(ctx, c.Model, set, batch)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	r := taskEvalResult{Checkpoint: dir, Step: c.State.Step, Task: spec.Name, Metrics: *e.Task}
+	if spec.Name == task.File {
+		r.Task = spec.Path
+	}
+	if asJSON {
+		return writeJSONLine(stdout, r)
+	}
+	_, err = fmt.Fprintf(stdout, "checkpoint %s (step %d) on the %d test examples of task %s: loss %.4f nats per answer token, accuracy %.4f, exact match %.4f\n",
+		dir, r.Step, r.Examples, r.Task, r.Loss, r.Accuracy, r.Exact)
+	return err
 }

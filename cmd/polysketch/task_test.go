@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/train"
 )
 
 func taskArgs(out string) []string {
@@ -36,6 +38,17 @@ func TestTrainTask(t *testing.T) {
 	}
 	if n := len(metricsOf(t, out)); n != 8 {
 		t.Errorf("%d steps after resuming to 8", n)
+	}
+	// eval scores the task's test examples; generate refuses.
+	stdout, _, err = runQuiet(t, "eval", "--checkpoint", out)
+	if err != nil || !strings.Contains(stdout, "on the 8 test examples of task induction-heads") {
+		t.Errorf("eval: %v\n%s", err, stdout)
+	}
+	if _, _, err := runQuiet(t, "eval", "--checkpoint", out, "--corpus", "x.txt"); err == nil || !strings.Contains(err.Error(), "not on text") {
+		t.Errorf("eval on a corpus: %v", err)
+	}
+	if _, _, err := runQuiet(t, "generate", "--checkpoint", out); err == nil || !strings.Contains(err.Error(), "tokens are not text") {
+		t.Errorf("generate: %v", err)
 	}
 	bad := append(taskArgs(out), "--task", "induction-heads", "--task-vocab", "7", "--resume", "--steps", "9")
 	if _, _, err := runQuiet(t, append([]string{"train"}, bad...)...); err == nil || !strings.Contains(err.Error(), "vocab: 6 vs 7") {
@@ -90,5 +103,26 @@ func TestTrainTaskErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error %v, want one line containing %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+func TestTrainTaskBidirectional(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"train", "--out", out, "--attention", "softmax", "--dim", "16", "--heads", "2", "--layers", "1",
+		"--batch", "4", "--steps", "4", "--eval-every", "2", "--task", "reversal", "--bidirectional", "--task-count", "6", "--task-test", "8"}
+	if _, _, err := runQuiet(t, args...); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := train.LoadCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := c.Model.Config()
+	if !mc.Bidirectional || mc.Context != 6 || mc.Vocab != 10 {
+		t.Errorf("model %+v: want a bidirectional model of context 6 over the 10 digits", mc)
+	}
+	_, _, err = runQuiet(t, "train", "--out", filepath.Join(t.TempDir(), "r2"), "--task", "mqar", "--bidirectional")
+	if err == nil || !strings.Contains(err.Error(), "no bidirectional form") {
+		t.Errorf("bidirectional mqar: %v", err)
 	}
 }

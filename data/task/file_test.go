@@ -79,3 +79,14 @@ func TestFileSet(t *testing.T) {
 		t.Error("missing file: no error")
 	}
 }
+
+func TestFileAllHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "same.jsonl")
+	line := `{"input": [1], "target": [2]}` + "\n"
+	if err := os.WriteFile(path, []byte(strings.Repeat(line, 5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Spec{Name: File, Path: path, Length: 4, Test: 1}, tokenizer.Byte); err == nil || !strings.Contains(err.Error(), "repeats a test example") {
+		t.Errorf("five equal lines: error %v", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
@@ -57,7 +58,7 @@ type Spec struct {
 	// over (the papers' 64k); 0 draws a fresh one every time.
 	Train int `json:"train,omitempty"`
 	// Test is the number of held-out test examples (for a file: its last
-	// Test examples).
+	// Test examples; 0 means a tenth of them).
 	Test int `json:"test"`
 	// Seed fixes every example.
 	Seed uint64 `json:"seed"`
@@ -121,7 +122,7 @@ func (s Spec) Validate() error {
 	if s.Train < 0 {
 		add("task train %d: must be 0 (fresh examples) or positive", s.Train)
 	}
-	if s.Test < 1 {
+	if s.Test < 1 && !(s.Name == File && s.Test == 0) {
 		add("task test %d: need at least 1 test example", s.Test)
 	}
 	switch s.Name {
@@ -255,13 +256,25 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
+		if spec.Test == 0 {
+			spec.Test = max(1, len(all)/10)
+		}
 		if len(all) <= spec.Test {
 			return nil, fmt.Errorf("task file %s: %d examples, not enough to hold out %d for testing and train on the rest: lower the test examples", spec.Path, len(all), spec.Test)
 		}
 		s.vocab = tok.VocabSize()
-		s.file, s.Test = all[:len(all)-spec.Test], all[len(all)-spec.Test:]
+		s.Test = all[len(all)-spec.Test:]
 		for _, ex := range s.Test {
 			s.held[hash(ex)] = true
+		}
+		// Lines equal to a test example are not trained on.
+		for _, ex := range all[:len(all)-spec.Test] {
+			if !s.held[hash(ex)] {
+				s.file = append(s.file, ex)
+			}
+		}
+		if len(s.file) == 0 {
+			return nil, fmt.Errorf("task file %s: every training line repeats a test example (the last %d lines): add different examples", spec.Path, spec.Test)
 		}
 		return s, nil
 	case SelectiveCopy:
@@ -287,7 +300,28 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 			s.Test = append(s.Test, ex)
 		}
 	}
+	if err := s.checkPool(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// checkPool makes sure that a finite pool of training examples (Spec.Train)
+// holds at least one that is not a test example, or Draw would never
+// return.
+func (s *Set) checkPool() error {
+	if s.Spec.Train == 0 {
+		return nil
+	}
+	var ex Example
+	for i := range uint64(s.Spec.Train) {
+		rng := rand.New(rand.NewPCG(mix(s.Spec.Seed, trainStream), i))
+		s.gen(rng, &ex)
+		if !s.held[hash(ex)] {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: each of the %d training examples is also a test example: raise the training examples (0 for fresh ones)", s.Spec.Name, s.Spec.Train)
 }
 
 // Vocab returns the number of token ids of the task: the vocabulary of a
@@ -354,9 +388,10 @@ func hash(ex Example) uint64 {
 
 // reset sizes ex to n positions: tokens 0, targets -1.
 func reset(ex *Example, n int) {
-	ex.Tokens = append(ex.Tokens[:0], make([]int32, n)...)
-	ex.Targets = ex.Targets[:0]
-	for range n {
-		ex.Targets = append(ex.Targets, -1)
+	ex.Tokens = slices.Grow(ex.Tokens[:0], n)[:n]
+	clear(ex.Tokens)
+	ex.Targets = slices.Grow(ex.Targets[:0], n)[:n]
+	for i := range ex.Targets {
+		ex.Targets[i] = -1
 	}
 }

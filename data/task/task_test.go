@@ -2,6 +2,7 @@ package task
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -305,4 +306,27 @@ func TestScore(t *testing.T) {
 	if m.Accuracy != 2.0/3 || m.Exact != 0.5 {
 		t.Errorf("one token wrong: accuracy %v exact %v, want 2/3 and 1/2", m.Accuracy, m.Exact)
 	}
+}
+
+// TestPoolAllHeld builds a pool of one training example that is a test
+// example (found by trying seeds), which must be refused rather than hang.
+func TestPoolAllHeld(t *testing.T) {
+	for seed := range uint64(2000) {
+		s := Spec{Name: Reversal, Length: 6, Vocab: 2, Count: 3, Test: 1, Train: 1, Seed: seed}
+		s.Train = 0
+		set := newSet(t, s)
+		var ex Example
+		rng := rand.New(rand.NewPCG(mix(seed, trainStream), 0))
+		s.reversal(rng, &ex)
+		if !slices.Equal(ex.Tokens, set.Test[0].Tokens) {
+			continue
+		}
+		s.Train = 1
+		if _, err := New(s, tokenizer.Byte); err == nil || !strings.Contains(err.Error(), "also a test example") {
+			t.Fatalf("seed %d: a pool of one held-out example: error %v", seed, err)
+		}
+		return
+	}
+	// Each seed has a chance of 1/8: this cannot happen by luck.
+	t.Fatal("no seed below 2000 makes the pool's only example a test example")
 }
