@@ -54,6 +54,12 @@ import (
 // them. Both compute every value with the same operations in the same
 // order, so their gradients are bitwise identical.
 //
+// A feature map may also project keys differently from queries
+// (sqpolysketch), own parameters (a trainedProjection: their gradient is
+// summed per block, then in block order), or carry per-key log-scales
+// that the engine stabilizes with running maxima (Performer; see
+// engine_scaled.go).
+//
 // With Learned (polysketch, degree ≥ 4) M is the learned sketch of
 // Algorithm 2 (sketch_learned.go): Forward first runs its networks on all
 // rows of q and k and keeps M(Q), M(K) (also with Remat); the phases read

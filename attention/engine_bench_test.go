@@ -9,7 +9,7 @@ import (
 
 // BenchmarkLinear runs causal Forward+Backward of the linear mechanisms on
 // the engine with their default options, two heads of h = 64 (as `bench
-// attention`), at 4k and 64k tokens: µs/token should stay flat. Compare
+// attention`), at 4k, 32k and 64k tokens: µs/token should stay flat. Compare
 // within one run.
 func BenchmarkLinear(b *testing.B) {
 	specs := []string{"polysketch", "elu", "performer", "performer:cumsum"}
@@ -17,7 +17,7 @@ func BenchmarkLinear(b *testing.B) {
 		specs = strings.Split(extra, ",")
 	}
 	for _, spec := range specs {
-		for _, N := range []int{4096, 65536} {
+		for _, N := range []int{4096, 32768, 65536} {
 			s := psShape{1, 2, N, 64}
 			b.Run(fmt.Sprintf("%s/%v", spec, s), func(b *testing.B) {
 				cfg, err := ParseSpec(spec)

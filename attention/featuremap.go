@@ -14,9 +14,11 @@ import (
 // w_ij = φ(q_i)·φ(k_j). A feature map is a projection of each row of q or
 // k to r numbers, then a lift of those to the F features:
 //
-//	polysketch  random sketch or learned network  →  symmetric self-tensoring (F = r(r+1)/2)
-//	elu         identity                          →  elu(x)+1, entrywise (F = h)
-//	performer   orthogonal random features        →  positive exponential (F = m)
+//	polysketch    random sketch or learned network      →  symmetric self-tensoring (F = r(r+1)/2)
+//	elu           identity                              →  elu(x)+1, entrywise (F = h)
+//	performer     orthogonal random features            →  positive exponential (F = m)
+//	sqpolysketch  per-degree sketches, coefficients on  →  symmetric self-tensoring (F = D(D+1)/2,
+//	              the queries' side (asymmetric)            D = 1 + p·r)
 //
 // Self-tensoring is done by the engine itself, which exploits it: the
 // diagonal blocks are lt((L·Rᵀ)²) from the r-dimensional projections,
