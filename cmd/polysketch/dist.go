@@ -67,6 +67,7 @@ func (d *distRun) finish(errp *error) {
 	if d == nil {
 		return
 	}
+	help := errors.Is(*errp, flag.ErrHelp)
 	if !d.checked {
 		*errp = d.check(*errp, nil)
 	}
@@ -77,7 +78,7 @@ func (d *distRun) finish(errp *error) {
 	if err := d.finalize(); err != nil && *errp == nil {
 		*errp = err
 	}
-	if errors.Is(*errp, flag.ErrHelp) {
+	if help {
 		*errp = flag.ErrHelp // -h: rank 0 printed the usage; every rank exits 0
 	} else if d.rank() != 0 && *errp != nil && !errors.Is(*errp, errReported) {
 		fmt.Fprintf(os.Stderr, "polysketch: rank %d: %v\n", d.rank(), *errp)
