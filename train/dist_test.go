@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +167,26 @@ func TestJoinErrors(t *testing.T) {
 	_, err := Join(newLocalGroup(2)[0], DistOptions{}, t.TempDir(), tinyModel(), nil, tc, train, val)
 	if err == nil || !strings.Contains(err.Error(), "not a multiple of the 2 ranks") {
 		t.Errorf("accum 3 on 2 ranks: %v", err)
+	}
+}
+
+// TestDistributedAllreduce: with the library's all-reduce the run is the
+// same up to rounding (it sums each rank's micro-batches first).
+func TestDistributedAllreduce(t *testing.T) {
+	tc := tinyTrain()
+	tc.Steps, tc.Batch, tc.Accum = 4, 2, 4
+	one := t.TempDir()
+	if _, err := runTrainer(t, newTrainer(t, one, tc), 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, errs := runRanks(t, dir, 2, tc, DistOptions{Allreduce: true}, 0); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	a, b := readMetrics(t, one), readMetrics(t, dir)
+	for i := range a {
+		if math.Abs(a[i].Loss-b[i].Loss) > 1e-5*a[i].Loss || a[i].Tokens != b[i].Tokens {
+			t.Errorf("step %d: loss %v alone, %v with all-reduce", a[i].Step, a[i].Loss, b[i].Loss)
+		}
 	}
 }
