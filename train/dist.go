@@ -332,7 +332,7 @@ func (d *dist) finishRound(first bool) error {
 	start := time.Now()
 	for b := range d.buckets {
 		bk := &d.buckets[b]
-		if err := bk.req.Wait(); err != nil {
+		if err := poll(bk.req); err != nil {
 			return fmt.Errorf("gradient reduction: %w", err)
 		}
 		bk.req, d.posted[b] = nil, false
@@ -354,6 +354,22 @@ func (d *dist) finishRound(first bool) error {
 		}
 	}
 	return nil
+}
+
+// poll waits for req by testing it with growing pauses, up to a
+// millisecond, in between: a blocking wait would spin, taking a core from
+// the other ranks (or other work) on a shared machine while a slower rank
+// catches up.
+func poll(req Request) error {
+	pause := 20 * time.Microsecond
+	for {
+		done, err := req.Test()
+		if done || err != nil {
+			return err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+	}
 }
 
 // gatherGrads gathers the summed chunks of every rank into every
