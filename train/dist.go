@@ -59,8 +59,8 @@ type DistOptions struct {
 
 // Join prepares the part of a data-parallel run that this rank of comm
 // takes: a fresh run (c nil) or one resumed from c (see Resume). Every
-// rank must call Join with the same configurations and tokens (check them
-// with CheckSame first). Rank 0 alone writes in dir (checkpoints, metrics,
+// rank must call Join with the same configurations and tokens (polysketch
+// train compares them across the ranks first). Rank 0 alone writes in dir (checkpoints, metrics,
 // loss curve) and validates; every rank computes its share of each step's
 // micro-batches and applies the same update.
 //
