@@ -190,3 +190,58 @@ func TestDistributedAllreduce(t *testing.T) {
 		}
 	}
 }
+
+// TestDistributedResume: a run stopped on 2 ranks and resumed from its
+// checkpoint on 4 gives the losses and weights of one uninterrupted
+// process.
+func TestDistributedResume(t *testing.T) {
+	tc := tinyTrain()
+	tc.Steps, tc.Batch, tc.Accum, tc.EvalEvery = 8, 2, 4, 4
+	one := t.TempDir()
+	single := newTrainer(t, one, tc)
+	if _, err := runTrainer(t, single, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	runRanks(t, dir, 2, tc, DistOptions{}, 3)
+	c, saved, err := LoadCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State.Step >= tc.Steps {
+		t.Fatalf("the first session ran to step %d", c.State.Step)
+	}
+	train, val := tinyData(t)
+	comms := newLocalGroup(4)
+	trs := make([]*Trainer, 4)
+	for r := range trs {
+		// Every rank loads the checkpoint itself, as on separate hosts.
+		c, _, err := LoadCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trs[r], err = Join(comms[r], DistOptions{}, dir, c.Model.Config(), c, saved, train, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for r, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = tr.Run(context.Background())
+			tr.Close()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	sameRun(t, readMetrics(t, one), readMetrics(t, dir))
+	for _, tr := range trs {
+		sameWeights(t, single.Model, tr.Model)
+	}
+}
