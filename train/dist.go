@@ -356,19 +356,20 @@ func (d *dist) finishRound(first bool) error {
 	return nil
 }
 
-// poll waits for req by testing it with growing pauses, up to a
-// millisecond, in between: a blocking wait would spin, taking a core from
-// the other ranks (or other work) on a shared machine while a slower rank
-// catches up.
+// poll waits for req by testing it with growing pauses in between: a
+// blocking wait would spin, taking a core from the other ranks (or other
+// work) on a shared machine while a slower rank catches up. The pauses stop
+// growing at 100µs because, without a progress thread, a transfer moves
+// only while a rank is inside MPI: over TCP, longer pauses would slow it.
 func poll(req Request) error {
-	pause := 20 * time.Microsecond
+	pause := 10 * time.Microsecond
 	for {
 		done, err := req.Test()
 		if done || err != nil {
 			return err
 		}
 		time.Sleep(pause)
-		pause = min(2*pause, time.Millisecond)
+		pause = min(2*pause, 100*time.Microsecond)
 	}
 }
 
