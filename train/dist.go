@@ -59,8 +59,8 @@ type DistOptions struct {
 
 // Join prepares the part of a data-parallel run that this rank of comm
 // takes: a fresh run (c nil) or one resumed from c (see Resume). Every
-// rank must call Join with the same configurations and tokens (check them
-// with CheckSame first). Rank 0 alone writes in dir (checkpoints, metrics,
+// rank must call Join with the same configurations and tokens (polysketch
+// train compares them across the ranks first). Rank 0 alone writes in dir (checkpoints, metrics,
 // loss curve) and validates; every rank computes its share of each step's
 // micro-batches and applies the same update.
 //
@@ -332,7 +332,7 @@ func (d *dist) finishRound(first bool) error {
 	start := time.Now()
 	for b := range d.buckets {
 		bk := &d.buckets[b]
-		if err := bk.req.Wait(); err != nil {
+		if err := poll(bk.req); err != nil {
 			return fmt.Errorf("gradient reduction: %w", err)
 		}
 		bk.req, d.posted[b] = nil, false
@@ -354,6 +354,23 @@ func (d *dist) finishRound(first bool) error {
 		}
 	}
 	return nil
+}
+
+// poll waits for req by testing it with growing pauses in between: a
+// blocking wait would spin, taking a core from the other ranks (or other
+// work) on a shared machine while a slower rank catches up. The pauses stop
+// growing at 100µs because, without a progress thread, a transfer moves
+// only while a rank is inside MPI: over TCP, longer pauses would slow it.
+func poll(req Request) error {
+	pause := 10 * time.Microsecond
+	for {
+		done, err := req.Test()
+		if done || err != nil {
+			return err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 100*time.Microsecond)
+	}
 }
 
 // gatherGrads gathers the summed chunks of every rank into every

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +167,81 @@ func TestJoinErrors(t *testing.T) {
 	_, err := Join(newLocalGroup(2)[0], DistOptions{}, t.TempDir(), tinyModel(), nil, tc, train, val)
 	if err == nil || !strings.Contains(err.Error(), "not a multiple of the 2 ranks") {
 		t.Errorf("accum 3 on 2 ranks: %v", err)
+	}
+}
+
+// TestDistributedAllreduce: with the library's all-reduce the run is the
+// same up to rounding (it sums each rank's micro-batches first).
+func TestDistributedAllreduce(t *testing.T) {
+	tc := tinyTrain()
+	tc.Steps, tc.Batch, tc.Accum = 4, 2, 4
+	one := t.TempDir()
+	if _, err := runTrainer(t, newTrainer(t, one, tc), 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, errs := runRanks(t, dir, 2, tc, DistOptions{Allreduce: true}, 0); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	a, b := readMetrics(t, one), readMetrics(t, dir)
+	for i := range a {
+		if math.Abs(a[i].Loss-b[i].Loss) > 1e-5*a[i].Loss || a[i].Tokens != b[i].Tokens {
+			t.Errorf("step %d: loss %v alone, %v with all-reduce", a[i].Step, a[i].Loss, b[i].Loss)
+		}
+	}
+}
+
+// TestDistributedResume: a run stopped on 2 ranks and resumed from its
+// checkpoint on 4 gives the losses and weights of one uninterrupted
+// process.
+func TestDistributedResume(t *testing.T) {
+	tc := tinyTrain()
+	tc.Steps, tc.Batch, tc.Accum, tc.EvalEvery = 8, 2, 4, 4
+	one := t.TempDir()
+	single := newTrainer(t, one, tc)
+	if _, err := runTrainer(t, single, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	runRanks(t, dir, 2, tc, DistOptions{}, 3)
+	c, saved, err := LoadCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State.Step >= tc.Steps {
+		t.Fatalf("the first session ran to step %d", c.State.Step)
+	}
+	train, val := tinyData(t)
+	comms := newLocalGroup(4)
+	trs := make([]*Trainer, 4)
+	for r := range trs {
+		// Every rank loads the checkpoint itself, as on separate hosts.
+		c, _, err := LoadCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trs[r], err = Join(comms[r], DistOptions{}, dir, c.Model.Config(), c, saved, train, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for r, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = tr.Run(context.Background())
+			tr.Close()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	sameRun(t, readMetrics(t, one), readMetrics(t, dir))
+	for _, tr := range trs {
+		sameWeights(t, single.Model, tr.Model)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -45,7 +46,11 @@ type benchDPRow struct {
 	Seconds      float64 `json:"seconds_per_step"`
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	CommSeconds  float64 `json:"comm_seconds_per_step"`
-	Reduce       string  `json:"reduce"`
+	// CPUSeconds is the CPU time per step of every rank together; on a
+	// shared machine tokens per CPU-second compare configurations better
+	// than tokens per second.
+	CPUSeconds float64 `json:"cpu_seconds_per_step"`
+	Reduce     string  `json:"reduce"`
 	// Seconds of one reduction of the whole gradient alone, under mpirun:
 	// the fixed-order one (all-to-all, sums in rank order, all-gather)
 	// and MPI_Allreduce, the best of 5.
@@ -140,13 +145,13 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	}
 	defer t.Close()
 	var start time.Time
-	var elapsed, wait time.Duration
+	var elapsed, wait, cpu time.Duration
 	t.Progress = func(p train.Progress) {
 		switch p.Step {
 		case 1: // after the warm-up
-			start, wait = time.Now(), t.CommWait()
+			start, wait, cpu = time.Now(), t.CommWait(), cpuTime()
 		case steps + 1:
-			elapsed, wait = time.Since(start), t.CommWait()-wait
+			elapsed, wait, cpu = time.Since(start), t.CommWait()-wait, cpuTime()-cpu
 		}
 	}
 	if _, err := t.Run(context.Background()); err != nil && !errors.Is(err, context.Canceled) {
@@ -170,7 +175,11 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 		n += p.Value.Len()
 	}
 	r.GradientBytes = 4 * n
+	r.CPUSeconds = cpu.Seconds() / float64(steps)
 	if dr != nil {
+		if r.CPUSeconds, err = sumRanks(dr.comm, r.CPUSeconds); err != nil {
+			return fmt.Errorf("bench dp: %w", err)
+		}
 		if r.FixedSeconds, r.AllreduceSeconds, err = reduceCost(dr.comm, n); err != nil {
 			return fmt.Errorf("bench dp: %w", err)
 		}
@@ -178,8 +187,8 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	if asJSON {
 		return writeJSONLine(stdout, r)
 	}
-	_, err = fmt.Fprintf(stdout, "ranks %d × GOMAXPROCS %d, %d tokens/step (%d × %d × %d), reduce %s: %.3f s/step, %.0f tokens/s, %.4f s/step waiting on communication (rank 0)\n",
-		r.Ranks, r.Threads, tokens, tc.Accum, tc.Batch, mc.Context, reduce, sec, r.TokensPerSec, r.CommSeconds)
+	_, err = fmt.Fprintf(stdout, "ranks %d × GOMAXPROCS %d, %d tokens/step (%d × %d × %d), reduce %s: %.3f s/step, %.0f tokens/s, %.4f s/step waiting on communication (rank 0); %.3f CPU s/step, %.0f tokens per CPU-second\n",
+		r.Ranks, r.Threads, tokens, tc.Accum, tc.Batch, mc.Context, reduce, sec, r.TokensPerSec, r.CommSeconds, r.CPUSeconds, float64(tokens)/r.CPUSeconds)
 	if err == nil && dr != nil {
 		_, err = fmt.Fprintf(stdout, "reduction of the %.1f MB gradient alone: fixed-order %.4f s, MPI_Allreduce %.4f s (best of 5)\n",
 			float64(r.GradientBytes)/1e6, r.FixedSeconds, r.AllreduceSeconds)
@@ -230,4 +239,19 @@ func reduceCost(comm train.Comm, n int) (fixed, allreduce float64, err error) {
 		allreduce = min(allreduce, time.Since(t).Seconds())
 	}
 	return fixed, allreduce, nil
+}
+
+// sumRanks returns the sum of v over the ranks, in rank order.
+func sumRanks(comm train.Comm, v float64) (float64, error) {
+	k := comm.Size()
+	send, recv := make([]byte, 8), make([]byte, 8*k)
+	binary.LittleEndian.PutUint64(send, math.Float64bits(v))
+	if err := comm.Allgather(send, recv); err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for r := range k {
+		sum += math.Float64frombits(binary.LittleEndian.Uint64(recv[8*r:]))
+	}
+	return sum, nil
 }

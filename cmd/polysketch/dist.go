@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -66,7 +67,8 @@ func (d *distRun) finish(errp *error) {
 	if d == nil {
 		return
 	}
-	if !d.checked && (*errp == nil || !errors.Is(*errp, errReported)) {
+	help := errors.Is(*errp, flag.ErrHelp)
+	if !d.checked {
 		*errp = d.check(*errp, nil)
 	}
 	if *errp != nil && d.started && !errors.Is(*errp, errReported) {
@@ -76,7 +78,9 @@ func (d *distRun) finish(errp *error) {
 	if err := d.finalize(); err != nil && *errp == nil {
 		*errp = err
 	}
-	if d.rank() != 0 && *errp != nil && !errors.Is(*errp, errReported) {
+	if help {
+		*errp = flag.ErrHelp // -h: rank 0 printed the usage; every rank exits 0
+	} else if d.rank() != 0 && *errp != nil && !errors.Is(*errp, errReported) {
 		fmt.Fprintf(os.Stderr, "polysketch: rank %d: %v\n", d.rank(), *errp)
 		*errp = errReported
 	}

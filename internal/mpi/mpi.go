@@ -69,6 +69,7 @@ func Init() error {
 	runtime.LockOSThread()
 	var provided C.int
 	if err := check("MPI_Init_thread", C.initSerialized(&provided)); err != nil {
+		runtime.UnlockOSThread()
 		return err
 	}
 	// Every call comes from the locked thread: funneled is enough.
