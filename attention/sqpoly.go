@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
@@ -55,7 +56,7 @@ const maxSquareDegree = 8
 type SquarePolynomialConfig struct {
 	Degree       int    `json:"degree" help:"degree p of the inner polynomial Σ a_i (q·k)^i, squared: 1 to 8"`
 	Init         string `json:"init" help:"initial coefficients: uniform (U(−50, 50)) or ones ((1+x+…+x^p)²)"`
-	Coefficients string `json:"coefficients" help:"explicit a_0,…,a_p, lowest degree first (overrides --init; needs --degree p)"`
+	Coefficients string `json:"coefficients" help:"explicit a_0,…,a_p, lowest degree first, by commas or spaces (overrides --init; needs --degree p)"`
 	Frozen       bool   `json:"frozen" help:"keep the coefficients fixed instead of training them"`
 	Block        int    `json:"block" help:"tile size: queries × keys per tile"`
 }
@@ -82,9 +83,14 @@ func (c SquarePolynomialConfig) Validate() error {
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
 
-// parseCoefficients reads "a0,a1,…": finite numbers separated by commas.
+// parseCoefficients reads "a0,a1,…": finite numbers separated by commas
+// or spaces (spaces in a spec, "sqpoly:coefficients=1 1 1", whose lists
+// of mechanisms commas separate).
 func parseCoefficients(s string) ([]float32, error) {
-	parts := strings.Split(s, ",")
+	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("--coefficients %q: no values; write them like 1,-0.5,2", s)
+	}
 	a := make([]float32, len(parts))
 	for i, p := range parts {
 		x, err := strconv.ParseFloat(strings.TrimSpace(p), 32)

@@ -164,8 +164,10 @@ func TestSquarePolyInit(t *testing.T) {
 	if got := coef("sqpoly:degree=4:init=ones", 1); !slices.Equal(got, []float32{1, 1, 1, 1, 1}) {
 		t.Errorf("init=ones: %v", got)
 	}
-	if got := coef("sqpoly:degree=2:coefficients=0.5, -2,1e1", 1); !slices.Equal(got, []float32{0.5, -2, 10}) {
-		t.Errorf("coefficients=0.5,-2,1e1: %v", got)
+	for _, c := range []string{"0.5, -2,1e1", "0.5 -2 1e1"} {
+		if got := coef("sqpoly:degree=2:coefficients="+c, 1); !slices.Equal(got, []float32{0.5, -2, 10}) {
+			t.Errorf("coefficients=%s: %v", c, got)
+		}
 	}
 	a, b := coef("sqpoly:degree=6", 1), coef("sqpoly:degree=6", 2)
 	if slices.Equal(a, b) {
@@ -209,6 +211,7 @@ func TestSquarePolyConfigErrors(t *testing.T) {
 		{"sqpoly:degree=2:coefficients=1,x,3", `value 2 ("x") is not a finite number`},
 		{"sqpoly:degree=1:coefficients=1,NaN", "is not a finite number"},
 		{"sqpoly:degree=3:coefficients=1,2", "2 values for --degree 3; give 4 values or --degree 1"},
+		{"sqpoly:degree=3:coefficients= ,", "no values"},
 		{"sqpoly:terms=3", "--terms is no option of sqpoly attention: its options are --degree, --init, --coefficients, --frozen, --block"},
 	} {
 		_, err := ParseSpec(c.spec)
