@@ -11,6 +11,7 @@ import (
 
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // SquarePolynomial is exact learnable squared polynomial attention (the
@@ -269,39 +270,65 @@ func (*squareWeighting) forwardStart(sc *scratch, rows int) {
 // sums by (M_old/M_new)², and leaves the weights (g/M)² in sc.s.
 func (w *squareWeighting) forwardTile(sc *scratch, t tile, o []float32, h int) {
 	for r := 0; r < t.rows; r++ {
-		s := sc.s[r*t.cols : (r+1)*t.cols]
-		g := sc.t[r*t.cols : (r+1)*t.cols]
 		n := t.span(r)
-		var mx float32
-		for j, x := range s[:n] {
-			g[j] = w.poly(x)
-			mx = max(mx, abs32(g[j]))
+		s := sc.s[r*t.cols : (r+1)*t.cols]
+		if n == 0 {
+			clear(s)
+			continue
+		}
+		g := sc.t[r*t.cols : r*t.cols+n]
+		hornerInto(g, s[:n], sc.ones, w.a)
+		// The maximum of g² is that of |g|, in one vector pass, while g²
+		// stays finite (|g| < 1.8·10^19); beyond, |g| is scanned.
+		vec.Mul(s[:n], g, g)
+		mx := float32(math.Sqrt(float64(vec.Max(s[:n]))))
+		if math.IsInf(float64(mx), 0) {
+			mx = 0
+			for _, x := range g {
+				mx = max(mx, abs32(x))
+			}
 		}
 		if m := sc.m[r]; mx > m {
 			if m > 0 {
 				c := m / mx
 				c *= c
 				sc.l[r] *= c
-				row := o[r*h : (r+1)*h]
-				for e := range row {
-					row[e] *= c
-				}
+				vec.Scale(c, o[r*h:(r+1)*h])
 			}
 			sc.m[r] = mx
 		}
-		if sc.m[r] == 0 {
+		switch m := sc.m[r]; {
+		case m == 0:
 			clear(s) // every weight so far is 0
 			continue
-		}
-		inv := 1 / sc.m[r]
-		var sum float32
-		for j := range s[:n] {
-			u := g[j] * inv
-			s[j] = u * u
-			sum += s[j]
+		case m < 1e18:
+			vec.Scale(1/(m*m), s[:n])
+		default: // M² would overflow: scale g first
+			vec.Scale(1/m, g)
+			vec.Mul(s[:n], g, g)
 		}
 		clear(s[n:])
-		sc.l[r] += sum
+		sc.l[r] += vec.Sum(s[:n])
+	}
+}
+
+// hornerInto sets dst = Σ_i a_i x^i elementwise, by Horner's rule in
+// vector operations; ones holds at least len(x) ones.
+func hornerInto(dst, x, ones, a []float32) {
+	p := len(a) - 1
+	if p == 0 {
+		for i := range dst {
+			dst[i] = a[0]
+		}
+		return
+	}
+	ones = ones[:len(x)]
+	copy(dst, x)
+	vec.Scale(a[p], dst)
+	vec.Axpy(a[p-1], ones, dst)
+	for i := p - 2; i >= 0; i-- {
+		vec.Mul(dst, dst, x)
+		vec.Axpy(a[i], ones, dst)
 	}
 }
 
@@ -341,47 +368,50 @@ func (*squareWeighting) backwardRows(do, o, stat, delta, _ []float32, h int) {
 // sc.m, for backwardScores, and recomputes the normalized weights (g·r)²
 // in sc.s.
 func (w *squareWeighting) backwardWeights(sc *scratch, t tile, stat []float32) {
-	n := t.rows * t.cols
-	copy(sc.t[:n], sc.s[:n])
+	copy(sc.t[:t.rows*t.cols], sc.s[:t.rows*t.cols])
 	copy(sc.m[:t.rows], stat[:t.rows])
 	for r := 0; r < t.rows; r++ {
+		n := t.span(r)
 		s := sc.s[r*t.cols : (r+1)*t.cols]
-		span := t.span(r)
-		for j, x := range s[:span] {
-			u := w.poly(x) * stat[r]
-			s[j] = u * u
-		}
-		clear(s[span:])
+		hornerInto(s[:n], sc.t[r*t.cols:r*t.cols+n], sc.ones, w.a)
+		vec.Scale(stat[r], s[:n])
+		vec.Mul(s[:n], s[:n], s[:n])
+		clear(s[n:])
 	}
 }
 
-// backwardScores turns dP into dS/2 = u·(dP − δ)·r·g'(x) and adds the
-// coefficients' gradient 2·u·(dP − δ)·r·x^c to sc.acc.
+// backwardScores turns dP into dS/2 = e·g'(x) with e = (g·r)·(dP − δ)·r,
+// and adds the coefficients' gradient Σ 2·e·x^c to sc.acc. The weights in
+// sc.s have been used: it serves as scratch for g, the powers of x and g'.
 func (w *squareWeighting) backwardScores(sc *scratch, t tile, delta []float32) {
 	a, p := w.a, len(w.a)-1
+	var da [maxSquareDegree]float32 // g' = Σ_i da[i] x^i
+	for i := 1; i <= p; i++ {
+		da[i-1] = float32(i) * a[i]
+	}
 	for r := 0; r < t.rows; r++ {
+		n := t.span(r)
 		dp := sc.dp[r*t.cols : (r+1)*t.cols]
-		x := sc.t[r*t.cols : (r+1)*t.cols]
-		span := t.span(r)
-		ri, di := sc.m[r], delta[r]
-		for j := range dp[:span] {
-			xj := x[j]
-			// g and g' together by Horner.
-			g, d := a[p], float32(0)
-			for i := p - 1; i >= 0; i-- {
-				d = d*xj + g
-				g = g*xj + a[i]
-			}
-			e := g * ri * (dp[j] - di) * ri // (g·r)·(dP − δ)·r: g·r ≤ 1 first, as r² may underflow
-			dp[j] = e * d
-			if len(sc.acc) > 0 {
-				pw := float64(2 * e)
-				for c := range sc.acc {
-					sc.acc[c] += pw
-					pw *= float64(xj)
+		e, x, g := dp[:n], sc.t[r*t.cols:r*t.cols+n], sc.s[r*t.cols:r*t.cols+n]
+		ri := sc.m[r]
+		vec.Axpy(-delta[r], sc.ones[:n], e)
+		hornerInto(g, x, sc.ones, a)
+		vec.Scale(ri, g) // g·r ≤ 1 first: r² may underflow
+		vec.Mul(e, e, g)
+		vec.Scale(ri, e)
+		clear(dp[n:])
+		if len(sc.acc) > 0 {
+			sc.acc[0] += 2 * float64(vec.Sum(e))
+			pw := g
+			copy(pw, x)
+			for c := 1; c <= p; c++ {
+				if c > 1 {
+					vec.Mul(pw, pw, x)
 				}
+				sc.acc[c] += 2 * float64(vec.Dot(e, pw))
 			}
 		}
-		clear(dp[span:])
+		hornerInto(g, x, sc.ones, da[:p])
+		vec.Mul(e, e, g)
 	}
 }

@@ -86,6 +86,8 @@ func TestSquarePolyReference(t *testing.T) {
 		{"sqpoly:block=8:degree=6", 37, 16, 1, 1e-4},
 		// f reaches (50·128^8)² ≈ 10^37 per key: its row sums overflow float32.
 		{"sqpoly:block=8:degree=8", 37, 128, 1, 1e-4},
+		// g itself reaches 10^3·128^8 ≈ 7·10^19: g² overflows float32.
+		{"sqpoly:block=8:degree=8:coefficients=1 0 0 0 0 0 0 0 1e3", 37, 128, 1, 1e-4},
 	} {
 		for _, causal := range []bool{true, false} {
 			t.Run(name(c.spec, causal)+fmt.Sprintf("/h=%d", c.h), func(t *testing.T) {
@@ -127,6 +129,16 @@ func TestSquarePolyGradients(t *testing.T) {
 				checkParamGradients(t, m, q, k, v, 1e-2, 2e-2, 3)
 			})
 		}
+	}
+}
+
+// TestSquarePolyHugeGradients: dq, dk, dv where g² overflows float32
+// (|g| ≈ 10^30), which the weights survive by scaling g before squaring.
+func TestSquarePolyHugeGradients(t *testing.T) {
+	for _, causal := range []bool{true, false} {
+		m := newSquarePoly(t, "sqpoly:block=8:degree=2:coefficients=1e30,1e29,1e30", causal, 1)
+		q, k, v := conformanceInputs(16, 19)
+		checkGradients(t, m, q, k, v, 1e-2, 2e-2, 8)
 	}
 }
 
