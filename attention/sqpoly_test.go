@@ -2,6 +2,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -275,5 +276,51 @@ func TestSquarePolyThreadsCoefficients(t *testing.T) {
 				t.Errorf("B=%d, GOMAXPROCS=%d: coefficient gradient %v, one thread's %v", B, procs, got, want)
 			}
 		}
+	}
+}
+
+// TestSquareSketchAgainstSquarePoly measures sqpolysketch, the linear-time
+// form, against the exact squared polynomial of sqpoly's definition (the
+// thesis's plain ratio) for the same coefficients: the thesis's U(−50, 50)
+// draws, which both mechanisms take from the seed. The error (mean over
+// seeds of the relative Frobenius error, degree 2, causal) falls as the
+// sketch size grows. sqpolysketch adds 1 to its denominator; with these
+// coefficients the weights are in the hundreds and more, so that 1 moves
+// the outputs far less than the sketch does.
+func TestSquareSketchAgainstSquarePoly(t *testing.T) {
+	rs := []int{4, 16, 64, 256}
+	if testing.Short() {
+		rs = []int{4, 64}
+	}
+	const seeds = 4
+	var first, prev float64
+	for n, r := range rs {
+		var e float64
+		for seed := range seeds {
+			q, k, v := conformanceInputs(uint64(50+seed), 48)
+			m := newSquareSketch(t, fmt.Sprintf("sqpolysketch:block=16:degree=2:sketch-size=%d", r), true, uint64(60+seed))
+			var a []float64
+			for _, x := range m.(Trainable).Params()[0].Value.Data {
+				a = append(a, float64(x))
+			}
+			o := forward(m, q, k, v)
+			exact := perHead(refSquarePoly(a))(m, true, q, k, v)
+			var num, den float64
+			for j, x := range exact {
+				num += (float64(o.Data[j]) - x) * (float64(o.Data[j]) - x)
+				den += x * x
+			}
+			e += math.Sqrt(num/den) / seeds
+		}
+		t.Logf("r=%d: relative error %.4f", r, e)
+		if n == 0 {
+			first = e
+		} else if !(e < prev) {
+			t.Errorf("error %.4f at r=%d is not below %.4f at r=%d", e, r, prev, rs[n-1])
+		}
+		prev = e
+	}
+	if prev > 0.6*first {
+		t.Errorf("error %.4f at r=%d is not below 0.6 × %.4f at r=%d", prev, rs[len(rs)-1], first, rs[0])
 	}
 }
