@@ -147,12 +147,12 @@ type squarePolyAttn struct {
 }
 
 func newSquarePolynomial(causal bool, block int, coef *nn.Param, frozen bool) *squarePolyAttn {
-	w := &squareWeighting{a: coef.Value.Data}
+	w := &squareWeighting{coef: coef}
 	if !frozen {
-		w.n = len(w.a)
+		w.n = coef.Value.Len()
 	}
 	a := &squarePolyAttn{tiled: newTiled(string(SquarePolynomial), causal, block, w), coef: coef, frozen: frozen,
-		grad: make([]float64, len(w.a))}
+		grad: make([]float64, coef.Value.Len())}
 	if !frozen {
 		a.ps = []*nn.Param{coef}
 	}
@@ -216,16 +216,19 @@ func (a *squarePolyAttn) NewDecoder(B, H, h int) (Decoder, error) {
 // scale) and ∂L/∂a_c = Σ_ij 2·u_ij·(dP_ij − δ_i)·r_i·x_ij^c. The spare tile
 // keeps the scores between backwardWeights and backwardScores.
 type squareWeighting struct {
-	a []float32 // the coefficients a_0…a_p (the parameter's values, read at every call)
-	n int       // gradients accumulated per backward item: p+1, or 0 when frozen
+	coef *nn.Param // the coefficients a_0…a_p, read at every call
+	n    int       // gradients accumulated per backward item: p+1, or 0 when frozen
 }
+
+// a returns the coefficients' current values.
+func (w *squareWeighting) a() []float32 { return w.coef.Value.Data }
 
 func (*squareWeighting) scoreScale(int) float32   { return 1 }
 func (*squareWeighting) gradScale(int) float32    { return 2 }
 func (*squareWeighting) scaledUpstream() bool     { return false }
 func (*squareWeighting) spare() bool              { return true }
 func (w *squareWeighting) accumulates() int       { return w.n }
-func (w *squareWeighting) poly(x float32) float32 { return horner(w.a, x) }
+func (w *squareWeighting) poly(x float32) float32 { return horner(w.a(), x) }
 
 // horner returns Σ a_i x^i.
 func horner(a []float32, x float32) float32 {
@@ -277,7 +280,7 @@ func (w *squareWeighting) forwardTile(sc *scratch, t tile, o []float32, h int) {
 			continue
 		}
 		g := sc.t[r*t.cols : r*t.cols+n]
-		hornerInto(g, s[:n], sc.ones, w.a)
+		hornerInto(g, s[:n], sc.ones, w.a())
 		// The maximum of g² is that of |g|, in one vector pass, while g²
 		// stays finite (|g| < 1.8·10^19); beyond, |g| is scanned.
 		vec.Mul(s[:n], g, g)
@@ -373,7 +376,7 @@ func (w *squareWeighting) backwardWeights(sc *scratch, t tile, stat []float32) {
 	for r := 0; r < t.rows; r++ {
 		n := t.span(r)
 		s := sc.s[r*t.cols : (r+1)*t.cols]
-		hornerInto(s[:n], sc.t[r*t.cols:r*t.cols+n], sc.ones, w.a)
+		hornerInto(s[:n], sc.t[r*t.cols:r*t.cols+n], sc.ones, w.a())
 		vec.Scale(stat[r], s[:n])
 		vec.Mul(s[:n], s[:n], s[:n])
 		clear(s[n:])
@@ -384,7 +387,8 @@ func (w *squareWeighting) backwardWeights(sc *scratch, t tile, stat []float32) {
 // and adds the coefficients' gradient Σ 2·e·x^c to sc.acc. The weights in
 // sc.s have been used: it serves as scratch for g, the powers of x and g'.
 func (w *squareWeighting) backwardScores(sc *scratch, t tile, delta []float32) {
-	a, p := w.a, len(w.a)-1
+	a := w.a()
+	p := len(a) - 1
 	var da [maxSquareDegree]float32 // g' = Σ_i da[i] x^i
 	for i := 1; i <= p; i++ {
 		da[i-1] = float32(i) * a[i]
