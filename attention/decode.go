@@ -138,6 +138,10 @@ type cacheDecoder struct {
 	team         team
 	stepFn       func(w, i int) // bound once: handing it to team allocates nothing
 	chunkFn      func(w, i int)
+
+	// weights, if set, turns a row of scores into its weights in place
+	// (sqpoly), in place of softmax or (q·k)^p.
+	weights func([]float32)
 }
 
 func newCacheDecoder(B, H, h, degree int) *cacheDecoder {
@@ -182,6 +186,10 @@ func (d *cacheDecoder) grow(size int) {
 // weigh turns the scores q·k of one position against the keys it sees
 // into its attention weights, in place.
 func (d *cacheDecoder) weigh(w []float32) {
+	if d.weights != nil {
+		d.weights(w)
+		return
+	}
 	if d.degree == 0 {
 		vec.Scale(d.scale, w)
 		vec.Softmax(w)

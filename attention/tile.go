@@ -65,6 +65,17 @@ type weighting interface {
 	backwardScores(sc *scratch, t tile, delta []float32)
 }
 
+// An accumulator is a weighting with parameters of its own (learned
+// coefficients): besides dS, its backwardScores adds the gradient of a
+// loss with respect to them into sc.acc. The driver gives every backward
+// work item (head, key-tile group) its own zeroed sc.acc, so that the
+// mechanism can sum the items' gradients in a fixed order (accumulated)
+// whatever the number of threads.
+type accumulator interface {
+	// accumulates returns how many float64 gradients each item adds to.
+	accumulates() int
+}
+
 // tile locates a score tile: query rows [i0, i0+rows), key columns
 // [j0, j0+cols). Its scores are stored row-major with stride cols.
 type tile struct {
@@ -113,6 +124,7 @@ type scratch struct {
 	s, dp, t []float32 // br×bc tiles: scores/weights, dP/dS, a spare (polynomial)
 	m, l     []float32 // br running row statistics
 	ones     []float32 // bc ones, for subtracting a scalar with vec.Axpy
+	acc      []float64 // the running backward item's slice of tiled.accs (accumulators)
 }
 
 // tiled is the driver shared by flash and polynomial attention: the
@@ -138,6 +150,8 @@ type tiled struct {
 	delta []float32  // [B·H·N] per-row dO·O (scaled)
 	up    []float32  // [B·H·N·h] rescaled dO (polynomial only)
 	dqs   []float32  // [B·H·(groups−1)·N·h] partial dQ of key-tile groups 1…
+	accN  int        // floats each backward item accumulates (see accumulator), or 0
+	accs  []float64  // [B·H·groups·accN]: the items' parameter gradients
 	sc    []*scratch // one per worker
 	call  tiledCall  // arguments of the running call
 	team  team       // runs the work items
@@ -161,7 +175,20 @@ func newTiled(name string, causal bool, block int, w weighting) *tiled {
 	t := &tiled{name: name, fwdOp: name + ".Forward", bwdOp: name + ".Backward",
 		causal: causal, br: block, bc: block, weights: w}
 	t.forwardFn, t.prepareFn, t.backwardFn, t.reduceFn = t.forwardItem, t.prepareItem, t.backwardItem, t.reduceItem
+	if a, ok := w.(accumulator); ok {
+		t.accN = a.accumulates()
+	}
 	return t
+}
+
+// accumulated returns the parameter gradients of the last Backward's
+// items, accN floats per item, in item order (see accumulator).
+func (t *tiled) accumulated() []float64 {
+	if t.q == nil {
+		return nil
+	}
+	B, H, N := t.q.Shape[0], t.q.Shape[1], t.q.Shape[2]
+	return t.accs[:B*H*t.groups(B, H, N)*t.accN]
 }
 
 // groups returns how many interleaved key-tile groups Backward splits each
@@ -205,7 +232,8 @@ func (t *tiled) sizes(B, H, N, h int) (rows, heads, up, dqs, perWorker, workers 
 func (t *tiled) workspace(B, H, N, h int) int64 {
 	rows, heads, up, dqs, perWorker, workers := t.sizes(B, H, N, h)
 	// stat, delta; saved o; rescaled dO; partial dQ; tile buffers.
-	return 4 * (2*int64(rows) + int64(heads) + int64(up) + int64(dqs) + int64(perWorker)*int64(workers))
+	accs := int64(B*H*t.groups(B, H, N)) * int64(t.accN)
+	return 4*(2*int64(rows)+int64(heads)+int64(up)+int64(dqs)+int64(perWorker)*int64(workers)) + 8*accs
 }
 
 // held returns the float32 count of the buffers the driver holds now, to
@@ -215,7 +243,7 @@ func (t *tiled) held() int64 {
 	for _, s := range t.sc {
 		n += len(s.s) + len(s.dp) + len(s.t) + len(s.m) + len(s.l) + len(s.ones)
 	}
-	return 4 * int64(n)
+	return 4*int64(n) + 8*int64(len(t.accs))
 }
 
 // ensure sizes the buffers for a shape; it allocates only when they grow.
@@ -226,6 +254,9 @@ func (t *tiled) ensure(B, H, N, h int) {
 	t.delta = tensor.Grow(t.delta, rows)
 	t.up = tensor.Grow(t.up, up)
 	t.dqs = tensor.Grow(t.dqs, dqs)
+	if need := B * H * t.groups(B, H, N) * t.accN; len(t.accs) < need {
+		t.accs = make([]float64, need)
+	}
 	for len(t.sc) < workers {
 		t.sc = append(t.sc, &scratch{})
 	}
@@ -342,6 +373,10 @@ func (t *tiled) backwardItem(w, item int) {
 	clear(dq)
 	stat, delta := t.stat[bh*N:bh*N+N], t.delta[bh*N:bh*N+N]
 	sc := t.sc[w]
+	if t.accN > 0 {
+		sc.acc = t.accs[item*t.accN : (item+1)*t.accN]
+		clear(sc.acc)
+	}
 	alpha, gradAlpha := t.weights.scoreScale(h), t.weights.gradScale(h)
 	for j0 := g * t.bc; j0 < N; j0 += G * t.bc {
 		cols := min(t.bc, N-j0)

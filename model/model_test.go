@@ -413,6 +413,9 @@ func TestParams(t *testing.T) {
 		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok {
 			perLayer += sq.Degree + 1 // the coefficients
 		}
+		if sq, ok := cfg.Attention.(attention.SquarePolynomialConfig); ok && !sq.Frozen {
+			perLayer += sq.Degree + 1 // the coefficients
+		}
 		want := V*d + cfg.Layers*perLayer + 2*d + V
 		if !cfg.Tied {
 			want += d * V
