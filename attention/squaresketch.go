@@ -24,8 +24,8 @@ import (
 // a self-tensoring of ψ (featuremap.go), so every weight is ≥ 0 however
 // the coefficients are signed, and the engine runs it in O(N) with
 // (1+p·r)(2+p·r)/2 features per row; inside the diagonal blocks the
-// weights are lt((ψ_Q(Q_l)·ψ_K(K_l)ᵀ)²) without forming features. As for
-// polynomial attention o_i = Σ_j w_ij v_j / (1 + Σ_j w_ij).
+// weights are lt((ψ_Q(Q_l)·ψ_K(K_l)ᵀ)²) without forming features. As the
+// thesis and the exact form (sqpoly) have it, o_i = Σ_j w_ij v_j / Σ_j w_ij.
 //
 // The coefficients are a parameter ("coefficients", [p+1], lowest degree
 // first) shared by the heads of a layer, initialized from U(−50, 50) as
@@ -91,7 +91,7 @@ func init() {
 				},
 				projectKeys: func(int, uint64) projection { return keys },
 				tensored:    true,
-				one:         1,
+				one:         0, // the plain ratio of the thesis and of sqpoly
 			}
 			return &squareSketchAttn{newEngine(SquareSketch, o, fm), coef}, nil
 		},

@@ -11,7 +11,7 @@ import (
 // refSquareSketch is sketched squared-polynomial attention of one head in
 // float64 from its definition, for the random vectors g (SketchMatrices:
 // "g<i>.<t>", [h, r]) and coefficients a: w = (a_0 + Σ_i a_i·M_i(q)·M_i(k))²
-// with M_i(x)_c = ∏_t (g_{i,t,c}·x)/√r, and o = Σ w v / (1 + Σ w).
+// with M_i(x)_c = ∏_t (g_{i,t,c}·x)/√r, and o = Σ w v / Σ w.
 func refSquareSketch(g map[string]*tensor.Tensor, a []float32) func(q, k, v [][]float64, causal bool) [][]float64 {
 	p := len(a) - 1
 	sketch := func(x []float64, i int) []float64 {
@@ -39,14 +39,14 @@ func refSquareSketch(g map[string]*tensor.Tensor, a []float32) func(q, k, v [][]
 		return s * s
 	}
 	return func(q, k, v [][]float64, causal bool) [][]float64 {
-		return refKernelPlusOne(q, k, v, causal, w)
+		return refKernelRatio(q, k, v, causal, w)
 	}
 }
 
 // refSquareExact is the exact weights (Σ a_i (q·k)^i)² of the same form.
 func refSquareExact(a []float64) func(q, k, v [][]float64, causal bool) [][]float64 {
 	return func(q, k, v [][]float64, causal bool) [][]float64 {
-		return refKernelPlusOne(q, k, v, causal, func(qi, kj []float64) float64 {
+		return refKernelRatio(q, k, v, causal, func(qi, kj []float64) float64 {
 			s, x := 0.0, dotF64(qi, kj)
 			for i := len(a) - 1; i >= 0; i-- {
 				s = s*x + a[i]
@@ -56,12 +56,12 @@ func refSquareExact(a []float64) func(q, k, v [][]float64, causal bool) [][]floa
 	}
 }
 
-// refKernelPlusOne is Σ_j w v_j / (1 + Σ_j w) over j ≤ i (causal) or all j.
-func refKernelPlusOne(q, k, v [][]float64, causal bool, w func(qi, kj []float64) float64) [][]float64 {
+// refKernelRatio is Σ_j w v_j / Σ_j w over j ≤ i (causal) or all j.
+func refKernelRatio(q, k, v [][]float64, causal bool, w func(qi, kj []float64) float64) [][]float64 {
 	o := make([][]float64, len(q))
 	for i := range q {
 		o[i] = make([]float64, len(v[0]))
-		den := 1.0
+		den := 0.0
 		for j := range k {
 			if causal && j > i {
 				break
