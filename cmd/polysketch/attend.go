@@ -27,13 +27,16 @@ first level, [r,r] above); the initial parameters of a trainable
 mechanism, "param.NAME"; and the mechanism, --causal, --seed and every
 option in the metadata.
 
-What the mechanisms compute (no layer norm, no scaling of q, k besides
-softmax's):
+What the mechanisms compute, without layer norm or any scaling of q and k
+besides their own (softmax's 1/√h, Performer's h^-1/4): see "polysketch
+mechanisms"; for example
   softmax, flash  o_i = Σ_j softmax_j(q_i·k_j/√h) v_j
   polynomial      o_i = Σ_j w_ij v_j / (1 + Σ_j w_ij),  w_ij = (q_i·k_j)^p
   polysketch      the same with w_ij = φ(q_i)·φ(k_j), where for p = 4
                   φ(x) = (((x·g1) ∗ (x·g2))/√r)^⊗2; with --local, blocks of
                   b rows on the diagonal use the exact w_ij = (q_i·k_j)^p
+  sqpoly          o_i = Σ_j w_ij v_j / Σ_j w_ij,  w_ij = (Σ_t a_t (q_i·k_j)^t)²
+                  with the coefficients written as "sketch.coefficients"
 Sums run over j ≤ i with --causal.
 
 flags:
