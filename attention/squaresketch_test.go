@@ -3,6 +3,7 @@ package attention
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -257,6 +258,38 @@ func TestSquareSketchConfigErrors(t *testing.T) {
 		_, err := ParseSpec(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.spec, err, c.want)
+		}
+	}
+}
+
+// TestSquareSketchThesisInit: with the thesis's U(−50, 50) coefficients,
+// heads of 64 and rows of norm 8 (what the model's LayerNorm gives), the
+// weights span many orders of magnitude (50²·(q·k)^(2p)); the float32
+// engine still agrees with the float64 reference, causal and not, and its
+// gradients with finite differences.
+func TestSquareSketchThesisInit(t *testing.T) {
+	const N, h = 72, 64
+	rng := rand.New(rand.NewPCG(21, 22))
+	q, k, v := randTensor(rng, 1, 1, 1, N, h), randTensor(rng, 1, 1, 1, N, h), randTensor(rng, 1, 1, 1, N, h)
+	normalizeRows(q, 1)
+	normalizeRows(k, 1)
+	for _, p := range []int{3, 6} {
+		for _, causal := range []bool{true, false} {
+			cfg, err := ParseSpec(fmt.Sprintf("sqpolysketch:degree=%d:sketch-size=4:block=16", p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := New(cfg, Setup{Causal: causal, Seed: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.(HeadSized).SetHeadSize(h)
+			if d := relMax(forward(m, q, k, v).Data, refSquareSketchOf(m, causal, q, k, v)); d > 1e-4 {
+				t.Errorf("p=%d causal=%v: max |o − reference| / max |reference| = %.3g", p, causal, d)
+			}
+			if p == 3 {
+				checkGradients(t, m, q, k, v, 1e-3, 5e-2, 3)
+			}
 		}
 	}
 }
