@@ -48,6 +48,7 @@ var conformanceCases = []conformanceCase{
 	{spec: "hyper:block=8:samples=6:min-length=4:hashes=3", ref: refHyperOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "hyper:block=8:samples=6:min-length=4:hashes=3:sampling=vnorm", ref: refHyperOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "sqpolysketch:block=8:degree=2:sketch-size=4", ref: refSquareSketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
+	{spec: "sqpolysketch:block=8:degree=2:sketch-size=4:frozen:coefficients=1,-0.5,2", ref: refSquareSketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
 	{spec: "sqpoly:block=8:degree=3", ref: refSquarePolyOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 }
 

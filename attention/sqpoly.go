@@ -72,16 +72,26 @@ func (c SquarePolynomialConfig) Validate() error {
 	if c.Init != "uniform" && c.Init != "ones" {
 		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
 	}
-	if c.Coefficients != "" {
-		a, err := parseCoefficients(c.Coefficients)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case c.Degree >= 1 && len(a) != c.Degree+1:
-			errs = append(errs, fmt.Errorf("--coefficients %q: %d values for --degree %d; give %d values or --degree %d", c.Coefficients, len(a), c.Degree, c.Degree+1, len(a)-1))
-		}
+	if err := checkCoefficients(c.Coefficients, c.Degree); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
+}
+
+// checkCoefficients checks explicit coefficients ("" for none) against
+// the degree.
+func checkCoefficients(explicit string, degree int) error {
+	if explicit == "" {
+		return nil
+	}
+	a, err := parseCoefficients(explicit)
+	if err != nil {
+		return err
+	}
+	if degree >= 1 && len(a) != degree+1 {
+		return fmt.Errorf("--coefficients %q: %d values for --degree %d; give %d values or --degree %d", explicit, len(a), degree, degree+1, len(a)-1)
+	}
+	return nil
 }
 
 // parseCoefficients reads "a0,a1,…": finite numbers separated by commas
@@ -115,25 +125,41 @@ func init() {
 		},
 		New: func(c Config, s Setup) (Mechanism, error) {
 			cfg := c.(SquarePolynomialConfig)
-			coef := nn.NewParam("coefficients", false, cfg.Degree+1)
-			switch {
-			case cfg.Coefficients != "":
-				a, err := parseCoefficients(cfg.Coefficients)
-				if err != nil {
-					return nil, err
-				}
-				copy(coef.Value.Data, a)
-			case cfg.Init == "ones":
-				coef.Value.Fill(1)
-			default:
-				rng := rand.New(rand.NewPCG(s.Seed, 0x5eed0c0ef)) // sqpolysketch's stream
-				for i := range coef.Value.Data {
-					coef.Value.Data[i] = float32(100*rng.Float64() - 50)
-				}
+			coef, err := newCoefficients(cfg.Degree, cfg.Init, cfg.Coefficients, s.Seed)
+			if err != nil {
+				return nil, err
 			}
 			return newSquarePolynomial(s.Causal, cfg.Block, coef, cfg.Frozen), nil
 		},
 	})
+}
+
+// newCoefficients makes the coefficient parameter of sqpoly and
+// sqpolysketch ("coefficients", [degree+1], lowest degree first): the
+// explicit values if given, else all ones, else U(−50, 50) drawn from the
+// layer's seed with one stream for both, so that the exact and the
+// sketched form start from the same polynomial.
+func newCoefficients(degree int, init, explicit string, seed uint64) (*nn.Param, error) {
+	coef := nn.NewParam("coefficients", false, degree+1)
+	switch {
+	case explicit != "":
+		a, err := parseCoefficients(explicit)
+		if err != nil {
+			return nil, err
+		}
+		if len(a) != degree+1 {
+			return nil, fmt.Errorf("--coefficients %q: %d values for --degree %d; give %d values or --degree %d", explicit, len(a), degree, degree+1, len(a)-1)
+		}
+		copy(coef.Value.Data, a)
+	case init == "ones":
+		coef.Value.Fill(1)
+	default:
+		rng := rand.New(rand.NewPCG(seed, 0x5eed0c0ef))
+		for i := range coef.Value.Data {
+			coef.Value.Data[i] = float32(100*rng.Float64() - 50)
+		}
+	}
+	return coef, nil
 }
 
 // squarePolyAttn is the tiled driver with the squared-polynomial

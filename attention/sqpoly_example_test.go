@@ -2,6 +2,8 @@ package attention_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/tensor"
@@ -29,4 +31,31 @@ func Example_sqpoly() {
 	// Output:
 	// [1 0 0.2 0.8]
 	// parameters: 0
+}
+
+// The linear-time form, sqpolysketch, with the thesis's best degree and
+// its coefficients frozen: it exports every random vector it drew and the
+// coefficients (what polysketch attend writes beside the output), enough
+// for another implementation to reproduce its output exactly.
+func Example_sqpolysketch() {
+	cfg := attention.SquareSketchConfig{Degree: 3, SketchSize: 4, Init: "uniform", Coefficients: "0.5 -2 1 3", Frozen: true, Block: 256}
+	m, err := attention.New(cfg, attention.Setup{Causal: true, Seed: 7})
+	if err != nil {
+		panic(err)
+	}
+	m.(attention.HeadSized).SetHeadSize(16)
+	mats := m.(attention.Sketched).SketchMatrices()
+	for _, name := range slices.Sorted(maps.Keys(mats)) {
+		fmt.Println(name, mats[name].Shape)
+	}
+	fmt.Println("coefficients:", mats["coefficients"].Data)
+	// Output:
+	// coefficients [4]
+	// g1.1 [16 4]
+	// g2.1 [16 4]
+	// g2.2 [16 4]
+	// g3.1 [16 4]
+	// g3.2 [16 4]
+	// g3.3 [16 4]
+	// coefficients: [0.5 -2 1 3]
 }

@@ -29,19 +29,25 @@ import (
 //
 // The coefficients are a parameter ("coefficients", [p+1], lowest degree
 // first) shared by the heads of a layer, initialized from U(−50, 50) as
-// the thesis found best, or all ones (its §5.2). The random vectors are
-// drawn from the layer's seed ("g<i>.<t>", [h, r]: the g_{i,t,c} of
-// degree i as columns).
+// the thesis found best, or all ones (its §5.2), or given explicitly;
+// frozen, they are fixed and no parameter, as for sqpoly. The random
+// vectors are drawn from the layer's seed ("g<i>.<t>", [h, r]: the
+// g_{i,t,c} of degree i as columns); SketchMatrices returns them with the
+// coefficients, everything another implementation needs to reproduce the
+// output.
 const SquareSketch Kind = "sqpolysketch"
 
 // SquareSketchConfig configures sketched squared-polynomial attention.
 type SquareSketchConfig struct {
 	Degree     int    `json:"degree" help:"degree p of the inner polynomial Σ a_i (q·k)^i, squared: 1 to 8"`
 	SketchSize int    `json:"sketch_size" help:"sketch size r: columns per degree"`
-	Init       string `json:"init" help:"initial coefficients: uniform (U(−50, 50)) or ones"`
-	Block      int    `json:"block" help:"rows per block of the lower-triangular multiply"`
-	CumSum     bool   `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline)"`
-	Remat      bool   `json:"remat" help:"keep nothing per block for backward: recompute it"`
+	Init       string `json:"init" help:"initial coefficients: uniform (U(−50, 50)) or ones ((1+x+…+x^p)²)"`
+	// Coefficients and Frozen mean what they mean for sqpoly.
+	Coefficients string `json:"coefficients" help:"explicit a_0,…,a_p, lowest degree first, by commas or spaces (overrides --init; needs --degree p)"`
+	Frozen       bool   `json:"frozen" help:"keep the coefficients fixed instead of training them"`
+	Block        int    `json:"block" help:"rows per block of the lower-triangular multiply"`
+	CumSum       bool   `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline)"`
+	Remat        bool   `json:"remat" help:"keep nothing per block for backward: recompute it"`
 }
 
 func (SquareSketchConfig) Mechanism() string { return string(SquareSketch) }
@@ -56,6 +62,9 @@ func (c SquareSketchConfig) Validate() error {
 	}
 	if c.Init != "uniform" && c.Init != "ones" {
 		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
+	}
+	if err := checkCoefficients(c.Coefficients, c.Degree); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
@@ -72,14 +81,9 @@ func init() {
 		},
 		New: func(c Config, s Setup) (Mechanism, error) {
 			cfg := c.(SquareSketchConfig)
-			coef := nn.NewParam("coefficients", false, cfg.Degree+1)
-			rng := rand.New(rand.NewPCG(s.Seed, 0x5eed0c0ef))
-			for i := range coef.Value.Data {
-				if cfg.Init == "ones" {
-					coef.Value.Data[i] = 1
-				} else {
-					coef.Value.Data[i] = float32(100*rng.Float64() - 50)
-				}
+			coef, err := newCoefficients(cfg.Degree, cfg.Init, cfg.Coefficients, s.Seed)
+			if err != nil {
+				return nil, err
 			}
 			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
 			var keys *degreeSketch // drawn with the queries', for the same head size
@@ -87,13 +91,20 @@ func init() {
 				project: func(h int, seed uint64) projection {
 					q := newDegreeSketch(h, cfg.Degree, cfg.SketchSize, seed, coef)
 					keys = &degreeSketch{h: h, p: q.p, r: q.r, w: q.w, gT: q.gT}
+					if cfg.Frozen {
+						return frozenSketch{q}
+					}
 					return q
 				},
 				projectKeys: func(int, uint64) projection { return keys },
 				tensored:    true,
 				one:         0, // the plain ratio of the thesis and of sqpoly
 			}
-			return &squareSketchAttn{newEngine(SquareSketch, o, fm), coef}, nil
+			a := &squareSketchAttn{engine: newEngine(SquareSketch, o, fm)}
+			if !cfg.Frozen {
+				a.ps = []*nn.Param{coef}
+			}
+			return a, nil
 		},
 	})
 }
@@ -102,11 +113,30 @@ func init() {
 // coefficients, which exist before the head size is known.
 type squareSketchAttn struct {
 	*engine
-	coef *nn.Param
+	ps []*nn.Param // {coefficients}, or none when frozen
 }
 
-// Params returns the coefficients. Backward adds (+=) to their gradient.
-func (a *squareSketchAttn) Params() []*nn.Param { return []*nn.Param{a.coef} }
+// Params returns the coefficients, or nothing when they are frozen.
+// Backward adds (+=) to their gradient.
+func (a *squareSketchAttn) Params() []*nn.Param { return a.ps }
+
+// frozenSketch is the queries' degreeSketch with fixed coefficients: not
+// a trainedProjection, so the engine keeps no gradient for them.
+type frozenSketch struct{ s *degreeSketch }
+
+func (f frozenSketch) dims() (in, out, preW int)           { return f.s.dims() }
+func (f frozenSketch) scratchSize(n int) (ab, buf int)     { return f.s.scratchSize(n) }
+func (f frozenSketch) floats() int                         { return f.s.floats() }
+func (f frozenSketch) matrices() map[string]*tensor.Tensor { return f.s.matrices() }
+func (f frozenSketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch) {
+	f.s.apply(x, ldx, n, pre, mT, scr)
+}
+func (f frozenSketch) output(x []float32, ldx, n int, pre, mT []float32) {
+	f.s.output(x, ldx, n, pre, mT)
+}
+func (f frozenSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	f.s.frozenBackward(dx, ldx, n, accumulate, dmT, pre, scr)
+}
 
 // degreeSketch is the projection ψ of SquareSketch: row 0 of Mᵀ is the
 // constant term, then r rows per degree i = 1…p. pre keeps every
@@ -146,9 +176,14 @@ func (s *degreeSketch) floats() int {
 func (s *degreeSketch) params() []*nn.Param { return s.ps }
 func (s *degreeSketch) paramSize() int      { return s.p + 1 }
 
-// matrices returns g<i>.<t> as [h, r] matrices: column c is g_{i,t,c}.
+// matrices returns g<i>.<t> as [h, r] matrices (column c is g_{i,t,c})
+// and, for the queries', the coefficients ("coefficients", [p+1]), all
+// that another implementation needs to reproduce the output.
 func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
 	m := map[string]*tensor.Tensor{}
+	if s.coef != nil {
+		m["coefficients"] = s.coef.Value
+	}
 	for i := 1; i <= s.p; i++ {
 		for t := 1; t <= i; t++ {
 			g := tensor.New(s.h, s.r)
@@ -205,9 +240,18 @@ func (s *degreeSketch) output(_ []float32, _, n int, pre, mT []float32) {
 // ∏_{t'≠t} P_t', and for the queries da_i = Σ dψ_ic·ψ_ic/a_i, computed as
 // Σ dψ_ic·∏_t P_t/√r (no division).
 func (s *degreeSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	s.backwardOf(dx, ldx, n, accumulate, dmT, pre, scr, s.coef != nil)
+}
+
+// frozenBackward is backward without the coefficients' gradient.
+func (s *degreeSketch) frozenBackward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	s.backwardOf(dx, ldx, n, accumulate, dmT, pre, scr, false)
+}
+
+func (s *degreeSketch) backwardOf(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch, train bool) {
 	r := s.r
 	dp, tmp := scr.a[:s.w*n], scr.buf[:n]
-	if s.coef != nil {
+	if train {
 		scr.dparam[0] += vec.Sum(dmT[:n])
 	}
 	inv := float32(1 / math.Sqrt(float64(r)))
@@ -216,7 +260,7 @@ func (s *degreeSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, 
 		si := s.scale(i)
 		for c := 0; c < r; c++ {
 			d := dmT[(1+(i-1)*r+c)*n : (2+(i-1)*r+c)*n]
-			if s.coef != nil {
+			if train {
 				copy(tmp, d)
 				for t := 0; t < i; t++ {
 					vec.Mul(tmp, tmp, pre[(at+t*r+c)*n:(at+t*r+c+1)*n])
