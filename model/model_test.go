@@ -410,7 +410,7 @@ func TestParams(t *testing.T) {
 			r := ps.SketchSize
 			perLayer += 2 * (2*h + (h*8*r + 8*r) + 2*8*r + (8*r*r + r) + (r*8*r + 8*r) + (8*r*r + r))
 		}
-		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok {
+		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok && !sq.Frozen {
 			perLayer += sq.Degree + 1 // the coefficients
 		}
 		if sq, ok := cfg.Attention.(attention.SquarePolynomialConfig); ok && !sq.Frozen {
