@@ -275,7 +275,8 @@ type sketchDecoder struct {
 	n         int
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
-	block  []float32 // [bh × stateSize]: the current block's φ(K)ᵀV and φ(K)ᵀ1
+	block  []float32 // scaled maps: [bh × stateSize], the current block's φ(K)ᵀV and φ(K)ᵀ1
+	fks    []float32 // other maps: [bh × b × F], φ(k) of the current block's keys
 	keys   []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
 	vals   []float32 // [bh × b × h]
 	wts    []float32 // [bh × b]: local weights of the step
@@ -324,7 +325,12 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	if !d.local {
 		d.kw = d.ro
 	}
-	d.prefix, d.block = make([]float32, bh*d.stateSize), make([]float32, bh*d.stateSize)
+	d.prefix = make([]float32, bh*d.stateSize)
+	if a.fm.scaled {
+		d.block = make([]float32, bh*d.stateSize)
+	} else {
+		d.fks = make([]float32, bh*d.b*d.F)
+	}
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
 	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
@@ -395,10 +401,8 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	h, F, kw, b := d.h, d.F, d.kw, d.b
 	pos := d.n % b // index within the current block
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
 	if pos == 0 && d.n > 0 { // the previous block is complete
-		vec.Add(prefix, prefix, block)
-		clear(block)
+		d.fold(i)
 	}
 
 	// Keep this position's key (or its sketch) and value in the block.
@@ -441,12 +445,24 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	}
 	vec.Scale(1/den, o)
 
-	// Fold this position's key into the block's state.
-	fk := d.fk[i*F : (i+1)*F]
-	for f, x := range fk {
-		vec.Axpy(x, v, block[f*h:(f+1)*h])
+	// Keep this position's features for the fold at the block's end.
+	copy(d.fks[(i*b+pos)*F:(i*b+pos+1)*F], d.fk[i*F:(i+1)*F])
+}
+
+// fold adds the completed block of head i, whose keys' features are in
+// d.fks and values in d.vals, to its prefix state: Z += Φ(K)ᵀV and
+// ζ += Φ(K)ᵀ1. Once per block as one product, rather than a rank-one
+// update of a block state per position, so that a position reads the
+// prefix state and writes nothing of its size (maps without scale).
+func (d *sketchDecoder) fold(i int) {
+	h, F, b := d.h, d.F, d.b
+	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
+	fks, vals := d.fks[i*b*F:(i+1)*b*F], d.vals[i*b*h:(i+1)*b*h]
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, F, h, b, 1, fks, F, vals, h, 1, prefix, h)
+	zeta := prefix[F*h:]
+	for j := range b {
+		vec.Add(zeta, zeta, fks[j*F:(j+1)*F])
 	}
-	vec.Add(block[F*h:], block[F*h:], fk)
 }
 
 // localDegree is the power of the dot products inside the current block:
@@ -494,7 +510,10 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
+	var block []float32
+	if sk != nil {
+		block = d.block[i*d.stateSize : (i+1)*d.stateSize]
+	}
 	keys, vals := d.keys[i*b*kw:(i+1)*b*kw], d.vals[i*b*h:(i+1)*b*h]
 	p := d.localDegree()
 	for t0 := 0; t0 < n; {
@@ -505,10 +524,10 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			if sk != nil {
 				d.ref[i] = addScaled(prefix, block, d.ref[i], d.bref[i])
 				d.bref[i] = negInf
+				clear(block)
 			} else {
-				vec.Add(prefix, prefix, block)
+				d.fold(i)
 			}
-			clear(block)
 		}
 		if sk != nil {
 			copy(d.ks[i*b+pos:], sk[t0:t0+s])
@@ -582,19 +601,29 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])
 		}
 
-		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1
-		// (relative to the block's maximum so far).
-		if sk != nil {
-			m := max(d.bref[i], vec.Max(sk[t0:t0+s]))
-			vec.Scale(expf(d.bref[i]-m), block)
-			d.bref[i] = m
-			ks := c.cf[:s]
-			for t := range ks {
-				ks[t] = expf(sk[t0+t] - m)
+		// Keep the segment's key features for the fold at the block's end
+		// (maps without scale); or, for a scaled map, add Φ(K)ᵀV and Φ(K)ᵀ1
+		// to the block's state, relative to the block's maximum so far.
+		if sk == nil {
+			fks := d.fks[i*b*F : (i+1)*b*F]
+			for t := range s {
+				row := fks[(pos+t)*F : (pos+t+1)*F]
+				for f := range row {
+					row[f] = phiK[f*n+t0+t]
+				}
 			}
-			for f := 0; f < F; f++ {
-				vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
-			}
+			t0 += s
+			continue
+		}
+		mx := max(d.bref[i], vec.Max(sk[t0:t0+s]))
+		vec.Scale(expf(d.bref[i]-mx), block)
+		d.bref[i] = mx
+		ks := c.cf[:s]
+		for t := range ks {
+			ks[t] = expf(sk[t0+t] - mx)
+		}
+		for f := 0; f < F; f++ {
+			vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
 		}
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, phiK[t0:], n, v[t0*h:], h, 1, block, h)
 		zeta := block[F*h:]
