@@ -276,7 +276,6 @@ type sketchDecoder struct {
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
 	block  []float32 // scaled maps: [bh × stateSize], the current block's φ(K)ᵀV and φ(K)ᵀ1
-	fks    []float32 // other maps: [bh × b × F], φ(k) of the current block's keys
 	keys   []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
 	vals   []float32 // [bh × b × h]
 	wts    []float32 // [bh × b]: local weights of the step
@@ -285,9 +284,9 @@ type sketchDecoder struct {
 	// sketch works: [rows × bh].
 	preQ, preK     []float32 // [preW × bh]
 	mq, mk, tq, tk []float32 // [ro × bh]
-	phiQ, phiK     []float32 // [F × bh]
+	phiQ           []float32 // [F × bh]
 	mqr, mkr       []float32 // [bh × ro]: M(q), M(k) row-major (sketched local weights)
-	fq, fk         []float32 // [bh × F]: φ(q), φ(k) row-major
+	fq             []float32 // [bh × F]: φ(q) row-major
 	sks            sketchScratch
 
 	chunk  int            // positions of the Step in progress, when more than one
@@ -311,6 +310,12 @@ type chunkScratch struct {
 	den           []float32 // [min(n,b)]: their denominators
 	sk, cf        []float32 // scaled maps: [n] log-scales of the chunk's keys, [min(n,b)] cross factors
 	sks           sketchScratch
+
+	// Maps without scale: the fold of a completed block (b positions).
+	fpre       []float32 // [preW × b]
+	fm, ftilde []float32 // [ro × b]
+	fphi       []float32 // [F × b]
+	fsks       sketchScratch
 }
 
 func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
@@ -328,15 +333,12 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	d.prefix = make([]float32, bh*d.stateSize)
 	if a.fm.scaled {
 		d.block = make([]float32, bh*d.stateSize)
-	} else {
-		d.fks = make([]float32, bh*d.b*d.F)
 	}
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
 	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
 	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
-	d.phiQ, d.phiK = make([]float32, d.F*bh), make([]float32, d.F*bh)
-	d.fq, d.fk = make([]float32, bh*d.F), make([]float32, bh*d.F)
+	d.phiQ, d.fq = make([]float32, d.F*bh), make([]float32, bh*d.F)
 	if !d.local {
 		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	}
@@ -368,9 +370,7 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 		d.step()
 	} else {
 		workers := stepWorkers(d.bh, d.bh*n*2*d.stateSize)
-		for len(d.chunks) < workers {
-			d.chunks = append(d.chunks, chunkScratch{})
-		}
+		d.scratch(workers)
 		for w := range workers {
 			d.chunks[w].size(d, n)
 		}
@@ -386,23 +386,37 @@ func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
 	// Sketches and features of every head's q and k: one product each.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
-	transposeInto(d.fk, d.fm.lift(d.phiK, d.mk, d.tk, ro, bh), bh, F, bh)
+	// The keys' features wait for the fold at the block's end; only the
+	// sketched local weights need the keys' sketches now.
 	if !d.local {
+		d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 		transposeInto(d.mqr, d.mq, bh, ro, bh)
 		transposeInto(d.mkr, d.mk, bh, ro, bh)
 	}
-	d.team.run(stepWorkers(bh, bh*2*d.stateSize), bh, d.stepFn)
+	workers := stepWorkers(bh, bh*d.stateSize)
+	d.scratch(workers)
+	d.team.run(workers, bh, d.stepFn)
+}
+
+// scratch makes sure the first workers of d.chunks exist, with room for
+// the fold of a block.
+func (d *sketchDecoder) scratch(workers int) {
+	for len(d.chunks) < workers {
+		d.chunks = append(d.chunks, chunkScratch{})
+	}
+	for w := range workers {
+		d.chunks[w].sizeFold(d)
+	}
 }
 
 // stepHead advances head i by one position.
-func (d *sketchDecoder) stepHead(_, i int) {
+func (d *sketchDecoder) stepHead(w, i int) {
 	h, F, kw, b := d.h, d.F, d.kw, d.b
 	pos := d.n % b // index within the current block
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
 	if pos == 0 && d.n > 0 { // the previous block is complete
-		d.fold(i)
+		d.fold(&d.chunks[w], i)
 	}
 
 	// Keep this position's key (or its sketch) and value in the block.
@@ -420,48 +434,52 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	copy(vals[pos*h:], v)
 
 	// Local weights inside the block, exact or sketched.
-	w := d.wts[i*b : i*b+pos+1]
+	wts := d.wts[i*b : i*b+pos+1]
 	p := d.localDegree()
-	for j := range w {
-		w[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
+	for j := range wts {
+		wts[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
 	}
-	den := d.fm.one + vec.Sum(w)
+	den := d.fm.one + vec.Sum(wts)
 	o := d.o[i*h : (i+1)*h]
 	clear(o)
-	for j, wj := range w {
+	for j, wj := range wts {
 		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
 	}
 
 	// Completed blocks, through the prefix state.
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
-		for f, x := range fq {
-			vec.Axpy(x, prefix[f*h:(f+1)*h], o)
-		}
+		// One row times F×h: the stream kernel keeps o in registers.
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, h, F, 1, fq, F, prefix, h, 1, o, h)
 		den += vec.Dot(fq, prefix[F*h:])
 	}
 	if d.fm.one == 0 {
 		den = max(den, denFloor)
 	}
 	vec.Scale(1/den, o)
-
-	// Keep this position's features for the fold at the block's end.
-	copy(d.fks[(i*b+pos)*F:(i*b+pos+1)*F], d.fk[i*F:(i+1)*F])
 }
 
-// fold adds the completed block of head i, whose keys' features are in
-// d.fks and values in d.vals, to its prefix state: Z += Φ(K)ᵀV and
-// ζ += Φ(K)ᵀ1. Once per block as one product, rather than a rank-one
-// update of a block state per position, so that a position reads the
-// prefix state and writes nothing of its size (maps without scale).
-func (d *sketchDecoder) fold(i int) {
-	h, F, b := d.h, d.F, d.b
+// fold adds the completed block of head i, whose keys (or their sketches)
+// and values are in d.keys and d.vals, to its prefix state: Z += Φ(K)ᵀV
+// and ζ += Φ(K)ᵀ1, with the features of the block's keys computed here,
+// in c's fold scratch. Once per block as matrix products, rather than a
+// rank-one update of a block state per position, so that a position
+// reads the prefix state and writes nothing of its size, and computes no
+// key features (maps without scale).
+func (d *sketchDecoder) fold(c *chunkScratch, i int) {
+	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	fks, vals := d.fks[i*b*F:(i+1)*b*F], d.vals[i*b*h:(i+1)*b*h]
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, F, h, b, 1, fks, F, vals, h, 1, prefix, h)
+	keys, vals := d.keys[i*b*d.kw:(i+1)*b*d.kw], d.vals[i*b*h:(i+1)*b*h]
+	if d.local {
+		d.kproj.apply(keys, h, b, c.fpre, c.fm, &c.fsks)
+	} else {
+		transposeInto(c.fm, keys, ro, b, ro)
+	}
+	phiK := d.fm.lift(c.fphi, c.fm, c.ftilde, ro, b)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, vals, h, 1, prefix, h)
 	zeta := prefix[F*h:]
-	for j := range b {
-		vec.Add(zeta, zeta, fks[j*F:(j+1)*F])
+	for f := range zeta {
+		zeta[f] += vec.Sum(phiK[f*b : (f+1)*b])
 	}
 }
 
@@ -492,6 +510,18 @@ func (c *chunkScratch) size(d *sketchDecoder, n int) {
 	c.sks = newScratch(d.proj, n)
 }
 
+// sizeFold makes sure c has room for the fold of a block of d.
+func (c *chunkScratch) sizeFold(d *sketchDecoder) {
+	if d.ls != nil || c.fphi != nil {
+		return
+	}
+	_, _, preW := d.proj.dims()
+	c.fpre = make([]float32, preW*d.b)
+	c.fm, c.ftilde = make([]float32, d.ro*d.b), make([]float32, d.ro*d.b)
+	c.fphi = make([]float32, d.F*d.b)
+	c.fsks = newScratch(d.proj, d.b)
+}
+
 // chunkHead advances head i by the d.chunk positions of the Step, worker
 // w's scratch holding the head's sketches and features.
 func (d *sketchDecoder) chunkHead(w, i int) {
@@ -500,13 +530,15 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
-	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
-	phiK := d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
-	var sk []float32
-	if d.ls != nil {
+	var phiK, sk []float32
+	if d.ls != nil { // the keys' features now; other maps' wait for the fold
+		d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
+		phiK = d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
 		sk = c.sk[:n]
 		copy(sk, d.ls.logScale(c.pre, n))
+	} else if !d.local {
+		d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
@@ -526,7 +558,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 				d.bref[i] = negInf
 				clear(block)
 			} else {
-				d.fold(i)
+				d.fold(c, i)
 			}
 		}
 		if sk != nil {
@@ -601,17 +633,10 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])
 		}
 
-		// Keep the segment's key features for the fold at the block's end
-		// (maps without scale); or, for a scaled map, add Φ(K)ᵀV and Φ(K)ᵀ1
-		// to the block's state, relative to the block's maximum so far.
+		// A scaled map adds Φ(K)ᵀV and Φ(K)ᵀ1 to the block's state,
+		// relative to the block's maximum so far; the others fold the block
+		// at its end.
 		if sk == nil {
-			fks := d.fks[i*b*F : (i+1)*b*F]
-			for t := range s {
-				row := fks[(pos+t)*F : (pos+t+1)*F]
-				for f := range row {
-					row[f] = phiK[f*n+t0+t]
-				}
-			}
 			t0 += s
 			continue
 		}
