@@ -246,20 +246,23 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 // weights φ(q_i)·φ(k_j), for a self-tensored map (M(q_i)·M(k_j))² (also
 // for CumSum, whose weights are feature weights everywhere). The
 // projections M and features φ are those of the mechanism (its projection
-// and lift), random or learned. The current block's φ(K)ᵀV and φ(K)ᵀ1
-// accumulate as positions arrive, and are added to Z and ζ when the block
-// completes, so every position costs the same: two F×h rank-one products,
-// the projections of one q and one k, and at most b local weights. For a
-// scaled map (Performer) both states keep the references of
-// engine_scaled.go, the running maxima of the key log-scales, and are
-// rescaled when they grow; its Steps of one position take the path of
-// several.
+// and lift), random or learned. The current block's keys (or their
+// sketches) and values are kept, and when the block completes its
+// features are computed and added to Z and ζ as one product,
+// Z += Φ(K)ᵀV: a position reads the F×(h+1) prefix state once and writes
+// nothing of its size, computing the projection of one q (and of one k
+// for sketched local weights) and at most b local weights; the step that
+// completes a block also does that block's fold (b·F·h multiply-adds per
+// head, a few times one position's cost). For a scaled map (Performer)
+// the current block's φ(K)ᵀV and φ(K)ᵀ1 accumulate in a block state
+// instead, and both states keep the references of engine_scaled.go, the
+// running maxima of the key log-scales, rescaled when they grow; its
+// Steps of one position take the path of several.
 //
 // A Step of several positions cuts each head's chunk into segments, the
 // runs of positions within one block, and computes a segment as the
 // positions one by one would, with matrix products: the local weights
-// against the block's keys so far, Φ(Q)·Z and Φ(Q)·ζ for the prefix, and
-// Φ(K)ᵀV added to the block's state.
+// against the block's keys so far, and Φ(Q)·Z and Φ(Q)·ζ for the prefix.
 type sketchDecoder struct {
 	fm        *featureMap
 	proj      projection // of the queries
