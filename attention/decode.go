@@ -279,9 +279,20 @@ type sketchDecoder struct {
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
 	block  []float32 // scaled maps: [bh × stateSize], the current block's φ(K)ᵀV and φ(K)ᵀ1
-	keys   []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
-	vals   []float32 // [bh × b × h]
-	wts    []float32 // [bh × b]: local weights of the step
+
+	// Other maps fold a completed block into the prefix state a few
+	// positions into the next one, at a position that depends on the head
+	// (foldAt), so that the folds of a sequence's heads, and of sequences
+	// stepped together, do not all land on one step; until then the
+	// block's keys are weighed explicitly, φ(q)·φ(k_j) = (M(q)·M(k_j))^p.
+	cm      []float32 // Local: [bh × b × ro], M(k) of the current block's keys
+	pm      []float32 // [bh × b × ro]: M(k) of the previous block's keys
+	pv      []float32 // [bh × b × h]: its values
+	pending []bool    // [bh]: the previous block is not in the prefix state yet
+	H       int       // heads per sequence
+	keys    []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
+	vals    []float32 // [bh × b × h]
+	wts     []float32 // [bh × b]: local weights of the step
 
 	// The step's sketches and features of all bh heads, transposed as the
 	// sketch works: [rows × bh].
@@ -315,10 +326,8 @@ type chunkScratch struct {
 	sks           sketchScratch
 
 	// Maps without scale: the fold of a completed block (b positions).
-	fpre       []float32 // [preW × b]
 	fm, ftilde []float32 // [ro × b]
 	fphi       []float32 // [F × b]
-	fsks       sketchScratch
 }
 
 func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
@@ -334,18 +343,28 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 		d.kw = d.ro
 	}
 	d.prefix = make([]float32, bh*d.stateSize)
+	d.H = H
 	if a.fm.scaled {
 		d.block = make([]float32, bh*d.stateSize)
+	} else {
+		d.pm, d.pv, d.pending = make([]float32, bh*d.b*d.ro), make([]float32, bh*d.b*h), make([]bool, bh)
+		if d.local {
+			d.cm = make([]float32, bh*d.b*d.ro)
+		}
 	}
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
 	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
 	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
 	d.phiQ, d.fq = make([]float32, d.F*bh), make([]float32, bh*d.F)
-	if !d.local {
-		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
-	}
+	d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	d.sks = newScratch(proj, bh)
+	// Write the states once now: fresh memory faults its pages in at the
+	// first write, which would otherwise land on the step of the first
+	// fold, one spike per new sequence.
+	for _, x := range [][]float32{d.prefix, d.keys, d.vals, d.cm, d.pm, d.pv} {
+		clear(x)
+	}
 	if a.fm.scaled {
 		d.ls = a.ls
 		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
@@ -361,6 +380,7 @@ func (d *sketchDecoder) Reset() {
 	d.n = 0
 	clear(d.prefix)
 	clear(d.block)
+	clear(d.pending)
 	for i := range d.ref {
 		d.ref[i], d.bref[i] = negInf, negInf
 	}
@@ -390,13 +410,11 @@ func (d *sketchDecoder) step() {
 	// Sketches and features of every head's q and k: one product each.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
 	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
-	// The keys' features wait for the fold at the block's end; only the
-	// sketched local weights need the keys' sketches now.
-	if !d.local {
-		d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
-		transposeInto(d.mqr, d.mq, bh, ro, bh)
-		transposeInto(d.mkr, d.mk, bh, ro, bh)
-	}
+	transposeInto(d.mqr, d.mq, bh, ro, bh)
+	// The keys' sketches now, with the queries' in one product; their
+	// features wait for the fold of their block.
+	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
+	transposeInto(d.mkr, d.mk, bh, ro, bh)
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
 	d.team.run(workers, bh, d.stepFn)
@@ -418,8 +436,15 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	h, F, kw, b := d.h, d.F, d.kw, d.b
 	pos := d.n % b // index within the current block
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
+	c := &d.chunks[w]
 	if pos == 0 && d.n > 0 { // the previous block is complete
-		d.fold(&d.chunks[w], i)
+		if d.pending[i] {
+			d.fold(c, i)
+		}
+		d.retire(i)
+	}
+	if d.pending[i] && pos == d.foldAt(i) {
+		d.fold(c, i)
 	}
 
 	// Keep this position's key (or its sketch) and value in the block.
@@ -429,6 +454,7 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	if d.local {
 		q = d.q[i*h : (i+1)*h]
 		copy(keys[pos*kw:], d.k[i*h:(i+1)*h])
+		copy(d.cm[(i*b+pos)*d.ro:(i*b+pos+1)*d.ro], d.mkr[i*d.ro:(i+1)*d.ro])
 	} else {
 		q = d.mqr[i*kw : (i+1)*kw]
 		copy(keys[pos*kw:], d.mkr[i*kw:(i+1)*kw])
@@ -449,6 +475,18 @@ func (d *sketchDecoder) stepHead(w, i int) {
 		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
 	}
 
+	// The previous block, until it is folded: its feature weights.
+	if d.pending[i] {
+		mq := d.mqr[i*d.ro : (i+1)*d.ro]
+		pm, pv := d.pm[i*b*d.ro:(i+1)*b*d.ro], d.pv[i*b*h:(i+1)*b*h]
+		dp := d.fm.diagPow()
+		for j := range b {
+			x := ipow(vec.Dot(mq, pm[j*d.ro:(j+1)*d.ro]), dp)
+			vec.Axpy(x, pv[j*h:(j+1)*h], o)
+			den += x
+		}
+	}
+
 	// Completed blocks, through the prefix state.
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
@@ -462,28 +500,46 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	vec.Scale(1/den, o)
 }
 
-// fold adds the completed block of head i, whose keys (or their sketches)
-// and values are in d.keys and d.vals, to its prefix state: Z += Φ(K)ᵀV
-// and ζ += Φ(K)ᵀ1, with the features of the block's keys computed here,
-// in c's fold scratch. Once per block as matrix products, rather than a
-// rank-one update of a block state per position, so that a position
-// reads the prefix state and writes nothing of its size, and computes no
-// key features (maps without scale).
+// retire keeps the completed block of head i, whose keys (or their
+// sketches) and values are in d.keys and d.vals, as the previous block:
+// the sketches of its keys in d.pm and its values in d.pv, pending its
+// fold.
+func (d *sketchDecoder) retire(i int) {
+	h, b, ro := d.h, d.b, d.ro
+	pm := d.pm[i*b*ro : (i+1)*b*ro]
+	if d.local {
+		copy(pm, d.cm[i*b*ro:(i+1)*b*ro])
+	} else {
+		copy(pm, d.keys[i*b*ro:(i+1)*b*ro])
+	}
+	vals := d.vals[i*b*h : (i+1)*b*h]
+	copy(d.pv[i*b*h:(i+1)*b*h], vals)
+	d.pending[i] = true
+}
+
+// foldAt is the position inside a block at which head i folds the
+// previous block: the heads of a sequence spread over the block.
+func (d *sketchDecoder) foldAt(i int) int {
+	return (i % d.H) * max(1, d.b/d.H) % d.b
+}
+
+// fold adds the previous block of head i (d.pm, d.pv) to its prefix
+// state: Z += Φ(K)ᵀV and ζ += Φ(K)ᵀ1, with the features of the block's
+// keys computed here, in c's fold scratch. Once per block as matrix
+// products, rather than a rank-one update of a block state per position,
+// so that a position reads the prefix state and writes nothing of its
+// size, and computes no key features (maps without scale).
 func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	keys, vals := d.keys[i*b*d.kw:(i+1)*b*d.kw], d.vals[i*b*h:(i+1)*b*h]
-	if d.local {
-		d.kproj.apply(keys, h, b, c.fpre, c.fm, &c.fsks)
-	} else {
-		transposeInto(c.fm, keys, ro, b, ro)
-	}
+	transposeInto(c.fm, d.pm[i*b*ro:(i+1)*b*ro], ro, b, ro)
 	phiK := d.fm.lift(c.fphi, c.fm, c.ftilde, ro, b)
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, vals, h, 1, prefix, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, d.pv[i*b*h:(i+1)*b*h], h, 1, prefix, h)
 	zeta := prefix[F*h:]
 	for f := range zeta {
 		zeta[f] += vec.Sum(phiK[f*b : (f+1)*b])
 	}
+	d.pending[i] = false
 }
 
 // localDegree is the power of the dot products inside the current block:
@@ -518,11 +574,8 @@ func (c *chunkScratch) sizeFold(d *sketchDecoder) {
 	if d.ls != nil || c.fphi != nil {
 		return
 	}
-	_, _, preW := d.proj.dims()
-	c.fpre = make([]float32, preW*d.b)
 	c.fm, c.ftilde = make([]float32, d.ro*d.b), make([]float32, d.ro*d.b)
 	c.fphi = make([]float32, d.F*d.b)
-	c.fsks = newScratch(d.proj, d.b)
 }
 
 // chunkHead advances head i by the d.chunk positions of the Step, worker
@@ -540,7 +593,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		phiK = d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
 		sk = c.sk[:n]
 		copy(sk, d.ls.logScale(c.pre, n))
-	} else if !d.local {
+	} else {
 		d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	}
 
@@ -551,6 +604,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	}
 	keys, vals := d.keys[i*b*kw:(i+1)*b*kw], d.vals[i*b*h:(i+1)*b*h]
 	p := d.localDegree()
+	if sk == nil && d.pending[i] { // a chunk folds at once
+		d.fold(c, i)
+	}
 	for t0 := 0; t0 < n; {
 		at := d.n + t0 // position of the segment's first row
 		pos := at % b  // its index within the block
@@ -561,6 +617,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 				d.bref[i] = negInf
 				clear(block)
 			} else {
+				d.retire(i)
 				d.fold(c, i)
 			}
 		}
@@ -571,9 +628,14 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		// Keep the segment's keys (or their sketches) and values.
 		if d.local {
 			copy(keys[pos*kw:], k[t0*h:(t0+s)*h])
-		} else {
+		}
+		if sk == nil || !d.local { // the sketches, for the local weights or the fold
+			sketches := keys
+			if d.local {
+				sketches = d.cm[i*b*d.ro : (i+1)*b*d.ro]
+			}
 			for t := range s {
-				row := keys[(pos+t)*kw : (pos+t+1)*kw]
+				row := sketches[(pos+t)*d.ro : (pos+t+1)*d.ro]
 				for j := range row {
 					row[j] = c.mk[j*n+t0+t]
 				}
