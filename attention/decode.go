@@ -34,7 +34,8 @@ import (
 // length, with memory growing as 2·n·h floats per head and a few
 // allocations over a sequence (none once the cache has reached its size;
 // Reset keeps it). Polysketch keeps the prefix state over completed blocks
-// and the keys and values of the current block (see sketchDecoder):
+// and the keys (with their sketches) and values of the current block and,
+// until it is folded in, the previous one (see sketchDecoder):
 // constant memory and cost per position, however long the sequence.
 // A Step of n > 1 positions also keeps per-worker scratch of O(n) rows
 // (O(n·Len()) scores for a KV cache), allocated at the first Step of that
@@ -250,10 +251,13 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 // sketches) and values are kept, and when the block completes its
 // features are computed and added to Z and ζ as one product,
 // Z += Φ(K)ᵀV: a position reads the F×(h+1) prefix state once and writes
-// nothing of its size, computing the projection of one q (and of one k
-// for sketched local weights) and at most b local weights; the step that
-// completes a block also does that block's fold (b·F·h multiply-adds per
-// head, a few times one position's cost). For a scaled map (Performer)
+// nothing of its size, computing the projections of one q and one k and
+// at most 2b weights. A head folds a completed block (b·F·h multiply-adds,
+// a few times one position's cost) at a position of the next block that
+// depends on the head (foldAt), weighing the block's keys explicitly with
+// φ(q)·φ(k_j) = (M(q)·M(k_j))^p until then, so that the heads of a
+// sequence, and sequences stepped together in step, do not all fold on
+// one step. For a scaled map (Performer)
 // the current block's φ(K)ᵀV and φ(K)ᵀ1 accumulate in a block state
 // instead, and both states keep the references of engine_scaled.go, the
 // running maxima of the key log-scales, rescaled when they grow; its
@@ -296,12 +300,12 @@ type sketchDecoder struct {
 
 	// The step's sketches and features of all bh heads, transposed as the
 	// sketch works: [rows × bh].
-	preQ, preK     []float32 // [preW × bh]
-	mq, mk, tq, tk []float32 // [ro × bh]
-	phiQ           []float32 // [F × bh]
-	mqr, mkr       []float32 // [bh × ro]: M(q), M(k) row-major (sketched local weights)
-	fq             []float32 // [bh × F]: φ(q) row-major
-	sks            sketchScratch
+	preQ, preK []float32 // [preW × bh]
+	mq, mk, tq []float32 // [ro × bh]
+	phiQ       []float32 // [F × bh]
+	mqr, mkr   []float32 // [bh × ro]: M(q), M(k) row-major
+	fq         []float32 // [bh × F]: φ(q) row-major
+	sks        sketchScratch
 
 	chunk  int            // positions of the Step in progress, when more than one
 	chunks []chunkScratch // per worker
@@ -355,7 +359,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
 	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
-	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
+	d.mq, d.mk, d.tq = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
 	d.phiQ, d.fq = make([]float32, d.F*bh), make([]float32, bh*d.F)
 	d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	d.sks = newScratch(proj, bh)
@@ -407,12 +411,12 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 // step advances every head by the one position of d.q, d.k, d.v.
 func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
-	// Sketches and features of every head's q and k: one product each.
+	// Sketches of every head's q and k, one product each, and the
+	// queries' features; the keys' features wait for the fold of their
+	// block.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
 	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
 	transposeInto(d.mqr, d.mq, bh, ro, bh)
-	// The keys' sketches now, with the queries' in one product; their
-	// features wait for the fold of their block.
 	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	transposeInto(d.mkr, d.mk, bh, ro, bh)
 	workers := stepWorkers(bh, bh*d.stateSize)
@@ -587,14 +591,12 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
 	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
+	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	var phiK, sk []float32
 	if d.ls != nil { // the keys' features now; other maps' wait for the fold
-		d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 		phiK = d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
 		sk = c.sk[:n]
 		copy(sk, d.ls.logScale(c.pre, n))
-	} else {
-		d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
