@@ -34,7 +34,8 @@ import (
 // length, with memory growing as 2·n·h floats per head and a few
 // allocations over a sequence (none once the cache has reached its size;
 // Reset keeps it). Polysketch keeps the prefix state over completed blocks
-// and the keys and values of the current block (see sketchDecoder):
+// and the keys (with their sketches) and values of the current block and,
+// until it is folded in, the previous one (see sketchDecoder):
 // constant memory and cost per position, however long the sequence.
 // A Step of n > 1 positions also keeps per-worker scratch of O(n) rows
 // (O(n·Len()) scores for a KV cache), allocated at the first Step of that
@@ -254,20 +255,26 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 // weights φ(q_i)·φ(k_j), for a self-tensored map (M(q_i)·M(k_j))² (also
 // for CumSum, whose weights are feature weights everywhere). The
 // projections M and features φ are those of the mechanism (its projection
-// and lift), random or learned. The current block's φ(K)ᵀV and φ(K)ᵀ1
-// accumulate as positions arrive, and are added to Z and ζ when the block
-// completes, so every position costs the same: two F×h rank-one products,
-// the projections of one q and one k, and at most b local weights. For a
-// scaled map (Performer) both states keep the references of
-// engine_scaled.go, the running maxima of the key log-scales, and are
-// rescaled when they grow; its Steps of one position take the path of
-// several.
+// and lift), random or learned. The current block's keys (or their
+// sketches) and values are kept, and when the block completes its
+// features are computed and added to Z and ζ as one product,
+// Z += Φ(K)ᵀV: a position reads the F×(h+1) prefix state once and writes
+// nothing of its size, computing the projections of one q and one k and
+// at most 2b weights. A head folds a completed block (b·F·h multiply-adds,
+// a few times one position's cost) at a position of the next block that
+// depends on the head (foldAt), weighing the block's keys explicitly with
+// φ(q)·φ(k_j) = (M(q)·M(k_j))^p until then, so that the heads of a
+// sequence, and sequences stepped together in step, do not all fold on
+// one step. For a scaled map (Performer)
+// the current block's φ(K)ᵀV and φ(K)ᵀ1 accumulate in a block state
+// instead, and both states keep the references of engine_scaled.go, the
+// running maxima of the key log-scales, rescaled when they grow; its
+// Steps of one position take the path of several.
 //
 // A Step of several positions cuts each head's chunk into segments, the
 // runs of positions within one block, and computes a segment as the
 // positions one by one would, with matrix products: the local weights
-// against the block's keys so far, Φ(Q)·Z and Φ(Q)·ζ for the prefix, and
-// Φ(K)ᵀV added to the block's state.
+// against the block's keys so far, and Φ(Q)·Z and Φ(Q)·ζ for the prefix.
 type sketchDecoder struct {
 	fm        *featureMap
 	proj      projection // of the queries
@@ -283,19 +290,30 @@ type sketchDecoder struct {
 	n         int
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
-	block  []float32 // [bh × stateSize]: the current block's φ(K)ᵀV and φ(K)ᵀ1
-	keys   []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
-	vals   []float32 // [bh × b × h]
-	wts    []float32 // [bh × b]: local weights of the step
+	block  []float32 // scaled maps: [bh × stateSize], the current block's φ(K)ᵀV and φ(K)ᵀ1
+
+	// Other maps fold a completed block into the prefix state a few
+	// positions into the next one, at a position that depends on the head
+	// (foldAt), so that the folds of a sequence's heads, and of sequences
+	// stepped together, do not all land on one step; until then the
+	// block's keys are weighed explicitly, φ(q)·φ(k_j) = (M(q)·M(k_j))^p.
+	cm      []float32 // Local: [bh × b × ro], M(k) of the current block's keys
+	pm      []float32 // [bh × b × ro]: M(k) of the previous block's keys
+	pv      []float32 // [bh × b × h]: its values
+	pending []bool    // [bh]: the previous block is not in the prefix state yet
+	H       int       // heads per sequence
+	keys    []float32 // [bh × b × kw]: the current block's k (Local) or M(k)
+	vals    []float32 // [bh × b × h]
+	wts     []float32 // [bh × b]: local weights of the step
 
 	// The step's sketches and features of all bh heads, transposed as the
 	// sketch works: [rows × bh].
-	preQ, preK     []float32 // [preW × bh]
-	mq, mk, tq, tk []float32 // [ro × bh]
-	phiQ, phiK     []float32 // [F × bh]
-	mqr, mkr       []float32 // [bh × ro]: M(q), M(k) row-major (sketched local weights)
-	fq, fk         []float32 // [bh × F]: φ(q), φ(k) row-major
-	sks            sketchScratch
+	preQ, preK []float32 // [preW × bh]
+	mq, mk, tq []float32 // [ro × bh]
+	phiQ       []float32 // [F × bh]
+	mqr, mkr   []float32 // [bh × ro]: M(q), M(k) row-major
+	fq         []float32 // [bh × F]: φ(q) row-major
+	sks        sketchScratch
 
 	chunk  int            // positions of the Step in progress, when more than one
 	chunks []chunkScratch // per worker
@@ -318,6 +336,10 @@ type chunkScratch struct {
 	den           []float32 // [min(n,b)]: their denominators
 	sk, cf        []float32 // scaled maps: [n] log-scales of the chunk's keys, [min(n,b)] cross factors
 	sks           sketchScratch
+
+	// Maps without scale: the fold of a completed block (b positions).
+	fm, ftilde []float32 // [ro × b]
+	fphi       []float32 // [F × b]
 }
 
 func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
@@ -332,17 +354,29 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	if !d.local {
 		d.kw = d.ro
 	}
-	d.prefix, d.block = make([]float32, bh*d.stateSize), make([]float32, bh*d.stateSize)
+	d.prefix = make([]float32, bh*d.stateSize)
+	d.H = H
+	if a.fm.scaled {
+		d.block = make([]float32, bh*d.stateSize)
+	} else {
+		d.pm, d.pv, d.pending = make([]float32, bh*d.b*d.ro), make([]float32, bh*d.b*h), make([]bool, bh)
+		if d.local {
+			d.cm = make([]float32, bh*d.b*d.ro)
+		}
+	}
 	d.keys, d.vals = make([]float32, bh*d.b*d.kw), make([]float32, bh*d.b*h)
 	d.wts = make([]float32, bh*d.b)
 	d.preQ, d.preK = make([]float32, preW*bh), make([]float32, preW*bh)
-	d.mq, d.mk, d.tq, d.tk = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
-	d.phiQ, d.phiK = make([]float32, d.F*bh), make([]float32, d.F*bh)
-	d.fq, d.fk = make([]float32, bh*d.F), make([]float32, bh*d.F)
-	if !d.local {
-		d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
-	}
+	d.mq, d.mk, d.tq = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
+	d.phiQ, d.fq = make([]float32, d.F*bh), make([]float32, bh*d.F)
+	d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
 	d.sks = newScratch(proj, bh)
+	// Write the states once now: fresh memory faults its pages in at the
+	// first write, which would otherwise land on the step of the first
+	// fold, one spike per new sequence.
+	for _, x := range [][]float32{d.prefix, d.keys, d.vals, d.cm, d.pm, d.pv} {
+		clear(x)
+	}
 	if a.fm.scaled {
 		d.ls = a.ls
 		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
@@ -358,6 +392,7 @@ func (d *sketchDecoder) Reset() {
 	d.n = 0
 	clear(d.prefix)
 	clear(d.block)
+	clear(d.pending)
 	for i := range d.ref {
 		d.ref[i], d.bref[i] = negInf, negInf
 	}
@@ -370,9 +405,7 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 		d.step()
 	} else {
 		workers := stepWorkers(d.bh, d.bh*n*2*d.stateSize)
-		for len(d.chunks) < workers {
-			d.chunks = append(d.chunks, chunkScratch{})
-		}
+		d.scratch(workers)
 		for w := range workers {
 			d.chunks[w].size(d, n)
 		}
@@ -386,27 +419,44 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 // step advances every head by the one position of d.q, d.k, d.v.
 func (d *sketchDecoder) step() {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
-	// Sketches and features of every head's q and k: one product each.
+	// Sketches of every head's q and k, one product each, and the
+	// queries' features; the keys' features wait for the fold of their
+	// block.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
-	transposeInto(d.fk, d.fm.lift(d.phiK, d.mk, d.tk, ro, bh), bh, F, bh)
-	if !d.local {
-		transposeInto(d.mqr, d.mq, bh, ro, bh)
-		transposeInto(d.mkr, d.mk, bh, ro, bh)
+	transposeInto(d.mqr, d.mq, bh, ro, bh)
+	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
+	transposeInto(d.mkr, d.mk, bh, ro, bh)
+	workers := stepWorkers(bh, bh*d.stateSize)
+	d.scratch(workers)
+	d.team.run(workers, bh, d.stepFn)
+}
+
+// scratch makes sure the first workers of d.chunks exist, with room for
+// the fold of a block.
+func (d *sketchDecoder) scratch(workers int) {
+	for len(d.chunks) < workers {
+		d.chunks = append(d.chunks, chunkScratch{})
 	}
-	d.team.run(stepWorkers(bh, bh*2*d.stateSize), bh, d.stepFn)
+	for w := range workers {
+		d.chunks[w].sizeFold(d)
+	}
 }
 
 // stepHead advances head i by one position.
-func (d *sketchDecoder) stepHead(_, i int) {
+func (d *sketchDecoder) stepHead(w, i int) {
 	h, F, kw, b := d.h, d.F, d.kw, d.b
 	pos := d.n % b // index within the current block
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
+	c := &d.chunks[w]
 	if pos == 0 && d.n > 0 { // the previous block is complete
-		vec.Add(prefix, prefix, block)
-		clear(block)
+		if d.pending[i] {
+			d.fold(c, i)
+		}
+		d.retire(i)
+	}
+	if d.pending[i] && pos == d.foldAt(i) {
+		d.fold(c, i)
 	}
 
 	// Keep this position's key (or its sketch) and value in the block.
@@ -416,6 +466,7 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	if d.local {
 		q = d.q[i*h : (i+1)*h]
 		copy(keys[pos*kw:], d.k[i*h:(i+1)*h])
+		copy(d.cm[(i*b+pos)*d.ro:(i*b+pos+1)*d.ro], d.mkr[i*d.ro:(i+1)*d.ro])
 	} else {
 		q = d.mqr[i*kw : (i+1)*kw]
 		copy(keys[pos*kw:], d.mkr[i*kw:(i+1)*kw])
@@ -424,37 +475,83 @@ func (d *sketchDecoder) stepHead(_, i int) {
 	copy(vals[pos*h:], v)
 
 	// Local weights inside the block, exact or sketched.
-	w := d.wts[i*b : i*b+pos+1]
+	wts := d.wts[i*b : i*b+pos+1]
 	p := d.localDegree()
-	for j := range w {
-		w[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
+	for j := range wts {
+		wts[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
 	}
-	den := d.fm.one + vec.Sum(w)
+	den := d.fm.one + vec.Sum(wts)
 	o := d.o[i*h : (i+1)*h]
 	clear(o)
-	for j, wj := range w {
+	for j, wj := range wts {
 		vec.Axpy(wj, vals[j*h:(j+1)*h], o)
+	}
+
+	// The previous block, until it is folded: its feature weights.
+	if d.pending[i] {
+		mq := d.mqr[i*d.ro : (i+1)*d.ro]
+		pm, pv := d.pm[i*b*d.ro:(i+1)*b*d.ro], d.pv[i*b*h:(i+1)*b*h]
+		dp := d.fm.diagPow()
+		for j := range b {
+			x := ipow(vec.Dot(mq, pm[j*d.ro:(j+1)*d.ro]), dp)
+			vec.Axpy(x, pv[j*h:(j+1)*h], o)
+			den += x
+		}
 	}
 
 	// Completed blocks, through the prefix state.
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
-		for f, x := range fq {
-			vec.Axpy(x, prefix[f*h:(f+1)*h], o)
-		}
+		// One row times F×h: the stream kernel keeps o in registers.
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, h, F, 1, fq, F, prefix, h, 1, o, h)
 		den += vec.Dot(fq, prefix[F*h:])
 	}
 	if d.fm.one == 0 {
 		den = max(den, denFloor)
 	}
 	vec.Scale(1/den, o)
+}
 
-	// Fold this position's key into the block's state.
-	fk := d.fk[i*F : (i+1)*F]
-	for f, x := range fk {
-		vec.Axpy(x, v, block[f*h:(f+1)*h])
+// retire keeps the completed block of head i, whose keys (or their
+// sketches) and values are in d.keys and d.vals, as the previous block:
+// the sketches of its keys in d.pm and its values in d.pv, pending its
+// fold.
+func (d *sketchDecoder) retire(i int) {
+	h, b, ro := d.h, d.b, d.ro
+	pm := d.pm[i*b*ro : (i+1)*b*ro]
+	if d.local {
+		copy(pm, d.cm[i*b*ro:(i+1)*b*ro])
+	} else {
+		copy(pm, d.keys[i*b*ro:(i+1)*b*ro])
 	}
-	vec.Add(block[F*h:], block[F*h:], fk)
+	vals := d.vals[i*b*h : (i+1)*b*h]
+	copy(d.pv[i*b*h:(i+1)*b*h], vals)
+	d.pending[i] = true
+}
+
+// foldAt is the position inside a block at which head i folds the
+// previous block: the heads of a sequence spread over the block.
+func (d *sketchDecoder) foldAt(i int) int {
+	return (i % d.H) * max(1, d.b/d.H) % d.b
+}
+
+// fold adds the previous block of head i (d.pm, d.pv) to its prefix
+// state: Z += Φ(K)ᵀV and ζ += Φ(K)ᵀ1, with the features of the block's
+// keys computed here, in c's fold scratch. Once per block as matrix
+// products, rather than a rank-one update of a block state per position,
+// so that a position reads the prefix state and writes nothing of its
+// size, and computes no key features (maps without scale).
+func (d *sketchDecoder) fold(c *chunkScratch, i int) {
+	h, F, b, ro := d.h, d.F, d.b, d.ro
+	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
+	transposeInto(c.fm, d.pm[i*b*ro:(i+1)*b*ro], ro, b, ro)
+	phiK := d.fm.lift(c.fphi, c.fm, c.ftilde, ro, b)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, d.pv[i*b*h:(i+1)*b*h], h, 1, prefix, h)
+	zeta := prefix[F*h:]
+	for f := range zeta {
+		zeta[f] += vec.Sum(phiK[f*b : (f+1)*b])
+	}
+	d.pending[i] = false
 }
 
 // localDegree is the power of the dot products inside the current block:
@@ -484,6 +581,15 @@ func (c *chunkScratch) size(d *sketchDecoder, n int) {
 	c.sks = newScratch(d.proj, n)
 }
 
+// sizeFold makes sure c has room for the fold of a block of d.
+func (c *chunkScratch) sizeFold(d *sketchDecoder) {
+	if d.ls != nil || c.fphi != nil {
+		return
+	}
+	c.fm, c.ftilde = make([]float32, d.ro*d.b), make([]float32, d.ro*d.b)
+	c.fphi = make([]float32, d.F*d.b)
+}
+
 // chunkHead advances head i by the d.chunk positions of the Step, worker
 // w's scratch holding the head's sketches and features.
 func (d *sketchDecoder) chunkHead(w, i int) {
@@ -492,19 +598,25 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
-	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
-	phiK := d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
-	var sk []float32
-	if d.ls != nil {
+	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
+	var phiK, sk []float32
+	if d.ls != nil { // the keys' features now; other maps' wait for the fold
+		phiK = d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
 		sk = c.sk[:n]
 		copy(sk, d.ls.logScale(c.pre, n))
 	}
 
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	block := d.block[i*d.stateSize : (i+1)*d.stateSize]
+	var block []float32
+	if sk != nil {
+		block = d.block[i*d.stateSize : (i+1)*d.stateSize]
+	}
 	keys, vals := d.keys[i*b*kw:(i+1)*b*kw], d.vals[i*b*h:(i+1)*b*h]
 	p := d.localDegree()
+	if sk == nil && d.pending[i] { // a chunk folds at once
+		d.fold(c, i)
+	}
 	for t0 := 0; t0 < n; {
 		at := d.n + t0 // position of the segment's first row
 		pos := at % b  // its index within the block
@@ -513,10 +625,11 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			if sk != nil {
 				d.ref[i] = addScaled(prefix, block, d.ref[i], d.bref[i])
 				d.bref[i] = negInf
+				clear(block)
 			} else {
-				vec.Add(prefix, prefix, block)
+				d.retire(i)
+				d.fold(c, i)
 			}
-			clear(block)
 		}
 		if sk != nil {
 			copy(d.ks[i*b+pos:], sk[t0:t0+s])
@@ -525,9 +638,14 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		// Keep the segment's keys (or their sketches) and values.
 		if d.local {
 			copy(keys[pos*kw:], k[t0*h:(t0+s)*h])
-		} else {
+		}
+		if sk == nil || !d.local { // the sketches, for the local weights or the fold
+			sketches := keys
+			if d.local {
+				sketches = d.cm[i*b*d.ro : (i+1)*b*d.ro]
+			}
 			for t := range s {
-				row := keys[(pos+t)*kw : (pos+t+1)*kw]
+				row := sketches[(pos+t)*d.ro : (pos+t+1)*d.ro]
 				for j := range row {
 					row[j] = c.mk[j*n+t0+t]
 				}
@@ -590,19 +708,22 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			vec.Scale(1/den[t], out[t*h:(t+1)*h])
 		}
 
-		// Fold the segment's keys into the block's state: Φ(K)ᵀV, Φ(K)ᵀ1
-		// (relative to the block's maximum so far).
-		if sk != nil {
-			m := max(d.bref[i], vec.Max(sk[t0:t0+s]))
-			vec.Scale(expf(d.bref[i]-m), block)
-			d.bref[i] = m
-			ks := c.cf[:s]
-			for t := range ks {
-				ks[t] = expf(sk[t0+t] - m)
-			}
-			for f := 0; f < F; f++ {
-				vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
-			}
+		// A scaled map adds Φ(K)ᵀV and Φ(K)ᵀ1 to the block's state,
+		// relative to the block's maximum so far; the others fold the block
+		// at its end.
+		if sk == nil {
+			t0 += s
+			continue
+		}
+		mx := max(d.bref[i], vec.Max(sk[t0:t0+s]))
+		vec.Scale(expf(d.bref[i]-mx), block)
+		d.bref[i] = mx
+		ks := c.cf[:s]
+		for t := range ks {
+			ks[t] = expf(sk[t0+t] - mx)
+		}
+		for f := 0; f < F; f++ {
+			vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
 		}
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, phiK[t0:], n, v[t0*h:], h, 1, block, h)
 		zeta := block[F*h:]
