@@ -193,25 +193,30 @@ func TestConformanceThreads(t *testing.T) {
 		for _, causal := range []bool{true, false} {
 			t.Run(name(c.spec, causal), func(t *testing.T) {
 				q, k, v := conformanceInputs(4, 301)
-				run := func(procs int) [4]*tensor.Tensor {
-					var r [4]*tensor.Tensor
-					withProcs(procs, func() {
-						m := c.build(t, causal)
-						o, dq, dk, dv := forwardBackward(m, q, k, v, v)
-						r = [4]*tensor.Tensor{o, dq, dk, dv}
-					})
-					return r
-				}
-				want := run(1)
-				for _, procs := range []int{2, 3} {
-					got := run(procs)
-					for i, what := range []string{"o", "dq", "dk", "dv"} {
-						if !slices.Equal(got[i].Data, want[i].Data) {
-							t.Fatalf("GOMAXPROCS=%d: %s differs from one thread's", procs, what)
-						}
-					}
-				}
+				checkThreads(t, func() Mechanism { return c.build(t, causal) }, q, k, v)
 			})
+		}
+	}
+}
+
+// checkThreads requires the output and gradients of a mechanism that
+// build makes to be bitwise the same for GOMAXPROCS 1, 2 and 3.
+func checkThreads(t *testing.T, build func() Mechanism, q, k, v *tensor.Tensor) {
+	t.Helper()
+	run := func(procs int) (r [4]*tensor.Tensor) {
+		withProcs(procs, func() {
+			o, dq, dk, dv := forwardBackward(build(), q, k, v, v)
+			r = [4]*tensor.Tensor{o, dq, dk, dv}
+		})
+		return r
+	}
+	want := run(1)
+	for _, procs := range []int{2, 3} {
+		got := run(procs)
+		for i, what := range []string{"o", "dq", "dk", "dv"} {
+			if !slices.Equal(got[i].Data, want[i].Data) {
+				t.Fatalf("GOMAXPROCS=%d: %s differs from one thread's", procs, what)
+			}
 		}
 	}
 }

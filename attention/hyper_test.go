@@ -400,22 +400,7 @@ func TestHyperThreads(t *testing.T) {
 		for _, causal := range []bool{true, false} {
 			t.Run(name(spec, causal), func(t *testing.T) {
 				q, k, v := hyperInputs(5, 1, 3, 301, 8)
-				run := func(procs int) (r [4]*tensor.Tensor) {
-					withProcs(procs, func() {
-						o, dq, dk, dv := forwardBackward(newHyperTest(t, spec, causal), q, k, v, v)
-						r = [4]*tensor.Tensor{o, dq, dk, dv}
-					})
-					return r
-				}
-				want := run(1)
-				for _, procs := range []int{2, 3} {
-					got := run(procs)
-					for i, what := range []string{"o", "dq", "dk", "dv"} {
-						if !slices.Equal(got[i].Data, want[i].Data) {
-							t.Fatalf("GOMAXPROCS=%d: %s differs from one thread's", procs, what)
-						}
-					}
-				}
+				checkThreads(t, func() Mechanism { return newHyperTest(t, spec, causal) }, q, k, v)
 			})
 		}
 	}
