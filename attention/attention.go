@@ -34,11 +34,10 @@ const (
 	SRHT     SketchKind = "srht"     // subsampled randomized Hadamard transform (TensorSRHT)
 )
 
-// Options is the union of the built-in kernels' settings, the form their
-// constructors take. Users configure a mechanism with its own Config type
-// (PolysketchConfig, FlashConfig, …) through New; Options remains for the
-// kernels and their tests.
-type Options struct {
+// kernelOptions is the union of the built-in kernels' settings, the form
+// their constructors take; users configure a mechanism with its own Config
+// type (PolysketchConfig, FlashConfig, …) through New.
+type kernelOptions struct {
 	Causal     bool       // mask future positions
 	Degree     int        // p, even and ≥ 2 (polynomial, polysketch); powers of two for polysketch
 	SketchSize int        // r, columns of the degree-p/2 sketch (polysketch)
@@ -51,10 +50,10 @@ type Options struct {
 	Seed       uint64     // seed of the random sketch
 }
 
-// DefaultOptions returns the settings of the paper's main experiments:
+// defaultKernelOptions returns the settings of the paper's main experiments:
 // causal, degree 4, r = 32, b = 256, local exact blocks, Gaussian sketch.
-func DefaultOptions() Options {
-	return Options{Causal: true, Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian, Seed: 1}
+func defaultKernelOptions() kernelOptions {
+	return kernelOptions{Causal: true, Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian, Seed: 1}
 }
 
 // Mechanism is one attention mechanism. Forward remembers its inputs (by
@@ -125,7 +124,7 @@ type Decoder interface {
 // newMechanism returns the built-in mechanism of the given kind from the
 // union of options, after validating them: the tests' way to reach the
 // kernels with settings the registry's configs also describe.
-func newMechanism(kind Kind, opts Options) (Mechanism, error) {
+func newMechanism(kind Kind, opts kernelOptions) (Mechanism, error) {
 	if err := opts.validate(kind); err != nil {
 		return nil, err
 	}
@@ -142,7 +141,7 @@ func newMechanism(kind Kind, opts Options) (Mechanism, error) {
 	return nil, fmt.Errorf("unknown attention mechanism %q", kind)
 }
 
-func (o Options) validate(kind Kind) error {
+func (o kernelOptions) validate(kind Kind) error {
 	switch kind {
 	case Softmax:
 		return nil

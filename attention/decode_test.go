@@ -73,39 +73,39 @@ func worstPosition(a, b *tensor.Tensor) (float64, int) {
 type decodeCase struct {
 	name string
 	kind Kind
-	opts Options
+	opts kernelOptions
 	N    int
 }
 
 func decodeCases() []decodeCase {
-	base := Options{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
-	with := func(f func(o *Options)) Options { o := base; f(&o); return o }
+	base := kernelOptions{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
+	with := func(f func(o *kernelOptions)) kernelOptions { o := base; f(&o); return o }
 	return []decodeCase{
 		{"softmax", Softmax, base, 13},
 		{"softmax/N37", Softmax, base, 37}, // the cache grows during chunks
 		{"flash/b4", Flash, base, 13},
-		{"flash/b64", Flash, with(func(o *Options) { o.Block = 64 }), 13},
-		{"polynomial/p2", Polynomial, with(func(o *Options) { o.Degree = 2 }), 13},
+		{"flash/b64", Flash, with(func(o *kernelOptions) { o.Block = 64 }), 13},
+		{"polynomial/p2", Polynomial, with(func(o *kernelOptions) { o.Degree = 2 }), 13},
 		{"polynomial/p4", Polynomial, base, 13},
 		{"polynomial/p4/N37", Polynomial, base, 37},
-		{"polynomial/p6", Polynomial, with(func(o *Options) { o.Degree = 6 }), 13},
+		{"polynomial/p6", Polynomial, with(func(o *kernelOptions) { o.Degree = 6 }), 13},
 		// Polysketch: N = 13 spans blocks [0,4) [4,8) [8,12) [12,13).
 		{"polysketch/local/b4", Polysketch, base, 13},
 		{"polysketch/local/b4/N12", Polysketch, base, 12},
 		{"polysketch/local/b4/N37", Polysketch, base, 37},
-		{"polysketch/local/b5", Polysketch, with(func(o *Options) { o.Block = 5 }), 13},
-		{"polysketch/local/b3/r16", Polysketch, with(func(o *Options) { o.Block = 3; o.SketchSize = 16 }), 13},
-		{"polysketch/local/b1", Polysketch, with(func(o *Options) { o.Block = 1 }), 13},
-		{"polysketch/local/b16", Polysketch, with(func(o *Options) { o.Block = 16 }), 13},
-		{"polysketch/sketched/b4", Polysketch, with(func(o *Options) { o.Local = false }), 13},
-		{"polysketch/cumsum", Polysketch, with(func(o *Options) { o.CumSum = true }), 13},
-		{"polysketch/remat", Polysketch, with(func(o *Options) { o.Remat = true }), 13},
-		{"polysketch/srht", Polysketch, with(func(o *Options) { o.Sketch = SRHT }), 13},
-		{"polysketch/p2", Polysketch, with(func(o *Options) { o.Degree = 2 }), 13},
-		{"polysketch/p8", Polysketch, with(func(o *Options) { o.Degree = 8 }), 13},
-		{"polysketch/learned", Polysketch, with(func(o *Options) { o.Learned = true }), 13},
-		{"polysketch/learned/sketched", Polysketch, with(func(o *Options) { o.Learned = true; o.Local = false }), 13},
-		{"polysketch/learned/p8/b5", Polysketch, with(func(o *Options) { o.Learned = true; o.Degree = 8; o.Block = 5 }), 13},
+		{"polysketch/local/b5", Polysketch, with(func(o *kernelOptions) { o.Block = 5 }), 13},
+		{"polysketch/local/b3/r16", Polysketch, with(func(o *kernelOptions) { o.Block = 3; o.SketchSize = 16 }), 13},
+		{"polysketch/local/b1", Polysketch, with(func(o *kernelOptions) { o.Block = 1 }), 13},
+		{"polysketch/local/b16", Polysketch, with(func(o *kernelOptions) { o.Block = 16 }), 13},
+		{"polysketch/sketched/b4", Polysketch, with(func(o *kernelOptions) { o.Local = false }), 13},
+		{"polysketch/cumsum", Polysketch, with(func(o *kernelOptions) { o.CumSum = true }), 13},
+		{"polysketch/remat", Polysketch, with(func(o *kernelOptions) { o.Remat = true }), 13},
+		{"polysketch/srht", Polysketch, with(func(o *kernelOptions) { o.Sketch = SRHT }), 13},
+		{"polysketch/p2", Polysketch, with(func(o *kernelOptions) { o.Degree = 2 }), 13},
+		{"polysketch/p8", Polysketch, with(func(o *kernelOptions) { o.Degree = 8 }), 13},
+		{"polysketch/learned", Polysketch, with(func(o *kernelOptions) { o.Learned = true }), 13},
+		{"polysketch/learned/sketched", Polysketch, with(func(o *kernelOptions) { o.Learned = true; o.Local = false }), 13},
+		{"polysketch/learned/p8/b5", Polysketch, with(func(o *kernelOptions) { o.Learned = true; o.Degree = 8; o.Block = 5 }), 13},
 	}
 }
 
@@ -264,17 +264,17 @@ func TestDecoderStepShapes(t *testing.T) {
 func TestDecoderSeesBlockBoundaries(t *testing.T) {
 	const N = 13
 	q, k, v := decodeInputs(N, 1)
-	o := Options{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
+	o := kernelOptions{Causal: true, Degree: 4, SketchSize: 4, Block: 4, Local: true, Sketch: Gaussian, Seed: 3}
 	want := forward(mustNew(t, Polysketch, o), q, k, v)
 	for _, c := range []struct {
 		name string
 		kind Kind
-		f    func(o *Options)
+		f    func(o *kernelOptions)
 	}{
-		{"block 3", Polysketch, func(o *Options) { o.Block = 3 }},
-		{"block 5", Polysketch, func(o *Options) { o.Block = 5 }},
-		{"not local", Polysketch, func(o *Options) { o.Local = false }},
-		{"exact", Polynomial, func(*Options) {}},
+		{"block 3", Polysketch, func(o *kernelOptions) { o.Block = 3 }},
+		{"block 5", Polysketch, func(o *kernelOptions) { o.Block = 5 }},
+		{"not local", Polysketch, func(o *kernelOptions) { o.Local = false }},
+		{"exact", Polynomial, func(*kernelOptions) {}},
 	} {
 		wrong := o
 		c.f(&wrong)
@@ -317,7 +317,7 @@ func TestDecoderReset(t *testing.T) {
 // has not run yet: it must draw the same sketch Forward will.
 func TestDecoderBeforeForward(t *testing.T) {
 	q, k, v := decodeInputs(13, 1)
-	o := Options{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: SRHT, Seed: 9}
+	o := kernelOptions{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: SRHT, Seed: 9}
 	m := mustNew(t, Polysketch, o)
 	got := decodeAll(t, m, q, k, v)
 	want := forward(m, q, k, v)
@@ -332,7 +332,7 @@ func TestDecoderErrors(t *testing.T) {
 			t.Errorf("%s: non-causal decoder: no error", kind)
 		}
 	}
-	m := mustNew(t, Softmax, DefaultOptions())
+	m := mustNew(t, Softmax, defaultKernelOptions())
 	for _, s := range [][3]int{{0, 1, 8}, {1, 0, 8}, {1, 1, 0}} {
 		if _, err := NewDecoder(m, s[0], s[1], s[2]); err == nil {
 			t.Errorf("shape %v: no error", s)
@@ -356,7 +356,7 @@ func TestDecoderStepAllocs(t *testing.T) {
 	}{{"softmax", Softmax, false}, {"flash", Flash, false}, {"polynomial", Polynomial, false},
 		{"polysketch", Polysketch, false}, {"polysketch/learned", Polysketch, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			o := Options{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: Gaussian, Learned: c.learned, Seed: 3}
+			o := kernelOptions{Causal: true, Degree: 4, SketchSize: 8, Block: 4, Local: true, Sketch: Gaussian, Learned: c.learned, Seed: 3}
 			d, err := NewDecoder(mustNew(t, c.kind, o), 2, 3, 8)
 			if err != nil {
 				t.Fatal(err)
@@ -394,7 +394,7 @@ func TestDecoderStepAllocs(t *testing.T) {
 }
 
 func ExampleNewDecoder() {
-	m, _ := newMechanism(Polysketch, DefaultOptions())
+	m, _ := newMechanism(Polysketch, defaultKernelOptions())
 	const B, H, h = 1, 2, 8
 	d, _ := NewDecoder(m, B, H, h)
 	q, k, v, o := tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h), tensor.New(B, H, h)

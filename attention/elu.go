@@ -36,7 +36,7 @@ func init() {
 		Default: func() Config { return ELUConfig{Block: 64} },
 		New: func(c Config, s Setup) (Mechanism, error) {
 			cfg := c.(ELUConfig)
-			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
+			o := kernelOptions{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
 			return newEngine(ELU, o, featureMap{project: func(h int, _ uint64) projection { return eluMap{h} }}), nil
 		},
 	})

@@ -67,7 +67,7 @@ import (
 // backward, into dq, dk and the parameter gradients.
 type engine struct {
 	kind  Kind
-	opts  Options
+	opts  kernelOptions
 	fm    featureMap
 	proj  projection        // fm's projection for the head size, built from opts.Seed on first use
 	kproj projection        // the keys' projection: proj, or fm.projectKeys's
@@ -141,7 +141,7 @@ const (
 )
 
 // newEngine returns the engine of mechanism kind with feature map fm.
-func newEngine(kind Kind, o Options, fm featureMap) *engine {
+func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 	a := &engine{kind: kind, opts: o, fm: fm}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem

@@ -8,7 +8,7 @@ import (
 )
 
 // flashAttn is FlashAttention-2 on the CPU: softmax(QKᵀ/√h)·V computed
-// tile by tile (Options.Block queries × Options.Block keys; the default
+// tile by tile (--block queries × --block keys; the default
 // 256 measured fastest) with an online softmax, a running maximum and sum
 // per query row, so that the N×N score matrix never exists. It keeps a
 // copy of the output and one logsumexp per row for the backward pass,
@@ -23,7 +23,7 @@ type flashAttn struct {
 	*tiled
 }
 
-func newFlash(o Options) Mechanism {
+func newFlash(o kernelOptions) Mechanism {
 	return flashAttn{newTiled("flash", o.Causal, o.Block, softmaxWeighting{})}
 }
 
@@ -130,7 +130,7 @@ func init() {
 		Properties: Properties{ContextLimit: true},
 		Default:    func() Config { return FlashConfig{Block: 256} },
 		New: func(c Config, s Setup) (Mechanism, error) {
-			return newFlash(Options{Causal: s.Causal, Block: c.(FlashConfig).Block}), nil
+			return newFlash(kernelOptions{Causal: s.Causal, Block: c.(FlashConfig).Block}), nil
 		},
 	})
 }

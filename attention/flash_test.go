@@ -19,7 +19,7 @@ func TestFlashMatchesSoftmax(t *testing.T) {
 		{16, 2, 1, 16, 1}, {16, 2, 1, 17, 1}, {16, 1, 1, 9*16 + 13, 1}, {16, 3, 3, 50, 1}, {16, 1, 2, 100, 4},
 	} {
 		for _, causal := range []bool{false, true} {
-			opts := DefaultOptions()
+			opts := defaultKernelOptions()
 			opts.Causal, opts.Block = causal, tc.block
 			q, k, v := randQKV(8, tc.scale, tc.B, tc.H, tc.N, 16)
 			do := randTensor(rand.New(rand.NewPCG(8, 8)), 1, q.Shape...)
@@ -63,7 +63,7 @@ func TestFlashGradients(t *testing.T) {
 	for _, tc := range []struct{ block, B, H, N int }{{256, 2, 2, 37}, {16, 2, 2, 37}, {16, 1, 1, 150}} {
 		for _, causal := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%+v/causal=%v", tc, causal), func(t *testing.T) {
-				opts := DefaultOptions()
+				opts := defaultKernelOptions()
 				opts.Causal, opts.Block = causal, tc.block
 				q, k, v := randQKV(9, 1, tc.B, tc.H, tc.N, 8)
 				checkGradients(t, mustNew(t, Flash, opts), q, k, v, 1e-2, 1e-2, 20)
@@ -74,7 +74,7 @@ func TestFlashGradients(t *testing.T) {
 
 func TestFlashCausal(t *testing.T) {
 	for _, tc := range []struct{ block, N int }{{256, 37}, {256, 3*256 + 5}, {16, 37}} {
-		opts := DefaultOptions()
+		opts := defaultKernelOptions()
 		opts.Block = tc.block
 		q, k, v := randQKV(10, 1, 1, 2, tc.N, 8)
 		checkCausal(t, mustNew(t, Flash, opts), q, k, v)
@@ -82,5 +82,5 @@ func TestFlashCausal(t *testing.T) {
 }
 
 func BenchmarkFlash(b *testing.B) {
-	benchMechanism(b, Flash, DefaultOptions(), benchShapes(16384), tiledFlops(true))
+	benchMechanism(b, Flash, defaultKernelOptions(), benchShapes(16384), tiledFlops(true))
 }

@@ -40,7 +40,7 @@ func normalizeRows(x *tensor.Tensor, scale float64) {
 }
 
 // mustNew builds a mechanism or fails the test.
-func mustNew(t testing.TB, kind Kind, o Options) Mechanism {
+func mustNew(t testing.TB, kind Kind, o kernelOptions) Mechanism {
 	t.Helper()
 	m, err := newMechanism(kind, o)
 	if err != nil {

@@ -26,7 +26,7 @@ func BenchmarkHyper(b *testing.B) {
 	}
 	do := v.Clone()
 	exact := tensor.New(q.Shape...)
-	flash := mustNew(b, Flash, Options{Causal: true, Block: 256})
+	flash := mustNew(b, Flash, kernelOptions{Causal: true, Block: 256})
 	flash.Forward(exact, q, k, v)
 	for _, name := range []string{"flash", "hyper", "hyper:sampling=vnorm"} {
 		b.Run(name, func(b *testing.B) {

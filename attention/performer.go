@@ -83,7 +83,7 @@ func init() {
 		Default: func() Config { return PerformerConfig{Features: 256, Block: 128} },
 		New: func(c Config, s Setup) (Mechanism, error) {
 			cfg := c.(PerformerConfig)
-			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
+			o := kernelOptions{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
 			p := &performerAttn{redraw: cfg.Redraw}
 			p.engine = newEngine(Performer, o, featureMap{
 				project: func(h int, seed uint64) projection { return newFavor(h, cfg.Features, seed, p.epoch) },

@@ -24,7 +24,7 @@ type polynomialAttn struct {
 	*tiled
 }
 
-func newPolynomial(o Options) Mechanism {
+func newPolynomial(o kernelOptions) Mechanism {
 	return polynomialAttn{newTiled("polynomial", o.Causal, o.Block, polyWeighting{p: o.Degree})}
 }
 
@@ -153,7 +153,7 @@ func init() {
 		Default:    func() Config { return PolynomialConfig{Degree: 4, Block: 256} },
 		New: func(c Config, s Setup) (Mechanism, error) {
 			pc := c.(PolynomialConfig)
-			return newPolynomial(Options{Causal: s.Causal, Degree: pc.Degree, Block: pc.Block}), nil
+			return newPolynomial(kernelOptions{Causal: s.Causal, Degree: pc.Degree, Block: pc.Block}), nil
 		},
 	})
 }

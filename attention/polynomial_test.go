@@ -14,7 +14,7 @@ func TestPolynomialAgainstFloat64(t *testing.T) {
 	for _, p := range []int{2, 4, 6, 8} {
 		for _, tc := range []struct{ block, N int }{{256, 1}, {256, 9}, {256, 256}, {256, 300}, {16, 16}, {16, 9*16 + 13}} {
 			for _, causal := range []bool{false, true} {
-				opts := DefaultOptions()
+				opts := defaultKernelOptions()
 				opts.Causal, opts.Degree, opts.Block = causal, p, tc.block
 				q, k, v := randQKV(11, polyScale(16), 2, 1, tc.N, 16)
 				o := forward(mustNew(t, Polynomial, opts), q, k, v)
@@ -40,7 +40,7 @@ func TestPolynomialGradients(t *testing.T) {
 	} {
 		for _, causal := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%+v/causal=%v", tc, causal), func(t *testing.T) {
-				opts := DefaultOptions()
+				opts := defaultKernelOptions()
 				opts.Causal, opts.Degree, opts.Block = causal, tc.p, tc.block
 				q, k, v := randQKV(12, polyScale(8), tc.B, tc.H, tc.N, 8)
 				checkGradients(t, mustNew(t, Polynomial, opts), q, k, v, tc.eps, 1e-2, 20)
@@ -51,7 +51,7 @@ func TestPolynomialGradients(t *testing.T) {
 
 func TestPolynomialCausal(t *testing.T) {
 	for _, tc := range []struct{ block, N int }{{256, 37}, {256, 3*256 + 5}, {16, 37}} {
-		opts := DefaultOptions()
+		opts := defaultKernelOptions()
 		opts.Block = tc.block
 		q, k, v := randQKV(13, polyScale(8), 1, 2, tc.N, 8)
 		checkCausal(t, mustNew(t, Polynomial, opts), q, k, v)
@@ -59,5 +59,5 @@ func TestPolynomialCausal(t *testing.T) {
 }
 
 func BenchmarkPolynomial(b *testing.B) {
-	benchMechanism(b, Polynomial, DefaultOptions(), benchShapes(4096), tiledFlops(true))
+	benchMechanism(b, Polynomial, defaultKernelOptions(), benchShapes(4096), tiledFlops(true))
 }

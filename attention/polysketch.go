@@ -15,7 +15,7 @@ type polysketchAttn = engine
 // polysketchMap is the feature map of polysketch: the sketch of degree
 // p/2 (random, or learned when o.Sketch is learnedSketch), then symmetric
 // self-tensoring.
-func polysketchMap(o Options) featureMap {
+func polysketchMap(o kernelOptions) featureMap {
 	return featureMap{
 		project: func(h int, seed uint64) projection {
 			return newSketch(o.Sketch, o.Degree/2, h, o.SketchSize, seed)
@@ -25,7 +25,7 @@ func polysketchMap(o Options) featureMap {
 	}
 }
 
-func newPolysketch(o Options) Mechanism {
+func newPolysketch(o kernelOptions) Mechanism {
 	if o.Learned {
 		o.Sketch = learnedSketch // so that every newSketch builds the networks, the decoder's too
 	}

@@ -14,7 +14,7 @@ import (
 // diagonal blocks (their lower triangles), and in the backward pass the
 // products that make gradients. Recomputation (the diagonal block's S in
 // Backward, everything Remat recomputes) does not count.
-func psFlops(o Options, N, h int) (fwd, bwd float64) {
+func psFlops(o kernelOptions, N, h int) (fwd, bwd float64) {
 	d, r := o.Degree/2, o.SketchSize
 	ro := r
 	var sk float64 // one sketch of N rows
@@ -97,14 +97,14 @@ func benchPass(b *testing.B, m Mechanism, s psShape, backward bool, flops float6
 // rate of its useful FLOPs (psFlops). Variants: 4 heads, sketched diagonal
 // blocks, Remat, and CumSum (the per-token baseline).
 func BenchmarkPolysketch(b *testing.B) {
-	base := DefaultOptions()
+	base := defaultKernelOptions()
 	remat, cum, sketched := base, base, base
 	remat.Remat = true
 	cum.CumSum, cum.Local = true, false
 	sketched.Local = false
 	for _, v := range []struct {
 		name string
-		opts Options
+		opts kernelOptions
 		H    int
 		ns   []int
 	}{
@@ -138,7 +138,7 @@ func BenchmarkPolysketchVsFlash(b *testing.B) {
 		s := psShape{1, 1, N, 64}
 		for _, kind := range []Kind{Polysketch, Flash} {
 			b.Run(fmt.Sprintf("%s/%v", kind, s), func(b *testing.B) {
-				benchPass(b, mustNew(b, kind, DefaultOptions()), s, true, 0)
+				benchPass(b, mustNew(b, kind, defaultKernelOptions()), s, true, 0)
 			})
 		}
 	}

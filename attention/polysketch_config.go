@@ -38,8 +38,8 @@ func (c PolysketchConfig) Validate() error {
 }
 
 // options is c in the form the kernels take.
-func (c PolysketchConfig) options(s Setup) Options {
-	return Options{
+func (c PolysketchConfig) options(s Setup) kernelOptions {
+	return kernelOptions{
 		Causal: s.Causal, Seed: s.Seed, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
 		Local: c.Local, Sketch: c.Sketch, Learned: c.Learned, CumSum: c.CumSum, Remat: c.Remat,
 	}

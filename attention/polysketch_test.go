@@ -38,7 +38,7 @@ func refSketch(x []float64, d int, mats map[string]*tensor.Tensor, next *int) []
 // refPolysketch evaluates PolySketch attention in float64 from its
 // definition (see refSketched) with the random sketch M of Algorithm 1
 // rebuilt from the mechanism's own matrices.
-func refPolysketch(q, k, v *tensor.Tensor, o Options, mats map[string]*tensor.Tensor) []float64 {
+func refPolysketch(q, k, v *tensor.Tensor, o kernelOptions, mats map[string]*tensor.Tensor) []float64 {
 	return refSketched(q, k, v, o, func(x []float64) []float64 {
 		next := 0
 		return refSketch(x, o.Degree/2, mats, &next)
@@ -54,8 +54,8 @@ type psCase struct {
 	cumsum, remat bool
 }
 
-func (c psCase) options() Options {
-	return Options{Causal: c.causal, Degree: c.degree, SketchSize: c.r, Block: c.b, Local: c.local,
+func (c psCase) options() kernelOptions {
+	return kernelOptions{Causal: c.causal, Degree: c.degree, SketchSize: c.r, Block: c.b, Local: c.local,
 		Sketch: c.sketch, CumSum: c.cumsum, Remat: c.remat, Seed: 42}
 }
 

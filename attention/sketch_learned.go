@@ -47,9 +47,9 @@ import (
 // ".ln1.gain", ".ln1.bias", ".l1.weight", ".l1.bias", ".ln2.gain",
 // ".ln2.bias", ".l2.weight", ".l2.bias", ".l3…", ".l4…"; weights are [in,
 // out] (y = x·W). Initialization is nn's: weights N(0, 1/in) drawn from a
-// PCG seeded with Options.Seed (stream "learned"), network by network in
+// PCG seeded with the layer seed (Setup.Seed) (stream "learned"), network by network in
 // that order and l1…l4 within each; biases 0 and LayerNorm gains 1.
-// Options.Sketch does not enter: the learned sketch starts the same
+// The sketch option does not enter: the learned sketch starts the same
 // whichever random sketch is named.
 //
 // How polysketch runs it. A network is far more work per row than a

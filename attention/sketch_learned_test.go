@@ -32,7 +32,7 @@ var learnedCases = []psCase{
 	{name: "sketched/p16", causal: true, degree: 16, r: 4, b: 4},
 }
 
-func learnedOptions(c psCase) Options {
+func learnedOptions(c psCase) kernelOptions {
 	o := c.options()
 	o.Sketch, o.Learned = Gaussian, true
 	return o
@@ -119,7 +119,7 @@ func refLearned(x []float64, d int, ps map[string]*nn.Param, next *int) []float6
 // refSketched evaluates PolySketch attention in float64 for the sketch
 // M(x) = sk(x): w_ij = (M(q_i)·M(k_j))², or (q_i·k_j)^p in the diagonal
 // blocks with Local; o_i = Σ w_ij v_j / (1 + Σ w_ij).
-func refSketched(q, k, v *tensor.Tensor, o Options, sk func(x []float64) []float64) []float64 {
+func refSketched(q, k, v *tensor.Tensor, o kernelOptions, sk func(x []float64) []float64) []float64 {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	local := o.Local && o.Causal && !o.CumSum
 	row := func(x *tensor.Tensor, at int) []float64 {
@@ -685,7 +685,7 @@ func ExampleHeadSized() {
 // on in inputs costs 2·(8·in·r + 24r²) per row forward; Backward costs twice
 // that (input and weight gradients) plus the recomputed layers: l1 and l3,
 // 2·(8·in·r + 8r²), or with Remat the whole forward.
-func learnedFlops(o Options, N, h int) (fwd, bwd float64) {
+func learnedFlops(o kernelOptions, N, h int) (fwd, bwd float64) {
 	r := o.SketchSize
 	var perRow, again float64
 	nets, in := o.Degree/2, h // level 0: d networks on x; then halving, on r
@@ -709,7 +709,7 @@ func BenchmarkPolysketchLearned(b *testing.B) {
 	for _, H := range []int{1, 4} {
 		s := psShape{1, H, 4096, 64}
 		for _, learned := range []bool{false, true} {
-			o := DefaultOptions()
+			o := defaultKernelOptions()
 			o.Learned = learned
 			name := "random"
 			fwd, bwd := psFlops(o, s.N, s.h)

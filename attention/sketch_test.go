@@ -246,7 +246,7 @@ func TestSketchMatricesFormula(t *testing.T) {
 	for _, kind := range []SketchKind{Gaussian, SRHT} {
 		rng := rand.New(rand.NewPCG(10, 11))
 		q, k, v := randTensor(rng, 0.6, 1, 1, n, h), randTensor(rng, 0.6, 1, 1, n, h), randTensor(rng, 1, 1, 1, n, h)
-		opts := Options{Degree: 4, SketchSize: r, Block: 4, Sketch: kind, Seed: 5}
+		opts := kernelOptions{Degree: 4, SketchSize: r, Block: 4, Sketch: kind, Seed: 5}
 		m := mustNew(t, Polysketch, opts)
 		o := forward(m, q, k, v)
 		mats := m.(Sketched).SketchMatrices()
@@ -315,7 +315,7 @@ func TestPolysketchNonNegativeWeights(t *testing.T) {
 		for i := range v.Data {
 			v.Data[i] = float32(rng.Float64())
 		}
-		o := forward(mustNew(t, Polysketch, Options{Causal: true, Degree: p, SketchSize: 4, Block: 16, Sketch: Gaussian, Seed: 1}), q, k, v)
+		o := forward(mustNew(t, Polysketch, kernelOptions{Causal: true, Degree: p, SketchSize: 4, Block: 16, Sketch: Gaussian, Seed: 1}), q, k, v)
 		for i, x := range o.Data {
 			if x < -1e-6 || x > 1+1e-6 {
 				t.Fatalf("p=%d: output %d = %v outside [0, 1] for values in [0, 1]", p, i, x)

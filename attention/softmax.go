@@ -34,7 +34,7 @@ type softmaxCall struct {
 	dq, dk, dv, do []float32
 }
 
-func newSoftmax(o Options) Mechanism {
+func newSoftmax(o kernelOptions) Mechanism {
 	a := &softmaxAttn{causal: o.Causal}
 	a.forwardFn, a.backwardFn = a.forwardHead, a.backwardHead
 	return a
@@ -136,6 +136,6 @@ func init() {
 		Summary:    "softmax(q·k/√h) over the N×N score matrix: the reference, for tests and small N",
 		Properties: Properties{ContextLimit: true},
 		Default:    func() Config { return SoftmaxConfig{} },
-		New:        func(_ Config, s Setup) (Mechanism, error) { return newSoftmax(Options{Causal: s.Causal}), nil },
+		New:        func(_ Config, s Setup) (Mechanism, error) { return newSoftmax(kernelOptions{Causal: s.Causal}), nil },
 	})
 }

@@ -8,7 +8,7 @@ import (
 func TestSoftmaxAgainstFloat64(t *testing.T) {
 	for _, N := range []int{1, 7, 64, 100} {
 		for _, causal := range []bool{false, true} {
-			opts := DefaultOptions()
+			opts := defaultKernelOptions()
 			opts.Causal = causal
 			q, k, v := randQKV(5, 1, 2, 2, N, 8)
 			o := forward(mustNew(t, Softmax, opts), q, k, v)
@@ -22,7 +22,7 @@ func TestSoftmaxAgainstFloat64(t *testing.T) {
 func TestSoftmaxGradients(t *testing.T) {
 	for _, causal := range []bool{false, true} {
 		t.Run(fmt.Sprintf("causal=%v", causal), func(t *testing.T) {
-			opts := DefaultOptions()
+			opts := defaultKernelOptions()
 			opts.Causal = causal
 			q, k, v := randQKV(6, 1, 2, 2, 37, 8)
 			checkGradients(t, mustNew(t, Softmax, opts), q, k, v, 1e-2, 1e-2, 20)
@@ -32,9 +32,9 @@ func TestSoftmaxGradients(t *testing.T) {
 
 func TestSoftmaxCausal(t *testing.T) {
 	q, k, v := randQKV(7, 1, 2, 2, 37, 8)
-	checkCausal(t, mustNew(t, Softmax, DefaultOptions()), q, k, v)
+	checkCausal(t, mustNew(t, Softmax, defaultKernelOptions()), q, k, v)
 }
 
 func BenchmarkSoftmax(b *testing.B) {
-	benchMechanism(b, Softmax, DefaultOptions(), benchShapes(4096), nil)
+	benchMechanism(b, Softmax, defaultKernelOptions(), benchShapes(4096), nil)
 }

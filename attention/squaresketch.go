@@ -85,7 +85,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			o := Options{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
+			o := kernelOptions{Causal: s.Causal, Seed: s.Seed, Block: cfg.Block, CumSum: cfg.CumSum, Remat: cfg.Remat}
 			var keys *degreeSketch // drawn with the queries', for the same head size
 			fm := featureMap{
 				project: func(h int, seed uint64) projection {

@@ -12,7 +12,7 @@ import (
 )
 
 // The tiled mechanisms (flash and polynomial) use square score tiles of
-// Options.Block queries × Options.Block keys. BenchmarkTileSize measured
+// --block queries × --block keys. BenchmarkTileSize measured
 // the default, 256 × 256, as the fastest of 32…512 on a 2-core Xeon
 // (48 KiB L1d, 2 MiB L2 per core; h = 64; one thread): at N = 4096
 // forward 4.6 and backward 10.6 CPU-µs per token, against 6.4 and 13.0

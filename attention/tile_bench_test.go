@@ -60,7 +60,7 @@ func tileEntries(N, br, bc int, causal bool) (fwd, bwd int64) {
 // benchMechanism benchmarks Forward alone and Forward+Backward of a
 // causal mechanism, reporting µs per token and, when flops is given, the
 // rate of the matrix products in GFLOP/s.
-func benchMechanism(b *testing.B, kind Kind, opts Options, shapes []benchShape, flops func(s benchShape) (fwd, bwd float64)) {
+func benchMechanism(b *testing.B, kind Kind, opts kernelOptions, shapes []benchShape, flops func(s benchShape) (fwd, bwd float64)) {
 	for _, s := range shapes {
 		rng := rand.New(rand.NewPCG(1, 2))
 		q, k, v := randTensor(rng, 0.3, s.B, s.H, s.N, s.h), randTensor(rng, 0.3, s.B, s.H, s.N, s.h), randTensor(rng, 1, s.B, s.H, s.N, s.h)
@@ -105,7 +105,7 @@ func reportCPU(b *testing.B, cpu time.Duration, tokens int) {
 // tiledFlops counts the matrix-product FLOPs of flash and polynomial.
 func tiledFlops(causal bool) func(s benchShape) (fwd, bwd float64) {
 	return func(s benchShape) (fwd, bwd float64) {
-		block := DefaultOptions().Block
+		block := defaultKernelOptions().Block
 		f, bw := tileEntries(s.N, block, block, causal)
 		heads := float64(s.B * s.H)
 		return heads * float64(f) * 2 * 2 * float64(s.h), heads * float64(bw) * 5 * 2 * float64(s.h)
@@ -147,7 +147,7 @@ func BenchmarkSgemmSerial(b *testing.B) {
 
 // BenchmarkTileSize compares tile shapes of the tiled driver on causal
 // flash attention, forward and backward, one head with h = 64: the
-// measurement behind the default Options.Block. Run it with -cpu 1 and read
+// measurement behind the default --block. Run it with -cpu 1 and read
 // cpu-µs/token when other work shares the machine.
 func BenchmarkTileSize(b *testing.B) {
 	const h = 64

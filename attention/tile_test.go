@@ -122,7 +122,7 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 	for _, kind := range []Kind{Softmax, Flash, Polynomial} {
 		for _, causal := range []bool{false, true} {
 			for _, s := range shapes {
-				opts := DefaultOptions()
+				opts := defaultKernelOptions()
 				opts.Causal, opts.Block = causal, 32
 				q, k, v := randQKV(2, 0.5, s[0], s[1], s[2], s[3])
 				do := randTensor(rand.New(rand.NewPCG(9, 9)), 1, q.Shape...)
@@ -156,7 +156,7 @@ func TestNoAllocations(t *testing.T) {
 	for _, kind := range []Kind{Softmax, Flash, Polynomial} {
 		for _, procs := range []int{1, 2} {
 			withProcs(procs, func() {
-				opts := DefaultOptions()
+				opts := defaultKernelOptions()
 				opts.Block = 64 // several tiles, and the dQ reduction
 				m := mustNew(t, kind, opts)
 				q, k, v := randQKV(3, 0.5, 1, 2, 150, 8)
@@ -176,7 +176,7 @@ func TestNoAllocations(t *testing.T) {
 func TestWorkspaceHonest(t *testing.T) {
 	for _, s := range [][5]int{{1, 1, 300, 16, 256}, {1, 1, 300, 16, 32}, {2, 5, 37, 8, 16}, {1, 2, 64, 4, 256}} {
 		for _, kind := range []Kind{Softmax, Flash, Polynomial} {
-			opts := DefaultOptions()
+			opts := defaultKernelOptions()
 			opts.Block = s[4]
 			m := mustNew(t, kind, opts)
 			q, k, v := randQKV(4, 0.5, s[0], s[1], s[2], s[3])
@@ -220,7 +220,7 @@ func TestShapeMismatchPanics(t *testing.T) {
 		} {
 			msg := func() (msg string) {
 				defer func() { msg = fmt.Sprint(recover()) }()
-				tc.call(mustNew(t, kind, DefaultOptions()))
+				tc.call(mustNew(t, kind, defaultKernelOptions()))
 				return "no panic"
 			}()
 			if !strings.Contains(msg, string(kind)) || !strings.Contains(msg, tc.want) {
