@@ -75,6 +75,18 @@ func (d *distRun) finish(errp *error) {
 		fmt.Fprintf(os.Stderr, "polysketch: rank %d: %v; ending every rank\n", d.rank(), *errp)
 		d.abort(1)
 	}
+	if *errp != nil && !d.started && !help {
+		// Every rank failed the start-up check together. Rank 0 prints
+		// the reason now, and no rank leaves before it has: mpirun ends
+		// the job as soon as one rank exits non-zero, which could kill
+		// rank 0 before it printed.
+		if d.rank() == 0 && !errors.Is(*errp, errReported) {
+			fmt.Fprintln(os.Stderr, "polysketch:", *errp)
+			*errp = errReported
+		}
+		one := []byte{0}
+		d.comm.Allgather(one, make([]byte, d.comm.Size())) // a barrier; its own failure changes nothing
+	}
 	if err := d.finalize(); err != nil && *errp == nil {
 		*errp = err
 	}
