@@ -42,31 +42,8 @@ func refSquareSketch(g map[string]*tensor.Tensor, a []float32) func(q, k, v [][]
 		return s * s
 	}
 	return func(q, k, v [][]float64, causal bool) [][]float64 {
-		return refKernelRatio(q, k, v, causal, w)
+		return refKernel(q, k, v, causal, w)
 	}
-}
-
-// refKernelRatio is Σ_j w v_j / Σ_j w over j ≤ i (causal) or all j.
-func refKernelRatio(q, k, v [][]float64, causal bool, w func(qi, kj []float64) float64) [][]float64 {
-	o := make([][]float64, len(q))
-	for i := range q {
-		o[i] = make([]float64, len(v[0]))
-		den := 0.0
-		for j := range k {
-			if causal && j > i {
-				break
-			}
-			x := w(q[i], k[j])
-			den += x
-			for c, e := range v[j] {
-				o[i][c] += x * e
-			}
-		}
-		for c := range o[i] {
-			o[i][c] /= den
-		}
-	}
-	return o
 }
 
 // refSquareSketchOf is the conformance reference, for m's own draws and
