@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -430,22 +429,7 @@ func TestHyperWorkspace(t *testing.T) {
 		for _, causal := range []bool{true, false} {
 			t.Run(name(spec, causal), func(t *testing.T) {
 				q, k, v := hyperInputs(6, B, H, N, h)
-				o, dq, dk, dv := tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...)
-				withProcs(1, func() {
-					forwardBackward(newHyperTest(t, spec, causal), q, k, v, v)
-					var before, after runtime.MemStats
-					runtime.GC()
-					runtime.ReadMemStats(&before)
-					m := newHyperTest(t, spec, causal)
-					m.Forward(o, q, k, v)
-					m.Backward(dq, dk, dv, v)
-					runtime.ReadMemStats(&after)
-					got := int64(after.TotalAlloc - before.TotalAlloc)
-					want := m.Workspace(B, H, N, h)
-					if got < want || got > want+want/50+16<<10 {
-						t.Errorf("Workspace says %d bytes; building it and a Forward+Backward allocated %d", want, got)
-					}
-				})
+				checkWorkspace(t, func() Mechanism { return newHyperTest(t, spec, causal) }, q, k, v)
 			})
 		}
 	}
