@@ -30,8 +30,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/task"
@@ -73,6 +75,11 @@ type Run struct {
 	Size      int          `json:"size"`      // the size as a number, for plots against it
 	Model     model.Config `json:"model"`
 	Train     train.Config `json:"train"`
+	// FreezeBest names earlier runs of squared polynomials with learned
+	// coefficients: this run trains with the coefficients of the one with
+	// the lowest final test loss, frozen (the thesis's §5.4). Its model's
+	// coefficients are filled in when those runs have finished.
+	FreezeBest []string `json:"freeze_best,omitempty"`
 
 	err error // the mechanism spec's, if it does not parse
 }
@@ -207,6 +214,13 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 	var results []Result
 	for i, r := range plan.Runs {
 		logf("run %d of %d: %s (%s, %s)", i+1, len(plan.Runs), r.Name, r.Mechanism, r.Column)
+		note := ""
+		if len(r.FreezeBest) > 0 {
+			if r, note, err = freezeBest(o.Dir, r, results); err != nil {
+				return nil, fmt.Errorf("run %s: %w", r.Name, err)
+			}
+			logf("%s: %s", r.Name, note)
+		}
 		if err := runOne(ctx, o, r, trainTokens, valTokens, logf); err != nil {
 			return nil, fmt.Errorf("run %s: %w", r.Name, err)
 		}
@@ -214,6 +228,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run %s: %w", r.Name, err)
 		}
+		res.Note = note
 		results = append(results, res)
 	}
 	if err := e.report(o.Dir, plan, results, logf); err != nil {
@@ -251,6 +266,47 @@ func claim(dir string, plan Plan) error {
 		return fmt.Errorf("%s was made by a different configuration (%s): choose another directory, or remove it to start over", dir, what)
 	}
 	return nil
+}
+
+// freezeBest returns r set to train with the coefficients, frozen, of
+// the run of r.FreezeBest with the lowest final test loss among done (the
+// first on a tie), read from its checkpoint, and its row saying which.
+func freezeBest(dir string, r Run, done []Result) (Run, string, error) {
+	var best *Result
+	for _, name := range r.FreezeBest {
+		i := slices.IndexFunc(done, func(res Result) bool { return res.Run == name })
+		if i < 0 {
+			return r, "", fmt.Errorf("freezes the best of run %s, which has not finished before it", name)
+		}
+		if best == nil || done[i].ValLoss < best.ValLoss {
+			best = &done[i]
+		}
+	}
+	c, err := checkpoint.Load(filepath.Join(dir, RunsDir, best.Run, train.CheckpointDir))
+	if err != nil {
+		return r, "", fmt.Errorf("coefficients of run %s: %w", best.Run, err)
+	}
+	cfg, ok := c.Model.Config().Attention.(attention.SquarePolynomialConfig)
+	if !ok {
+		return r, "", fmt.Errorf("run %s is no squared polynomial (sqpoly); it has no coefficients to freeze", best.Run)
+	}
+	var coef []string
+	for _, p := range c.Model.Params() {
+		if strings.HasSuffix(p.Name, ".attn.coefficients") {
+			if coef != nil {
+				return r, "", fmt.Errorf("run %s has coefficients in more than one layer; freezing needs one", best.Run)
+			}
+			for _, a := range p.Value.Data {
+				coef = append(coef, strconv.FormatFloat(float64(a), 'g', -1, 32))
+			}
+		}
+	}
+	if coef == nil {
+		return r, "", fmt.Errorf("run %s: no coefficients in its checkpoint", best.Run)
+	}
+	cfg.Coefficients, cfg.Frozen = strings.Join(coef, ","), true
+	r.Model.Attention = cfg
+	return r, fmt.Sprintf("the coefficients of %s (final test loss %.3g), %s", best.Row, best.ValLoss, cfg.Coefficients), nil
 }
 
 // runOne trains r to its last step in its directory, resuming from a

@@ -2,12 +2,15 @@ package experiment
 
 import (
 	"context"
-	"github.com/polysketch/polysketch/attention"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -245,5 +248,68 @@ func TestTable(t *testing.T) {
 	rev, _ := Lookup("reversal")
 	if got := rev.Table(plan, []Result{{Row: "softmax", Column: "50 digits", ValLoss: 1.0851e-7, Exact: 1}}); !strings.Contains(got, "| softmax | 1.09e-07 (100.0%) |") {
 		t.Errorf("reversal table:\n%s", got)
+	}
+}
+
+// TestFreezeBest runs the quick reversal grid and checks §5.4's run of
+// each column: it trained with the coefficients, frozen, that the learned
+// square with the lowest final test loss ended with.
+func TestFreezeBest(t *testing.T) {
+	e, _ := Lookup("reversal")
+	o := quickOptions(t, t.TempDir())
+	rs, err := e.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coefficients := func(run string) []float32 {
+		c, err := checkpoint.Load(filepath.Join(o.Dir, RunsDir, run, train.CheckpointDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := c.Model.Config().Attention.(attention.SquarePolynomialConfig); cfg.Frozen {
+			var a []float32
+			for _, s := range strings.Split(cfg.Coefficients, ",") {
+				x, err := strconv.ParseFloat(s, 32)
+				if err != nil {
+					t.Fatalf("run %s: coefficients %q: %v", run, cfg.Coefficients, err)
+				}
+				a = append(a, float32(x))
+			}
+			return a
+		}
+		for _, p := range c.Model.Params() {
+			if strings.HasSuffix(p.Name, ".attn.coefficients") {
+				return p.Value.Data
+			}
+		}
+		t.Fatalf("run %s has no coefficients", run)
+		return nil
+	}
+	frozen := 0
+	for _, f := range rs {
+		if f.Mechanism != "sqpoly:frozen" {
+			continue
+		}
+		frozen++
+		var best *Result
+		for i, r := range rs {
+			learned := strings.HasPrefix(r.Mechanism, "sqpoly:degree=") && !strings.HasSuffix(r.Mechanism, ":frozen")
+			if learned && r.Column == f.Column && (best == nil || r.ValLoss < best.ValLoss) {
+				best = &rs[i]
+			}
+		}
+		if best == nil {
+			t.Fatalf("%s: no learned square in its column", f.Column)
+		}
+		if !strings.Contains(f.Note, best.Row) {
+			t.Errorf("%s: note %q does not name the best learned square, %s", f.Column, f.Note, best.Row)
+		}
+		want, got := coefficients(best.Run), coefficients(f.Run)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: frozen run ended with coefficients %v, want %s's %v", f.Column, got, best.Run, want)
+		}
+	}
+	if frozen != 2 {
+		t.Errorf("%d frozen-best runs, want one per column (2)", frozen)
 	}
 }

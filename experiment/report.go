@@ -33,6 +33,9 @@ type Result struct {
 	// the first (which warms the buffers up).
 	StepsPerSec float64 `json:"steps_per_sec"`
 	Seconds     float64 `json:"seconds"` // training time
+	// Note says what the run took from others: the coefficients a
+	// frozen-best run (Run.FreezeBest) trained with.
+	Note string `json:"note,omitempty"`
 
 	history []train.Metrics
 }
@@ -142,6 +145,11 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 			fmt.Fprintf(&b, " %s |", v)
 		}
 		b.WriteString("\n")
+	}
+	for _, r := range rs {
+		if r.Note != "" {
+			fmt.Fprintf(&b, "\n%s, %s: %s\n", r.Row, r.Column, r.Note)
+		}
 	}
 	return b.String()
 }
