@@ -53,6 +53,7 @@ type Experiment struct {
 	Duration string
 	kind     kind
 	loss     bool // a task table shows the final test loss (the thesis's measure), not exact match
+	accuracy bool // a task table shows per-token accuracy (zoology's measure) beside exact match
 	grid     func(o Options) []Run
 	paper    string // the paper's numbers to compare with, markdown
 }

@@ -245,6 +245,10 @@ func TestTable(t *testing.T) {
 	if got := lm.Table(plan, []Result{{Row: "softmax", Column: "N=128", ValPPL: 4.56789}}); !strings.Contains(got, "| softmax | 4.568 |") {
 		t.Errorf("lm table:\n%s", got)
 	}
+	mq, _ := Lookup("mqar")
+	if got := mq.Table(plan, []Result{{Row: "softmax", Column: "4 pairs", Accuracy: 0.5, Exact: 0.125}}); !strings.Contains(got, "| softmax | 50.0% (12.5%) |") {
+		t.Errorf("mqar table:\n%s", got)
+	}
 	rev, _ := Lookup("reversal")
 	if got := rev.Table(plan, []Result{{Row: "softmax", Column: "50 digits", ValLoss: 1.0851e-7, Exact: 1}}); !strings.Contains(got, "| softmax | 1.09e-07 (100.0%) |") {
 		t.Errorf("reversal table:\n%s", got)

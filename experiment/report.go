@@ -122,6 +122,9 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 	if e.loss {
 		what = "final test loss over the answer positions (nats), and exact match"
 	}
+	if e.accuracy {
+		what = "accuracy per answer token on the held-out test examples, and exact match"
+	}
 	steps := 0
 	if len(plan.Runs) > 0 {
 		steps = plan.Runs[0].Train.Steps
@@ -159,6 +162,9 @@ func (e *Experiment) cell(r Result) string {
 	case taskKind:
 		if e.loss {
 			return fmt.Sprintf("%.3g (%.1f%%)", r.ValLoss, 100*r.Exact)
+		}
+		if e.accuracy {
+			return fmt.Sprintf("%.1f%% (%.1f%%)", 100*r.Accuracy, 100*r.Exact)
 		}
 		return fmt.Sprintf("%.2f%%", 100*r.Exact)
 	case lmKind:
