@@ -288,8 +288,12 @@ func (g taskGrid) runs(mechs []string, cols []taskCol, quick bool, seed uint64) 
 				mc.Dim, mc.Layers, mc.Heads = 16, 2, 2
 			}
 			mc.Vocab, mc.Bidirectional = spec.IDs(), spec.Bidirectional
-			if spec.Bidirectional { // the thesis's encoder (§1.2.1): post-LayerNorm, learned positions
-				mc.PostNorm, mc.Positions = true, model.PositionsLearned
+			// The thesis's encoder (§1.2.1): post-LayerNorm, positions
+			// added to the tokens. It allows learned or sinusoidal ones;
+			// sinusoidal, because with learned ones x⁸ stayed at a loss of
+			// 0.046 after 4000 steps and with sinusoidal ones it reaches 0.
+			if spec.Bidirectional {
+				mc.PostNorm, mc.Positions = true, model.PositionsSinusoidal
 			}
 			if spec.Name == task.File {
 				mc.Vocab = 256 // the byte tokenizer's
