@@ -27,7 +27,8 @@ type Chart struct {
 	X, Y   Axis
 	Series []Series
 	// Width and Height of the image in centimetres (at 96 dpi, 1 cm is
-	// about 38 pixels); zero means 16 by 10.
+	// about 38 pixels); a zero Width means 16 for the axes plus what the
+	// legend needs, a zero Height 10.
 	Width, Height float64
 }
 
@@ -68,14 +69,24 @@ func (c *Chart) encode(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	width, height := c.Width, c.Height
-	if width <= 0 {
-		width = 16
-	}
+	width, height := vg.Length(c.Width)*vg.Centimeter, vg.Length(c.Height)*vg.Centimeter
 	if height <= 0 {
-		height = 10
+		height = 10 * vg.Centimeter
 	}
-	canvas, err := draw.NewFormattedCanvas(vg.Length(width)*vg.Centimeter, vg.Length(height)*vg.Centimeter, "png")
+	gap := vg.Points(6)
+	if width <= 0 {
+		// The axes get 16 cm and the legend the room it needs beside
+		// them, so that long series names do not squeeze the data.
+		width = 16 * vg.Centimeter
+		probe, err := draw.NewFormattedCanvas(width, height, "png")
+		if err != nil {
+			return err
+		}
+		if r := legend.Rectangle(draw.New(probe)); r.Max.X > r.Min.X {
+			width += r.Max.X - r.Min.X + 2*gap
+		}
+	}
+	canvas, err := draw.NewFormattedCanvas(width, height, "png")
 	if err != nil {
 		return err
 	}
@@ -83,7 +94,6 @@ func (c *Chart) encode(w io.Writer) error {
 	// The legend goes to the right of the axes, where it cannot hide data.
 	r := legend.Rectangle(dc)
 	if lw := r.Max.X - r.Min.X; lw > 0 {
-		gap := vg.Points(6)
 		p.Draw(draw.Crop(dc, 0, -(lw + 2*gap), 0, 0))
 		top := vg.Length(0)
 		if p.Title.Text != "" {
