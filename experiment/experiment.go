@@ -49,7 +49,7 @@ type Experiment struct {
 	Name    string
 	Summary string // one line: what it reproduces
 	// Duration is the running time of the default (not --quick) version
-	// on 2 cores, estimated from measured training speed.
+	// as measured on 2 cores, and how.
 	Duration string
 	kind     kind
 	loss     bool // a task table shows the final test loss (the thesis's measure), not exact match

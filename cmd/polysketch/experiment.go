@@ -27,8 +27,9 @@ interrupted experiment (Ctrl-C stops it cleanly); a directory made by a
 different configuration is refused. The same --seed gives the same table,
 bit for bit (but for speed's timings).
 
-Experiments (times are estimates for 2 cores, from measured training
-speed; --quick versions take seconds):
+Experiments (times measured on a 2-core AMD EPYC, most of them on one
+thread beside another experiment, so alone they are shorter; --quick
+versions take seconds):
 `
 
 func runExperiment(args []string, stdout io.Writer) error {
