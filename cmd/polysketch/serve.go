@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/serve"
@@ -131,7 +132,7 @@ func runServe(args []string, stdout io.Writer) error {
 		hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	fmt.Fprintf(stdout, "polysketch serve: ready: %s (%s attention) from %s; try http://%s/\n", *name, c.Model.Config().Attention, dir, ln.Addr())
+	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), dir, ln.Addr())
 
 	select {
 	case err := <-served:
