@@ -99,6 +99,10 @@ type Plan struct {
 type Options struct {
 	Dir   string // the experiment directory
 	Quick bool   // the CI-sized version, seconds long
+	// Steps, if positive, replaces every run's number of steps, its
+	// warm-up, validations and checkpoints scaled with it: the grid
+	// trained longer (or shorter) than its default.
+	Steps int
 	Seed  uint64 // the seed of every run (the noise rows add one)
 	// Corpus is the corpus of the lm and speed experiments: files,
 	// directories and globs; empty means the Go source tree.
@@ -157,7 +161,15 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 	} else if o.TaskFile != "" {
 		return Plan{}, fmt.Errorf("experiment %s takes no task file; the experiment task does", e.Name)
 	}
+	if o.Steps < 0 {
+		return Plan{}, fmt.Errorf("--steps %d: must be positive (or 0 for the default)", o.Steps)
+	}
 	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o)}
+	if o.Steps > 0 {
+		for i := range p.Runs {
+			p.Runs[i].Train = withSteps(p.Runs[i].Train, o.Steps)
+		}
+	}
 	if e.kind != taskKind {
 		p.Corpus = o.Corpus
 	}
@@ -267,6 +279,21 @@ func claim(dir string, plan Plan) error {
 		return fmt.Errorf("%s was made by a different configuration (%s): choose another directory, or remove it to start over", dir, what)
 	}
 	return nil
+}
+
+// withSteps returns tc trained for steps steps, its warm-up and the
+// intervals it has between validations and checkpoints scaled alike.
+func withSteps(tc train.Config, steps int) train.Config {
+	scale := func(n int) int {
+		if n == 0 {
+			return 0 // "only at the end" stays so
+		}
+		return max(1, int(int64(n)*int64(steps)/int64(tc.Steps)))
+	}
+	tc.Warmup = int(int64(tc.Warmup) * int64(steps) / int64(tc.Steps))
+	tc.EvalEvery, tc.SaveEvery = scale(tc.EvalEvery), scale(tc.SaveEvery)
+	tc.Steps = steps
+	return tc
 }
 
 // freezeBest returns r set to train with the coefficients, frozen, of

@@ -317,3 +317,33 @@ func TestFreezeBest(t *testing.T) {
 		t.Errorf("%d frozen-best runs, want one per column (2)", frozen)
 	}
 }
+
+// TestSteps trains a quick grid for a number of steps of the user's and
+// checks that every run took them, its validations scaled alike.
+func TestSteps(t *testing.T) {
+	e, _ := Lookup("mqar")
+	o := quickOptions(t, t.TempDir())
+	o.Steps = 6
+	plan, err := e.Plan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range plan.Runs {
+		if r.Train.Steps != 6 || r.Train.EvalEvery != 3 || r.Train.SaveEvery != 0 {
+			t.Fatalf("run %s: steps %d, eval every %d, save every %d; want 6, 3, 0", r.Name, r.Train.Steps, r.Train.EvalEvery, r.Train.SaveEvery)
+		}
+	}
+	rs, err := e.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Step != 6 {
+			t.Errorf("run %s trained %d steps, want 6", r.Run, r.Step)
+		}
+	}
+	o.Steps = -1
+	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "--steps -1") {
+		t.Errorf("steps -1: %v", err)
+	}
+}

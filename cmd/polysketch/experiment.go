@@ -42,10 +42,12 @@ func runExperiment(args []string, stdout io.Writer) error {
 		logEvery      = 50
 		taskFile      string
 		contextLen    int
+		steps         int
 	)
 	fs.StringVar(&dir, "dir", "", "experiment directory (default: experiments/NAME, or experiments/NAME-quick)")
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
+	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
 	fs.Var(&listFlag{list: &corpus}, "corpus", "lm and speed: text files, directories or globs (default: the Go source tree)")
 	fs.StringVar(&cacheDir, "cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
@@ -95,11 +97,14 @@ func runExperiment(args []string, stdout io.Writer) error {
 		if quick {
 			dir += "-quick"
 		}
+		if steps > 0 {
+			dir += fmt.Sprintf("-%dsteps", steps)
+		}
 	}
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen,
+		TaskFile: taskFile, Context: contextLen, Steps: steps,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
