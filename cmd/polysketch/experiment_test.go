@@ -42,7 +42,8 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment"}, "name one of selective-copy"},
 		{[]string{"experiment", "copy"}, `unknown experiment "copy": choose one of selective-copy`},
 		{[]string{"experiment", "--quick", "mqar"}, "name the experiment before the flags"},
-		{[]string{"experiment", "mqar", "--steps", "3"}, "flag provided but not defined: -steps"},
+		{[]string{"experiment", "mqar", "--lr", "3"}, "flag provided but not defined: -lr"},
+		{[]string{"experiment", "mqar", "--quick", "--steps", "-2"}, "--steps -2: must be positive"},
 		{[]string{"experiment", "task", "--quick"}, "needs a task file (--task FILE)"},
 		{[]string{"experiment", "mqar", "--quick", "--task", "x.jsonl"}, "takes no task file"},
 	}
