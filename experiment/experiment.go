@@ -298,7 +298,7 @@ func withSteps(tc train.Config, steps int) train.Config {
 
 // freezeBest returns r set to train with the coefficients, frozen, of
 // the run of r.FreezeBest with the lowest final test loss among done (the
-// first on a tie), read from its checkpoint, and its row saying which.
+// first on a tie), read from its checkpoint, and a note saying which.
 func freezeBest(dir string, r Run, done []Result) (Run, string, error) {
 	var best *Result
 	for _, name := range r.FreezeBest {
