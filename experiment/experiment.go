@@ -52,8 +52,7 @@ type Experiment struct {
 	// as measured on 2 cores, and how.
 	Duration string
 	kind     kind
-	loss     bool // a task table shows the final test loss (the thesis's measure), not exact match
-	accuracy bool // a task table shows per-token accuracy (zoology's measure) beside exact match
+	measure  measure // what a task table shows
 	grid     func(o Options) []Run
 	paper    string // the paper's numbers to compare with, markdown
 }
@@ -65,6 +64,15 @@ const (
 	taskKind  kind = iota // a task: exact match
 	lmKind                // the corpus: validation perplexity
 	speedKind             // the corpus: training steps per second
+)
+
+// measure is what a task experiment's table shows of each run.
+type measure int
+
+const (
+	exactMatch    measure = iota // exact match (003's "perfectly output")
+	finalLoss                    // the final test loss (the thesis's measure), and exact match
+	tokenAccuracy                // accuracy per answer token (zoology's measure), and exact match
 )
 
 // Run is one cell of an experiment's grid: one ordinary training run.

@@ -95,7 +95,7 @@ var experiments = []*Experiment{
 		Summary:  "multi-query associative recall (zoology) at growing numbers of key-value pairs",
 		Duration: "24 minutes measured (one thread, beside another experiment)",
 		kind:     taskKind,
-		accuracy: true,
+		measure:  tokenAccuracy,
 		grid: func(o Options) []Run {
 			quick, seed := o.Quick, o.Seed
 			mechs := []string{
@@ -126,7 +126,7 @@ var experiments = []*Experiment{
 		Summary:  "thesis §5.1-5.4: final loss of an encoder reversing 50 digits: softmax, ELU+1, x^p, hand-set and learned squared polynomials",
 		Duration: "18 minutes measured (two threads, beside two other jobs)",
 		kind:     taskKind,
-		loss:     true,
+		measure:  finalLoss,
 		grid: func(o Options) []Run {
 			quick, seed := o.Quick, o.Seed
 			mechs := []string{

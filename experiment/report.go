@@ -119,10 +119,10 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 		lmKind:    "validation perplexity (bytes)",
 		speedKind: "training steps per second",
 	}[e.kind]
-	if e.loss {
+	switch e.measure {
+	case finalLoss:
 		what = "final test loss over the answer positions (nats), and exact match"
-	}
-	if e.accuracy {
+	case tokenAccuracy:
 		what = "accuracy per answer token on the held-out test examples, and exact match"
 	}
 	steps := 0
@@ -160,10 +160,10 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 func (e *Experiment) cell(r Result) string {
 	switch e.kind {
 	case taskKind:
-		if e.loss {
+		switch e.measure {
+		case finalLoss:
 			return fmt.Sprintf("%.3g (%.1f%%)", r.ValLoss, 100*r.Exact)
-		}
-		if e.accuracy {
+		case tokenAccuracy:
 			return fmt.Sprintf("%.1f%% (%.1f%%)", 100*r.Accuracy, 100*r.Exact)
 		}
 		return fmt.Sprintf("%.2f%%", 100*r.Exact)
