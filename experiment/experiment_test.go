@@ -81,6 +81,9 @@ func TestQuick(t *testing.T) {
 			if len(pngs) == 0 {
 				t.Error("no plots")
 			}
+			if e.Name == "reversal" {
+				checkFreezeBest(t, a, ra)
+			}
 			if e.kind == speedKind {
 				for _, r := range ra {
 					if !(r.StepsPerSec > 0) {
@@ -255,18 +258,13 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestFreezeBest runs the quick reversal grid and checks §5.4's run of
-// each column: it trained with the coefficients, frozen, that the learned
-// square with the lowest final test loss ended with.
-func TestFreezeBest(t *testing.T) {
-	e, _ := Lookup("reversal")
-	o := quickOptions(t, t.TempDir())
-	rs, err := e.Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+// checkFreezeBest checks §5.4's run of each column of the reversal grid
+// run in dir with results rs: it trained with the coefficients, frozen,
+// that the learned square with the lowest final test loss ended with.
+func checkFreezeBest(t *testing.T, dir string, rs []Result) {
+	t.Helper()
 	coefficients := func(run string) []float32 {
-		c, err := checkpoint.Load(filepath.Join(o.Dir, RunsDir, run, train.CheckpointDir))
+		c, err := checkpoint.Load(filepath.Join(dir, RunsDir, run, train.CheckpointDir))
 		if err != nil {
 			t.Fatal(err)
 		}
