@@ -172,3 +172,56 @@ func BenchmarkSgemmNarrow(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSgemv times products of one row by the weight matrices of a
+// 4-layer Transformer of width 256 (q/k/v, output, GLU in and out: 16.8
+// MB, more than any L2), one after another as a decoding step of one
+// token runs them, by Sgemm and SgemmSerial, with and without the wide
+// tiles of one-row products. It reports the rate at which the weights
+// are read.
+func BenchmarkSgemv(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	defer func(k *kernel) { active = k }(active)
+	type mat struct {
+		k, n int
+		w    []float32
+	}
+	var mats []mat
+	bytes := 0
+	for range 4 {
+		for _, s := range [][2]int{{256, 768}, {256, 256}, {256, 2048}, {1024, 256}} {
+			mats = append(mats, mat{s[0], s[1], randSlice(rng, s[0]*s[1])})
+			bytes += 4 * s[0] * s[1]
+		}
+	}
+	x, y := randSlice(rng, 1024), make([]float32, 2048)
+	for _, kn := range kernels() {
+		narrow := *kn
+		narrow.wideRows = 0
+		for _, path := range []*kernel{kn, &narrow} {
+			tiles := "wide"
+			if path == &narrow {
+				tiles = "narrow"
+			}
+			for _, serial := range []bool{true, false} {
+				name := "parallel"
+				if serial {
+					name = "serial"
+				}
+				b.Run(fmt.Sprintf("%s/%s/%s", kn.name, tiles, name), func(b *testing.B) {
+					active = path
+					for b.Loop() {
+						for _, m := range mats {
+							if serial {
+								SgemmSerial(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
+							} else {
+								Sgemm(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
+							}
+						}
+					}
+					b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}

@@ -194,7 +194,7 @@ func checkBatched(tA, tB Transpose, batch, m, n, k int, a []float32, strideA, ld
 }
 
 // RowBlock returns the most rows of a product n columns wide for which
-// Sgemm computes every row of C on its own, by the same kernel calls in
+// Sgemm computes every row of C on its own, by the same arithmetic in
 // the same order whatever the other rows. Products of up to 16 rows (4
 // with the pure-Go kernel) and at least 32 columns skip packing (see
 // small.go) and sum each row's k terms in one kernel call; past that the

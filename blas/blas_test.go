@@ -417,6 +417,9 @@ func TestSgemmSmall(t *testing.T) {
 		// tile edges.
 		ms := []int{1, 2, kn.srows, kn.srows + 1, kn.drows + 1, kn.streamMax, kn.streamMax + 1, kn.dotsMax, kn.dotsMax + 1}
 		ns := []int{dotCols - 1, dotCols, dotCols + 1, kn.sw - 1, kn.sw, kn.sw + 1, 2*kn.sw + 3}
+		if kn.ww > 0 { // one or two rows: wide tiles, then stream tiles
+			ns = append(ns, kn.ww, 2*kn.ww+kn.sw+1)
+		}
 		ks := []int{1, 7, 17, 40}
 		if testing.Short() {
 			ks = []int{7, 17}
@@ -455,7 +458,7 @@ func TestSmallDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	eachKernel(t, func(t *testing.T) {
-		for _, s := range [][3]int{{3, 1001, 97}, {1, 2085, 130}, {1003, 3, 100}} {
+		for _, s := range [][3]int{{3, 1001, 97}, {1, 2085, 130}, {1003, 3, 100}, {2, 4100, 600}} {
 			for _, tr := range transposes {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
 				var results [][]float32

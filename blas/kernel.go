@@ -29,6 +29,13 @@ type kernel struct {
 	streamMax, srows, sw      int
 	dotsMax, drows            int
 	narrowN, narrowK, narrowA int
+
+	// Products of up to wideRows rows (0: none) with op(B) = B take
+	// tiles ww columns wide where they fit (wide): decoding one token is
+	// bound by reading the weights, and longer runs of each row of B with
+	// more accumulators read them faster. An element's arithmetic is the
+	// stream kernel's, so rows do not change bits between the two.
+	wideRows, ww int
 }
 
 // maxTile bounds mr·nr over all kernels, for the edge-tile buffer.

@@ -40,6 +40,20 @@ func streamAVX2(rows int, k int, a *float32, ars int, aps int, b *float32, ldb i
 //go:noescape
 func streamAVX512(rows int, k int, a *float32, ars int, aps int, b *float32, ldb int, c *float32, ldc int, alpha float32, beta float32, accum int)
 
+// wideAVX2 computes rows ≤ 2 rows of a 32-wide tile of C from A (with
+// strides ars, aps) and B (rows ldb apart) where they lie, with AVX2 and FMA;
+// see package _asm.
+//
+//go:noescape
+func wideAVX2(rows int, k int, a *float32, ars int, aps int, b *float32, ldb int, c *float32, ldc int, alpha float32, beta float32, accum int)
+
+// wideAVX512 computes rows ≤ 2 rows of a 128-wide tile of C from A (with
+// strides ars, aps) and B (rows ldb apart) where they lie, with AVX-512F;
+// see package _asm.
+//
+//go:noescape
+func wideAVX512(rows int, k int, a *float32, ars int, aps int, b *float32, ldb int, c *float32, ldc int, alpha float32, beta float32, accum int)
+
 // dotsAVX2 sets out[i·4+j] to the dot product of rows i < rows ≤ 2 of a
 // (lda apart) and j < 4 of b (ldb apart), of length k, with AVX2 and FMA;
 // mask selects the lanes of a last partial vector. See package _asm.

@@ -11,9 +11,11 @@ const (
 
 var (
 	avx512Kernel = &kernel{name: "avx512-14x32", mr: 14, nr: 32, mc: 168, kc: 256, nc: 4096, asm: asmAVX512,
-		streamMax: 32, srows: 14, sw: 32, dotsMax: 16, drows: 4, narrowN: 256, narrowK: 1024, narrowA: 1 << 17}
+		streamMax: 32, srows: 14, sw: 32, dotsMax: 16, drows: 4, narrowN: 256, narrowK: 1024, narrowA: 1 << 17,
+		wideRows: 2, ww: 128}
 	avx2Kernel = &kernel{name: "avx2-6x16", mr: 6, nr: 16, mc: 144, kc: 256, nc: 4096, asm: asmAVX2,
-		streamMax: 32, srows: 6, sw: 16, dotsMax: 16, drows: 2, narrowN: 256, narrowK: 512, narrowA: 1 << 15}
+		streamMax: 32, srows: 6, sw: 16, dotsMax: 16, drows: 2, narrowN: 256, narrowK: 512, narrowA: 1 << 15,
+		wideRows: 2, ww: 32}
 )
 
 // asmKernels lists the assembly kernels this CPU runs, fastest first.
@@ -45,6 +47,17 @@ func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c
 		streamAVX512(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
 	case asmAVX2:
 		streamAVX2(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
+	default:
+		panic("blas: unknown assembly kernel")
+	}
+}
+
+func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+	switch id {
+	case asmAVX512:
+		wideAVX512(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
+	case asmAVX2:
+		wideAVX2(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
 	default:
 		panic("blas: unknown assembly kernel")
 	}

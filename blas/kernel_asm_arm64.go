@@ -47,6 +47,10 @@ func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c
 	streamNEON(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
 }
 
+func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+	panic("blas: no wide kernel on arm64")
+}
+
 func dotsAsm(id, rows, k int, a *float32, lda int, b *float32, ldb int, out *float32) {
 	if id != asmNEON {
 		panic("blas: unknown assembly kernel")

@@ -21,6 +21,10 @@ func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c
 	panic("blas: no assembly kernels in this build")
 }
 
+func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+	panic("blas: no assembly kernels in this build")
+}
+
 func dotsAsm(id, rows, k int, a *float32, lda int, b *float32, ldb int, out *float32) {
 	panic("blas: no assembly kernels in this build")
 }

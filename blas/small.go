@@ -31,6 +31,12 @@ import "github.com/polysketch/polysketch/internal/parallel"
 // split, so results do not depend on the number of threads; they differ
 // from the packed path's in rounding only.
 
+// wideParallelMin is the size of B from which a product by the wide
+// kernel splits across threads: below it B comes from cache, where a
+// second thread costs more to start than it saves (one row by 256×2048:
+// 92 GB/s on one thread, 85 on two; by 1024×8192, from memory: 35 and 55).
+const wideParallelMin = 1 << 21
+
 // smallForm says how a product avoids packing, if it does.
 type smallForm int
 
@@ -98,6 +104,10 @@ func (g *gemm) small(threads int) bool {
 	}
 	long, tile := g.n, g.kn.sw
 	switch f {
+	case streamRows:
+		if g.m <= g.kn.wideRows {
+			tile = g.kn.ww
+		}
 	case dotRows:
 		tile = dotCols
 	case dotColumns:
@@ -106,7 +116,7 @@ func (g *gemm) small(threads int) bool {
 		long, tile = g.m, g.kn.srows
 	}
 	tiles := ceilDiv(long, tile)
-	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin {
+	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin && (tile != g.kn.ww || g.n*g.k >= wideParallelMin) {
 		smallParallel(h, f, threads, long, tile)
 	} else {
 		h.smallRange(f, 0, long)
@@ -177,6 +187,11 @@ func (g *gemm) streamTiles(j0, j1 int) {
 	w := kn.sw
 	ars, aps := g.aStrides()
 	accum := g.beta != 0
+	if g.m <= kn.wideRows {
+		for ; j0+kn.ww <= j1; j0 += kn.ww {
+			kn.wide(g.m, g.k, g.a, ars, aps, g.b[j0:], g.ldb, g.c[j0:], g.ldc, g.alpha, g.beta, accum)
+		}
+	}
 	for j := j0; j < j1; j += w {
 		for i := 0; i < g.m; i += kn.srows {
 			rows := min(kn.srows, g.m-i)
@@ -279,6 +294,18 @@ func (kn *kernel) stream(rows, k int, a []float32, ars, aps int, b []float32, ld
 		return
 	}
 	streamGo(rows, k, a, ars, aps, b, ldb, c, ldc, w, alpha, beta, accum)
+}
+
+// wide computes rows ≤ wideRows rows of a ww-wide tile of C, as stream.
+func (kn *kernel) wide(rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, accum bool) {
+	_ = a[(rows-1)*ars+(k-1)*aps]
+	_ = b[(k-1)*ldb+kn.ww-1]
+	_ = c[(rows-1)*ldc+kn.ww-1]
+	acc := 0
+	if accum {
+		acc = 1
+	}
+	wideAsm(kn.asm, rows, k, &a[0], ars, aps, &b[0], ldb, &c[0], ldc, alpha, beta, acc)
 }
 
 // dots sets out[i·dotCols+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i < rows ≤

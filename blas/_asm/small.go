@@ -58,8 +58,8 @@ func rowBases(base Register, stride string, rows int) ([]Register, Register, Reg
 	return bases, s, s3
 }
 
-// stream generates the kernel for products with few rows of C, for 1 to
-// maxRows rows (a run-time argument: one code path per count). It computes
+// stream generates the kernel base+x.suffix for products with few rows
+// of C, for 1 to maxRows rows (a run-time argument: one code path per count). It computes
 //
 //	C[i,j] = alpha·Σ_p A(i,p)·b[p·ldb+j] (+ beta·C[i,j] when accum ≠ 0)
 //
@@ -67,8 +67,8 @@ func rowBases(base Register, stride string, rows int) ([]Register, Register, Reg
 // as stored (ars = lda, aps = 1) or transposed (ars = 1, aps = lda). The
 // tile of C stays in registers while B streams through, one row of the
 // tile per k step; B is read where it lies, never packed.
-func stream(x isa, nvec, maxRows int) {
-	name := "stream" + x.suffix
+func stream(x isa, base string, nvec, maxRows int) {
+	name := base + x.suffix
 	W := nvec * x.width
 	TEXT(name, NOSPLIT, "func(rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int)")
 	Pragma("noescape")
