@@ -104,6 +104,7 @@ type Batch struct {
 	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
 	last, final, logits   tensor.Tensor // one row per sequence
 	at                    []int         // first row of each sequence
+	order                 []int         // of the sequences in attend
 }
 
 // seqWorker is the state of one goroutine of a step's attention: RoPE
@@ -262,10 +263,24 @@ func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 	if W > 1 && len(b.tokens) < 4 {
 		W = 1
 	}
+	// Prompt chunks first: a chunk costs many single tokens, and started
+	// last it would leave the other goroutines idle at the end of the step.
+	b.order = b.order[:0]
+	for i, t := range tokens {
+		if len(t) > 1 {
+			b.order = append(b.order, i)
+		}
+	}
+	for i, t := range tokens {
+		if len(t) == 1 {
+			b.order = append(b.order, i)
+		}
+	}
 	var next atomic.Int64
 	run := func(w int) {
 		wk := b.workers[w]
-		for i := int(next.Add(1) - 1); i < len(seqs); i = int(next.Add(1) - 1) {
+		for k := int(next.Add(1) - 1); k < len(seqs); k = int(next.Add(1) - 1) {
+			i := b.order[k]
 			b.attendOne(wk, l, seqs[i], b.at[i], len(tokens[i]))
 		}
 	}
