@@ -37,6 +37,10 @@ import "github.com/polysketch/polysketch/internal/parallel"
 // 92 GB/s on one thread, 85 on two; by 1024×8192, from memory: 35 and 55).
 const wideParallelMin = 1 << 21
 
+// helperMin is the size of B from which a wide product below
+// wideParallelMin splits in two with the helper.
+const helperMin = 1 << 16
+
 // smallForm says how a product avoids packing, if it does.
 type smallForm int
 
@@ -116,6 +120,14 @@ func (g *gemm) small(threads int) bool {
 		long, tile = g.m, g.kn.srows
 	}
 	tiles := ceilDiv(long, tile)
+	if threads > 1 && tiles > 1 && tile == g.kn.ww && g.n*g.k >= helperMin && g.n*g.k < wideParallelMin {
+		if pairHelper.split(&h, f, tiles/2*tile) {
+			if ws != nil {
+				pool.Put(ws)
+			}
+			return true
+		}
+	}
 	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin && (tile != g.kn.ww || g.n*g.k >= wideParallelMin) {
 		smallParallel(h, f, threads, long, tile)
 	} else {
