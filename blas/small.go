@@ -199,6 +199,15 @@ func (g *gemm) streamTiles(j0, j1 int) {
 	w := kn.sw
 	ars, aps := g.aStrides()
 	accum := g.beta != 0
+	if r := g.m % kn.srows; g.m > kn.srows && r > 0 && r <= kn.wideRows {
+		// The last row group is one or two rows: wide tiles read B faster.
+		top, last := *g, *g
+		top.m, last.m = g.m-r, r
+		last.a, last.c = g.a[top.m*ars:], g.c[top.m*g.ldc:]
+		last.streamTiles(j0, j1)
+		top.streamTiles(j0, j1)
+		return
+	}
 	if g.m <= kn.wideRows {
 		for ; j0+kn.ww <= j1; j0 += kn.ww {
 			kn.wide(g.m, g.k, g.a, ars, aps, g.b[j0:], g.ldb, g.c[j0:], g.ldc, g.alpha, g.beta, accum)
