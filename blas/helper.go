@@ -18,10 +18,9 @@ import (
 type helper struct {
 	mu    sync.Mutex   // held by the product using the helper
 	state atomic.Int32 // of the posted half: idle, posted, running, done
-	g     gemm         // the posted half: columns [lo, hi) of g in form f
+	g     gemm         // the posted half: columns [lo, g.n) of g in form f
 	f     smallForm
 	lo    int
-	hi    int
 	awake atomic.Bool   // the goroutine is spinning, not parked
 	ran   atomic.Int64  // halves the goroutine computed
 	wake  chan struct{} // unparks it
@@ -54,7 +53,7 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 		h.wake = make(chan struct{}, 1)
 		go h.loop()
 	})
-	h.g, h.f, h.lo, h.hi = *g, f, mid, g.n
+	h.g, h.f, h.lo = *g, f, mid
 	h.state.Store(halfPosted)
 	if !h.awake.Load() {
 		select {
@@ -81,7 +80,7 @@ func (h *helper) loop() {
 		deadline := time.Now().Add(helperSpin)
 		for spins := 0; ; spins++ {
 			if h.state.CompareAndSwap(halfPosted, halfRunning) {
-				h.g.smallRange(h.f, h.lo, h.hi)
+				h.g.smallRange(h.f, h.lo, h.g.n)
 				h.ran.Add(1)
 				h.state.Store(halfDone)
 				deadline = time.Now().Add(helperSpin)

@@ -41,23 +41,16 @@ func callAsm(id, k int, a, b, c *float32, ldc int, alpha, beta float32, accum in
 	}
 }
 
-func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
-	switch id {
-	case asmAVX512:
-		streamAVX512(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
-	case asmAVX2:
-		streamAVX2(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
-	default:
-		panic("blas: unknown assembly kernel")
-	}
-}
-
-func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
-	switch id {
-	case asmAVX512:
+func streamAsm(id int, wide bool, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+	switch {
+	case id == asmAVX512 && wide:
 		wideAVX512(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
-	case asmAVX2:
+	case id == asmAVX512:
+		streamAVX512(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
+	case id == asmAVX2 && wide:
 		wideAVX2(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
+	case id == asmAVX2:
+		streamAVX2(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
 	default:
 		panic("blas: unknown assembly kernel")
 	}

@@ -40,15 +40,11 @@ func callAsm(id, k int, a, b, c *float32, ldc int, alpha, beta float32, accum in
 	kernelNEON(k, a, b, c, ldc, alpha, beta, accum)
 }
 
-func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
-	if id != asmNEON {
+func streamAsm(id int, wide bool, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+	if id != asmNEON || wide {
 		panic("blas: unknown assembly kernel")
 	}
 	streamNEON(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
-}
-
-func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
-	panic("blas: no wide kernel on arm64")
 }
 
 func dotsAsm(id, rows, k int, a *float32, lda int, b *float32, ldb int, out *float32) {

@@ -17,11 +17,7 @@ func transpose4(dst *float32, dstride int, src *float32, sstride int, blocks int
 	panic("blas: no assembly in this build")
 }
 
-func streamAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
-	panic("blas: no assembly kernels in this build")
-}
-
-func wideAsm(id, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
+func streamAsm(id int, wide bool, rows, k int, a *float32, ars, aps int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, accum int) {
 	panic("blas: no assembly kernels in this build")
 }
 

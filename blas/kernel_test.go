@@ -77,62 +77,69 @@ func TestKernelCall(t *testing.T) {
 	}
 }
 
-// TestKernelStream checks kernel.stream for every row count up to srows,
-// with A as stored and transposed, overwriting and accumulating: rows
-// past rows and columns past sw of C must not change.
+// TestKernelStream checks kernel.stream for every row count up to srows
+// in sw-wide tiles and up to wideRows in ww-wide tiles, with A as stored
+// and transposed, overwriting and accumulating: rows past rows and
+// columns past the tile of C must not change.
 func TestKernelStream(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, kn := range kernels() {
 		if kn.streamMax == 0 {
 			continue
 		}
-		w := kn.sw
-		for rows := 1; rows <= kn.srows; rows++ {
-			for _, k := range []int{1, 2, 5, 17} {
-				for _, trans := range []bool{false, true} {
-					for _, accum := range []bool{false, true} {
-						// A(i, p) = a[i·ars + p·aps], in a matrix with a
-						// padded leading dimension.
-						lda, ars, aps := k+2, k+2, 1
-						if trans {
-							lda, ars, aps = rows+2, 1, rows+2
-						}
-						a := randSlice(rng, (max(rows, k)+2)*lda)
-						ldb, ldc := w+5, w+3
-						b := randSlice(rng, k*ldb)
-						c := randSlice(rng, (kn.srows+1)*ldc)
-						if !accum {
-							for i := range rows {
-								for j := range w {
-									c[i*ldc+j] = float32(math.NaN())
+		tiles := [][2]int{{kn.sw, kn.srows}}
+		if kn.wideRows > 0 {
+			tiles = append(tiles, [2]int{kn.ww, kn.wideRows})
+		}
+		for _, tile := range tiles {
+			w := tile[0]
+			for rows := 1; rows <= tile[1]; rows++ {
+				for _, k := range []int{1, 2, 5, 17} {
+					for _, trans := range []bool{false, true} {
+						for _, accum := range []bool{false, true} {
+							// A(i, p) = a[i·ars + p·aps], in a matrix with a
+							// padded leading dimension.
+							lda, ars, aps := k+2, k+2, 1
+							if trans {
+								lda, ars, aps = rows+2, 1, rows+2
+							}
+							a := randSlice(rng, (max(rows, k)+2)*lda)
+							ldb, ldc := w+5, w+3
+							b := randSlice(rng, k*ldb)
+							c := randSlice(rng, (kn.srows+1)*ldc)
+							if !accum {
+								for i := range rows {
+									for j := range w {
+										c[i*ldc+j] = float32(math.NaN())
+									}
 								}
 							}
-						}
-						old := append([]float32(nil), c...)
-						alpha, beta := float32(1.25), float32(-0.75)
-						kn.stream(rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
-						for i := range kn.srows + 1 {
-							for j := range ldc {
-								got := c[i*ldc+j]
-								if i >= rows || j >= w {
-									if math.Float32bits(got) != math.Float32bits(old[i*ldc+j]) {
-										t.Fatalf("%s rows=%d k=%d: C[%d,%d] outside the tile changed", kn.name, rows, k, i, j)
+							old := append([]float32(nil), c...)
+							alpha, beta := float32(1.25), float32(-0.75)
+							kn.stream(w, rows, k, a, ars, aps, b, ldb, c, ldc, alpha, beta, accum)
+							for i := range kn.srows + 1 {
+								for j := range ldc {
+									got := c[i*ldc+j]
+									if i >= rows || j >= w {
+										if math.Float32bits(got) != math.Float32bits(old[i*ldc+j]) {
+											t.Fatalf("%s w=%d rows=%d k=%d: C[%d,%d] outside the tile changed", kn.name, w, rows, k, i, j)
+										}
+										continue
 									}
-									continue
-								}
-								var s, mag float64
-								for p := range k {
-									x := float64(a[i*ars+p*aps]) * float64(b[p*ldb+j])
-									s += x
-									mag += math.Abs(x)
-								}
-								want, m := float64(alpha)*s, float64(alpha)*mag
-								if accum {
-									want += float64(beta) * float64(old[i*ldc+j])
-									m += math.Abs(float64(beta) * float64(old[i*ldc+j]))
-								}
-								if !closeTo(got, want, m, k) {
-									t.Fatalf("%s rows=%d k=%d trans=%v accum=%v: C[%d,%d] = %v, want %v", kn.name, rows, k, trans, accum, i, j, got, want)
+									var s, mag float64
+									for p := range k {
+										x := float64(a[i*ars+p*aps]) * float64(b[p*ldb+j])
+										s += x
+										mag += math.Abs(x)
+									}
+									want, m := float64(alpha)*s, float64(alpha)*mag
+									if accum {
+										want += float64(beta) * float64(old[i*ldc+j])
+										m += math.Abs(float64(beta) * float64(old[i*ldc+j]))
+									}
+									if !closeTo(got, want, m, k) {
+										t.Fatalf("%s w=%d rows=%d k=%d trans=%v accum=%v: C[%d,%d] = %v, want %v", kn.name, w, rows, k, trans, accum, i, j, got, want)
+									}
 								}
 							}
 						}

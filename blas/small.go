@@ -107,20 +107,19 @@ func (g *gemm) small(threads int) bool {
 		h.tB, h.b, h.ldb = Trans, ws.b, g.k
 	}
 	long, tile := g.n, g.kn.sw
-	switch f {
-	case streamRows:
-		if g.m <= g.kn.wideRows {
-			tile = g.kn.ww
-		}
-	case dotRows:
+	wide := f == streamRows && g.m <= g.kn.wideRows
+	switch {
+	case wide:
+		tile = g.kn.ww
+	case f == dotRows:
 		tile = dotCols
-	case dotColumns:
+	case f == dotColumns:
 		long, tile = g.m, dotCols
-	case streamTall:
+	case f == streamTall:
 		long, tile = g.m, g.kn.srows
 	}
 	tiles := ceilDiv(long, tile)
-	if threads > 1 && tiles > 1 && tile == g.kn.ww && g.n*g.k >= helperMin && g.n*g.k < wideParallelMin {
+	if threads > 1 && tiles > 1 && wide && g.n*g.k >= helperMin && g.n*g.k < wideParallelMin {
 		if pairHelper.split(&h, f, tiles/2*tile) {
 			if ws != nil {
 				pool.Put(ws)
@@ -128,7 +127,7 @@ func (g *gemm) small(threads int) bool {
 			return true
 		}
 	}
-	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin && (tile != g.kn.ww || g.n*g.k >= wideParallelMin) {
+	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin && (!wide || g.n*g.k >= wideParallelMin) {
 		smallParallel(h, f, threads, long, tile)
 	} else {
 		h.smallRange(f, 0, long)
@@ -210,7 +209,7 @@ func (g *gemm) streamTiles(j0, j1 int) {
 	}
 	if g.m <= kn.wideRows {
 		for ; j0+kn.ww <= j1; j0 += kn.ww {
-			kn.wide(g.m, g.k, g.a, ars, aps, g.b[j0:], g.ldb, g.c[j0:], g.ldc, g.alpha, g.beta, accum)
+			kn.stream(kn.ww, g.m, g.k, g.a, ars, aps, g.b[j0:], g.ldb, g.c[j0:], g.ldc, g.alpha, g.beta, accum)
 		}
 	}
 	for j := j0; j < j1; j += w {
@@ -218,7 +217,7 @@ func (g *gemm) streamTiles(j0, j1 int) {
 			rows := min(kn.srows, g.m-i)
 			a := g.a[i*ars:]
 			if j+w <= g.n {
-				kn.stream(rows, g.k, a, ars, aps, g.b[j:], g.ldb, g.c[i*g.ldc+j:], g.ldc, g.alpha, g.beta, accum)
+				kn.stream(w, rows, g.k, a, ars, aps, g.b[j:], g.ldb, g.c[i*g.ldc+j:], g.ldc, g.alpha, g.beta, accum)
 				continue
 			}
 			jj := g.n - w
@@ -226,7 +225,7 @@ func (g *gemm) streamTiles(j0, j1 int) {
 			for r := range rows {
 				copy(tmp[r*w:(r+1)*w], g.c[(i+r)*g.ldc+jj:])
 			}
-			kn.stream(rows, g.k, a, ars, aps, g.b[jj:], g.ldb, tmp[:], w, g.alpha, g.beta, accum)
+			kn.stream(w, rows, g.k, a, ars, aps, g.b[jj:], g.ldb, tmp[:], w, g.alpha, g.beta, accum)
 			for r := range rows {
 				copy(g.c[(i+r)*g.ldc+j:(i+r)*g.ldc+g.n], tmp[r*w+j-jj:(r+1)*w])
 			}
@@ -298,10 +297,10 @@ const maxDots = 4 * dotCols
 // vector's first r lanes, for the dots kernels' last partial vector.
 var laneMask = [32]int32{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
 
-// stream computes rows ≤ srows rows of an sw-wide tile of C:
+// stream computes rows of a w-wide tile of C, w = sw (rows ≤ srows) or
+// ww (rows ≤ wideRows, the wide kernel):
 // C[i,j] = alpha·Σ_p a[i·ars+p·aps]·b[p·ldb+j] (+ beta·C[i,j] when accum).
-func (kn *kernel) stream(rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, accum bool) {
-	w := kn.sw
+func (kn *kernel) stream(w, rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, accum bool) {
 	// The kernels index through pointers: check the extremes here.
 	_ = a[(rows-1)*ars+(k-1)*aps]
 	_ = b[(k-1)*ldb+w-1]
@@ -311,22 +310,10 @@ func (kn *kernel) stream(rows, k int, a []float32, ars, aps int, b []float32, ld
 		if accum {
 			acc = 1
 		}
-		streamAsm(kn.asm, rows, k, &a[0], ars, aps, &b[0], ldb, &c[0], ldc, alpha, beta, acc)
+		streamAsm(kn.asm, w != kn.sw, rows, k, &a[0], ars, aps, &b[0], ldb, &c[0], ldc, alpha, beta, acc)
 		return
 	}
 	streamGo(rows, k, a, ars, aps, b, ldb, c, ldc, w, alpha, beta, accum)
-}
-
-// wide computes rows ≤ wideRows rows of a ww-wide tile of C, as stream.
-func (kn *kernel) wide(rows, k int, a []float32, ars, aps int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, accum bool) {
-	_ = a[(rows-1)*ars+(k-1)*aps]
-	_ = b[(k-1)*ldb+kn.ww-1]
-	_ = c[(rows-1)*ldc+kn.ww-1]
-	acc := 0
-	if accum {
-		acc = 1
-	}
-	wideAsm(kn.asm, rows, k, &a[0], ars, aps, &b[0], ldb, &c[0], ldc, alpha, beta, acc)
 }
 
 // dots sets out[i·dotCols+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i < rows ≤
