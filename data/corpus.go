@@ -17,11 +17,18 @@ import (
 	"time"
 )
 
-// A Corpus is an ordered list of text files.
+// A Corpus is an ordered list of text files: plain text, JSON lines or
+// Parquet, gzip-compressed or not (see Format).
 type Corpus struct {
 	// Desc describes the corpus in messages: the paths it was made from.
 	Desc  string
 	Files []File
+	// TextField is the field of JSON lines, and the column of Parquet
+	// files, that holds the text; "" means DefaultTextField.
+	TextField string
+	// Binary lists the files NewCorpus left out as binary data (see
+	// Format), by name.
+	Binary []string
 
 	// origin says where the files were listed from, the same however
 	// they change: NewCorpus's absolute paths, or GoSource's tree. It
@@ -51,6 +58,8 @@ type File struct {
 	Name    string
 	Size    int64
 	ModTime time.Time
+	// Format is how the file holds its text, told by its name.
+	Format Format
 }
 
 // Bytes returns the total size of the files.
@@ -67,7 +76,9 @@ func (c *Corpus) Bytes() int64 {
 // with a dot, and not following links to directories) or a glob pattern
 // (filepath.Match syntax; matching directories are walked). Files come in
 // the order of paths, those from one path sorted by name; a file reached
-// twice is listed once.
+// twice is listed once. Each file's name tells its format (see Format);
+// text files that look like binary data (an image, say: see isBinary) are
+// left out, and listed in Binary.
 func NewCorpus(paths ...string) (*Corpus, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no corpus paths given: pass files, directories or glob patterns")
@@ -90,17 +101,62 @@ func NewCorpus(paths ...string) (*Corpus, error) {
 			if err != nil {
 				return nil, fmt.Errorf("corpus file %q: %w", f.Path, err)
 			}
-			if !seen[abs] {
-				seen[abs] = true
-				c.Files = append(c.Files, f)
+			if seen[abs] {
+				continue
 			}
+			seen[abs] = true
+			if f.Format, err = formatOf(f.Path); err != nil {
+				return nil, err
+			}
+			if (f.Format == Text || f.Format == TextGzip) && f.Size > 0 {
+				binary, err := isBinary(f)
+				if err != nil {
+					return nil, err
+				}
+				if binary {
+					c.Binary = append(c.Binary, f.Name)
+					continue
+				}
+			}
+			c.Files = append(c.Files, f)
 		}
+	}
+	if len(c.Files) == 0 && len(c.Binary) > 0 {
+		return nil, fmt.Errorf("corpus %s has no text files: %s; pass text, JSON lines or Parquet files", c.Desc, c.BinaryNote())
 	}
 	if err := c.checkNotEmpty(); err != nil {
 		return nil, err
 	}
 	c.origin, c.listed = strings.Join(origin, " "), pathsDigest(c.Files)
 	return c, nil
+}
+
+// BinaryNote says which files NewCorpus left out as binary: how many, and
+// the first few names; "" if none.
+func (c *Corpus) BinaryNote() string {
+	if len(c.Binary) == 0 {
+		return ""
+	}
+	const show = 3
+	names := strings.Join(c.Binary[:min(len(c.Binary), show)], ", ")
+	if len(c.Binary) > show {
+		names += ", ..."
+	}
+	return fmt.Sprintf("skipped %s of binary data (%s)", plural(len(c.Binary), "file"), names)
+}
+
+// textField returns the field of records that holds the text.
+func (c *Corpus) textField() string {
+	if c.TextField == "" {
+		return DefaultTextField
+	}
+	return c.TextField
+}
+
+// hasRecords reports whether any file of c holds records (JSON lines,
+// Parquet), whose text is in a field.
+func (c *Corpus) hasRecords() bool {
+	return slices.ContainsFunc(c.Files, func(f File) bool { return f.Format.records() })
 }
 
 func (c *Corpus) checkNotEmpty() error {
@@ -320,8 +376,8 @@ func isDir(path string) bool {
 // every machine and whatever other files are in the corpus; about
 // valFraction of the files go to validation.
 func (c *Corpus) Split(valFraction float64) (train, val *Corpus) {
-	train = &Corpus{Desc: c.Desc + " (training split)"}
-	val = &Corpus{Desc: c.Desc + " (validation split)"}
+	train = &Corpus{Desc: c.Desc + " (training split)", TextField: c.TextField}
+	val = &Corpus{Desc: c.Desc + " (validation split)", TextField: c.TextField}
 	for _, f := range c.Files {
 		if isValidation(f.Name, valFraction) {
 			val.Files = append(val.Files, f)

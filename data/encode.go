@@ -14,8 +14,8 @@ import (
 // memory use is bounded whatever the size of the corpus or its files.
 const chunkSize = 1 << 20
 
-// A chunk is text from one or more consecutive files; each file's part is
-// tokenized on its own, so no token spans two files.
+// A chunk is text from one or more consecutive documents; each document's
+// part is tokenized on its own, so no token spans two documents.
 type chunk struct {
 	text  []byte
 	parts []part
@@ -23,27 +23,29 @@ type chunk struct {
 	done  chan struct{}
 }
 
-// A part is the text of one file in a chunk.
+// A part is the text of one document in a chunk.
 type part struct {
 	// end is where the part ends in the chunk's text; it starts where
 	// the part before it ends.
 	end int
-	// newDoc is set if the part starts a file that follows other text:
+	// newDoc is set if the part starts a document that follows other text:
 	// its tokens come after an end-of-text token.
 	newDoc bool
 }
 
-// encodeFiles tokenizes the files, in order, into w: up to workers chunks
+// encodeFiles tokenizes the documents of the files, in order, into w (the
+// text of records in their field; see Format): up to workers chunks
 // at once, cut every size bytes of text (see cutPoint), so the tokens do
 // not depend on the number of workers. It returns the number of cuts
 // forced where text had no cut point.
 //
-// Each file is a document. If tok has an end-of-text token, one goes
-// between consecutive documents, as in GPT-2's training, so that a model
-// sees where one ends and an unrelated one starts; empty files are no
-// documents and add none. Without one, as for the byte tokenizer, whose
+// Each text file, and each record of JSON lines and Parquet, is a
+// document. If tok has an end-of-text token, one goes between consecutive
+// documents, as in GPT-2's training, so that a model sees where one ends
+// and an unrelated one starts; empty files and records are no documents
+// and add none. Without one, as for the byte tokenizer, whose
 // every id is a byte of text, the documents are simply concatenated.
-func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
 	eot, sep := tokenizer.EndOfText(tok)
 	workers = max(workers, 1)
 	inFlight := 2*workers + 1
@@ -55,7 +57,10 @@ func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, wo
 	ordered := make(chan *chunk, inFlight)
 	quit := make(chan struct{})
 
-	r := &fileReader{files: files, size: size}
+	if field == "" {
+		field = DefaultTextField
+	}
+	r := &fileReader{files: files, field: field, size: size}
 	var readErr error
 	go func() {
 		defer close(ordered)
@@ -119,17 +124,18 @@ func encodeFiles(files []File, tok tokenizer.Tokenizer, w *tokenWriter, size, wo
 	return r.forced, writeErr
 }
 
-// fileReader reads the files of a corpus into chunks.
+// fileReader reads the documents of the files of a corpus into chunks.
 type fileReader struct {
 	files  []File
+	field  string // of records (JSON lines, Parquet) that holds the text
 	size   int
-	next   int      // index of the next file to open
-	f      *os.File // the file being read, or nil
-	read   int64    // bytes read from f
-	carry  []byte   // text of f read but left for the next chunk
-	forced int      // cuts made by forcedCut
-	docs   int      // files with text opened
-	// newDoc is set from opening a file that follows other text to
+	next   int       // index of the next file to open
+	file   docReader // the file being read, or nil
+	doc    io.Reader // the document being read, or nil
+	carry  []byte    // text of doc read but left for the next chunk
+	forced int       // cuts made by forcedCut
+	docs   int       // documents with text begun
+	// newDoc is set from beginning a document that follows other text to
 	// writing its first part.
 	newDoc bool
 }
@@ -140,33 +146,45 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 	c.text = append(c.text[:0], r.carry...)
 	c.parts = c.parts[:0]
 	r.carry = r.carry[:0]
-	start := 0 // of the current file's part
+	start := 0 // of the current document's part
 	for len(c.text) < r.size {
-		if r.f == nil {
-			if r.next == len(r.files) {
-				break
+		if r.doc == nil {
+			if r.file == nil {
+				if r.next == len(r.files) {
+					break
+				}
+				if err := r.open(); err != nil {
+					return false, err
+				}
+				continue
 			}
-			if err := r.open(); err != nil {
+			doc, err := r.file.next()
+			if err == io.EOF {
+				r.file.close()
+				r.file = nil
+				continue
+			}
+			if err != nil {
 				return false, err
 			}
+			r.doc = doc
+			r.newDoc = r.docs > 0
+			r.docs++
 			start = len(c.text)
 			continue
 		}
-		n, err := r.f.Read(c.text[len(c.text):r.size])
+		n, err := r.doc.Read(c.text[len(c.text):r.size])
 		c.text = c.text[:len(c.text)+n]
-		r.read += int64(n)
 		if err == io.EOF {
-			if err := r.closeFile(); err != nil {
-				return false, err
-			}
+			r.doc = nil
 			r.endPart(c, len(c.text))
 			start = len(c.text)
 		} else if err != nil {
-			return false, pathError("cannot read corpus file", r.f.Name(), err)
+			return false, err
 		}
 	}
-	if r.f != nil {
-		// The current file goes on in the next chunk.
+	if r.doc != nil {
+		// The current document goes on in the next chunk.
 		cut := start + cutPoint(c.text[start:])
 		if cut == start && start == 0 {
 			cut = forcedCut(c.text)
@@ -177,13 +195,13 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 		if cut > start {
 			r.endPart(c, cut)
 		}
-		// Else all of the file's text in c goes to the next chunk, and
-		// with it r.newDoc.
+		// Else all of the document's text in c goes to the next chunk,
+		// and with it r.newDoc.
 	}
-	return r.f != nil || r.next < len(r.files), nil
+	return r.doc != nil || r.file != nil || r.next < len(r.files), nil
 }
 
-// endPart ends the current file's part of c at end.
+// endPart ends the current document's part of c at end.
 func (r *fileReader) endPart(c *chunk, end int) {
 	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc})
 	r.newDoc = false
@@ -209,29 +227,21 @@ func (r *fileReader) open() error {
 	case info.Size() != want.Size || !info.ModTime().Equal(want.ModTime):
 		err = fmt.Errorf("corpus file %q changed since the corpus was listed: run again", want.Path)
 	}
+	var d docReader
+	if err == nil {
+		d, err = openDocs(f, want, r.field)
+	}
 	if err != nil {
 		f.Close()
 		return err
 	}
-	r.f, r.read = f, 0
-	r.newDoc = r.docs > 0
-	r.docs++
-	return nil
-}
-
-func (r *fileReader) closeFile() error {
-	f := r.f
-	r.f = nil
-	f.Close()
-	if want := r.files[r.next-1]; r.read != want.Size {
-		return fmt.Errorf("corpus file %q changed while being read (%d bytes, was %d): run again", want.Path, r.read, want.Size)
-	}
+	r.file = d
 	return nil
 }
 
 func (r *fileReader) close() {
-	if r.f != nil {
-		r.f.Close()
+	if r.file != nil {
+		r.file.close()
 	}
 }
 

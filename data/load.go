@@ -137,6 +137,10 @@ type loader struct {
 func filePrefix(c *Corpus, tok tokenizer.Tokenizer, frac float64) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "polysketch corpus, validation fraction %v\n", frac)
+	if c.hasRecords() {
+		// Another field is another corpus, whose tokens stay.
+		fmt.Fprintf(h, "text field %q\n", c.textField())
+	}
 	if c.origin != "" && c.listed == pathsDigest(c.Files) {
 		fmt.Fprintf(h, "%s\n", c.origin)
 	} else {
@@ -182,6 +186,12 @@ func (l *loader) path(c *Corpus, split string) (string, error) {
 			return "", fmt.Errorf("corpus file %q: %w", f.Path, err)
 		}
 		fmt.Fprintf(h, "%q %q %d %d\n", abs, f.Name, f.Size, f.ModTime.UnixNano())
+		if f.Format != Text {
+			fmt.Fprintf(h, "format %v\n", f.Format)
+		}
+	}
+	if c.hasRecords() {
+		fmt.Fprintf(h, "text field %q\n", c.textField())
 	}
 	name := fmt.Sprintf("%s%s-%x.bin", l.prefix, split, h.Sum(nil)[:12])
 	return filepath.Join(l.dir, name), nil
@@ -214,7 +224,7 @@ func (l *loader) build(c *Corpus, path string) (t *Tokens, err error) {
 	if err != nil {
 		return nil, pathError("cannot write token file", f.Name(), err)
 	}
-	forced, err := encodeFiles(c.Files, l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
+	forced, err := encodeFiles(c.Files, c.textField(), l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +245,8 @@ func (l *loader) build(c *Corpus, path string) (t *Tokens, err error) {
 	}
 	l.built = true
 	d := time.Since(start)
-	l.logf("%s: tokenized %d files, %.1f MB, into %d %s tokens in %.1fs (%.1f MB/s): %s",
-		c.Desc, len(c.Files), float64(c.Bytes())/1e6, w.n, l.tok.Name(), d.Seconds(), float64(c.Bytes())/1e6/d.Seconds(), path)
+	l.logf("%s: tokenized %s, %.1f MB, into %d %s tokens in %.1fs (%.1f MB/s): %s",
+		c.Desc, plural(len(c.Files), "file"), float64(c.Bytes())/1e6, w.n, l.tok.Name(), d.Seconds(), float64(c.Bytes())/1e6/d.Seconds(), path)
 	return t, nil
 }
 

@@ -760,7 +760,7 @@ func encodeTo(t testing.TB, path string, c *Corpus, tok tokenizer.Tokenizer, siz
 	if err != nil {
 		t.Fatal(err)
 	}
-	forced, err = encodeFiles(c.Files, tok, w, size, workers)
+	forced, err = encodeFiles(c.Files, c.TextField, tok, w, size, workers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,496 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// A Format is how a corpus file holds its text, told by the file's name:
+// a name ending in .jsonl or .ndjson is JSON lines, one in .parquet is
+// Parquet, and any other is plain text; a further .gz means gzip-compressed
+// (for text and JSON lines: Parquet compresses its own pages).
+type Format uint8
+
+const (
+	// Text is a plain text file: one document.
+	Text Format = iota
+	// TextGzip is a gzip-compressed text file: one document.
+	TextGzip
+	// JSONLines holds a JSON object per line, each a document: the string
+	// of its text field (Corpus.TextField).
+	JSONLines
+	// JSONLinesGzip is gzip-compressed JSON lines.
+	JSONLinesGzip
+	// Parquet is a Parquet file whose text column (Corpus.TextField)
+	// holds a document in each row.
+	Parquet
+)
+
+// DefaultTextField is the field of JSON lines, and the column of Parquet
+// files, that holds the text unless Corpus.TextField says otherwise: that
+// of most datasets on the Hugging Face hub.
+const DefaultTextField = "text"
+
+func (f Format) String() string {
+	switch f {
+	case Text:
+		return "text"
+	case TextGzip:
+		return "gzip text"
+	case JSONLines:
+		return "JSON lines"
+	case JSONLinesGzip:
+		return "gzip JSON lines"
+	case Parquet:
+		return "Parquet"
+	}
+	return fmt.Sprintf("Format(%d)", uint8(f))
+}
+
+// records reports whether files of the format hold records with a text
+// field, rather than text.
+func (f Format) records() bool { return f == JSONLines || f == JSONLinesGzip || f == Parquet }
+
+// formatOf returns the format of a file named name.
+func formatOf(name string) (Format, error) {
+	lower := strings.ToLower(name)
+	base, gz := strings.CutSuffix(lower, ".gz")
+	switch {
+	case strings.HasSuffix(base, ".jsonl") || strings.HasSuffix(base, ".ndjson"):
+		if gz {
+			return JSONLinesGzip, nil
+		}
+		return JSONLines, nil
+	case strings.HasSuffix(base, ".parquet") && gz:
+		return 0, fmt.Errorf("corpus file %q is gzip-compressed Parquet, which polysketch does not read: decompress it (Parquet compresses its own pages)", name)
+	case strings.HasSuffix(base, ".parquet"):
+		return Parquet, nil
+	case gz:
+		return TextGzip, nil
+	}
+	return Text, nil
+}
+
+// sniffSize is how much of a text file isBinary looks at: as much as git
+// does.
+const sniffSize = 8000
+
+// isBinary reports whether the text file f looks like binary data, as git
+// tells: a NUL byte in its first few kilobytes (decompressed, for gzip),
+// or, for data without one, more than a quarter of those bytes not valid
+// UTF-8. Text in Latin-1 or with a few stray bytes stays text.
+func isBinary(f File) (bool, error) {
+	file, err := os.Open(f.Path)
+	if err != nil {
+		return false, pathError("cannot read corpus file", f.Path, err)
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if f.Format == TextGzip {
+		gz, err := gzip.NewReader(file)
+		if err != nil {
+			return false, fmt.Errorf("corpus file %q is not gzip data (%v): decompress it or fix its name", f.Path, err)
+		}
+		defer gz.Close()
+		r = gz
+	}
+	buf := make([]byte, sniffSize)
+	n, err := io.ReadFull(r, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return false, fmt.Errorf("cannot read corpus file %q: %v", f.Path, err)
+	}
+	return looksBinary(buf[:n], n < sniffSize), nil
+}
+
+// looksBinary applies isBinary's test to the start of a file; whole says
+// b is all of it, so that a character cut at its end is invalid too.
+func looksBinary(b []byte, whole bool) bool {
+	if bytes.IndexByte(b, 0) >= 0 {
+		return true
+	}
+	invalid := 0
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			if !whole && !utf8.FullRune(b[i:]) {
+				break // cut by the end of what was read
+			}
+			invalid++
+		}
+		i += n
+	}
+	return 4*invalid > len(b)
+}
+
+// A docReader reads an open corpus file one document at a time.
+type docReader interface {
+	// next returns the text of the next document, which is not empty and
+	// stays readable until the next call, or io.EOF after the last one,
+	// once the whole file has been read as it was listed.
+	next() (io.Reader, error)
+	// close closes the file.
+	close()
+}
+
+// openDocs returns a docReader of the file f, open as file, whose records
+// keep their text in field.
+func openDocs(file *os.File, f File, field string) (docReader, error) {
+	counted := &countingReader{r: file}
+	switch f.Format {
+	case Text:
+		return &textDocs{file: file, f: f, r: counted, counted: counted}, nil
+	case TextGzip:
+		gz, err := gzip.NewReader(counted)
+		if err != nil {
+			return nil, fmt.Errorf("corpus file %q is not gzip data (%v): decompress it or fix its name", f.Path, err)
+		}
+		// Buffered to tell an empty text, which is no document.
+		return &textDocs{file: file, f: f, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
+	case JSONLines:
+		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(counted, 1<<16), counted: counted}, nil
+	case JSONLinesGzip:
+		gz, err := gzip.NewReader(counted)
+		if err != nil {
+			return nil, fmt.Errorf("corpus file %q is not gzip data (%v): decompress it or fix its name", f.Path, err)
+		}
+		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
+	case Parquet:
+		d, err := openParquet(file, f, field)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("corpus file %q: unknown format %v", f.Path, f.Format)
+}
+
+// countingReader counts the bytes read from a file, to check that it is
+// read whole as it was listed.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// checkRead reports a file that did not have its listed size when read to
+// its end.
+func checkRead(f File, counted *countingReader) error {
+	// Read on past what a decompressor left, if anything.
+	if _, err := io.Copy(io.Discard, counted); err != nil {
+		return pathError("cannot read corpus file", f.Path, err)
+	}
+	if counted.n != f.Size {
+		return fmt.Errorf("corpus file %q changed while being read (%d bytes, was %d): run again", f.Path, counted.n, f.Size)
+	}
+	return nil
+}
+
+// textDocs reads a text file, plain or gzip-compressed: one document.
+type textDocs struct {
+	file    *os.File
+	f       File
+	r       io.Reader
+	counted *countingReader
+	started bool
+}
+
+func (d *textDocs) next() (io.Reader, error) {
+	if !d.started {
+		d.started = true
+		empty := false
+		if b, ok := d.r.(*bufio.Reader); ok {
+			_, err := b.Peek(1)
+			empty = err == io.EOF
+		}
+		if !empty {
+			return readErrors{d.r, d.f}, nil
+		}
+	}
+	if err := checkRead(d.f, d.counted); err != nil {
+		return nil, err
+	}
+	return nil, io.EOF
+}
+
+func (d *textDocs) close() { d.file.Close() }
+
+// readErrors names the file in errors other than io.EOF.
+type readErrors struct {
+	r io.Reader
+	f File
+}
+
+func (r readErrors) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = pathError("cannot read corpus file", r.f.Path, err)
+	}
+	return n, err
+}
+
+// jsonDocs reads JSON lines, plain or gzip-compressed: a document per
+// line, the string of its field. Blank lines and lines whose field is null
+// hold no document; any other line without a string there is an error
+// naming the file and line.
+type jsonDocs struct {
+	file    *os.File
+	f       File
+	field   string
+	r       *bufio.Reader
+	counted *countingReader
+	line    int
+	buf     []byte
+	text    bytes.Reader
+	record  map[string]json.RawMessage
+}
+
+func (d *jsonDocs) next() (io.Reader, error) {
+	for {
+		line, err := d.readLine()
+		if err == io.EOF && len(line) == 0 {
+			if err := checkRead(d.f, d.counted); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		if err != nil && err != io.EOF {
+			return nil, d.errorf("cannot read: %v", err)
+		}
+		text, err := d.parse(line)
+		if err != nil {
+			return nil, err
+		}
+		if len(text) > 0 {
+			d.text.Reset(text)
+			return &d.text, nil
+		}
+	}
+}
+
+// readLine returns the next line, of any length, and io.EOF with the
+// last one if it has no newline.
+func (d *jsonDocs) readLine() ([]byte, error) {
+	d.line++
+	d.buf = d.buf[:0]
+	for {
+		part, err := d.r.ReadSlice('\n')
+		d.buf = append(d.buf, part...)
+		if err != bufio.ErrBufferFull {
+			return d.buf, err
+		}
+	}
+}
+
+// parse returns the text of a line.
+func (d *jsonDocs) parse(line []byte) ([]byte, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, nil
+	}
+	if line[0] != '{' {
+		return nil, d.errorf("%s, not a JSON object with a %q field", jsonKind(line), d.field)
+	}
+	clear(d.record)
+	if d.record == nil {
+		d.record = make(map[string]json.RawMessage)
+	}
+	if err := json.Unmarshal(line, &d.record); err != nil {
+		return nil, d.errorf("invalid JSON: %v", err)
+	}
+	raw, ok := d.record[d.field]
+	if !ok {
+		fields := slices.Sorted(func(yield func(string) bool) {
+			for k := range d.record {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		return nil, d.errorf("no %q field (fields: %s): name the text field with --text-field", d.field, quoteList(fields, 8))
+	}
+	var s *string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, d.errorf("field %q is %s, not a string", d.field, jsonKind(raw))
+	}
+	if s == nil {
+		return nil, nil // null: no text
+	}
+	return []byte(*s), nil
+}
+
+// errorf returns an error at the current line, as compilers write them.
+func (d *jsonDocs) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", d.f.Path, d.line, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDocs) close() { d.file.Close() }
+
+// jsonKind names the kind of JSON value that b starts with.
+func jsonKind(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return "empty"
+	}
+	switch c := b[0]; {
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case c == '"':
+		return "a string"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == 'n':
+		return "null"
+	case c == '-' || c >= '0' && c <= '9':
+		return "a number"
+	}
+	return "not JSON"
+}
+
+// quoteList quotes up to max names, saying how many more there are.
+func quoteList(names []string, max int) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	var q []string
+	for _, n := range names[:min(len(names), max)] {
+		q = append(q, fmt.Sprintf("%q", n))
+	}
+	s := strings.Join(q, ", ")
+	if len(names) > max {
+		s += fmt.Sprintf(" and %d more", len(names)-max)
+	}
+	return s
+}
+
+// parquetDocs reads the text column of a Parquet file: a document per row,
+// a page at a time. Null values hold no document.
+type parquetDocs struct {
+	file   *os.File
+	f      File
+	col    int
+	groups []parquet.RowGroup
+	group  int // the next row group
+	pages  parquet.Pages
+	page   parquet.Page
+	values parquet.ValueReader
+	buf    []parquet.Value
+	i, n   int // buf[i:n] are values not yet returned
+	text   bytes.Reader
+}
+
+// openParquet opens the Parquet file f, open as file, at its column field
+// (a dotted path for a nested one).
+func openParquet(file *os.File, f File, field string) (*parquetDocs, error) {
+	pf, err := parquet.OpenFile(file, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return nil, fmt.Errorf("corpus file %q is not a Parquet file polysketch can read: %v", f.Path, err)
+	}
+	schema := pf.Schema()
+	leaf, ok := schema.Lookup(strings.Split(field, ".")...)
+	if !ok {
+		var cols []string
+		for _, c := range schema.Columns() {
+			cols = append(cols, strings.Join(c, "."))
+		}
+		return nil, fmt.Errorf("corpus file %q has no column %q (columns: %s): name the text column with --text-field", f.Path, field, quoteList(cols, 12))
+	}
+	switch t := leaf.Node.Type(); {
+	case t.Kind() != parquet.ByteArray:
+		return nil, fmt.Errorf("corpus file %q: column %q holds %v, not strings: name the text column with --text-field", f.Path, field, t.Kind())
+	case leaf.MaxRepetitionLevel > 0:
+		return nil, fmt.Errorf("corpus file %q: column %q is a list, not one string a row: name the text column with --text-field", f.Path, field)
+	}
+	return &parquetDocs{file: file, f: f, col: leaf.ColumnIndex, groups: pf.RowGroups(), buf: make([]parquet.Value, 256)}, nil
+}
+
+func (d *parquetDocs) next() (io.Reader, error) {
+	for {
+		for d.i < d.n {
+			v := d.buf[d.i]
+			d.i++
+			if !v.IsNull() && len(v.ByteArray()) > 0 {
+				d.text.Reset(v.ByteArray())
+				return &d.text, nil
+			}
+		}
+		switch {
+		case d.values != nil:
+			n, err := d.values.ReadValues(d.buf)
+			d.i, d.n = 0, n
+			if err == io.EOF {
+				d.values = nil
+			} else if err != nil {
+				return nil, d.errorf(err)
+			}
+		case d.pages != nil:
+			d.releasePage()
+			page, err := d.pages.ReadPage()
+			if err == io.EOF {
+				d.pages.Close()
+				d.pages = nil
+				continue
+			}
+			if err != nil {
+				return nil, d.errorf(err)
+			}
+			d.page, d.values = page, page.Values()
+		case d.group < len(d.groups):
+			d.pages = d.groups[d.group].ColumnChunks()[d.col].Pages()
+			d.group++
+		default:
+			if err := checkUnchanged(d.file, d.f); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+	}
+}
+
+func (d *parquetDocs) releasePage() {
+	if d.page != nil {
+		parquet.Release(d.page)
+		d.page = nil
+	}
+}
+
+func (d *parquetDocs) errorf(err error) error {
+	return fmt.Errorf("corpus file %q: reading Parquet row group %d: %v", d.f.Path, d.group, err)
+}
+
+func (d *parquetDocs) close() {
+	d.releasePage()
+	if d.pages != nil {
+		d.pages.Close()
+	}
+	d.file.Close()
+}
+
+// checkUnchanged reports a file whose size or modification time differ
+// from those listed.
+func checkUnchanged(file *os.File, f File) error {
+	info, err := file.Stat()
+	switch {
+	case err != nil:
+		return pathError("cannot read corpus file", f.Path, err)
+	case info.Size() != f.Size || !info.ModTime().Equal(f.ModTime):
+		return fmt.Errorf("corpus file %q changed while being read: run again", f.Path)
+	}
+	return nil
+}
