@@ -53,7 +53,8 @@ func runEval(args []string, stdout io.Writer) error {
 		cacheDir = fs.String("cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
 		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
 	)
-	fs.Var(&listFlag{list: &corpus}, "corpus", "text files, directories or glob patterns, comma-separated or repeated")
+	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated")
+	textField := fs.String("text-field", "", textFieldUsage+"; default: the training corpus's")
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
@@ -102,9 +103,12 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if len(corpus) == 0 {
 		corpus = trainedCorpus(c)
+		if *textField == "" {
+			*textField = trainedTextField(c)
+		}
 	}
 	p := newProgress(stderr, 1)
-	trainTokens, valTokens, err := loadCorpus(corpus, tok, *cacheDir, p.logf)
+	trainTokens, valTokens, err := loadCorpus(corpus, *textField, tok, *cacheDir, p.logf)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -174,6 +178,16 @@ func trainedCorpus(c *checkpoint.Checkpoint) []string {
 		return tc.Corpus
 	}
 	return nil
+}
+
+// trainedTextField returns the text field of the corpus the checkpoint
+// was trained on, "" for the default.
+func trainedTextField(c *checkpoint.Checkpoint) string {
+	var tc train.Config
+	if json.Unmarshal(c.Train, &tc) == nil {
+		return tc.TextField
+	}
+	return ""
 }
 
 func describeCorpus(paths []string) string {

@@ -88,7 +88,8 @@ type trainOptions struct {
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
-	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "text files, directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
+	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
+	fs.StringVar(&tc.TextField, "text-field", tc.TextField, textFieldUsage)
 	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, "tokenizer: "+strings.Join(tokenizer.Names(), " or "))
 
 	af.register(fs, attention.Spec(mc.Attention), false)
@@ -248,7 +249,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p := newProgress(dr.output(stderr), o.logEvery)
 	var trainTokens, valTokens *data.Tokens
 	if tset == nil {
-		trainTokens, valTokens, err = loadCorpus(tc.Corpus, tok, o.cacheDir, p.logf)
+		trainTokens, valTokens, err = loadCorpus(tc.Corpus, tc.TextField, tok, o.cacheDir, p.logf)
 		if err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
@@ -401,9 +402,13 @@ func resumeTokens(c *checkpoint.Checkpoint) int64 {
 	return c.State.Tokens
 }
 
+// textFieldUsage documents --text-field.
+const textFieldUsage = "field of JSON-lines records, or column of Parquet files, that holds the text (default \"text\")"
+
 // loadCorpus lists and tokenizes the corpus of paths (the Go source tree
-// if none) and returns its training and validation splits.
-func loadCorpus(paths []string, tok tokenizer.Tokenizer, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
+// if none), whose records keep their text in field, and returns its
+// training and validation splits.
+func loadCorpus(paths []string, field string, tok tokenizer.Tokenizer, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
 	var c *data.Corpus
 	if len(paths) == 0 {
 		c, err = data.GoSource()
@@ -413,7 +418,11 @@ func loadCorpus(paths []string, tok tokenizer.Tokenizer, cacheDir string, logf f
 	if err != nil {
 		return nil, nil, err
 	}
-	logf("corpus: %s: %d files, %.1f MB", c.Desc, len(c.Files), float64(c.Bytes())/1e6)
+	c.TextField = field
+	logf("corpus: %s: %s, %.1f MB", c.Desc, plural(len(c.Files), "file"), float64(c.Bytes())/1e6)
+	if note := c.BinaryNote(); note != "" {
+		logf("corpus: %s", note)
+	}
 	return data.Load(c, tok, data.Options{CacheDir: cacheDir, Logf: logf})
 }
 
@@ -431,6 +440,14 @@ func count(n int) string {
 		return fmt.Sprintf("%.3gk", v/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// plural formats n with noun, plural unless n is 1: "1 file", "3 files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // progress shows training progress: on a terminal, one line rewritten in
