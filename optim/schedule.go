@@ -1,6 +1,9 @@
 package optim
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Schedule is the learning-rate schedule of the PolySketchFormer
 // experiments: a linear warm-up to Peak over the first Warmup steps, then a
@@ -14,9 +17,16 @@ import "fmt"
 // The warm-up counts from step+1 so that the first update is not wasted at
 // learning rate zero. The paper uses Peak 7e-4 (Transformer++ recipe),
 // Warmup 10k, Total 125k and decays to zero.
+//
+// With Cosine set, the decay follows half a cosine instead of a line, as
+// in GPT-3's and Chinchilla's recipes: it stays near Peak longer and
+// flattens out as it nears Min.
+//
+//	LR(step) = Min + (Peak−Min)·(1 + cos(π·(step−Warmup)/(Total−Warmup)))/2
 type Schedule struct {
 	Peak, Min     float64
 	Warmup, Total int
+	Cosine        bool
 }
 
 // Validate reports a schedule that makes no sense.
@@ -41,6 +51,8 @@ func (s Schedule) LR(step int) float64 {
 		return s.Peak * float64(step+1) / float64(s.Warmup)
 	case step >= s.Total:
 		return s.Min
+	case s.Cosine:
+		return s.Min + (s.Peak-s.Min)*(1+math.Cos(math.Pi*float64(step-s.Warmup)/float64(s.Total-s.Warmup)))/2
 	default:
 		return s.Peak + (s.Min-s.Peak)*float64(step-s.Warmup)/float64(s.Total-s.Warmup)
 	}

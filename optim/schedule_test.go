@@ -32,6 +32,36 @@ func TestScheduleLR(t *testing.T) {
 	}
 }
 
+// TestScheduleCosine checks the cosine decay at points where the cosine
+// is known exactly: cos 0 = 1, cos π/3 = 1/2, cos π/2 = 0, cos 2π/3 = −1/2,
+// cos π = −1.
+func TestScheduleCosine(t *testing.T) {
+	s := Schedule{Peak: 1e-3, Min: 1e-4, Warmup: 10, Total: 70, Cosine: true}
+	for _, tc := range []struct {
+		step int
+		want float64
+	}{
+		{0, 1e-4},     // warm-up as for the linear schedule
+		{9, 1e-3},     // last warm-up step reaches Peak
+		{10, 1e-3},    // decay starts at Peak
+		{30, 7.75e-4}, // a third of the way: Min + 0.9e-3·3/4
+		{40, 5.5e-4},  // half way: (Peak+Min)/2, as for the line
+		{50, 3.25e-4}, // two thirds: Min + 0.9e-3·1/4
+		{70, 1e-4},    // end of decay
+		{1000, 1e-4},  // stays at Min
+		// cos(π/6) = √3/2 = 0.866025404: (1 ± it)/2 = 0.933012702, 0.066987298.
+		{20, 9.39711432e-4}, // a sixth: 1e-4 + 0.9e-3·0.933012702
+		{60, 1.60288568e-4}, // five sixths: 1e-4 + 0.9e-3·0.066987298
+		// cos(π/60) = 0.998629535: (1 ± it)/2 = 0.999314767, 0.000685232.
+		{11, 9.99383291e-4}, // one step in: barely below Peak
+		{69, 1.00616709e-4}, // one step before the end: barely above Min
+	} {
+		if got := s.LR(tc.step); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("LR(%d) = %.10g, want %.10g", tc.step, got, tc.want)
+		}
+	}
+}
+
 func TestScheduleValidate(t *testing.T) {
 	for _, tc := range []struct {
 		s  Schedule

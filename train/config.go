@@ -32,13 +32,18 @@ type Config struct {
 	Steps int `json:"steps"` // optimizer steps of the whole run
 
 	LR          float64 `json:"lr"`           // peak learning rate, reached after Warmup steps
-	MinLR       float64 `json:"min_lr"`       // learning rate at step Steps, decayed to linearly
+	MinLR       float64 `json:"min_lr"`       // learning rate at step Steps, decayed to as Schedule says
 	Warmup      int     `json:"warmup"`       // steps of linear warm-up
 	WeightDecay float64 `json:"weight_decay"` // AdamW's decoupled weight decay λ
 	Beta1       float64 `json:"beta1"`        // AdamW's first-moment decay
 	Beta2       float64 `json:"beta2"`        // AdamW's second-moment decay
 	Eps         float64 `json:"eps"`          // AdamW's ε
 	Clip        float64 `json:"clip"`         // largest global gradient norm; 0 turns clipping off
+
+	// Schedule is the shape of the decay from LR to MinLR after the
+	// warm-up: ScheduleLinear ("" too, as in checkpoints made before there
+	// was a choice) or ScheduleCosine.
+	Schedule string `json:"schedule,omitempty"`
 
 	EvalEvery   int `json:"eval_every"`   // steps between validations; 0: only at the end
 	EvalBatches int `json:"eval_batches"` // validation batches of Batch sequences; 0: the whole validation split
@@ -68,6 +73,12 @@ func DefaultConfig() Config {
 	}
 }
 
+// The learning-rate schedules of Config.Schedule (see optim.Schedule).
+const (
+	ScheduleLinear = "linear"
+	ScheduleCosine = "cosine"
+)
+
 // optimizer returns the AdamW settings of c.
 func (c Config) optimizer() optim.Config {
 	return optim.Config{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
@@ -75,7 +86,7 @@ func (c Config) optimizer() optim.Config {
 
 // schedule returns the learning-rate schedule of c.
 func (c Config) schedule() optim.Schedule {
-	return optim.Schedule{Peak: c.LR, Min: c.MinLR, Warmup: c.Warmup, Total: c.Steps}
+	return optim.Schedule{Peak: c.LR, Min: c.MinLR, Warmup: c.Warmup, Total: c.Steps, Cosine: c.Schedule == ScheduleCosine}
 }
 
 // Validate reports every problem of the configuration, one line each.
@@ -103,6 +114,9 @@ func (c Config) Validate() error {
 		add("warmup %d: more than the %d steps of the run", c.Warmup, c.Steps)
 	} else if err := c.schedule().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Schedule != "" && c.Schedule != ScheduleLinear && c.Schedule != ScheduleCosine {
+		add("schedule %q: use %s or %s", c.Schedule, ScheduleLinear, ScheduleCosine)
 	}
 	if err := c.optimizer().Validate(); err != nil {
 		errs = append(errs, err)

@@ -56,7 +56,8 @@ no lock: a checkpoint is swapped in whole, so they may read one while a
 run saves it.
 
 The learning rate warms up linearly over --warmup steps to --lr, then decays
-linearly to --min-lr at --steps.
+to --min-lr at --steps: linearly, or along half a cosine with --schedule
+cosine.
 
 flags:
 `
@@ -105,6 +106,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.IntVar(&tc.Steps, "steps", tc.Steps, "optimizer steps of the whole run")
 	fs.Float64Var(&tc.LR, "lr", tc.LR, "peak learning rate")
 	fs.Float64Var(&tc.MinLR, "min-lr", tc.MinLR, "final learning rate (default: --lr/10)")
+	fs.Var(scheduleFlag{&tc.Schedule}, "schedule", "learning-rate decay after the warm-up: linear or cosine")
 	fs.IntVar(&tc.Warmup, "warmup", tc.Warmup, "steps of linear learning-rate warm-up (unless given, at most --steps/10)")
 	fs.Float64Var(&tc.WeightDecay, "weight-decay", tc.WeightDecay, "AdamW weight decay")
 	fs.Float64Var(&tc.Clip, "clip", tc.Clip, "clip the global gradient norm to this; 0 turns clipping off")
@@ -532,6 +534,29 @@ func (l *listFlag) Set(s string) error {
 	}
 	if len(*l.list) == 0 {
 		return errors.New("empty list")
+	}
+	return nil
+}
+
+// scheduleFlag is train.Config.Schedule, where linear, the default, is
+// stored as "", as checkpoints from before the choice have it.
+type scheduleFlag struct{ s *string }
+
+func (f scheduleFlag) String() string {
+	if f.s == nil || *f.s == "" {
+		return train.ScheduleLinear
+	}
+	return *f.s
+}
+
+func (f scheduleFlag) Set(v string) error {
+	switch v {
+	case train.ScheduleLinear:
+		*f.s = ""
+	case train.ScheduleCosine:
+		*f.s = v
+	default:
+		return fmt.Errorf("want %s or %s", train.ScheduleLinear, train.ScheduleCosine)
 	}
 	return nil
 }
