@@ -5,8 +5,8 @@
 //
 //	polysketch <command> [flags]
 //
-// Run "polysketch help" for the list of commands and "polysketch <command>
-// -h" for the flags of one.
+// Run "polysketch help" for the list of commands, "polysketch <command>
+// -h" for the flags of one, and "polysketch --version" for the build.
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -35,6 +36,7 @@ var commands = map[string]command{
 	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
 	"serve":      {"serve a checkpoint over the OpenAI HTTP API (completions, chat, streaming)", runServe},
 	"experiment": {"rerun a comparison of the seeds: a grid of mechanisms × sizes, its table and plots", runExperiment},
+	"info":       {"describe a checkpoint: model, parameters, tokenizer, step, losses, and whether it verifies", runInfo},
 }
 
 var benches = map[string]command{
@@ -54,8 +56,23 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Fprintln(os.Stderr, "polysketch:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// usageError is an error in how a command was called: an unknown command,
+// flag or argument, or a flag's value that does not parse.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// exitCode returns the exit status for err: 2 for a usage error, as the
+// flag package exits, and 1 for any other failure.
+func exitCode(err error) int {
+	if errors.As(err, new(usageError)) {
+		return 2
+	}
+	return 1
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -63,9 +80,14 @@ func run(args []string, stdout io.Writer) error {
 		usage(stdout, "polysketch", commands)
 		return nil
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		info, ok := debug.ReadBuildInfo()
+		_, err := fmt.Fprintln(stdout, version(info, ok))
+		return err
+	}
 	c, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q; run 'polysketch help' for the list", args[0])
+		return usageError{fmt.Errorf("unknown command %q; run 'polysketch help' for the list", args[0])}
 	}
 	return c.run(args[1:], stdout)
 }
@@ -77,7 +99,7 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	c, ok := benches[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown benchmark %q; run 'polysketch bench help' for the list", args[0])
+		return usageError{fmt.Errorf("unknown benchmark %q; run 'polysketch bench help' for the list", args[0])}
 	}
 	return c.run(args[1:], stdout)
 }
@@ -114,10 +136,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w (see '%s -h')", strings.TrimPrefix(fs.Name(), "polysketch "), err, fs.Name())
+		return usageError{fmt.Errorf("%s: %w (see '%s -h')", strings.TrimPrefix(fs.Name(), "polysketch "), err, fs.Name())}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))
+		return usageError{fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))}
 	}
 	return nil
 }

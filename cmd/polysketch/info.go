@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
+)
+
+const infoHelp = `usage: polysketch info [flags] DIR
+
+Describes the checkpoint in DIR (a run's directory, or its checkpoint
+directory): the model's shape, parameter count, attention and options,
+tokenizer, training step, tokens seen, last losses (from the run's
+metrics.jsonl), precision and recipe, and whether every file matches the
+checksums of its manifest. A checkpoint that does not verify is described
+as far as it can be read, and info exits with status 1.
+
+flags:
+`
+
+func runInfo(args []string, stdout io.Writer) error {
+	fs := newFlags("info", stdout)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), infoHelp)
+		fs.PrintDefaults()
+	}
+	// DIR follows the flags: parse them, then take it.
+	var dir string
+	if len(args) > 0 && !strings.HasPrefix(args[len(args)-1], "-") {
+		dir, args = args[len(args)-1], args[:len(args)-1]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if dir == "" {
+		return usageError{errors.New("info: name a checkpoint directory: polysketch info DIR")}
+	}
+	ckDir := checkpointDir(dir)
+	if !checkpoint.Exists(ckDir) {
+		return fmt.Errorf("info: %s holds no checkpoint (no manifest.json): pass a run's directory or its checkpoint directory", dir)
+	}
+
+	// Read what the checkpoint says of itself before verifying it, so that
+	// one that fails verification is still described.
+	var cfg struct {
+		Model model.Config    `json:"model"`
+		Train json.RawMessage `json:"train"`
+	}
+	if err := readJSON(filepath.Join(ckDir, "config.json"), &cfg); err != nil {
+		return fmt.Errorf("info: %w", err)
+	}
+	var state struct {
+		checkpoint.State
+		Precision string `json:"precision"`
+	}
+	if err := readJSON(filepath.Join(ckDir, "state.json"), &state); err != nil {
+		return fmt.Errorf("info: %w", err)
+	}
+	var tc *train.Config
+	if len(cfg.Train) > 0 && string(cfg.Train) != "null" {
+		tc = new(train.Config)
+		if err := json.Unmarshal(cfg.Train, tc); err != nil {
+			return fmt.Errorf("info: %s: training configuration: %v", filepath.Join(ckDir, "config.json"), err)
+		}
+	}
+	c, loadErr := checkpoint.Load(ckDir)
+
+	mc := cfg.Model
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	line := func(key, format string, args ...any) { fmt.Fprintf(w, "%s\t%s\n", key, fmt.Sprintf(format, args...)) }
+	line("checkpoint", "%s", ckDir)
+	kind := "decoder"
+	if mc.Bidirectional {
+		kind = "encoder"
+	}
+	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
+	if n, err := paramCount(c, mc); err == nil {
+		line("parameters", "%s (%d)", count(n), n)
+	}
+	line("attention", "%s", describeAttention(mc.Attention))
+	line("tokenizer", "%s", state.Tokenizer)
+	precision := state.Precision
+	if precision == "" {
+		precision = "fp32"
+	}
+	line("precision", "%s", precision)
+	if tc != nil {
+		line("step", "%d of %d", state.Step, tc.Steps)
+	} else {
+		line("step", "%d", state.Step)
+	}
+	line("tokens seen", "%s (%d)", count(int(state.Tokens)), state.Tokens)
+	line("training time", "%s", time.Duration(state.Seconds*float64(time.Second)).Round(time.Millisecond))
+	if losses := lastLosses(filepath.Dir(ckDir), ckDir, state.Step); losses != "" {
+		line("last losses", "%s", losses)
+	}
+	if tc != nil {
+		switch {
+		case tc.Task != nil:
+			what := tc.Task.Name
+			if tc.Task.Name == task.File {
+				what = tc.Task.Path
+			}
+			line("trained on", "task %s", what)
+		default:
+			on := describeCorpus(tc.Corpus)
+			if tc.TextField != "" {
+				on += fmt.Sprintf(", text field %q", tc.TextField)
+			}
+			line("trained on", "%s", on)
+		}
+		schedule := tc.Schedule
+		if schedule == "" {
+			schedule = train.ScheduleLinear
+		}
+		line("recipe", "batch %d × %d, lr %.3g → %.3g (%s, warm-up %d), weight decay %g, clip %g, seed %d",
+			tc.Batch, tc.Accum, tc.LR, tc.MinLR, schedule, tc.Warmup, tc.WeightDecay, tc.Clip, tc.Seed)
+	}
+	if loadErr != nil {
+		line("verified", "NO: %s", oneLine(loadErr))
+	} else {
+		line("verified", "yes: every file matches the manifest's size and SHA-256, every weight is finite")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if loadErr != nil {
+		return fmt.Errorf("info: %w", loadErr)
+	}
+	return nil
+}
+
+// readJSON decodes the JSON file at path into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	return nil
+}
+
+// paramCount returns the number of parameters of the checkpoint's model,
+// or of a model of its configuration if it did not load.
+func paramCount(c *checkpoint.Checkpoint, mc model.Config) (int, error) {
+	var m *model.Model
+	if c != nil {
+		m = c.Model
+	} else {
+		if err := mc.Validate(); err != nil {
+			return 0, err
+		}
+		var err error
+		if m, err = model.New(mc); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for _, p := range m.Params() {
+		n += p.Value.Len()
+	}
+	return n, nil
+}
+
+// lastLosses returns the training loss of the checkpoint's step and the
+// last validation loss up to it, from the metrics log of the run that
+// holds the checkpoint directory ckDir in runDir; "" if there is none.
+func lastLosses(runDir, ckDir string, step int) string {
+	if filepath.Base(ckDir) != train.CheckpointDir {
+		return ""
+	}
+	ms, _, err := train.ReadMetrics(filepath.Join(runDir, train.MetricsFile))
+	if err != nil {
+		return ""
+	}
+	var parts []string
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Step == step {
+			parts = append(parts, fmt.Sprintf("training %.4f (step %d)", ms[i].Loss, step))
+			break
+		}
+	}
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Step <= step && ms[i].ValLoss != nil {
+			parts = append(parts, fmt.Sprintf("validation %.4f (step %d)", *ms[i].ValLoss, ms[i].Step))
+			break
+		}
+	}
+	return strings.Join(parts, ", ")
+}
