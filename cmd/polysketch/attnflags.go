@@ -26,7 +26,8 @@ type attentionFlags struct {
 type optionValue struct{ name, value string }
 
 // register defines --attention and the option flags on fs. def is
-// what --attention means when not given, for the help text.
+// what --attention means when not given, for the help text; if it is one
+// spec, its options are the defaults the help gives for its mechanism.
 func (a *attentionFlags) register(fs *flag.FlagSet, def string, list bool) {
 	a.list = list
 	usage := "attention mechanism: " + strings.Join(attention.Names(), ", ") + "; its options as flags (see the list of mechanisms below)"
@@ -51,7 +52,11 @@ func (a *attentionFlags) register(fs *flag.FlagSet, def string, list bool) {
 		}
 		return nil
 	})
-	for _, o := range allOptions() {
+	var base attention.Config
+	if !list {
+		base, _ = attention.ParseSpec(def) // nil for "the checkpoint's"
+	}
+	for _, o := range allOptions(base) {
 		set := func(s string) error {
 			a.opts = append(a.opts, optionValue{o.Name, s})
 			return nil
@@ -72,12 +77,13 @@ type option struct {
 }
 
 // allOptions returns the options of every registered mechanism, once per
-// name, in registry order.
-func allOptions() []option {
+// name, in registry order, with their defaults: base's values for base's
+// mechanism, if base is not nil.
+func allOptions(base attention.Config) []option {
 	var opts []option
 	index := map[string]int{}
 	for _, e := range attention.Entries() {
-		for _, o := range attention.OptionsOf(e.Default()) {
+		for _, o := range attention.OptionsOf(defaults(e, base)) {
 			owner := e.Name + " default " + o.Default
 			if i, ok := index[o.Name]; ok {
 				opts[i].owners += "; " + owner
@@ -213,18 +219,39 @@ func describeAttention(cfg attention.Config) string {
 	return s
 }
 
+// defaults returns the configuration of e's mechanism that a command
+// starts from: base if it is of that mechanism, else the mechanism's own
+// defaults.
+func defaults(e attention.Entry, base attention.Config) attention.Config {
+	if base != nil && base.Mechanism() == e.Name {
+		return base
+	}
+	return e.Default()
+}
+
 // printMechanisms writes the list of mechanisms and their options, for
-// the -h of every command that takes attention flags.
-func printMechanisms(w io.Writer) {
+// the -h of every command that takes attention flags. A command whose
+// default attention, base, sets options of its mechanism passes it, so
+// that the list shows the defaults the command uses.
+func printMechanisms(w io.Writer, base ...attention.Config) {
+	var b attention.Config
+	if len(base) > 0 {
+		b = base[0]
+	}
 	fmt.Fprintln(w, "\nattention mechanisms (--attention NAME) and their options:")
 	for _, e := range attention.Entries() {
 		fmt.Fprintf(w, "  %-11s %s\n", e.Name, e.Summary)
-		opts := attention.OptionsOf(e.Default())
+		opts := attention.OptionsOf(defaults(e, b))
 		if len(opts) == 0 {
 			fmt.Fprintf(w, "  %-11s   (no options)\n", "")
 		}
-		for _, o := range opts {
-			fmt.Fprintf(w, "  %-11s   --%s=%s  %s\n", "", o.Flag, o.Default, o.Help)
+		own := attention.OptionsOf(e.Default())
+		for i, o := range opts {
+			note := ""
+			if o.Default != own[i].Default {
+				note = fmt.Sprintf(" (%s's own default: %s)", e.Name, own[i].Default)
+			}
+			fmt.Fprintf(w, "  %-11s   --%s=%s  %s%s\n", "", o.Flag, o.Default, o.Help, note)
 		}
 	}
 }

@@ -145,3 +145,27 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainHelpDefaults checks that train -h gives the attention defaults
+// train uses (block 64, learned sketches), not those of the mechanism
+// alone, which other commands' help keeps.
+func TestTrainHelpDefaults(t *testing.T) {
+	out, _, err := runQuiet(t, "train", "-h")
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("train -h: %v", err)
+	}
+	for _, want := range []string{"polysketch default 64;", "(polysketch default true)", "--block=64 ", "--learned=true ", "(polysketch's own default: false)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("train -h lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"; polysketch default 256;", "with the model (polysketch default false)", "--learned=false"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("train -h says %q", bad)
+		}
+	}
+	out, _, _ = runQuiet(t, "mechanisms")
+	if !strings.Contains(out, "--learned=false") || strings.Contains(out, "own default") {
+		t.Errorf("mechanisms lists other defaults than the mechanisms' own:\n%s", out)
+	}
+}

@@ -142,7 +142,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), trainHelp)
 		fs.PrintDefaults()
-		printMechanisms(fs.Output())
+		printMechanisms(fs.Output(), mc.Attention)
 		fmt.Fprint(fs.Output(), taskHelp)
 	}
 	if err := parseFlags(fs, args); err != nil {
