@@ -27,6 +27,10 @@ Without --corpus it evaluates the validation split of the corpus the
 checkpoint was trained on (the Go source tree by default); with --corpus,
 all of the given files (--split val or train picks one split of them).
 
+A checkpoint trained on a task is scored on the task's held-out test
+examples, or with --task FILE on all the examples of a task file of the
+same form (a test file kept apart from the training file).
+
 flags:
 `
 
@@ -55,6 +59,7 @@ func runEval(args []string, stdout io.Writer) error {
 	)
 	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated")
 	textField := fs.String("text-field", "", textFieldUsage+"; default: the training corpus's")
+	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
@@ -93,13 +98,19 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
+	if *taskFile != "" && len(corpus) > 0 {
+		return usageError{errors.New("eval: --task and --corpus: score on one or the other")}
+	}
 	if spec := trainedTask(c); spec != nil {
 		if len(corpus) == 0 {
-			return evalTask(stdout, dir, c, *spec, tok, *batch, *asJSON)
+			return evalTask(stdout, dir, c, *spec, *taskFile, tok, *batch, *asJSON)
 		}
 		if v := c.Model.Config().Vocab; v != tok.VocabSize() {
 			return fmt.Errorf("eval: checkpoint %s was trained on the task %s, with %d token ids, not on text: drop --corpus to score it on its test examples", dir, spec.Name, v)
 		}
+	}
+	if *taskFile != "" {
+		return fmt.Errorf("eval: --task: checkpoint %s was trained on a corpus, not a task: drop --task", dir)
 	}
 	if len(corpus) == 0 {
 		corpus = trainedCorpus(c)

@@ -35,12 +35,13 @@ Tasks: --task trains on a synthetic task instead of a corpus:
 or on a task file of JSON lines {"input": [ids], "target": [ids]} or
 {"input": "text", "target": "text"} (encoded by --tokenizer), trained to
 produce the target after the input; its last --task-test lines are the test
-set. Examples are --context tokens long (a task's own default if --context
-is not given). Loss, accuracy and exact match count the answer positions
+set. Examples are --context tokens long (if not given, a task's own default,
+or as long as a task file's longest example). Loss, accuracy and exact match count the answer positions
 only; validations score the held-out test examples, which training never
 draws, and the run draws accuracy.png. Unless given, a task run's model is
 003 App. F's: 2 layers of 8 heads of 16 (--dim 128). eval scores a task
-checkpoint on its test examples.
+checkpoint on its test examples, or, with --task FILE, on the examples of
+another task file.
 `
 
 // taskOptions are the flags that choose and shape a task.
@@ -60,9 +61,10 @@ func taskFlags(fs *flag.FlagSet, o *taskOptions) {
 }
 
 // taskSpec returns the task of the options with defaults filled in:
-// length is the context if given (0 if not), seed the run's seed. It
+// length is the context if given (0 if not: a task file's longest
+// example, read with the tokenizer named tok), seed the run's seed. It
 // returns nil if no task was chosen.
-func (o taskOptions) spec(length int, seed uint64) (*task.Spec, error) {
+func (o taskOptions) spec(length int, seed uint64, tok string) (*task.Spec, error) {
 	if o.name == "" {
 		return nil, nil
 	}
@@ -80,6 +82,14 @@ func (o taskOptions) spec(length int, seed uint64) (*task.Spec, error) {
 	}
 	if length > 0 {
 		s.Length = length
+	} else if s.Name == task.File {
+		t, err := tokenizer.Lookup(tok)
+		if err != nil {
+			return nil, fmt.Errorf("--tokenizer: %w", err)
+		}
+		if s.Length, err = task.FileLength(s.Path, t); err != nil {
+			return nil, fmt.Errorf("--task: %w", err)
+		}
 	}
 	for _, f := range []struct {
 		dst *int
@@ -140,7 +150,7 @@ func setTask(mc *model.Config, tc *train.Config, o taskOptions, set map[string]b
 	if set["context"] {
 		length = mc.Context
 	}
-	s, err := o.spec(length, tc.Seed)
+	s, err := o.spec(length, tc.Seed, tc.Tokenizer)
 	if s == nil || err != nil {
 		return err
 	}
@@ -190,7 +200,7 @@ func checkResumedTask(saved *task.Spec, o taskOptions, given map[string]bool) er
 			o.name = saved.Path
 		}
 	}
-	s, err := o.spec(saved.Length, saved.Seed)
+	s, err := o.spec(saved.Length, saved.Seed, "")
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -258,12 +268,20 @@ type taskEvalResult struct {
 	task.Metrics
 }
 
-// evalTask scores a task checkpoint on its task's held-out test examples.
-func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.Spec, tok tokenizer.Tokenizer, batch int, asJSON bool) error {
-	set, err := task.New(spec, tok)
+// evalTask scores a task checkpoint on its task's held-out test examples,
+// or, if file is not "", on all the examples of that task file.
+func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.Spec, file string, tok tokenizer.Tokenizer, batch int, asJSON bool) error {
+	var set *task.Set
+	var err error
+	if file != "" {
+		set, err = task.NewTest(spec, file, tok)
+	} else {
+		set, err = task.New(spec, tok)
+	}
 	if err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
+	spec = set.Spec
 	if set.Vocab() != c.Model.Config().Vocab {
 		return fmt.Errorf("eval: checkpoint %s: its model has %d token ids, its task %d", dir, c.Model.Config().Vocab, set.Vocab())
 	}

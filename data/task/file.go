@@ -69,25 +69,9 @@ func Read(r io.Reader, tok tokenizer.Tokenizer, length int) ([]Example, error) {
 }
 
 func parseLine(line []byte, tok tokenizer.Tokenizer, length int) (Example, error) {
-	var l fileLine
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&l); err != nil {
-		return Example{}, fmt.Errorf("not a JSON object {\"input\": ..., \"target\": ...}: %v", err)
-	}
-	if l.Input == nil || l.Target == nil {
-		return Example{}, errors.New(`want both "input" and "target"`)
-	}
-	in, err := ids(l.Input, tok, "input")
+	in, tg, err := parsePair(line, tok)
 	if err != nil {
 		return Example{}, err
-	}
-	tg, err := ids(l.Target, tok, "target")
-	if err != nil {
-		return Example{}, err
-	}
-	if len(in) == 0 || len(tg) == 0 {
-		return Example{}, fmt.Errorf("input of %d tokens and target of %d: neither may be empty", len(in), len(tg))
 	}
 	if n := len(in) + len(tg) - 1; n > length {
 		return Example{}, fmt.Errorf("input of %d tokens and target of %d make %d positions, more than the context %d: raise the context or shorten the example",
@@ -99,6 +83,61 @@ func parseLine(line []byte, tok tokenizer.Tokenizer, length int) (Example, error
 	copy(ex.Tokens[len(in):], tg[:len(tg)-1])
 	copy(ex.Targets[len(in)-1:], tg)
 	return ex, nil
+}
+
+// parsePair returns the ids of the input and target of a line.
+func parsePair(line []byte, tok tokenizer.Tokenizer) (in, tg []int32, err error) {
+	var l fileLine
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&l); err != nil {
+		return nil, nil, fmt.Errorf("not a JSON object {\"input\": ..., \"target\": ...}: %v", err)
+	}
+	if l.Input == nil || l.Target == nil {
+		return nil, nil, errors.New(`want both "input" and "target"`)
+	}
+	if in, err = ids(l.Input, tok, "input"); err != nil {
+		return nil, nil, err
+	}
+	if tg, err = ids(l.Target, tok, "target"); err != nil {
+		return nil, nil, err
+	}
+	if len(in) == 0 || len(tg) == 0 {
+		return nil, nil, fmt.Errorf("input of %d tokens and target of %d: neither may be empty", len(in), len(tg))
+	}
+	return in, tg, nil
+}
+
+// FileLength returns the length that the examples of a task file need,
+// read with tok: the positions of its longest, its input and its target
+// but the target's last token. Its errors are those of ReadFile.
+func FileLength(path string, tok tokenizer.Tokenizer) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("task file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	longest := 0
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		in, tg, err := parsePair(line, tok)
+		if err != nil {
+			return 0, fmt.Errorf("task file %s:%d: %w", path, n, err)
+		}
+		longest = max(longest, len(in)+len(tg)-1)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("task file %s: %w", path, err)
+	}
+	if longest == 0 {
+		return 0, fmt.Errorf("task file %s: no examples (want JSON lines of {\"input\": ..., \"target\": ...})", path)
+	}
+	return longest, nil
 }
 
 // ids decodes a list of ids, checked against tok's vocabulary, or a string,

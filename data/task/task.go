@@ -306,6 +306,22 @@ func New(spec Spec, tok tokenizer.Tokenizer) (*Set, error) {
 	return s, nil
 }
 
+// NewTest returns a set for scoring a model trained on the task file of
+// spec on another file, path: all of its examples, read with tok at the
+// spec's length, are its test examples. It has no training examples:
+// Draw must not be called.
+func NewTest(spec Spec, path string, tok tokenizer.Tokenizer) (*Set, error) {
+	if spec.Name != File {
+		return nil, fmt.Errorf("task %s is built in: only a model trained on a task file is scored on another file", spec.Name)
+	}
+	exs, err := ReadFile(path, tok, spec.Length)
+	if err != nil {
+		return nil, err
+	}
+	spec.Path, spec.Test = path, len(exs)
+	return &Set{Spec: spec, Test: exs, vocab: tok.VocabSize()}, nil
+}
+
 // checkPool makes sure that a finite pool of training examples (Spec.Train)
 // holds at least one that is not a test example, or Draw would never
 // return.
