@@ -2,7 +2,12 @@ package data
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
@@ -94,4 +99,79 @@ func BenchmarkNext(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkEncodeFormats tokenizes the same 8 MB of Go source, one
+// document per file, from loose text files, JSON lines, gzip-compressed
+// JSON lines and Parquet, with the byte tokenizer: what reading each
+// format costs. Bytes are those of the text.
+func BenchmarkEncodeFormats(b *testing.B) {
+	src, err := GoSource()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var docs []string
+	size := 0
+	for _, f := range src.Files {
+		if size >= 8<<20 {
+			break
+		}
+		text, err := os.ReadFile(f.Path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		docs = append(docs, string(text))
+		size += len(text)
+	}
+	dir := b.TempDir()
+	loose := looseFiles(b, filepath.Join(dir, "loose"), docs)
+	jsonl := jsonLines(b, "text", docs)
+	if err := os.WriteFile(filepath.Join(dir, "docs.jsonl"), jsonl, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	writeGzip(b, filepath.Join(dir, "docs.jsonl.gz"), jsonl)
+	rows := make([]parquetRow, len(docs))
+	for i, d := range docs {
+		rows[i] = parquetRow{ID: int64(i), Text: d}
+	}
+	f, err := os.Create(filepath.Join(dir, "docs.parquet"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := parquet.NewGenericWriter[parquetRow](f)
+	if _, err := w.Write(rows); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	for _, tc := range []struct {
+		name string
+		c    *Corpus
+	}{
+		{"text", loose},
+		{"jsonl", mustCorpus(b, filepath.Join(dir, "docs.jsonl"))},
+		{"jsonl.gz", mustCorpus(b, filepath.Join(dir, "docs.jsonl.gz"))},
+		{"parquet", mustCorpus(b, filepath.Join(dir, "docs.parquet"))},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				tk, _ := encodeTo(b, filepath.Join(b.TempDir(), "tokens"), tc.c, tokenizer.Byte, chunkSize, runtime.GOMAXPROCS(0))
+				if tk.Len() != int64(size) {
+					b.Fatalf("%d tokens, want %d", tk.Len(), size)
+				}
+				tk.Close()
+			}
+		})
+	}
+}
+
+func mustCorpus(b *testing.B, paths ...string) *Corpus {
+	c, err := NewCorpus(paths...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
