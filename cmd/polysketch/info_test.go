@@ -72,9 +72,23 @@ func TestInfo(t *testing.T) {
 	if err := os.WriteFile(w, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A precision recorded in state.json (by runs that train in another
+	// one) is shown as it is.
+	st := filepath.Join(runDir, train.CheckpointDir, "state.json")
+	sb, err := os.ReadFile(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb = []byte(strings.Replace(string(sb), "{", `{"precision": "bf16",`, 1))
+	if err := os.WriteFile(st, sb, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, _, err := runQuiet(t, "info", runDir)
-	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || exitCode(err) != 1 {
-		t.Errorf("info of a corrupted checkpoint: error %v (exit %d), want a checksum mismatch, exit 1", err, exitCode(err))
+	if !strings.Contains(out, "precision      bf16\n") {
+		t.Errorf("info does not show the recorded precision:\n%s", out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "changed after saving") || exitCode(err) != 1 {
+		t.Errorf("info of a corrupted checkpoint: error %v (exit %d), want a file changed after saving, exit 1", err, exitCode(err))
 	}
 	if !strings.Contains(out, "step           10 of 10") || !strings.Contains(out, "verified       NO: ") {
 		t.Errorf("info of a corrupted checkpoint printed:\n%s", out)
