@@ -106,7 +106,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.IntVar(&tc.Steps, "steps", tc.Steps, "optimizer steps of the whole run")
 	fs.Float64Var(&tc.LR, "lr", tc.LR, "peak learning rate")
 	fs.Float64Var(&tc.MinLR, "min-lr", tc.MinLR, "final learning rate (default: --lr/10)")
-	fs.Var(scheduleFlag{&tc.Schedule}, "schedule", "learning-rate decay after the warm-up: linear or cosine")
+	fs.Var(scheduleFlag{&tc.Schedule}, "schedule", "learning-rate decay after the warm-up: linear (the default) or cosine")
 	fs.IntVar(&tc.Warmup, "warmup", tc.Warmup, "steps of linear learning-rate warm-up (unless given, at most --steps/10)")
 	fs.Float64Var(&tc.WeightDecay, "weight-decay", tc.WeightDecay, "AdamW weight decay")
 	fs.Float64Var(&tc.Clip, "clip", tc.Clip, "clip the global gradient norm to this; 0 turns clipping off")
