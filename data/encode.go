@@ -275,3 +275,36 @@ func forcedCut(text []byte) int {
 	}
 	return len(text)
 }
+
+// Texts calls fn with the text of c's documents (see Format), in order, in
+// pieces of up to about a megabyte, streamed as Load reads them: start is
+// set for the first piece of each document. A document is cut only where
+// its two sides tokenize as the whole does with a GPT-2-style
+// pre-tokenizer (before a space that follows a printable character), but
+// where it has no such place for a megabyte. fn must not keep text after
+// it returns. Texts stops at the first error, fn's or a file's.
+func (c *Corpus) Texts(fn func(text []byte, start bool) error) error {
+	r := &fileReader{files: c.Files, field: c.textField(), size: chunkSize}
+	defer r.close()
+	ch := &chunk{text: make([]byte, 0, chunkSize)}
+	first := true
+	for {
+		more, err := r.fill(ch)
+		if err != nil {
+			return err
+		}
+		begin := 0
+		for _, p := range ch.parts {
+			if p.end > begin {
+				if err := fn(ch.text[begin:p.end], p.newDoc || first); err != nil {
+					return err
+				}
+				first = false
+			}
+			begin = p.end
+		}
+		if !more {
+			return nil
+		}
+	}
+}

@@ -363,3 +363,52 @@ func TestBinaryFiles(t *testing.T) {
 		t.Errorf("binary-only corpus: error %v, want %q", err, want)
 	}
 }
+
+// TestTexts checks that Corpus.Texts gives the documents of every format
+// whole and in order, each started once, a document larger than a piece
+// in several pieces.
+func TestTexts(t *testing.T) {
+	dir := t.TempDir()
+	var want []string
+	for _, d := range recordDocs {
+		if d != "" {
+			want = append(want, d)
+		}
+	}
+	looseFiles(t, filepath.Join(dir, "loose"), recordDocs)
+	jsonl := filepath.Join(dir, "docs.jsonl.gz")
+	writeGzip(t, jsonl, jsonLines(t, "body", recordDocs))
+	big := strings.Repeat("a long document, longer than the pieces Texts gives; ", 50000)
+	writeFiles(t, filepath.Join(dir, "big"), map[string]string{"big.txt": big})
+	for _, tc := range []struct {
+		name   string
+		paths  []string
+		want   []string
+		pieces int // at least
+	}{
+		{"loose files", []string{filepath.Join(dir, "loose")}, want, len(want)},
+		{"gzip JSON lines and a big file", []string{jsonl, filepath.Join(dir, "big")}, append(slices.Clone(want), big), len(want) + 3},
+	} {
+		c, err := NewCorpus(tc.paths...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.TextField = "body"
+		var got []string
+		pieces := 0
+		err = c.Texts(func(text []byte, start bool) error {
+			pieces++
+			if start || len(got) == 0 {
+				got = append(got, "")
+			}
+			got[len(got)-1] += string(text)
+			return nil
+		})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %d documents, %v; want the %d written", tc.name, len(got), err, len(tc.want))
+		}
+		if pieces < tc.pieces {
+			t.Errorf("%s: %d pieces, want at least %d", tc.name, pieces, tc.pieces)
+		}
+	}
+}
