@@ -86,7 +86,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	}
 	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
 	if n, err := paramCount(c, mc); err == nil {
-		line("parameters", "%s (%d)", count(n), n)
+		line("parameters", "%s", exactCount(n))
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
 	line("tokenizer", "%s", state.Tokenizer)
@@ -100,7 +100,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	} else {
 		line("step", "%d", state.Step)
 	}
-	line("tokens seen", "%s (%d)", count(int(state.Tokens)), state.Tokens)
+	line("tokens seen", "%s", exactCount(int(state.Tokens)))
 	line("training time", "%s", time.Duration(state.Seconds*float64(time.Second)).Round(time.Millisecond))
 	if losses := lastLosses(filepath.Dir(ckDir), ckDir, state.Step); losses != "" {
 		line("last losses", "%s", losses)
@@ -139,6 +139,15 @@ func runInfo(args []string, stdout io.Writer) error {
 		return fmt.Errorf("info: %w", loadErr)
 	}
 	return nil
+}
+
+// exactCount formats n as count does, followed by n in full if that
+// rounds it: "14.2k (14240)", "950".
+func exactCount(n int) string {
+	if s := count(n); s != fmt.Sprint(n) {
+		return fmt.Sprintf("%s (%d)", s, n)
+	}
+	return fmt.Sprint(n)
 }
 
 // readJSON decodes the JSON file at path into v.

@@ -50,7 +50,7 @@ func TestInfo(t *testing.T) {
 			"tokenizer      byte\n",
 			"precision      fp32\n",
 			"step           10 of 10\n",
-			fmt.Sprintf("tokens seen    %d (%d)\n", 10*4*16, 10*4*16),
+			fmt.Sprintf("tokens seen    %d\n", 10*4*16),
 			fmt.Sprintf("last losses    training %.4f (step 10), validation %.4f (step 10)\n", last.Loss, *last.ValLoss),
 			"lr 0.003 → 0.0003 (cosine, warm-up 1)",
 			"verified       yes",
