@@ -285,6 +285,16 @@ func TestRecordErrors(t *testing.T) {
 	})
 	writeGzip(t, at("gz.jsonl.gz"), []byte(good+"{\n"))
 	writeParquet(t, at("cols.parquet"), []parquetRow{{ID: 1, Text: "a", Lang: "en"}})
+	// Truncated gzip files: cut before their checksums.
+	for name, text := range map[string]string{"cut.jsonl.gz": strings.Repeat(good, 100), "cut.txt.gz": strings.Repeat("text ", 100)} {
+		writeGzip(t, at(name), []byte(text))
+		if err := os.Truncate(at(name), 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(at("notparquet.parquet"), []byte("PAR1 but not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		path, field string
 		want        string
@@ -299,6 +309,9 @@ func TestRecordErrors(t *testing.T) {
 		{"cols.parquet", "", fmt.Sprintf(`corpus file %q has no column "text"`, at("cols.parquet"))},
 		{"cols.parquet", "body", fmt.Sprintf(`corpus file %q has no column "body" (columns: "id", "text", "lang"): name the text column with --text-field`, at("cols.parquet"))},
 		{"cols.parquet", "id", `column "id" holds INT64, not strings`},
+		{"cut.jsonl.gz", "", ": cannot read: unexpected EOF"}, // at the line the cut falls in
+		{"cut.txt.gz", "", fmt.Sprintf("cannot read corpus file %q: unexpected EOF", at("cut.txt.gz"))},
+		{"notparquet.parquet", "", fmt.Sprintf("corpus file %q is not a Parquet file polysketch can read", at("notparquet.parquet"))},
 	} {
 		c, err := NewCorpus(at(tc.path))
 		if err == nil {
