@@ -94,12 +94,23 @@ func TestInfo(t *testing.T) {
 		t.Errorf("info of a corrupted checkpoint printed:\n%s", out)
 	}
 
+	broken := filepath.Join(dir, "broken")
+	files := map[string]string{"manifest.json": "{}", "config.json": "{not JSON", "state.json": "{}"}
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(broken, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 		code int
 	}{
 		{[]string{"info", dir}, "holds no checkpoint (no manifest.json)", 1},
+		{[]string{"info", broken}, filepath.Join(broken, "config.json") + ": invalid character", 1},
 		{[]string{"info", filepath.Join(dir, "nonexistent")}, "holds no checkpoint", 1},
 		{[]string{"info"}, "name a checkpoint directory", 2},
 		{[]string{"info", "--bogus", runDir}, "flag provided but not defined: -bogus", 2},
