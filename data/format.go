@@ -298,6 +298,9 @@ func (d *jsonDocs) readLine() ([]byte, error) {
 
 // parse returns the text of a line.
 func (d *jsonDocs) parse(line []byte) ([]byte, error) {
+	if d.line == 1 {
+		line = bytes.TrimPrefix(line, []byte("\ufeff")) // a byte-order mark some editors write
+	}
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return nil, nil

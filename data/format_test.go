@@ -148,7 +148,9 @@ func TestRecordFormats(t *testing.T) {
 	loose := looseFiles(t, filepath.Join(dir, "loose"), recordDocs)
 	at := func(name string) string { return filepath.Join(dir, name) }
 
-	if err := os.WriteFile(at("docs.jsonl"), jsonLines(t, "text", recordDocs), 0o644); err != nil {
+	// With Windows line ends and a byte-order mark.
+	crlf := strings.ReplaceAll(string(jsonLines(t, "text", recordDocs)), "\n", "\r\n")
+	if err := os.WriteFile(at("docs.jsonl"), []byte("\ufeff"+crlf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(at("content.ndjson"), jsonLines(t, "content", recordDocs), 0o644); err != nil {
