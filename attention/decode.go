@@ -380,7 +380,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 		clear(x)
 	}
 	if a.fm.scaled {
-		d.ls = a.ls
+		d.ls = a.kproj.(logScaled)
 		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
 		d.Reset()
 	}

@@ -73,7 +73,7 @@ type engine struct {
 	kproj projection        // the keys' projection: proj, or fm.projectKeys's
 	tp    trainedProjection // proj when it has parameters, else nil
 	sk    *sketch           // proj when it is a sketch (polysketch), else nil
-	ls    logScaled         // proj when fm.scaled
+	stab  stabilizer        // fm's: plain, or logScales when fm.scaled
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -93,16 +93,14 @@ type engine struct {
 
 	pslots []float32 // [bh × t × paramSize]: a trainedProjection's parameter gradient per block
 
-	// Scaled maps only (engine_scaled.go).
-	ref        []float32 // [bh × n]: r_i, the running maximum of key log-scales in i's block (CumSum: over j ≤ i)
-	bmax, pmax []float32 // [bh × (t+1)]: m_l, the maximum of block l's, and A_l, that of blocks before l (A_t: all)
-
 	// Learned sketches only.
 	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
 	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
 	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
 
-	pool workPool
+	pool    workPool
+	cv      carver   // of carve
+	counted psWorker // the workers of a carve that only counts
 	// Steps of the phases, bound once so that running them allocates nothing.
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
@@ -142,7 +140,10 @@ const (
 
 // newEngine returns the engine of mechanism kind with feature map fm.
 func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
-	a := &engine{kind: kind, opts: o, fm: fm}
+	a := &engine{kind: kind, opts: o, fm: fm, stab: plain{}}
+	if fm.scaled {
+		a.stab = &logScales{e: a}
+	}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem
 	a.stepFinish = a.finishItem
@@ -180,11 +181,8 @@ func (a *engine) projFor(h int) projection {
 		a.kproj = a.proj
 	}
 	a.sk, _ = a.proj.(*sketch)
-	a.ls, _ = a.kproj.(logScaled)
 	a.tp, _ = a.proj.(trainedProjection)
-	if a.fm.scaled && (a.ls == nil || a.fm.tensored || a.fm.one != 0 || a.opts.Local) {
-		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
-	}
+	a.stab.bind(a)
 	return a.proj
 }
 
@@ -250,14 +248,9 @@ func (a *engine) layout(B, H, N, h, workers int, p projection) psLayout {
 // counts them; it returns the number of floats.
 func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	sk, _ := p.(*sketch)
-	off := 0
-	take := func(n int) []float32 {
-		off += n
-		if mem == nil {
-			return nil
-		}
-		return mem[off-n : off : off]
-	}
+	c := &a.cv // the engine's, so that the strategies' carving allocates nothing
+	*c = carver{mem: mem}
+	take := c.take
 	n := L.bh * L.n
 	var states, preQ, preK, gd, dmk []float32
 	if L.mode == modeBlocks {
@@ -276,11 +269,7 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if tp, ok := p.(trainedProjection); ok {
 		pslots = take(L.bh * L.t * tp.paramSize())
 	}
-	var ref, bmax, pmax []float32
-	if a.fm.scaled {
-		ref = take(n)
-		bmax, pmax = take(L.bh*(L.t+1)), take(L.bh*(L.t+1))
-	}
+	a.stab.carve(L, c)
 	var ms, dms, keep [2][]float32
 	var pgrad []float32
 	if L.learned {
@@ -294,21 +283,37 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	}
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
-		a.ref, a.bmax, a.pmax = ref, bmax, pmax
 		a.pslots = pslots
 		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
-		var w *psWorker
+		w := &a.counted
 		if mem != nil {
 			w = a.pool.workers[wi]
-		} else {
-			w = new(psWorker)
 		}
-		w.carve(L, p, &a.fm, take)
+		w.carve(L, p, &a.fm, a.stab, c)
 	}
-	return off
+	return c.off
 }
+
+// carver hands out consecutive buffers of mem, or with mem nil only
+// counts them.
+type carver struct {
+	mem []float32
+	off int
+}
+
+// take returns the next n floats (nil when counting).
+func (c *carver) take(n int) []float32 {
+	c.off += n
+	if c.mem == nil {
+		return nil
+	}
+	return c.mem[c.off-n : c.off : c.off]
+}
+
+// keep reports whether the buffers are real ones, not a count.
+func (c *carver) keep() bool { return c.mem != nil }
 
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
@@ -378,9 +383,7 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 func (a *engine) forwardBlocks() {
 	L := &a.L
 	a.pool.run(L.bh*L.t, a.stepPrepare)
-	if a.fm.scaled {
-		a.references()
-	}
+	a.stab.prepared()
 	if L.causal {
 		a.scan(scanPrefix)
 	} else {
@@ -451,28 +454,7 @@ func (a *engine) scanItem(w *psWorker, i int) {
 	hd, ch := i/chunks, i%chunks
 	lo, hi := ch*scanChunk, min((ch+1)*scanChunk, L.stateSize)
 	st := a.states[hd*L.slots*L.stateSize : (hd+1)*L.slots*L.stateSize]
-	if a.fm.scaled {
-		bmax, pmax := a.maxes(hd)
-		switch a.scanKind {
-		case scanSum:
-			sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
-		case scanSumKeys:
-			scaledSum(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi, bmax)
-		case scanPrefix:
-			scaledPrefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax)
-		case scanSuffix:
-			scaledSuffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax, pmax)
-		}
-		return
-	}
-	switch a.scanKind {
-	case scanSum, scanSumKeys:
-		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
-	case scanPrefix:
-		prefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
-	case scanSuffix:
-		suffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
-	}
+	a.stab.scan(a.scanKind, st, L, lo, hi, w, hd)
 }
 
 // Per-item steps of the block phases. Item i is block i%t of head i/t.
@@ -563,41 +545,9 @@ func (a *engine) sumKeyStates(w *psWorker, hd int) {
 	A := negInf
 	for l := 0; l < a.L.t; l++ {
 		a.keysPrep(w, hd, l, w.preK, w.hbuf)
-		if a.fm.scaled {
-			bmax, _ := a.maxes(hd)
-			A = addScaled(w.run, w.hbuf, A, bmax[l])
-		} else {
-			vec.Add(w.run, w.run, w.hbuf)
-		}
+		A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 	}
-	if a.fm.scaled {
-		_, pmax := a.maxes(hd)
-		pmax[a.L.t] = A
-	}
-}
-
-// addState adds block l's key state w.hbuf to the running prefix state
-// w.run (streaming), which is relative to A for a scaled map; it returns
-// the new reference.
-func (a *engine) addState(w *psWorker, hd, l int, A float32) float32 {
-	if !a.fm.scaled {
-		vec.Add(w.run, w.run, w.hbuf)
-		return A
-	}
-	bmax, _ := a.maxes(hd)
-	return addScaled(w.run, w.hbuf, A, bmax[l])
-}
-
-// setReference records A_l, the reference of the prefix state block l
-// reads, for a scaled map (streaming); at l = t it is that of all blocks.
-func (a *engine) setReference(hd, l int, A float32) {
-	if a.fm.scaled {
-		bmax, pmax := a.maxes(hd)
-		if l == a.L.t {
-			A = max(A, bmax[l-1])
-		}
-		pmax[l] = A
-	}
+	a.stab.keyTotal(hd, A)
 }
 
 func (a *engine) streamForward(w *psWorker, hd int) {
@@ -623,11 +573,11 @@ func (a *engine) streamForward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
-		a.setReference(hd, l, A)
+		a.stab.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, a.o)
 		a.finish(w, hd, l, w.preQ, z, a.o)
 		if state != nil {
-			A = a.addState(w, hd, l, A)
+			A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 		}
 	}
 }
@@ -663,30 +613,24 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
-		a.setReference(hd, l, A)
+		a.stab.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, nil)
 		a.finish(w, hd, l, w.preQ, z, nil)
 		a.bwdQueries(w, hd, l, w.preQ, z, nil, true)
 		lo, rows := L.plan.span(l)
 		copy(a.gd[hd*L.n+lo:hd*L.n+lo+rows], w.gd[:rows])
 		if state != nil {
-			A = a.addState(w, hd, l, A)
+			A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 		}
 	}
-	a.setReference(hd, L.t, A)
+	a.stab.setReference(hd, L.t, A)
 	// Sweep 2, backward: suffix states U_l = Σ_{j>l} φ(Q_j)ᵀ·dO_j/D_j, dk, dv
 	// (for a scaled map relative to m_l, as scaledSuffixScan makes them).
 	clear(w.run)
 	for l := L.t - 1; l >= 0; l-- {
 		var u []float32
 		if l < L.t-1 {
-			u = w.run
-			if a.fm.scaled {
-				bmax, pmax := a.maxes(hd)
-				u = w.acc
-				copy(u, w.run)
-				vec.Scale(expf(bmax[l]-pmax[l+1]), u)
-			}
+			u = a.stab.suffixState(w, hd, l)
 		}
 		if u != nil || L.sketched {
 			a.sketchKeys(w, hd, l, w.preK)
@@ -694,12 +638,7 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		a.bwdKeys(w, hd, l, w.preK, u)
 		if l > 0 {
 			a.queryStateAgain(w, hd, l, w.preQ, w.hbuf)
-			if a.fm.scaled {
-				_, pmax := a.maxes(hd)
-				suffixAdd(w.run, w.hbuf, pmax[l]-pmax[l+1])
-			} else {
-				vec.Add(w.run, w.run, w.hbuf)
-			}
+			a.stab.addQueryState(w.run, w.hbuf, hd, l)
 		}
 	}
 }
@@ -724,8 +663,8 @@ func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	}
 	_, rows := a.L.plan.span(l)
 	p.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
-	if key && a.fm.scaled {
-		a.keyLogScales(w, pre, rows)
+	if key {
+		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
@@ -745,8 +684,8 @@ func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	}
 	_, rows := a.L.plan.span(l)
 	p.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
-	if key && a.fm.scaled {
-		a.keyLogScales(w, pre, rows)
+	if key {
+		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
@@ -810,20 +749,13 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	a.sketchKeys(w, hd, l, pre)
-	var ml float32
-	if a.fm.scaled {
-		ml = vec.Max(w.skeys[:rows])
-		bmax, _ := a.maxes(hd)
-		bmax[l] = ml
-	}
+	ref := a.stab.keyBlock(w, hd, l, rows)
 	if state == nil {
 		return
 	}
 	F, h := L.F, L.h
 	phi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
-	if a.fm.scaled { // H_l relative to m_l
-		phi = scaleCols(w.phi, phi, a.keyScales(w, rows, ml), F, rows)
-	}
+	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
 	z := state[F*h : F*h+F]
 	for f := range z {
@@ -873,9 +805,7 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 		lowerAtB(s, w.mq, w.mk, rows, ro)
 	}
 	lowerPow(ww, s, w.tmp, rows, a.fm.diagPow())
-	if a.fm.scaled {
-		a.scaledWeights(w, hd, l)
-	}
+	a.stab.diagWeights(w, hd, l)
 }
 
 // finish adds the cross-block terms with prefix state z (nil for none) to
@@ -889,22 +819,17 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 	if o != nil {
 		out = a.rows(o, hd, l)
 	}
-	scaled := a.fm.scaled && L.causal
-	if scaled { // the diagonal block's terms relative to R_i instead of r_i
-		a.rowFactors(w, hd, l)
-		for i, f := range w.fs[:rows] {
-			d[i] *= f
-			if out != nil {
-				vec.Scale(f, out[i*h:(i+1)*h])
-			}
+	fs, cs := a.stab.rowFactors(w, hd, l)
+	for i, f := range fs { // the diagonal block's terms relative to the rows' references
+		d[i] *= f
+		if out != nil {
+			vec.Scale(f, out[i*h:(i+1)*h])
 		}
 	}
 	if z != nil {
 		a.skOutput(w, false, hd, l, pre, w.mq)
 		phi := a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
-		if scaled {
-			phi = scaleCols(w.phi, phi, w.cs, F, rows)
-		}
+		phi = scaleColsBy(w.phi, phi, cs, F, rows)
 		c := w.cross[:rows]
 		clear(c)
 		zeta := z[F*h : F*h+F]
@@ -962,15 +887,10 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	clear(cross)
 	a.skOutput(w, false, hd, l, pre, w.mq)
 	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
-	scaled := a.fm.scaled && L.causal
-	if scaled {
-		a.rowFactors(w, hd, l)
-	}
+	fs, cs := a.stab.rowFactors(w, hd, l)
 	if z != nil {
 		phi = a.fm.lift(phi, w.mq, w.tq, ro, rows)
-		if scaled { // ψ_i = c_i·φ̃(q_i), as finish used it
-			phi = scaleCols(w.phi, phi, w.cs, F, rows)
-		}
+		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
 		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
@@ -985,9 +905,9 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		if !weightsValid {
 			a.localWeights(w, hd, l)
 		}
-		if scaled { // weights and their factors relative to R_i
-			scaleRows(ww, w.fs, rows)
-			scaleRows(s, w.fs, rows)
+		if fs != nil { // weights, and what diagWeights left in s, relative to the rows' references
+			scaleRows(ww, fs, rows)
+			scaleRows(s, fs, rows)
 		}
 		lowerABt(dw, gr, h, v, h, rows, h)
 		lowerRowDots(gd, ww, dw, rows)
@@ -1007,12 +927,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		}
 		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
 		if L.sketched {
-			lowerPowGrad(dw, s, w.tmp, rows, a.fm.diagPow())
-			if scaled { // dS = dW ∗ exp(s_j − R_i), the factors left in s
-				for i := 0; i < rows; i++ {
-					vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], s[i*rows:i*rows+i+1])
-				}
-			}
+			a.stab.diagBackward(w, dw, rows, a.fm.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			if a.fm.tensored {
 				lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
@@ -1031,10 +946,10 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	have := false
 	if z != nil {
 		rs := gd
-		if scaled { // dφ̃(q_i) = c_i·dψ_i
-			scaleCols(dphi, dphi, w.cs, F, rows)
+		if cs != nil { // dφ̃(q_i) = c_i·dψ_i
+			scaleCols(dphi, dphi, cs, F, rows)
 			rs = w.cross[:rows]
-			vec.Mul(rs, gd, w.cs[:rows])
+			vec.Mul(rs, gd, cs)
 		}
 		a.fm.liftBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		// The term ζ_l·gdᵀ of dφ(Q_l), ζ_l scaled per row, reaches M
@@ -1074,10 +989,8 @@ func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
 	phi := a.fm.lift(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
-	if a.fm.scaled && L.causal {
-		a.rowFactors(w, hd, l)
-		phi = scaleCols(w.phi, phi, w.cs, L.F, rows)
-	}
+	_, cs := a.stab.rowFactors(w, hd, l)
+	phi = scaleColsBy(w.phi, phi, cs, L.F, rows)
 	a.loadGrad(w, hd, l)
 	copy(w.gd[:rows], a.gd[hd*L.n+lo:hd*L.n+lo+rows])
 	a.queryState(w, phi, rows, state)
@@ -1094,16 +1007,8 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	if u != nil {
 		a.skOutput(w, true, hd, l, pre, w.mk)
 		phi, dphi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
-		var ks []float32
-		if a.fm.scaled { // keys relative to U_l's reference: m_l, or A_t when non-causal
-			ref := vec.Max(w.skeys[:rows])
-			if !L.causal {
-				_, pmax := a.maxes(hd)
-				ref = pmax[L.t]
-			}
-			ks = a.keyScales(w, rows, ref)
-			phi = scaleCols(w.phi, phi, ks, F, rows)
-		}
+		ks := a.stab.suffixScales(w, hd, rows) // keys relative to U_l's reference
+		phi = scaleColsBy(w.phi, phi, ks, F, rows)
 		beta := float32(0)
 		if L.causal {
 			beta = 1
@@ -1180,7 +1085,8 @@ type psWorker struct {
 }
 
 // carve takes the worker's buffers for layout L from take.
-func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(int) []float32) {
+func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, stab stabilizer, c *carver) {
+	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk = take(ro*bs), take(ro*bs)
 	w.tq, w.tk, w.psi, w.aux = nil, nil, nil, nil
@@ -1192,10 +1098,8 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(in
 		w.psi, w.aux = take(ro*ro), take(ro*bs)
 	}
 	w.phi, w.dphi = take(F*bs), take(F*bs)
-	w.ks, w.cs, w.fs, w.skeys = nil, nil, nil, nil
-	if fm.scaled {
-		w.ks, w.cs, w.fs, w.skeys = take(bs), take(bs), take(bs), take(bs)
-	}
+	w.ks, w.cs, w.fs, w.skeys, w.acc = nil, nil, nil, nil, nil
+	stab.carveWorker(w, L, c)
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
 	ab, buf := p.scratchSize(bs)
@@ -1204,7 +1108,7 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(in
 	}
 	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
 	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
-	w.preQ, w.preK, w.acc, w.fq, w.fk, w.df = nil, nil, nil, nil, nil, nil
+	w.preQ, w.preK, w.fq, w.fk, w.df = nil, nil, nil, nil, nil
 	if L.causal && L.mode != modeCumSum {
 		w.s, w.w, w.dw = take(bs*bs), take(bs*bs), take(bs*bs)
 	}
@@ -1221,7 +1125,7 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(in
 	case modeStream:
 		w.preQ, w.preK = take(L.preW*bs), take(L.preW*bs)
 		w.run, w.hbuf = take(L.stateSize), take(L.stateSize)
-		if !L.causal || fm.scaled {
+		if !L.causal {
 			w.acc = take(L.stateSize)
 		}
 	case modeCumSum:
