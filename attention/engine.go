@@ -69,11 +69,11 @@ type engine struct {
 	kind  Kind
 	opts  kernelOptions
 	fm    featureMap
-	proj  projection        // fm's projection for the head size, built from opts.Seed on first use
-	kproj projection        // the keys' projection: proj, or fm.projectKeys's
-	tp    trainedProjection // proj when it has parameters, else nil
-	sk    *sketch           // proj when it is a sketch (polysketch), else nil
-	stab  stabilizer        // fm's: plain, or logScales when fm.scaled
+	proj  projection // fm's projection for the head size, built from opts.Seed on first use
+	kproj projection // the keys' projection: proj, or fm.projectKeys's
+	sk    *sketch    // proj when it is a sketch (polysketch), else nil
+	src   projector  // of proj and kproj (nil before the first)
+	stab  stabilizer // fm's: plain, or logScales when fm.scaled
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -91,13 +91,6 @@ type engine struct {
 	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
 
-	pslots []float32 // [bh × t × paramSize]: a trainedProjection's parameter gradient per block
-
-	// Learned sketches only.
-	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
-	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
-	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
-
 	pool    workPool
 	cv      carver   // of carve
 	counted psWorker // the workers of a carve that only counts
@@ -105,7 +98,6 @@ type engine struct {
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
-	stepNetFwd, stepNetBwd, stepNetReduce                func(w *psWorker, i int)
 	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
@@ -123,11 +115,10 @@ type psLayout struct {
 	sketched  bool // causal diagonal blocks use sketched weights
 	mode      psMode
 	// A learned sketch runs on chunks of rows of q, then of k; see
-	// sketch_learned.go.
-	learned bool
-	chunk   int // rows per chunk
-	chunks  int // chunks of q (and of k)
-	groups  int // partial sums of the parameter gradients
+	// netPass.
+	chunk  int // rows per chunk
+	chunks int // chunks of q (and of k)
+	groups int // partial sums of the parameter gradients
 }
 
 type psMode int
@@ -154,9 +145,6 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 	a.stepStreamBwd = a.streamBackward
 	a.stepCumFwd = a.cumsumForward
 	a.stepCumBwd = a.cumsumBackward
-	a.stepNetFwd = a.netForwardItem
-	a.stepNetBwd = a.netBackwardItem
-	a.stepNetReduce = a.netReduceItem
 	return a
 }
 
@@ -181,7 +169,7 @@ func (a *engine) projFor(h int) projection {
 		a.kproj = a.proj
 	}
 	a.sk, _ = a.proj.(*sketch)
-	a.tp, _ = a.proj.(trainedProjection)
+	a.src = a.projectorFor(a.proj, a.kproj)
 	a.stab.bind(a)
 	return a.proj
 }
@@ -208,10 +196,10 @@ func (a *engine) SetHeadSize(h int) {
 }
 
 // layout computes the sizes for inputs [B,H,N,h] with the given number of
-// workers.
-func (a *engine) layout(B, H, N, h, workers int, p projection) psLayout {
+// workers, projection p and its projector src, into L.
+func (a *engine) layout(L *psLayout, B, H, N, h, workers int, p projection, src projector) {
 	o := a.opts
-	L := psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
+	*L = psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
@@ -233,21 +221,13 @@ func (a *engine) layout(B, H, N, h, workers int, p projection) psLayout {
 	if L.mode == modeBlocks {
 		items = L.bh * L.t
 	}
-	if sk, _ := p.(*sketch); sk != nil && sk.net != nil {
-		L.learned = true
-		L.chunk = min(netChunk, L.bh*L.n)
-		L.chunks = (L.bh*L.n + L.chunk - 1) / L.chunk
-		L.groups = min(netGroups, 2*L.chunks)
-		items = max(items, 2*L.chunks)
-	}
+	items = src.layout(L, items)
 	L.workers = max(1, min(workers, items))
-	return L
 }
 
 // carve lays the buffers of layout L out in mem, or with mem nil only
 // counts them; it returns the number of floats.
-func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
-	sk, _ := p.(*sketch)
+func (a *engine) carve(L *psLayout, p projection, src projector, mem []float32) int {
 	c := &a.cv // the engine's, so that the strategies' carving allocates nothing
 	*c = carver{mem: mem}
 	take := c.take
@@ -265,33 +245,17 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
-	var pslots []float32
-	if tp, ok := p.(trainedProjection); ok {
-		pslots = take(L.bh * L.t * tp.paramSize())
-	}
+	src.carve(L, c)
 	a.stab.carve(L, c)
-	var ms, dms, keep [2][]float32
-	var pgrad []float32
-	if L.learned {
-		for i := range ms {
-			ms[i], dms[i] = take(n*L.ro), take(n*L.ro)
-			if !a.opts.Remat {
-				keep[i] = take(n * sk.net.keepW)
-			}
-		}
-		pgrad = take(L.groups * sk.net.size)
-	}
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
-		a.pslots = pslots
-		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
 		w := &a.counted
 		if mem != nil {
 			w = a.pool.workers[wi]
 		}
-		w.carve(L, p, &a.fm, a.stab, c)
+		w.carve(L, p, src.scratchRows(L), &a.fm, a.stab, c)
 	}
 	return c.off
 }
@@ -318,15 +282,15 @@ func (c *carver) keep() bool { return c.mem != nil }
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	a.L = a.layout(B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h))
+	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h), a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(psWorker))
 	}
-	size := a.carve(&a.L, a.proj, nil)
+	size := a.carve(&a.L, a.proj, a.src, nil)
 	if cap(a.mem) < size {
 		a.mem = make([]float32, size) // exactly what Workspace reports
 	}
-	a.carve(&a.L, a.proj, a.mem)
+	a.carve(&a.L, a.proj, a.src, a.mem)
 	a.pool.active = a.L.workers
 }
 
@@ -336,7 +300,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 // sketch's parameters, their gradients and the transposed weights of its
 // networks).
 func (a *engine) Workspace(B, H, N, h int) int64 {
-	p, kp := a.proj, a.kproj
+	p, kp, src := a.proj, a.kproj, a.src
 	if in := 0; p != nil {
 		in, _, _ = p.dims()
 		if in != h {
@@ -348,13 +312,15 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 		if a.fm.projectKeys != nil {
 			kp = a.fm.projectKeys(h, a.opts.Seed)
 		}
+		src = a.projectorFor(p, kp)
 	}
 	floats := p.floats()
 	if kp != nil && kp != p {
 		floats += kp.floats()
 	}
-	L := a.layout(B, H, N, h, runtime.GOMAXPROCS(0), p)
-	return int64(a.carve(&L, p, nil)+floats) * 4
+	var L psLayout
+	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
+	return int64(a.carve(&L, p, src, nil)+floats) * 4
 }
 
 // Forward computes o = PolySketch attention of q, k, v.
@@ -363,9 +329,7 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 	a.setup(q)
 	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
 	a.ready, a.statesValid = true, false
-	if a.L.learned {
-		a.pool.run(2*a.L.chunks, a.stepNetFwd)
-	}
+	a.src.forward()
 	switch a.L.mode {
 	case modeCumSum:
 		a.pool.run(a.L.bh, a.stepCumFwd)
@@ -421,14 +385,7 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 		}
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
-	if a.tp != nil {
-		a.addParamGrads()
-	}
-	if L.learned {
-		a.sk.net.transposeWeights()
-		a.pool.run(L.groups, a.stepNetBwd)
-		a.pool.run(len(a.sk.net.segs), a.stepNetReduce)
-	}
+	a.src.backwardEnd()
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
 
@@ -646,96 +603,29 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 // Block steps, shared by all modes so that they compute the same bits.
 
 // skApply computes Mᵀ of block l of head hd, of the keys (key) or the
-// queries, into mT, keeping the sketch's projections in pre; a learned
-// sketch reads M from Forward's pass over all rows.
+// queries, into mT, keeping the projection's pre (see projector).
 func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
-	if a.L.learned {
-		a.learnedRows(key, hd, l, mT)
-		return
-	}
-	x := a.q
+	a.src.apply(w, key, hd, l, pre, mT)
 	if key {
-		x = a.k
-	}
-	p := a.proj
-	if key {
-		p = a.kproj
-	}
-	_, rows := a.L.plan.span(l)
-	p.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
-	if key {
+		_, rows := a.L.plan.span(l)
 		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
-// skOutput is skApply from the kept pre (sketch.output): the same bits.
+// skOutput is skApply from the kept pre: the same bits.
 func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
-	if a.L.learned {
-		a.learnedRows(key, hd, l, mT)
-		return
-	}
-	x := a.q
+	a.src.output(w, key, hd, l, pre, mT)
 	if key {
-		x = a.k
-	}
-	p := a.proj
-	if key {
-		p = a.kproj
-	}
-	_, rows := a.L.plan.span(l)
-	p.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
-	if key {
+		_, rows := a.L.plan.span(l)
 		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
-// skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) and writes
-// (or with accumulate adds) the gradient of the keys (key) or queries into
-// dk or dq. A learned sketch instead keeps dM for the networks' backward
-// pass at the end of Backward.
+// skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) to the
+// projector, which writes (or with accumulate adds) the gradient of the
+// keys (key) or queries into dk or dq, or keeps it.
 func (a *engine) skBackward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
-	L := &a.L
-	lo, rows := L.plan.span(l)
-	if L.learned {
-		side := 0
-		if key {
-			side = 1
-		}
-		dm := a.dms[side][(hd*L.n+lo)*L.ro : (hd*L.n+lo+rows)*L.ro]
-		if dmT == nil {
-			clear(dm)
-		} else {
-			transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
-		}
-		return
-	}
-	p, dx := a.proj, a.dq
-	if key {
-		p, dx = a.kproj, a.dk
-	}
-	if !key && a.tp != nil { // this block's slot of the parameter gradient
-		n := a.tp.paramSize()
-		w.sks.dparam = a.pslots[(hd*L.t+l)*n : (hd*L.t+l+1)*n]
-		clear(w.sks.dparam)
-	}
-	if dmT == nil {
-		return
-	}
-	p.backward(a.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
-}
-
-// addParamGrads adds the per-block parameter gradients of a
-// trainedProjection to its parameters' gradients, in block order.
-func (a *engine) addParamGrads() {
-	off := 0
-	for _, p := range a.tp.params() {
-		g := p.Grad.Data
-		for slot := 0; slot < a.L.bh*a.L.t; slot++ {
-			at := slot*a.tp.paramSize() + off
-			vec.Add(g, g, a.pslots[at:at+len(g)])
-		}
-		off += len(p.Grad.Data)
-	}
+	a.src.backward(w, key, hd, l, accumulate, dmT, pre)
 }
 
 // sketchKeys computes the sketch of block l's keys into pre and w.mk.
@@ -1085,7 +975,7 @@ type psWorker struct {
 }
 
 // carve takes the worker's buffers for layout L from take.
-func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, stab stabilizer, c *carver) {
+func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *featureMap, stab stabilizer, c *carver) {
 	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk = take(ro*bs), take(ro*bs)
@@ -1102,10 +992,7 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, stab stabili
 	stab.carveWorker(w, L, c)
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
-	ab, buf := p.scratchSize(bs)
-	if L.learned {
-		ab, buf = p.scratchSize(L.chunk)
-	}
+	ab, buf := p.scratchSize(scratchRows)
 	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
 	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
 	w.preQ, w.preK, w.fq, w.fk, w.df = nil, nil, nil, nil, nil
