@@ -25,9 +25,9 @@ func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	F := L.F
 	a.sketchKeys(w, hd, l, w.preK)
-	transposeInto(w.fk, a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
+	transposeInto(w.fk, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	transposeInto(w.fq, a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
+	transposeInto(w.fq, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
 }
 
 // cumsumDen returns the denominator for the weights' sum x.
@@ -98,7 +98,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
@@ -129,7 +129,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 			}
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }

@@ -350,7 +350,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	_, ro, preW := proj.dims()
 	bh := B * H
 	d := &sketchDecoder{fm: &a.fm, proj: proj, kproj: a.kproj, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
-		ro: ro, F: a.fm.features(ro)}
+		ro: ro, F: a.fm.lift.features(ro)}
 	d.stateSize = d.F*h + d.F
 	d.kw = h
 	if !d.local {
@@ -425,7 +425,7 @@ func (d *sketchDecoder) step() {
 	// queries' features; the keys' features wait for the fold of their
 	// block.
 	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	transposeInto(d.fq, d.fm.lift(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
+	transposeInto(d.fq, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
 	transposeInto(d.mqr, d.mq, bh, ro, bh)
 	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
 	transposeInto(d.mkr, d.mk, bh, ro, bh)
@@ -493,7 +493,7 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	if d.pending[i] {
 		mq := d.mqr[i*d.ro : (i+1)*d.ro]
 		pm, pv := d.pm[i*b*d.ro:(i+1)*b*d.ro], d.pv[i*b*h:(i+1)*b*h]
-		dp := d.fm.diagPow()
+		dp := d.fm.lift.diagPow()
 		for j := range b {
 			x := ipow(vec.Dot(mq, pm[j*d.ro:(j+1)*d.ro]), dp)
 			vec.Axpy(x, pv[j*h:(j+1)*h], o)
@@ -547,7 +547,7 @@ func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
 	transposeInto(c.fm, d.pm[i*b*ro:(i+1)*b*ro], ro, b, ro)
-	phiK := d.fm.lift(c.fphi, c.fm, c.ftilde, ro, b)
+	phiK := d.fm.lift.apply(c.fphi, c.fm, c.ftilde, ro, b)
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, d.pv[i*b*h:(i+1)*b*h], h, 1, prefix, h)
 	zeta := prefix[F*h:]
 	for f := range zeta {
@@ -562,7 +562,7 @@ func (d *sketchDecoder) localDegree() int {
 	if d.local {
 		return d.p
 	}
-	return d.fm.diagPow()
+	return d.fm.lift.diagPow()
 }
 
 // size makes sure c has room for chunks of n positions of d.
@@ -600,11 +600,11 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
-	phiQ := d.fm.lift(c.phiQ, c.mq, c.tilde, d.ro, n)
+	phiQ := d.fm.lift.apply(c.phiQ, c.mq, c.tilde, d.ro, n)
 	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
 	var phiK, sk []float32
 	if d.ls != nil { // the keys' features now; other maps' wait for the fold
-		phiK = d.fm.lift(c.phiK, c.mk, c.tilde, d.ro, n)
+		phiK = d.fm.lift.apply(c.phiK, c.mk, c.tilde, d.ro, n)
 		sk = c.sk[:n]
 		copy(sk, d.ls.logScale(c.pre, n))
 	}

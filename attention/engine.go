@@ -54,17 +54,24 @@ import (
 // them. Both compute every value with the same operations in the same
 // order, so their gradients are bitwise identical.
 //
-// A feature map may also project keys differently from queries
-// (sqpolysketch), own parameters (a trainedProjection: their gradient is
-// summed per block, then in block order), or carry per-key log-scales
-// that the engine stabilizes with running maxima (Performer; see
-// engine_scaled.go).
+// The engine keeps the loops, the block schedule, the local blocks and the
+// parallelism; what differs between feature maps are three strategies,
+// chosen once:
 //
-// With Learned (polysketch, degree ≥ 4) M is the learned sketch of
-// Algorithm 2 (sketch_learned.go): Forward first runs its networks on all
-// rows of q and k and keeps M(Q), M(K) (also with Remat); the phases read
-// M from there and leave dM; Backward ends by running the networks
-// backward, into dq, dk and the parameter gradients.
+//   - the lift (featuremap.go): tensored, symmetric self-tensoring done
+//     by the engine, or entrywise, a lift the projection applied itself;
+//   - the projector (projector.go): perBlock applies the map's projections
+//     (the keys' may differ from the queries', as sqpolysketch's) to each
+//     block as the phases reach it, summing a trainedProjection's parameter
+//     gradient per block, then in block order; with Learned (polysketch,
+//     degree ≥ 4) netPass (sketch_learned.go) runs the networks of
+//     Algorithm 2 on all rows of q and k before the phases and keeps M(Q),
+//     M(K) (also with Remat), which the phases read, leaving dM; Backward
+//     ends by running the networks backward, into dq, dk and the parameter
+//     gradients;
+//   - the stabilizer (stabilizer.go): plain, or logScales for maps whose
+//     key features carry per-key log-scales, kept relative to running
+//     maxima (Performer; engine_scaled.go).
 type engine struct {
 	kind  Kind
 	opts  kernelOptions
@@ -131,6 +138,9 @@ const (
 
 // newEngine returns the engine of mechanism kind with feature map fm.
 func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
+	if fm.lift == nil {
+		fm.lift = entrywise{}
+	}
 	a := &engine{kind: kind, opts: o, fm: fm, stab: plain{}}
 	if fm.scaled {
 		a.stab = &logScales{e: a}
@@ -203,7 +213,7 @@ func (a *engine) layout(L *psLayout, B, H, N, h, workers int, p projection, src 
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
-	L.F = a.fm.features(L.ro)
+	L.F = a.fm.lift.features(L.ro)
 	L.stateSize = L.F*h + L.F
 	L.slots = L.t
 	if !o.Causal {
@@ -644,7 +654,7 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 		return
 	}
 	F, h := L.F, L.h
-	phi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
+	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
 	z := state[F*h : F*h+F]
@@ -686,15 +696,8 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
 		return
 	}
-	ro := L.ro
-	if a.fm.tensored {
-		transposeInto(w.mqr, w.mq, rows, ro, rows)
-		transposeInto(w.mkr, w.mk, rows, ro, rows)
-		lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
-	} else {
-		lowerAtB(s, w.mq, w.mk, rows, ro)
-	}
-	lowerPow(ww, s, w.tmp, rows, a.fm.diagPow())
+	a.fm.lift.diagScores(w, s, rows, L.ro)
+	lowerPow(ww, s, w.tmp, rows, a.fm.lift.diagPow())
 	a.stab.diagWeights(w, hd, l)
 }
 
@@ -718,7 +721,7 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 	}
 	if z != nil {
 		a.skOutput(w, false, hd, l, pre, w.mq)
-		phi := a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
+		phi := a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows)
 		c := w.cross[:rows]
 		clear(c)
@@ -779,7 +782,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
 	fs, cs := a.stab.rowFactors(w, hd, l)
 	if z != nil {
-		phi = a.fm.lift(phi, w.mq, w.tq, ro, rows)
+		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
 		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
 		tmp := w.tmp[:rows]
@@ -817,15 +820,9 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		}
 		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
 		if L.sketched {
-			a.stab.diagBackward(w, dw, rows, a.fm.diagPow())
+			a.stab.diagBackward(w, dw, rows, a.fm.lift.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
-			if a.fm.tensored {
-				lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
-				lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
-			} else { // kept transposed, as the features are
-				lowerMulT(w.dmr, dw, w.mk, rows, ro, 0)
-				lowerTMulT(dmk, dw, w.mq, rows, ro, 0)
-			}
+			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
 			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
 			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
@@ -841,14 +838,14 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 			rs = w.cross[:rows]
 			vec.Mul(rs, gd, cs)
 		}
-		a.fm.liftBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		// The term ζ_l·gdᵀ of dφ(Q_l), ζ_l scaled per row, reaches M
 		// without forming it per row.
-		a.fm.liftSharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
+		a.fm.lift.sharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
-		a.addDiagonal(dm, w.dmr, rows, ro, have)
+		a.fm.lift.addDiagonal(dm, w.dmr, rows, ro, have)
 		have = true
 	}
 	if !have {
@@ -878,7 +875,7 @@ func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
-	phi := a.fm.lift(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
+	phi := a.fm.lift.apply(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
 	_, cs := a.stab.rowFactors(w, hd, l)
 	phi = scaleColsBy(w.phi, phi, cs, L.F, rows)
 	a.loadGrad(w, hd, l)
@@ -896,7 +893,7 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	have := false
 	if u != nil {
 		a.skOutput(w, true, hd, l, pre, w.mk)
-		phi, dphi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
+		phi, dphi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
 		ks := a.stab.suffixScales(w, hd, rows) // keys relative to U_l's reference
 		phi = scaleColsBy(w.phi, phi, ks, F, rows)
 		beta := float32(0)
@@ -909,51 +906,20 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}
-		a.fm.liftBackward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		// The term 1·u_lᵀ of dφ(K_l), the same for every row (times ks),
 		// reaches M without forming it per row.
-		a.fm.liftSharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)
+		a.fm.lift.sharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
-		a.addDiagonal(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
+		a.fm.lift.addDiagonal(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
 		have = true
 	}
 	if !have {
 		dm = nil
 	}
 	a.skBackward(w, true, hd, l, L.causal && !L.sketched, dm, pre)
-}
-
-// addDiagonal adds (or with accumulate false writes) the gradient of Mᵀ
-// ([ro × rows]) from a diagonal block, src, into dm: src is row-major
-// for self-tensored maps, transposed for the others.
-func (a *engine) addDiagonal(dm, src []float32, rows, ro int, accumulate bool) {
-	switch {
-	case a.fm.tensored:
-		addTransposed(dm, src, rows, ro, accumulate)
-	case accumulate:
-		vec.Add(dm[:ro*rows], dm[:ro*rows], src[:ro*rows])
-	default:
-		copy(dm[:ro*rows], src[:ro*rows])
-	}
-}
-
-// addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
-// row-major matrix, into dst, a [c × n] matrix.
-func addTransposed(dst, src []float32, n, c int, accumulate bool) {
-	for i := 0; i < n; i++ {
-		row := src[i*c : (i+1)*c]
-		if accumulate {
-			for t, x := range row {
-				dst[t*n+i] += x
-			}
-		} else {
-			for t, x := range row {
-				dst[t*n+i] = x
-			}
-		}
-	}
 }
 
 // psWorker is one goroutine's scratch for one block of up to bs rows.
@@ -979,30 +945,22 @@ func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *feature
 	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk = take(ro*bs), take(ro*bs)
-	w.tq, w.tk, w.psi, w.aux = nil, nil, nil, nil
-	if fm.tensored {
-		w.tq, w.tk = take(ro*bs), take(ro*bs)
-	}
 	w.dmq, w.dmk = take(ro*bs), take(ro*bs)
-	if fm.tensored {
-		w.psi, w.aux = take(ro*ro), take(ro*bs)
-	}
 	w.phi, w.dphi = take(F*bs), take(F*bs)
+	w.tq, w.tk, w.psi, w.aux, w.mqr, w.mkr = nil, nil, nil, nil, nil, nil
+	fm.lift.carveWorker(w, L, c)
 	w.ks, w.cs, w.fs, w.skeys, w.acc = nil, nil, nil, nil, nil
 	stab.carveWorker(w, L, c)
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
 	ab, buf := p.scratchSize(scratchRows)
 	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
-	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
+	w.s, w.w, w.dw, w.dmr = nil, nil, nil, nil
 	w.preQ, w.preK, w.fq, w.fk, w.df = nil, nil, nil, nil, nil
 	if L.causal && L.mode != modeCumSum {
 		w.s, w.w, w.dw = take(bs*bs), take(bs*bs), take(bs*bs)
 	}
 	if L.sketched {
-		if fm.tensored {
-			w.mqr, w.mkr = take(bs*ro), take(bs*ro)
-		}
 		w.dmr = take(bs * ro)
 	}
 	switch L.mode {

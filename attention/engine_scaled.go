@@ -45,7 +45,7 @@ type logScales struct {
 
 func (s *logScales) bind(a *engine) {
 	s.ls, _ = a.kproj.(logScaled)
-	if s.ls == nil || a.fm.tensored || a.fm.one != 0 || a.opts.Local {
+	if s.ls == nil || a.fm.lift != (entrywise{}) || a.fm.one != 0 || a.opts.Local {
 		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
 	}
 }
