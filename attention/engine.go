@@ -940,7 +940,8 @@ type psWorker struct {
 	sks            sketchScratch
 }
 
-// carve takes the worker's buffers for layout L from take.
+// carve takes the worker's buffers for layout L from c, with a sketch
+// scratch for scratchRows rows.
 func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *featureMap, stab stabilizer, c *carver) {
 	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
