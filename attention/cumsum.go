@@ -25,9 +25,9 @@ func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	F := L.F
 	a.sketchKeys(w, hd, l, w.preK)
-	transposeInto(w.fk, a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
+	transposeInto(w.fk, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	transposeInto(w.fq, a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
+	transposeInto(w.fq, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
 }
 
 // cumsumDen returns the denominator for the weights' sum x.
@@ -47,20 +47,17 @@ func cumsumAdd(S, s, fk, vi []float32, h int) {
 }
 
 func (a *engine) cumsumForward(w *psWorker, hd int) {
-	if a.fm.scaled {
-		a.cumsumScaledForward(w, hd)
-		return
-	}
 	L := &a.L
 	F, h := L.F, L.h
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
 	clear(w.run)
 	for l := 0; l < L.t; l++ {
-		_, rows := L.plan.span(l)
+		lo, rows := L.plan.span(l)
 		a.cumsumFeatures(w, hd, l)
 		v, o := a.rows(a.v, hd, l), a.rows(a.o, hd, l)
 		for i := 0; i < rows; i++ {
-			cumsumAdd(S, s, w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], h)
+			fk := a.stab.cumKey(w, w.fk[i*F:(i+1)*F], hd, lo+i, i)
+			cumsumAdd(S, s, fk, v[i*h:(i+1)*h], h)
 			fq, oi := w.fq[i*F:(i+1)*F], o[i*h:(i+1)*h]
 			clear(oi)
 			for f, x := range fq {
@@ -71,11 +68,11 @@ func (a *engine) cumsumForward(w *psWorker, hd int) {
 	}
 }
 
+// cumsumBackward runs the two sweeps. For a scaled map (see
+// logScales.cumKey) the state and the suffix sums are kept relative to
+// running maxima, which the stabilizer rescales between positions, and
+// key j's gradients carry its factor ks; for other maps ks is 1.
 func (a *engine) cumsumBackward(w *psWorker, hd int) {
-	if a.fm.scaled {
-		a.cumsumScaledBackward(w, hd)
-		return
-	}
 	L := &a.L
 	F, h, ro := L.F, L.h, L.ro
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -85,7 +82,8 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 		a.cumsumFeatures(w, hd, l)
 		v, do := a.rows(a.v, hd, l), a.rows(a.do, hd, l)
 		for i := 0; i < rows; i++ {
-			cumsumAdd(S, s, w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], h)
+			fk := a.stab.cumKey(w, w.fk[i*F:(i+1)*F], hd, lo+i, i)
+			cumsumAdd(S, s, fk, v[i*h:(i+1)*h], h)
 			fq := w.fq[i*F : (i+1)*F]
 			den := a.cumsumDen(vec.Dot(fq, s))
 			gi := w.g[i*h : (i+1)*h]
@@ -100,7 +98,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
@@ -110,6 +108,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 		a.cumsumFeatures(w, hd, l)
 		v, do, dv := a.rows(a.v, hd, l), a.rows(a.do, hd, l), a.rows(a.dv, hd, l)
 		for i := rows - 1; i >= 0; i-- {
+			ks := a.stab.cumSuffix(w, hd, lo+i, i)
 			den, gd := a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i]
 			gi := w.g[i*h : (i+1)*h]
 			copy(gi, do[i*h:(i+1)*h])
@@ -119,122 +118,6 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 				vec.Axpy(x, gi, R[f*h:(f+1)*h])
 			}
 			vec.Axpy(gd, fq, rho)
-			fk, vi, dvi := w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], dv[i*h:(i+1)*h]
-			clear(dvi)
-			for f, x := range fk {
-				vec.Axpy(x, R[f*h:(f+1)*h], dvi)
-			}
-			dfk := w.df[i*F : (i+1)*F]
-			for f := range dfk {
-				dfk[f] = vec.Dot(R[f*h:(f+1)*h], vi) + rho[f]
-			}
-		}
-		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
-		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
-	}
-}
-
-// Scaled maps (engine_scaled.go): the state is kept relative to M_i, the
-// running maximum of the key log-scales s_j, j ≤ i, and rescaled by
-// exp(M_{i-1} − M_i) when it grows; key j enters it weighted by
-// exp(s_j − M_i). Backward's suffix sums run relative to M_j, rescaled by
-// exp(M_j − M_{j+1}) ≤ 1 as j decreases, and key j's gradients carry
-// exp(s_j − M_j). M_i is kept in a.ref between the sweeps.
-
-// cumsumScaledStep adds key i of the block (row-major features w.fk) to
-// the state relative to M and returns the new reference.
-func (a *engine) cumsumScaledStep(w *psWorker, i int, v []float32, M float32) float32 {
-	F, h := a.L.F, a.L.h
-	S, z := w.run[:F*h], w.run[F*h:F*h+F]
-	s := w.skeys[i]
-	if s > M {
-		vec.Scale(expf(M-s), w.run)
-		M = s
-	}
-	kf := w.df[i*F : (i+1)*F]
-	copy(kf, w.fk[i*F:(i+1)*F])
-	vec.Scale(expf(s-M), kf)
-	cumsumAdd(S, z, kf, v[i*h:(i+1)*h], h)
-	return M
-}
-
-func (a *engine) cumsumScaledForward(w *psWorker, hd int) {
-	L := &a.L
-	F, h := L.F, L.h
-	S, s := w.run[:F*h], w.run[F*h:F*h+F]
-	clear(w.run)
-	M := negInf
-	for l := 0; l < L.t; l++ {
-		lo, rows := L.plan.span(l)
-		a.cumsumFeatures(w, hd, l)
-		v, o := a.rows(a.v, hd, l), a.rows(a.o, hd, l)
-		for i := 0; i < rows; i++ {
-			M = a.cumsumScaledStep(w, i, v, M)
-			a.ref[hd*L.n+lo+i] = M
-			fq, oi := w.fq[i*F:(i+1)*F], o[i*h:(i+1)*h]
-			clear(oi)
-			for f, x := range fq {
-				vec.Axpy(x, S[f*h:(f+1)*h], oi)
-			}
-			vec.Scale(1/max(vec.Dot(fq, s), denFloor), oi)
-		}
-	}
-}
-
-func (a *engine) cumsumScaledBackward(w *psWorker, hd int) {
-	L := &a.L
-	F, h, ro := L.F, L.h, L.ro
-	S, s := w.run[:F*h], w.run[F*h:F*h+F]
-	clear(w.run)
-	M := negInf
-	for l := 0; l < L.t; l++ {
-		lo, rows := L.plan.span(l)
-		a.cumsumFeatures(w, hd, l)
-		v, do := a.rows(a.v, hd, l), a.rows(a.do, hd, l)
-		for i := 0; i < rows; i++ {
-			M = a.cumsumScaledStep(w, i, v, M)
-			a.ref[hd*L.n+lo+i] = M
-			fq := w.fq[i*F : (i+1)*F]
-			den := max(vec.Dot(fq, s), denFloor)
-			gi := w.g[i*h : (i+1)*h]
-			copy(gi, do[i*h:(i+1)*h])
-			vec.Scale(1/den, gi)
-			dfq := w.df[i*F : (i+1)*F]
-			for f := range dfq {
-				dfq[f] = vec.Dot(S[f*h:(f+1)*h], gi)
-			}
-			gd := -vec.Dot(fq, dfq) / den
-			vec.Axpy(gd, s, dfq)
-			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
-		}
-		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
-		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
-	}
-	R, rho := S, s
-	clear(w.run)
-	next := M // M_{j+1}, the reference of R
-	for l := L.t - 1; l >= 0; l-- {
-		lo, rows := L.plan.span(l)
-		a.cumsumFeatures(w, hd, l)
-		v, do, dv := a.rows(a.v, hd, l), a.rows(a.do, hd, l), a.rows(a.dv, hd, l)
-		for i := rows - 1; i >= 0; i-- {
-			Mi := a.ref[hd*L.n+lo+i]
-			if Mi != next {
-				vec.Scale(expf(Mi-next), w.run)
-				next = Mi
-			}
-			den, gd := a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i]
-			gi := w.g[i*h : (i+1)*h]
-			copy(gi, do[i*h:(i+1)*h])
-			vec.Scale(1/den, gi)
-			fq := w.fq[i*F : (i+1)*F]
-			for f, x := range fq {
-				vec.Axpy(x, gi, R[f*h:(f+1)*h])
-			}
-			vec.Axpy(gd, fq, rho)
-			ks := expf(w.skeys[i] - Mi)
 			fk, vi, dvi := w.fk[i*F:(i+1)*F], v[i*h:(i+1)*h], dv[i*h:(i+1)*h]
 			clear(dvi)
 			for f, x := range fk {
@@ -246,7 +129,7 @@ func (a *engine) cumsumScaledBackward(w *psWorker, hd int) {
 			}
 		}
 		transposeInto(w.dphi, w.df, F, rows, F)
-		a.fm.liftBackward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }

@@ -54,26 +54,33 @@ import (
 // them. Both compute every value with the same operations in the same
 // order, so their gradients are bitwise identical.
 //
-// A feature map may also project keys differently from queries
-// (sqpolysketch), own parameters (a trainedProjection: their gradient is
-// summed per block, then in block order), or carry per-key log-scales
-// that the engine stabilizes with running maxima (Performer; see
-// engine_scaled.go).
+// The engine keeps the loops, the block schedule, the local blocks and the
+// parallelism; what differs between feature maps are three strategies,
+// chosen once:
 //
-// With Learned (polysketch, degree ≥ 4) M is the learned sketch of
-// Algorithm 2 (sketch_learned.go): Forward first runs its networks on all
-// rows of q and k and keeps M(Q), M(K) (also with Remat); the phases read
-// M from there and leave dM; Backward ends by running the networks
-// backward, into dq, dk and the parameter gradients.
+//   - the lift (featuremap.go): tensored, symmetric self-tensoring done
+//     by the engine, or entrywise, a lift the projection applied itself;
+//   - the projector (projector.go): perBlock applies the map's projections
+//     (the keys' may differ from the queries', as sqpolysketch's) to each
+//     block as the phases reach it, summing a trainedProjection's parameter
+//     gradient per block, then in block order; with Learned (polysketch,
+//     degree ≥ 4) netPass (sketch_learned.go) runs the networks of
+//     Algorithm 2 on all rows of q and k before the phases and keeps M(Q),
+//     M(K) (also with Remat), which the phases read, leaving dM; Backward
+//     ends by running the networks backward, into dq, dk and the parameter
+//     gradients;
+//   - the stabilizer (stabilizer.go): plain, or logScales for maps whose
+//     key features carry per-key log-scales, kept relative to running
+//     maxima (Performer; engine_scaled.go).
 type engine struct {
 	kind  Kind
 	opts  kernelOptions
 	fm    featureMap
-	proj  projection        // fm's projection for the head size, built from opts.Seed on first use
-	kproj projection        // the keys' projection: proj, or fm.projectKeys's
-	tp    trainedProjection // proj when it has parameters, else nil
-	sk    *sketch           // proj when it is a sketch (polysketch), else nil
-	ls    logScaled         // proj when fm.scaled
+	proj  projection // fm's projection for the head size, built from opts.Seed on first use
+	kproj projection // the keys' projection: proj, or fm.projectKeys's
+	sk    *sketch    // proj when it is a sketch (polysketch), else nil
+	src   projector  // of proj and kproj (nil before the first)
+	stab  stabilizer // fm's: plain, or logScales when fm.scaled
 
 	L psLayout // sizes for the last Forward's shape
 
@@ -91,23 +98,13 @@ type engine struct {
 	gd         []float32 // [bh × n]: gradient of the denominators (Remat and CumSum)
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
 
-	pslots []float32 // [bh × t × paramSize]: a trainedProjection's parameter gradient per block
-
-	// Scaled maps only (engine_scaled.go).
-	ref        []float32 // [bh × n]: r_i, the running maximum of key log-scales in i's block (CumSum: over j ≤ i)
-	bmax, pmax []float32 // [bh × (t+1)]: m_l, the maximum of block l's, and A_l, that of blocks before l (A_t: all)
-
-	// Learned sketches only.
-	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
-	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
-	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
-
-	pool workPool
+	pool    workPool
+	cv      carver   // of carve
+	counted psWorker // the workers of a carve that only counts
 	// Steps of the phases, bound once so that running them allocates nothing.
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
-	stepNetFwd, stepNetBwd, stepNetReduce                func(w *psWorker, i int)
 	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
@@ -125,11 +122,10 @@ type psLayout struct {
 	sketched  bool // causal diagonal blocks use sketched weights
 	mode      psMode
 	// A learned sketch runs on chunks of rows of q, then of k; see
-	// sketch_learned.go.
-	learned bool
-	chunk   int // rows per chunk
-	chunks  int // chunks of q (and of k)
-	groups  int // partial sums of the parameter gradients
+	// netPass.
+	chunk  int // rows per chunk
+	chunks int // chunks of q (and of k)
+	groups int // partial sums of the parameter gradients
 }
 
 type psMode int
@@ -142,7 +138,13 @@ const (
 
 // newEngine returns the engine of mechanism kind with feature map fm.
 func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
-	a := &engine{kind: kind, opts: o, fm: fm}
+	if fm.lift == nil {
+		fm.lift = entrywise{}
+	}
+	a := &engine{kind: kind, opts: o, fm: fm, stab: plain{}}
+	if fm.scaled {
+		a.stab = &logScales{e: a}
+	}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem
 	a.stepFinish = a.finishItem
@@ -153,9 +155,6 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 	a.stepStreamBwd = a.streamBackward
 	a.stepCumFwd = a.cumsumForward
 	a.stepCumBwd = a.cumsumBackward
-	a.stepNetFwd = a.netForwardItem
-	a.stepNetBwd = a.netBackwardItem
-	a.stepNetReduce = a.netReduceItem
 	return a
 }
 
@@ -180,11 +179,8 @@ func (a *engine) projFor(h int) projection {
 		a.kproj = a.proj
 	}
 	a.sk, _ = a.proj.(*sketch)
-	a.ls, _ = a.kproj.(logScaled)
-	a.tp, _ = a.proj.(trainedProjection)
-	if a.fm.scaled && (a.ls == nil || a.fm.tensored || a.fm.one != 0 || a.opts.Local) {
-		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
-	}
+	a.src = a.projectorFor(a.proj, a.kproj)
+	a.stab.bind(a)
 	return a.proj
 }
 
@@ -210,14 +206,14 @@ func (a *engine) SetHeadSize(h int) {
 }
 
 // layout computes the sizes for inputs [B,H,N,h] with the given number of
-// workers.
-func (a *engine) layout(B, H, N, h, workers int, p projection) psLayout {
+// workers, projection p and its projector src, into L.
+func (a *engine) layout(L *psLayout, B, H, N, h, workers int, p projection, src projector) {
 	o := a.opts
-	L := psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
+	*L = psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
-	L.F = a.fm.features(L.ro)
+	L.F = a.fm.lift.features(L.ro)
 	L.stateSize = L.F*h + L.F
 	L.slots = L.t
 	if !o.Causal {
@@ -235,29 +231,16 @@ func (a *engine) layout(B, H, N, h, workers int, p projection) psLayout {
 	if L.mode == modeBlocks {
 		items = L.bh * L.t
 	}
-	if sk, _ := p.(*sketch); sk != nil && sk.net != nil {
-		L.learned = true
-		L.chunk = min(netChunk, L.bh*L.n)
-		L.chunks = (L.bh*L.n + L.chunk - 1) / L.chunk
-		L.groups = min(netGroups, 2*L.chunks)
-		items = max(items, 2*L.chunks)
-	}
+	items = src.layout(L, items)
 	L.workers = max(1, min(workers, items))
-	return L
 }
 
 // carve lays the buffers of layout L out in mem, or with mem nil only
 // counts them; it returns the number of floats.
-func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
-	sk, _ := p.(*sketch)
-	off := 0
-	take := func(n int) []float32 {
-		off += n
-		if mem == nil {
-			return nil
-		}
-		return mem[off-n : off : off]
-	}
+func (a *engine) carve(L *psLayout, p projection, src projector, mem []float32) int {
+	c := &a.cv // the engine's, so that the strategies' carving allocates nothing
+	*c = carver{mem: mem}
+	take := c.take
 	n := L.bh * L.n
 	var states, preQ, preK, gd, dmk []float32
 	if L.mode == modeBlocks {
@@ -272,56 +255,52 @@ func (a *engine) carve(L *psLayout, p projection, mem []float32) int {
 	if L.sketched {
 		dmk = take(n * L.ro)
 	}
-	var pslots []float32
-	if tp, ok := p.(trainedProjection); ok {
-		pslots = take(L.bh * L.t * tp.paramSize())
-	}
-	var ref, bmax, pmax []float32
-	if a.fm.scaled {
-		ref = take(n)
-		bmax, pmax = take(L.bh*(L.t+1)), take(L.bh*(L.t+1))
-	}
-	var ms, dms, keep [2][]float32
-	var pgrad []float32
-	if L.learned {
-		for i := range ms {
-			ms[i], dms[i] = take(n*L.ro), take(n*L.ro)
-			if !a.opts.Remat {
-				keep[i] = take(n * sk.net.keepW)
-			}
-		}
-		pgrad = take(L.groups * sk.net.size)
-	}
+	src.carve(L, c)
+	a.stab.carve(L, c)
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
-		a.ref, a.bmax, a.pmax = ref, bmax, pmax
-		a.pslots = pslots
-		a.ms, a.dms, a.keep, a.pgrad = ms, dms, keep, pgrad
 	}
 	for wi := 0; wi < L.workers; wi++ {
-		var w *psWorker
+		w := &a.counted
 		if mem != nil {
 			w = a.pool.workers[wi]
-		} else {
-			w = new(psWorker)
 		}
-		w.carve(L, p, &a.fm, take)
+		w.carve(L, p, src.scratchRows(L), &a.fm, a.stab, c)
 	}
-	return off
+	return c.off
 }
+
+// carver hands out consecutive buffers of mem, or with mem nil only
+// counts them.
+type carver struct {
+	mem []float32
+	off int
+}
+
+// take returns the next n floats (nil when counting).
+func (c *carver) take(n int) []float32 {
+	c.off += n
+	if c.mem == nil {
+		return nil
+	}
+	return c.mem[c.off-n : c.off : c.off]
+}
+
+// keep reports whether the buffers are real ones, not a count.
+func (c *carver) keep() bool { return c.mem != nil }
 
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	a.L = a.layout(B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h))
+	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h), a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(psWorker))
 	}
-	size := a.carve(&a.L, a.proj, nil)
+	size := a.carve(&a.L, a.proj, a.src, nil)
 	if cap(a.mem) < size {
 		a.mem = make([]float32, size) // exactly what Workspace reports
 	}
-	a.carve(&a.L, a.proj, a.mem)
+	a.carve(&a.L, a.proj, a.src, a.mem)
 	a.pool.active = a.L.workers
 }
 
@@ -331,7 +310,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 // sketch's parameters, their gradients and the transposed weights of its
 // networks).
 func (a *engine) Workspace(B, H, N, h int) int64 {
-	p, kp := a.proj, a.kproj
+	p, kp, src := a.proj, a.kproj, a.src
 	if in := 0; p != nil {
 		in, _, _ = p.dims()
 		if in != h {
@@ -343,13 +322,15 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 		if a.fm.projectKeys != nil {
 			kp = a.fm.projectKeys(h, a.opts.Seed)
 		}
+		src = a.projectorFor(p, kp)
 	}
 	floats := p.floats()
 	if kp != nil && kp != p {
 		floats += kp.floats()
 	}
-	L := a.layout(B, H, N, h, runtime.GOMAXPROCS(0), p)
-	return int64(a.carve(&L, p, nil)+floats) * 4
+	var L psLayout
+	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
+	return int64(a.carve(&L, p, src, nil)+floats) * 4
 }
 
 // Forward computes o = PolySketch attention of q, k, v.
@@ -358,9 +339,7 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 	a.setup(q)
 	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
 	a.ready, a.statesValid = true, false
-	if a.L.learned {
-		a.pool.run(2*a.L.chunks, a.stepNetFwd)
-	}
+	a.src.forward()
 	switch a.L.mode {
 	case modeCumSum:
 		a.pool.run(a.L.bh, a.stepCumFwd)
@@ -378,9 +357,7 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 func (a *engine) forwardBlocks() {
 	L := &a.L
 	a.pool.run(L.bh*L.t, a.stepPrepare)
-	if a.fm.scaled {
-		a.references()
-	}
+	a.stab.prepared()
 	if L.causal {
 		a.scan(scanPrefix)
 	} else {
@@ -418,14 +395,7 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 		}
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
-	if a.tp != nil {
-		a.addParamGrads()
-	}
-	if L.learned {
-		a.sk.net.transposeWeights()
-		a.pool.run(L.groups, a.stepNetBwd)
-		a.pool.run(len(a.sk.net.segs), a.stepNetReduce)
-	}
+	a.src.backwardEnd()
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
 
@@ -451,28 +421,7 @@ func (a *engine) scanItem(w *psWorker, i int) {
 	hd, ch := i/chunks, i%chunks
 	lo, hi := ch*scanChunk, min((ch+1)*scanChunk, L.stateSize)
 	st := a.states[hd*L.slots*L.stateSize : (hd+1)*L.slots*L.stateSize]
-	if a.fm.scaled {
-		bmax, pmax := a.maxes(hd)
-		switch a.scanKind {
-		case scanSum:
-			sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
-		case scanSumKeys:
-			scaledSum(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi, bmax)
-		case scanPrefix:
-			scaledPrefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax)
-		case scanSuffix:
-			scaledSuffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax, pmax)
-		}
-		return
-	}
-	switch a.scanKind {
-	case scanSum, scanSumKeys:
-		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
-	case scanPrefix:
-		prefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
-	case scanSuffix:
-		suffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
-	}
+	a.stab.scan(a.scanKind, st, L, lo, hi, w, hd)
 }
 
 // Per-item steps of the block phases. Item i is block i%t of head i/t.
@@ -563,41 +512,9 @@ func (a *engine) sumKeyStates(w *psWorker, hd int) {
 	A := negInf
 	for l := 0; l < a.L.t; l++ {
 		a.keysPrep(w, hd, l, w.preK, w.hbuf)
-		if a.fm.scaled {
-			bmax, _ := a.maxes(hd)
-			A = addScaled(w.run, w.hbuf, A, bmax[l])
-		} else {
-			vec.Add(w.run, w.run, w.hbuf)
-		}
+		A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 	}
-	if a.fm.scaled {
-		_, pmax := a.maxes(hd)
-		pmax[a.L.t] = A
-	}
-}
-
-// addState adds block l's key state w.hbuf to the running prefix state
-// w.run (streaming), which is relative to A for a scaled map; it returns
-// the new reference.
-func (a *engine) addState(w *psWorker, hd, l int, A float32) float32 {
-	if !a.fm.scaled {
-		vec.Add(w.run, w.run, w.hbuf)
-		return A
-	}
-	bmax, _ := a.maxes(hd)
-	return addScaled(w.run, w.hbuf, A, bmax[l])
-}
-
-// setReference records A_l, the reference of the prefix state block l
-// reads, for a scaled map (streaming); at l = t it is that of all blocks.
-func (a *engine) setReference(hd, l int, A float32) {
-	if a.fm.scaled {
-		bmax, pmax := a.maxes(hd)
-		if l == a.L.t {
-			A = max(A, bmax[l-1])
-		}
-		pmax[l] = A
-	}
+	a.stab.keyTotal(hd, A)
 }
 
 func (a *engine) streamForward(w *psWorker, hd int) {
@@ -623,11 +540,11 @@ func (a *engine) streamForward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
-		a.setReference(hd, l, A)
+		a.stab.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, a.o)
 		a.finish(w, hd, l, w.preQ, z, a.o)
 		if state != nil {
-			A = a.addState(w, hd, l, A)
+			A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 		}
 	}
 }
@@ -663,30 +580,24 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		if state != nil || L.sketched {
 			a.keysPrep(w, hd, l, w.preK, state)
 		}
-		a.setReference(hd, l, A)
+		a.stab.setReference(hd, l, A)
 		a.queriesPrep(w, hd, l, w.preQ, nil)
 		a.finish(w, hd, l, w.preQ, z, nil)
 		a.bwdQueries(w, hd, l, w.preQ, z, nil, true)
 		lo, rows := L.plan.span(l)
 		copy(a.gd[hd*L.n+lo:hd*L.n+lo+rows], w.gd[:rows])
 		if state != nil {
-			A = a.addState(w, hd, l, A)
+			A = a.stab.addKeyState(w.run, w.hbuf, hd, l, A)
 		}
 	}
-	a.setReference(hd, L.t, A)
+	a.stab.setReference(hd, L.t, A)
 	// Sweep 2, backward: suffix states U_l = Σ_{j>l} φ(Q_j)ᵀ·dO_j/D_j, dk, dv
 	// (for a scaled map relative to m_l, as scaledSuffixScan makes them).
 	clear(w.run)
 	for l := L.t - 1; l >= 0; l-- {
 		var u []float32
 		if l < L.t-1 {
-			u = w.run
-			if a.fm.scaled {
-				bmax, pmax := a.maxes(hd)
-				u = w.acc
-				copy(u, w.run)
-				vec.Scale(expf(bmax[l]-pmax[l+1]), u)
-			}
+			u = a.stab.suffixState(w, hd, l)
 		}
 		if u != nil || L.sketched {
 			a.sketchKeys(w, hd, l, w.preK)
@@ -694,12 +605,7 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 		a.bwdKeys(w, hd, l, w.preK, u)
 		if l > 0 {
 			a.queryStateAgain(w, hd, l, w.preQ, w.hbuf)
-			if a.fm.scaled {
-				_, pmax := a.maxes(hd)
-				suffixAdd(w.run, w.hbuf, pmax[l]-pmax[l+1])
-			} else {
-				vec.Add(w.run, w.run, w.hbuf)
-			}
+			a.stab.addQueryState(w.run, w.hbuf, hd, l)
 		}
 	}
 }
@@ -707,96 +613,29 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 // Block steps, shared by all modes so that they compute the same bits.
 
 // skApply computes Mᵀ of block l of head hd, of the keys (key) or the
-// queries, into mT, keeping the sketch's projections in pre; a learned
-// sketch reads M from Forward's pass over all rows.
+// queries, into mT, keeping the projection's pre (see projector).
 func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
-	if a.L.learned {
-		a.learnedRows(key, hd, l, mT)
-		return
-	}
-	x := a.q
+	a.src.apply(w, key, hd, l, pre, mT)
 	if key {
-		x = a.k
-	}
-	p := a.proj
-	if key {
-		p = a.kproj
-	}
-	_, rows := a.L.plan.span(l)
-	p.apply(a.rows(x, hd, l), a.L.h, rows, pre, mT, &w.sks)
-	if key && a.fm.scaled {
-		a.keyLogScales(w, pre, rows)
+		_, rows := a.L.plan.span(l)
+		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
-// skOutput is skApply from the kept pre (sketch.output): the same bits.
+// skOutput is skApply from the kept pre: the same bits.
 func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
-	if a.L.learned {
-		a.learnedRows(key, hd, l, mT)
-		return
-	}
-	x := a.q
+	a.src.output(w, key, hd, l, pre, mT)
 	if key {
-		x = a.k
-	}
-	p := a.proj
-	if key {
-		p = a.kproj
-	}
-	_, rows := a.L.plan.span(l)
-	p.output(a.rows(x, hd, l), a.L.h, rows, pre, mT)
-	if key && a.fm.scaled {
-		a.keyLogScales(w, pre, rows)
+		_, rows := a.L.plan.span(l)
+		a.stab.keysProjected(w, pre, rows)
 	}
 }
 
-// skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) and writes
-// (or with accumulate adds) the gradient of the keys (key) or queries into
-// dk or dq. A learned sketch instead keeps dM for the networks' backward
-// pass at the end of Backward.
+// skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) to the
+// projector, which writes (or with accumulate adds) the gradient of the
+// keys (key) or queries into dk or dq, or keeps it.
 func (a *engine) skBackward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
-	L := &a.L
-	lo, rows := L.plan.span(l)
-	if L.learned {
-		side := 0
-		if key {
-			side = 1
-		}
-		dm := a.dms[side][(hd*L.n+lo)*L.ro : (hd*L.n+lo+rows)*L.ro]
-		if dmT == nil {
-			clear(dm)
-		} else {
-			transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
-		}
-		return
-	}
-	p, dx := a.proj, a.dq
-	if key {
-		p, dx = a.kproj, a.dk
-	}
-	if !key && a.tp != nil { // this block's slot of the parameter gradient
-		n := a.tp.paramSize()
-		w.sks.dparam = a.pslots[(hd*L.t+l)*n : (hd*L.t+l+1)*n]
-		clear(w.sks.dparam)
-	}
-	if dmT == nil {
-		return
-	}
-	p.backward(a.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
-}
-
-// addParamGrads adds the per-block parameter gradients of a
-// trainedProjection to its parameters' gradients, in block order.
-func (a *engine) addParamGrads() {
-	off := 0
-	for _, p := range a.tp.params() {
-		g := p.Grad.Data
-		for slot := 0; slot < a.L.bh*a.L.t; slot++ {
-			at := slot*a.tp.paramSize() + off
-			vec.Add(g, g, a.pslots[at:at+len(g)])
-		}
-		off += len(p.Grad.Data)
-	}
+	a.src.backward(w, key, hd, l, accumulate, dmT, pre)
 }
 
 // sketchKeys computes the sketch of block l's keys into pre and w.mk.
@@ -810,20 +649,13 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	a.sketchKeys(w, hd, l, pre)
-	var ml float32
-	if a.fm.scaled {
-		ml = vec.Max(w.skeys[:rows])
-		bmax, _ := a.maxes(hd)
-		bmax[l] = ml
-	}
+	ref := a.stab.keyBlock(w, hd, l, rows)
 	if state == nil {
 		return
 	}
 	F, h := L.F, L.h
-	phi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
-	if a.fm.scaled { // H_l relative to m_l
-		phi = scaleCols(w.phi, phi, a.keyScales(w, rows, ml), F, rows)
-	}
+	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
+	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
 	z := state[F*h : F*h+F]
 	for f := range z {
@@ -864,18 +696,9 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
 		return
 	}
-	ro := L.ro
-	if a.fm.tensored {
-		transposeInto(w.mqr, w.mq, rows, ro, rows)
-		transposeInto(w.mkr, w.mk, rows, ro, rows)
-		lowerABt(s, w.mqr, ro, w.mkr, ro, rows, ro)
-	} else {
-		lowerAtB(s, w.mq, w.mk, rows, ro)
-	}
-	lowerPow(ww, s, w.tmp, rows, a.fm.diagPow())
-	if a.fm.scaled {
-		a.scaledWeights(w, hd, l)
-	}
+	a.fm.lift.diagScores(w, s, rows, L.ro)
+	lowerPow(ww, s, w.tmp, rows, a.fm.lift.diagPow())
+	a.stab.diagWeights(w, hd, l)
 }
 
 // finish adds the cross-block terms with prefix state z (nil for none) to
@@ -889,22 +712,17 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 	if o != nil {
 		out = a.rows(o, hd, l)
 	}
-	scaled := a.fm.scaled && L.causal
-	if scaled { // the diagonal block's terms relative to R_i instead of r_i
-		a.rowFactors(w, hd, l)
-		for i, f := range w.fs[:rows] {
-			d[i] *= f
-			if out != nil {
-				vec.Scale(f, out[i*h:(i+1)*h])
-			}
+	fs, cs := a.stab.rowFactors(w, hd, l)
+	for i, f := range fs { // the diagonal block's terms relative to the rows' references
+		d[i] *= f
+		if out != nil {
+			vec.Scale(f, out[i*h:(i+1)*h])
 		}
 	}
 	if z != nil {
 		a.skOutput(w, false, hd, l, pre, w.mq)
-		phi := a.fm.lift(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
-		if scaled {
-			phi = scaleCols(w.phi, phi, w.cs, F, rows)
-		}
+		phi := a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)
+		phi = scaleColsBy(w.phi, phi, cs, F, rows)
 		c := w.cross[:rows]
 		clear(c)
 		zeta := z[F*h : F*h+F]
@@ -962,15 +780,10 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	clear(cross)
 	a.skOutput(w, false, hd, l, pre, w.mq)
 	phi, dphi := w.phi[:F*rows], w.dphi[:F*rows]
-	scaled := a.fm.scaled && L.causal
-	if scaled {
-		a.rowFactors(w, hd, l)
-	}
+	fs, cs := a.stab.rowFactors(w, hd, l)
 	if z != nil {
-		phi = a.fm.lift(phi, w.mq, w.tq, ro, rows)
-		if scaled { // ψ_i = c_i·φ̃(q_i), as finish used it
-			phi = scaleCols(w.phi, phi, w.cs, F, rows)
-		}
+		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
+		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
 		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
@@ -985,9 +798,9 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		if !weightsValid {
 			a.localWeights(w, hd, l)
 		}
-		if scaled { // weights and their factors relative to R_i
-			scaleRows(ww, w.fs, rows)
-			scaleRows(s, w.fs, rows)
+		if fs != nil { // weights, and what diagWeights left in s, relative to the rows' references
+			scaleRows(ww, fs, rows)
+			scaleRows(s, fs, rows)
 		}
 		lowerABt(dw, gr, h, v, h, rows, h)
 		lowerRowDots(gd, ww, dw, rows)
@@ -1007,20 +820,9 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 		}
 		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
 		if L.sketched {
-			lowerPowGrad(dw, s, w.tmp, rows, a.fm.diagPow())
-			if scaled { // dS = dW ∗ exp(s_j − R_i), the factors left in s
-				for i := 0; i < rows; i++ {
-					vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], s[i*rows:i*rows+i+1])
-				}
-			}
+			a.stab.diagBackward(w, dw, rows, a.fm.lift.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
-			if a.fm.tensored {
-				lowerMul(w.dmr, ro, dw, w.mkr, ro, rows, ro, 0)
-				lowerTMul(dmk, ro, dw, w.mqr, ro, rows, ro, 0)
-			} else { // kept transposed, as the features are
-				lowerMulT(w.dmr, dw, w.mk, rows, ro, 0)
-				lowerTMulT(dmk, dw, w.mq, rows, ro, 0)
-			}
+			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
 			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
 			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
@@ -1031,19 +833,19 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	have := false
 	if z != nil {
 		rs := gd
-		if scaled { // dφ̃(q_i) = c_i·dψ_i
-			scaleCols(dphi, dphi, w.cs, F, rows)
+		if cs != nil { // dφ̃(q_i) = c_i·dψ_i
+			scaleCols(dphi, dphi, cs, F, rows)
 			rs = w.cross[:rows]
-			vec.Mul(rs, gd, w.cs[:rows])
+			vec.Mul(rs, gd, cs)
 		}
-		a.fm.liftBackward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		// The term ζ_l·gdᵀ of dφ(Q_l), ζ_l scaled per row, reaches M
 		// without forming it per row.
-		a.fm.liftSharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
+		a.fm.lift.sharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
-		a.addDiagonal(dm, w.dmr, rows, ro, have)
+		a.fm.lift.addDiagonal(dm, w.dmr, rows, ro, have)
 		have = true
 	}
 	if !have {
@@ -1073,11 +875,9 @@ func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
-	phi := a.fm.lift(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
-	if a.fm.scaled && L.causal {
-		a.rowFactors(w, hd, l)
-		phi = scaleCols(w.phi, phi, w.cs, L.F, rows)
-	}
+	phi := a.fm.lift.apply(w.phi[:L.F*rows], w.mq, w.tq, L.ro, rows)
+	_, cs := a.stab.rowFactors(w, hd, l)
+	phi = scaleColsBy(w.phi, phi, cs, L.F, rows)
 	a.loadGrad(w, hd, l)
 	copy(w.gd[:rows], a.gd[hd*L.n+lo:hd*L.n+lo+rows])
 	a.queryState(w, phi, rows, state)
@@ -1093,17 +893,9 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	have := false
 	if u != nil {
 		a.skOutput(w, true, hd, l, pre, w.mk)
-		phi, dphi := a.fm.lift(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
-		var ks []float32
-		if a.fm.scaled { // keys relative to U_l's reference: m_l, or A_t when non-causal
-			ref := vec.Max(w.skeys[:rows])
-			if !L.causal {
-				_, pmax := a.maxes(hd)
-				ref = pmax[L.t]
-			}
-			ks = a.keyScales(w, rows, ref)
-			phi = scaleCols(w.phi, phi, ks, F, rows)
-		}
+		phi, dphi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, ro, rows), w.dphi[:F*rows]
+		ks := a.stab.suffixScales(w, hd, rows) // keys relative to U_l's reference
+		phi = scaleColsBy(w.phi, phi, ks, F, rows)
 		beta := float32(0)
 		if L.causal {
 			beta = 1
@@ -1114,51 +906,20 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}
-		a.fm.liftBackward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		// The term 1·u_lᵀ of dφ(K_l), the same for every row (times ks),
 		// reaches M without forming it per row.
-		a.fm.liftSharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)
+		a.fm.lift.sharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)
 		have = true
 	}
 	if L.sketched {
-		a.addDiagonal(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
+		a.fm.lift.addDiagonal(dm, a.dmk[(hd*L.n+lo)*ro:(hd*L.n+lo+rows)*ro], rows, ro, have)
 		have = true
 	}
 	if !have {
 		dm = nil
 	}
 	a.skBackward(w, true, hd, l, L.causal && !L.sketched, dm, pre)
-}
-
-// addDiagonal adds (or with accumulate false writes) the gradient of Mᵀ
-// ([ro × rows]) from a diagonal block, src, into dm: src is row-major
-// for self-tensored maps, transposed for the others.
-func (a *engine) addDiagonal(dm, src []float32, rows, ro int, accumulate bool) {
-	switch {
-	case a.fm.tensored:
-		addTransposed(dm, src, rows, ro, accumulate)
-	case accumulate:
-		vec.Add(dm[:ro*rows], dm[:ro*rows], src[:ro*rows])
-	default:
-		copy(dm[:ro*rows], src[:ro*rows])
-	}
-}
-
-// addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
-// row-major matrix, into dst, a [c × n] matrix.
-func addTransposed(dst, src []float32, n, c int, accumulate bool) {
-	for i := 0; i < n; i++ {
-		row := src[i*c : (i+1)*c]
-		if accumulate {
-			for t, x := range row {
-				dst[t*n+i] += x
-			}
-		} else {
-			for t, x := range row {
-				dst[t*n+i] = x
-			}
-		}
-	}
 }
 
 // psWorker is one goroutine's scratch for one block of up to bs rows.
@@ -1179,39 +940,28 @@ type psWorker struct {
 	sks            sketchScratch
 }
 
-// carve takes the worker's buffers for layout L from take.
-func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(int) []float32) {
+// carve takes the worker's buffers for layout L from c, with a sketch
+// scratch for scratchRows rows.
+func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *featureMap, stab stabilizer, c *carver) {
+	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk = take(ro*bs), take(ro*bs)
-	w.tq, w.tk, w.psi, w.aux = nil, nil, nil, nil
-	if fm.tensored {
-		w.tq, w.tk = take(ro*bs), take(ro*bs)
-	}
 	w.dmq, w.dmk = take(ro*bs), take(ro*bs)
-	if fm.tensored {
-		w.psi, w.aux = take(ro*ro), take(ro*bs)
-	}
 	w.phi, w.dphi = take(F*bs), take(F*bs)
-	w.ks, w.cs, w.fs, w.skeys = nil, nil, nil, nil
-	if fm.scaled {
-		w.ks, w.cs, w.fs, w.skeys = take(bs), take(bs), take(bs), take(bs)
-	}
+	w.tq, w.tk, w.psi, w.aux, w.mqr, w.mkr = nil, nil, nil, nil, nil, nil
+	fm.lift.carveWorker(w, L, c)
+	w.ks, w.cs, w.fs, w.skeys, w.acc = nil, nil, nil, nil, nil
+	stab.carveWorker(w, L, c)
 	w.g = take(bs * L.h)
 	w.gd, w.cross, w.tmp = take(bs), take(bs), take(2*bs)
-	ab, buf := p.scratchSize(bs)
-	if L.learned {
-		ab, buf = p.scratchSize(L.chunk)
-	}
+	ab, buf := p.scratchSize(scratchRows)
 	w.sks = sketchScratch{a: take(ab), b: take(ab), buf: take(buf)}
-	w.s, w.w, w.dw, w.mqr, w.mkr, w.dmr = nil, nil, nil, nil, nil, nil
-	w.preQ, w.preK, w.acc, w.fq, w.fk, w.df = nil, nil, nil, nil, nil, nil
+	w.s, w.w, w.dw, w.dmr = nil, nil, nil, nil
+	w.preQ, w.preK, w.fq, w.fk, w.df = nil, nil, nil, nil, nil
 	if L.causal && L.mode != modeCumSum {
 		w.s, w.w, w.dw = take(bs*bs), take(bs*bs), take(bs*bs)
 	}
 	if L.sketched {
-		if fm.tensored {
-			w.mqr, w.mkr = take(bs*ro), take(bs*ro)
-		}
 		w.dmr = take(bs * ro)
 	}
 	switch L.mode {
@@ -1221,7 +971,7 @@ func (w *psWorker) carve(L *psLayout, p projection, fm *featureMap, take func(in
 	case modeStream:
 		w.preQ, w.preK = take(L.preW*bs), take(L.preW*bs)
 		w.run, w.hbuf = take(L.stateSize), take(L.stateSize)
-		if !L.causal || fm.scaled {
+		if !L.causal {
 			w.acc = take(L.stateSize)
 		}
 	case modeCumSum:

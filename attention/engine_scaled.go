@@ -33,22 +33,65 @@ import (
 // that the block, streaming and scan paths agree bit for bit.
 func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
 
-// maxes returns the [t+1] block maxima m_l and references A_l of head hd.
-func (a *engine) maxes(hd int) (bmax, pmax []float32) {
-	n := a.L.t + 1
-	return a.bmax[hd*n : (hd+1)*n], a.pmax[hd*n : (hd+1)*n]
+// logScales is the stabilizer of scaled maps: their projection of the
+// keys is a logScaled one.
+type logScales struct {
+	e  *engine
+	ls logScaled // the keys' projection
+
+	ref        []float32 // [bh × n]: r_i, the running maximum of key log-scales in i's block (CumSum: over j ≤ i)
+	bmax, pmax []float32 // [bh × (t+1)]: m_l, the maximum of block l's, and A_l, that of blocks before l (A_t: all)
 }
 
-// keyLogScales copies the log-scales of a block's keys from their pre
-// into w.skeys and returns them with their maximum.
-func (a *engine) keyLogScales(w *psWorker, pre []float32, rows int) ([]float32, float32) {
-	s := w.skeys[:rows]
-	copy(s, a.ls.logScale(pre, rows))
-	return s, vec.Max(s)
+func (s *logScales) bind(a *engine) {
+	s.ls, _ = a.kproj.(logScaled)
+	if s.ls == nil || a.fm.lift != (entrywise{}) || a.fm.one != 0 || a.opts.Local {
+		panic("attention: a scaled feature map needs a logScaled projection, an entrywise lift, the plain ratio and no local blocks")
+	}
+}
+
+func (s *logScales) carve(L *psLayout, c *carver) {
+	ref := c.take(L.bh * L.n)
+	bmax, pmax := c.take(L.bh*(L.t+1)), c.take(L.bh*(L.t+1))
+	if c.keep() {
+		s.ref, s.bmax, s.pmax = ref, bmax, pmax
+	}
+}
+
+// carveWorker takes the key scales, query cross and diagonal factors and
+// log-scales of the block's keys ([bs] each), and a state for the suffix
+// sums when streaming.
+func (s *logScales) carveWorker(w *psWorker, L *psLayout, c *carver) {
+	bs := L.bs
+	w.ks, w.cs, w.fs, w.skeys = c.take(bs), c.take(bs), c.take(bs), c.take(bs)
+	if L.mode == modeStream && L.causal {
+		w.acc = c.take(L.stateSize)
+	}
+}
+
+// maxes returns the [t+1] block maxima m_l and references A_l of head hd.
+func (s *logScales) maxes(hd int) (bmax, pmax []float32) {
+	n := s.e.L.t + 1
+	return s.bmax[hd*n : (hd+1)*n], s.pmax[hd*n : (hd+1)*n]
+}
+
+// keysProjected copies the log-scales of a block's keys from their pre
+// into w.skeys.
+func (s *logScales) keysProjected(w *psWorker, pre []float32, rows int) {
+	copy(w.skeys[:rows], s.ls.logScale(pre, rows))
+}
+
+// keyBlock records m_l, the maximum log-scale of block l's keys: H_l is
+// relative to it.
+func (s *logScales) keyBlock(w *psWorker, hd, l, rows int) float32 {
+	ml := vec.Max(w.skeys[:rows])
+	bmax, _ := s.maxes(hd)
+	bmax[l] = ml
+	return ml
 }
 
 // keyScales sets w.ks to exp(s_j − ref) for the keys in w.skeys.
-func (a *engine) keyScales(w *psWorker, rows int, ref float32) []float32 {
+func (s *logScales) keyScales(w *psWorker, rows int, ref float32) []float32 {
 	ks := w.ks[:rows]
 	for j, s := range w.skeys[:rows] {
 		ks[j] = s - ref
@@ -57,35 +100,38 @@ func (a *engine) keyScales(w *psWorker, rows int, ref float32) []float32 {
 	return ks
 }
 
-// scaleCols writes into dst ([F × rows]) src with column i scaled by c_i.
-func scaleCols(dst, src, c []float32, F, rows int) []float32 {
-	for f := 0; f < F; f++ {
-		vec.Mul(dst[f*rows:(f+1)*rows], src[f*rows:(f+1)*rows], c[:rows])
+// suffixScales returns the key factors relative to U_l's reference: m_l,
+// or A_t when non-causal.
+func (s *logScales) suffixScales(w *psWorker, hd, rows int) []float32 {
+	ref := vec.Max(w.skeys[:rows])
+	if !s.e.L.causal {
+		_, pmax := s.maxes(hd)
+		ref = pmax[s.e.L.t]
 	}
-	return dst[:F*rows]
+	return s.keyScales(w, rows, ref)
 }
 
-// references computes, for the prepared blocks of every head, A_l from the
+// prepared computes, for the prepared blocks of every head, A_l from the
 // block maxima, and A_t, the maximum over all blocks.
-func (a *engine) references() {
-	for hd := 0; hd < a.L.bh; hd++ {
-		bmax, pmax := a.maxes(hd)
+func (s *logScales) prepared() {
+	for hd := 0; hd < s.e.L.bh; hd++ {
+		bmax, pmax := s.maxes(hd)
 		A := negInf
-		for l := 0; l < a.L.t; l++ {
+		for l := 0; l < s.e.L.t; l++ {
 			pmax[l] = A
 			A = max(A, bmax[l])
 		}
-		pmax[a.L.t] = A
+		pmax[s.e.L.t] = A
 	}
 }
 
-// scaledWeights turns the diagonal block's products S (in w.w's lower
+// diagWeights turns the diagonal block's products S (in w.w's lower
 // triangle) into weights relative to r_i: w_ij = S_ij·exp(s_j − r_i), with
-// the factors exp(s_j − r_i) left in w.s and r_i in a.ref.
-func (a *engine) scaledWeights(w *psWorker, hd, l int) {
-	L := &a.L
+// the factors exp(s_j − r_i) left in w.s and r_i in s.ref.
+func (s *logScales) diagWeights(w *psWorker, hd, l int) {
+	L := &s.e.L
 	lo, rows := L.plan.span(l)
-	r := a.ref[hd*L.n+lo : hd*L.n+lo+rows]
+	r := s.ref[hd*L.n+lo : hd*L.n+lo+rows]
 	sk := w.skeys[:rows]
 	run := negInf
 	for i := range r {
@@ -103,20 +149,119 @@ func (a *engine) scaledWeights(w *psWorker, hd, l int) {
 	}
 }
 
+// diagBackward: dS = dW ∗ exp(s_j − R_i), the factors left in w.s.
+func (s *logScales) diagBackward(w *psWorker, dw []float32, rows, pow int) {
+	lowerPowGrad(dw, w.s, w.tmp, rows, pow)
+	for i := 0; i < rows; i++ {
+		vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], w.s[i*rows:i*rows+i+1])
+	}
+}
+
 // rowFactors sets w.fs to f_i = exp(r_i − R_i) and w.cs to
 // c_i = exp(A_l − R_i), R_i = max(A_l, r_i), for the rows of causal block l.
-func (a *engine) rowFactors(w *psWorker, hd, l int) {
-	L := &a.L
+// Non-causal attention has one reference for all, A_t: no factors.
+func (s *logScales) rowFactors(w *psWorker, hd, l int) (fs, cs []float32) {
+	L := &s.e.L
+	if !L.causal {
+		return nil, nil
+	}
 	lo, rows := L.plan.span(l)
-	_, pmax := a.maxes(hd)
+	_, pmax := s.maxes(hd)
 	A := pmax[l]
-	fs, cs := w.fs[:rows], w.cs[:rows]
-	for i, r := range a.ref[hd*L.n+lo : hd*L.n+lo+rows] {
+	fs, cs = w.fs[:rows], w.cs[:rows]
+	for i, r := range s.ref[hd*L.n+lo : hd*L.n+lo+rows] {
 		R := max(A, r)
 		fs[i], cs[i] = r-R, A-R
 	}
 	vec.Exp(fs, fs)
 	vec.Exp(cs, cs)
+	return fs, cs
+}
+
+func (s *logScales) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, hd int) {
+	bmax, pmax := s.maxes(hd)
+	switch kind {
+	case scanSum:
+		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+	case scanSumKeys:
+		scaledSum(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi, bmax)
+	case scanPrefix:
+		scaledPrefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax)
+	case scanSuffix:
+		scaledSuffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax, pmax)
+	}
+}
+
+func (s *logScales) addKeyState(run, state []float32, hd, l int, A float32) float32 {
+	bmax, _ := s.maxes(hd)
+	return addScaled(run, state, A, bmax[l])
+}
+
+func (s *logScales) setReference(hd, l int, A float32) {
+	bmax, pmax := s.maxes(hd)
+	if l == s.e.L.t {
+		A = max(A, bmax[l-1])
+	}
+	pmax[l] = A
+}
+
+func (s *logScales) keyTotal(hd int, A float32) {
+	_, pmax := s.maxes(hd)
+	pmax[s.e.L.t] = A
+}
+
+// suffixState returns the running suffix state, relative to A_{l+1},
+// relative to m_l in w.acc, as scaledSuffixScan makes them.
+func (s *logScales) suffixState(w *psWorker, hd, l int) []float32 {
+	bmax, pmax := s.maxes(hd)
+	u := w.acc
+	copy(u, w.run)
+	vec.Scale(expf(bmax[l]-pmax[l+1]), u)
+	return u
+}
+
+func (s *logScales) addQueryState(run, state []float32, hd, l int) {
+	_, pmax := s.maxes(hd)
+	suffixAdd(run, state, pmax[l]-pmax[l+1])
+}
+
+// CumSum: the state is kept relative to M_i, the running maximum of the
+// key log-scales s_j, j ≤ i, and rescaled by exp(M_{i-1} − M_i) when it
+// grows; key j enters it weighted by exp(s_j − M_i). Backward's suffix
+// sums run relative to M_j, rescaled by exp(M_j − M_{j+1}) ≤ 1 as j
+// decreases, and key j's gradients carry exp(s_j − M_j). M_i is kept in
+// s.ref between the sweeps.
+
+// cumKey rescales the state to the new M_i and returns key i's features
+// relative to it, in row i of w.df.
+func (s *logScales) cumKey(w *psWorker, fk []float32, hd, pos, i int) []float32 {
+	at := hd * s.e.L.n
+	M := negInf
+	if pos > 0 {
+		M = s.ref[at+pos-1]
+	}
+	x := w.skeys[i]
+	if x > M {
+		vec.Scale(expf(M-x), w.run)
+		M = x
+	}
+	s.ref[at+pos] = M
+	F := len(fk)
+	kf := w.df[i*F : (i+1)*F]
+	copy(kf, fk)
+	vec.Scale(expf(x-M), kf)
+	return kf
+}
+
+// cumSuffix rescales the suffix state from M_{pos+1} to M_pos and returns
+// exp(s_pos − M_pos).
+func (s *logScales) cumSuffix(w *psWorker, hd, pos, i int) float32 {
+	at, n := hd*s.e.L.n, s.e.L.n
+	Mi, next := s.ref[at+pos], s.ref[at+min(pos+1, n-1)]
+	if Mi != next {
+		vec.Scale(expf(Mi-next), w.run)
+	}
+	return expf(w.skeys[i] - Mi)
 }
 
 // scaleRows multiplies the lower-triangle rows of the n×n matrix m by f.

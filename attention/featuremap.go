@@ -20,13 +20,18 @@ import (
 //	sqpolysketch  per-degree sketches, coefficients on  →  symmetric self-tensoring (F = D(D+1)/2,
 //	              the queries' side (asymmetric)            D = 1 + p·r)
 //
-// Self-tensoring is done by the engine itself, which exploits it: the
-// diagonal blocks are lt((L·Rᵀ)²) from the r-dimensional projections,
-// never features, and a feature gradient shared by every row reaches the
-// projection through an r×r matrix (symmetricOf). An entrywise lift keeps
-// F = r and is applied by the projection, forward and backward side by
-// side with it; the engine then uses the projection's output as the
-// features and the diagonal blocks are lt(Φ(Q_l)·Φ(K_l)ᵀ).
+// The lift is a strategy (lift, below). Self-tensoring (tensored) is done
+// by the engine itself, which exploits it: the diagonal blocks are
+// lt((L·Rᵀ)²) from the r-dimensional projections, never features, and a
+// feature gradient shared by every row reaches the projection through an
+// r×r matrix (symmetricOf). An entrywise lift keeps F = r and is applied
+// by the projection, forward and backward side by side with it; the
+// engine then uses the projection's output as the features and the
+// diagonal blocks are lt(Φ(Q_l)·Φ(K_l)ᵀ).
+//
+// A new linear mechanism is one file: its projection (dims, apply,
+// output, backward, …), a featureMap naming it and its lift, and its
+// registration; then a row in the conformance table.
 
 // A projection maps rows of q or k, a block at a time, to the transposed
 // matrix Mᵀ ([out × n]) the lift reads. *sketch (random or learned) is
@@ -76,15 +81,16 @@ type featureMap struct {
 	// keys, of the same dimensions (an asymmetric map: weights
 	// φ_Q(q)·φ_K(k)).
 	projectKeys func(h int, seed uint64) projection
-	// tensored: the lift is symmetric self-tensoring, done by the engine;
-	// else the projection applied an entrywise lift and F = r.
-	tensored bool
+	// lift makes the features of the projections: tensored, or
+	// entrywise (nil) when the projection applied a lift of its own.
+	lift lift
 	// one is added to every denominator: 1 for polysketch (1 + Σ w),
 	// 0 for the plain ratio Σ w v / Σ w.
 	one float32
-	// scaled: the projection is a logScaled one whose key features carry
-	// a log-scale, stabilized by running maxima (see engine_scaled.go);
-	// needs the plain ratio and an entrywise lift.
+	// scaled: the keys' projection is a logScaled one whose features
+	// carry a log-scale, which the engine's stabilizer logScales keeps
+	// relative to running maxima (see engine_scaled.go); needs the plain
+	// ratio and an entrywise lift. Else the stabilizer is plain.
 	scaled bool
 }
 
@@ -107,65 +113,58 @@ func floorDenominators(d []float32) {
 	}
 }
 
-// features returns the number of features of an r-dimensional projection.
-func (fm *featureMap) features(r int) int {
-	if fm.tensored {
-		return featureDim(r)
-	}
-	return r
+// A lift turns the projections Mᵀ ([r × n]) of a block into its features
+// Φᵀ ([F × n]), forward and backward, and computes the diagonal blocks'
+// products from the projections: selfTensor (symmetric self-tensoring,
+// done by the engine) or entrywise (a lift the projection applied itself:
+// the features are M).
+type lift interface {
+	// features returns F for an r-dimensional projection.
+	features(r int) int
+	// diagPow is the power of the dot products of projections inside
+	// diagonal blocks that gives the features' dot products.
+	diagPow() int
+	// apply returns Φᵀ of Mᵀ, in phi or Mᵀ itself; tilde is scratch the
+	// backward pass reads.
+	apply(phi, mT, tilde []float32, r, n int) []float32
+	// backward computes dMᵀ (or with accumulate adds to it) from dΦᵀ.
+	backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool)
+	// sharedBackward adds to dMᵀ ([r × n]) the gradient of a feature
+	// gradient u ([F]) scaled per row by s ([n], nil for 1): dΦ_i += s_i·u,
+	// with psi ([r × r]) and aux ([r × n]) as scratch.
+	sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int)
+	// diagScores computes the lower triangle of S = M(Q_l)·M(K_l)ᵀ into s
+	// from w.mq and w.mk; diagBackward takes its gradient dS and writes
+	// that of M(Q_l) into w.dmr and that of M(K_l) into dmk, in the layout
+	// addDiagonal adds (or with accumulate false writes) to a dMᵀ.
+	diagScores(w *psWorker, s []float32, rows, r int)
+	diagBackward(w *psWorker, dS, dmk []float32, rows, r int)
+	addDiagonal(dm, src []float32, rows, r int, accumulate bool)
+	// carveWorker takes the worker's buffers the lift needs.
+	carveWorker(w *psWorker, L *psLayout, c *carver)
 }
 
-// diagPow is the power of the dot products of projections inside
-// diagonal blocks: (M(q)·M(k))² = φ(q)·φ(k) when self-tensored, else the
-// features' dot product itself.
-func (fm *featureMap) diagPow() int {
-	if fm.tensored {
-		return 2
-	}
-	return 1
-}
+// tensored is the lift φ = M^⊗2, its r(r+1)/2 symmetric entries (M_c²
+// and √2·M_c·M_d for c < d). The diagonal blocks are lt((L·Rᵀ)²) from the
+// projections, never features, and a feature gradient shared by every row
+// reaches the projection through an r×r matrix (symmetricOf).
+type tensored struct{}
 
-// lift returns Φᵀ ([F × n]) of Mᵀ ([r × n]): self-tensored into phi
-// (tilde receives √2·Mᵀ), or Mᵀ itself.
-func (fm *featureMap) lift(phi, mT, tilde []float32, r, n int) []float32 {
-	if !fm.tensored {
-		return mT[:r*n]
-	}
+func (tensored) features(r int) int { return featureDim(r) }
+func (tensored) diagPow() int       { return 2 }
+
+func (tensored) apply(phi, mT, tilde []float32, r, n int) []float32 {
 	selfTensor(phi, mT, tilde, r, n)
 	return phi
 }
 
-// liftBackward computes dMᵀ (or with accumulate adds to it) from dΦᵀ.
-func (fm *featureMap) liftBackward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool) {
-	if fm.tensored {
-		selfTensorBackward(dmT, dphiT, mT, tilde, tmp, r, n, accumulate)
-		return
-	}
-	if accumulate {
-		vec.Add(dmT[:r*n], dmT[:r*n], dphiT[:r*n])
-	} else {
-		copy(dmT[:r*n], dphiT[:r*n])
-	}
+func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool) {
+	selfTensorBackward(dmT, dphiT, mT, tilde, tmp, r, n, accumulate)
 }
 
-// liftSharedBackward adds to dMᵀ ([r × n]) the gradient of a feature
-// gradient u ([F]) scaled per row by s ([n], nil for 1): dΦ_i += s_i·u.
-// Self-tensored, that is dMᵀ += Ψ(u)·Mᵀ∗s (see symmetricOf), r² work per
-// row instead of F; psi ([r × r]) and aux ([r × n]) are scratch.
-func (fm *featureMap) liftSharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
-	if !fm.tensored {
-		for c, uc := range u[:r] {
-			d := dmT[c*n : (c+1)*n]
-			if s == nil {
-				for i := range d {
-					d[i] += uc
-				}
-			} else {
-				vec.Axpy(uc, s[:n], d)
-			}
-		}
-		return
-	}
+// sharedBackward: dMᵀ += Ψ(u)·Mᵀ∗s (see symmetricOf), r² work per row
+// instead of F.
+func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 	symmetricOf(psi, u, r)
 	if s == nil {
 		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 1, dmT, n)
@@ -177,6 +176,103 @@ func (fm *featureMap) liftSharedBackward(dmT, u, s, mT, psi, aux []float32, r, n
 		x := aux[c*n : (c+1)*n]
 		vec.Mul(x, x, s[:n])
 		vec.Add(dmT[c*n:(c+1)*n], dmT[c*n:(c+1)*n], x)
+	}
+}
+
+// diagScores multiplies row-major copies of the projections (w.mqr, w.mkr),
+// which diagBackward reuses.
+func (tensored) diagScores(w *psWorker, s []float32, rows, r int) {
+	transposeInto(w.mqr, w.mq, rows, r, rows)
+	transposeInto(w.mkr, w.mk, rows, r, rows)
+	lowerABt(s, w.mqr, r, w.mkr, r, rows, r)
+}
+
+// diagBackward leaves its gradients row-major.
+func (tensored) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
+	lowerMul(w.dmr, r, dS, w.mkr, r, rows, r, 0)
+	lowerTMul(dmk, r, dS, w.mqr, r, rows, r, 0)
+}
+
+func (tensored) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
+	addTransposed(dm, src, rows, r, accumulate)
+}
+
+// carveWorker takes √2·Mᵀ of queries and keys, Ψ(u) and Ψ(u)·Mᵀ, and
+// with sketched diagonal blocks row-major M of queries and keys.
+func (tensored) carveWorker(w *psWorker, L *psLayout, c *carver) {
+	bs, ro := L.bs, L.ro
+	w.tq, w.tk = c.take(ro*bs), c.take(ro*bs)
+	w.psi, w.aux = c.take(ro*ro), c.take(ro*bs)
+	if L.sketched {
+		w.mqr, w.mkr = c.take(bs*ro), c.take(bs*ro)
+	}
+}
+
+// entrywise is the lift of maps whose projection applied an entrywise
+// lift itself (elu, performer): Φ = M, F = r, and the diagonal blocks are
+// lt(Φ(Q_l)·Φ(K_l)ᵀ), computed from the transposed features.
+type entrywise struct{}
+
+func (entrywise) features(r int) int { return r }
+func (entrywise) diagPow() int       { return 1 }
+
+func (entrywise) apply(_, mT, _ []float32, r, n int) []float32 { return mT[:r*n] }
+
+func (entrywise) backward(dmT, dphiT, _, _, _ []float32, r, n int, accumulate bool) {
+	if accumulate {
+		vec.Add(dmT[:r*n], dmT[:r*n], dphiT[:r*n])
+	} else {
+		copy(dmT[:r*n], dphiT[:r*n])
+	}
+}
+
+func (entrywise) sharedBackward(dmT, u, s, _, _, _ []float32, r, n int) {
+	for c, uc := range u[:r] {
+		d := dmT[c*n : (c+1)*n]
+		if s == nil {
+			for i := range d {
+				d[i] += uc
+			}
+		} else {
+			vec.Axpy(uc, s[:n], d)
+		}
+	}
+}
+
+func (entrywise) diagScores(w *psWorker, s []float32, rows, r int) {
+	lowerAtB(s, w.mq, w.mk, rows, r)
+}
+
+// diagBackward leaves its gradients transposed, as the features are.
+func (entrywise) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
+	lowerMulT(w.dmr, dS, w.mk, rows, r, 0)
+	lowerTMulT(dmk, dS, w.mq, rows, r, 0)
+}
+
+func (entrywise) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
+	if accumulate {
+		vec.Add(dm[:r*rows], dm[:r*rows], src[:r*rows])
+	} else {
+		copy(dm[:r*rows], src[:r*rows])
+	}
+}
+
+func (entrywise) carveWorker(*psWorker, *psLayout, *carver) {}
+
+// addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
+// row-major matrix, into dst, a [c × n] matrix.
+func addTransposed(dst, src []float32, n, c int, accumulate bool) {
+	for i := 0; i < n; i++ {
+		row := src[i*c : (i+1)*c]
+		if accumulate {
+			for t, x := range row {
+				dst[t*n+i] += x
+			}
+		} else {
+			for t, x := range row {
+				dst[t*n+i] = x
+			}
+		}
 	}
 }
 

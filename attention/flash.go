@@ -66,20 +66,29 @@ func (softmaxWeighting) forwardTile(sc *scratch, t tile, o []float32, h int) {
 		if n == 0 {
 			continue // cleared by t.exp
 		}
-		if mx := vec.Max(row[:n]); mx > sc.m[r] {
-			if old := sc.m[r]; old != negInf {
-				c := float32(math.Exp(float64(old - mx)))
-				sc.l[r] *= c
-				vec.Scale(c, o[r*h:(r+1)*h])
-			}
-			sc.m[r] = mx
-		}
-		vec.Axpy(-sc.m[r], sc.ones[:n], row[:n])
+		onlineShift(row[:n], sc.ones, vec.Max(row[:n]), &sc.m[r], &sc.l[r], o[r*h:(r+1)*h])
 	}
 	t.exp(s)
 	for r := 0; r < t.rows; r++ {
 		sc.l[r] += vec.Sum(s[r*t.cols : r*t.cols+t.span(r)])
 	}
+}
+
+// onlineShift is the step of an online softmax for a row of scores whose
+// maximum is mx: when mx exceeds the row's running maximum *m, its running
+// sum *l and partial output o are rescaled by exp(m − mx) and *m becomes
+// mx; then the row is shifted by −*m, so that its exponentials are its
+// weights relative to *m. HyperAttention's merge takes the same step.
+func onlineShift(row, ones []float32, mx float32, m, l *float32, o []float32) {
+	if mx > *m {
+		if old := *m; old != negInf {
+			c := float32(math.Exp(float64(old - mx)))
+			*l *= c
+			vec.Scale(c, o)
+		}
+		*m = mx
+	}
+	vec.Axpy(-*m, ones[:len(row)], row)
 }
 
 func (softmaxWeighting) forwardEnd(sc *scratch, rows int, o, stat []float32, h int) {

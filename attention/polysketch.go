@@ -20,8 +20,8 @@ func polysketchMap(o kernelOptions) featureMap {
 		project: func(h int, seed uint64) projection {
 			return newSketch(o.Sketch, o.Degree/2, h, o.SketchSize, seed)
 		},
-		tensored: true,
-		one:      1,
+		lift: tensored{},
+		one:  1,
 	}
 }
 

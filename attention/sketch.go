@@ -262,7 +262,7 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 // bitwise equal to what apply produced.
 func (s *sketch) output(x []float32, ldx, n int, pre, mT []float32) {
 	if s.net != nil {
-		panic("attention: sketch.output of a learned sketch (polysketch reads M from learnedRows)")
+		panic("attention: sketch.output of a learned sketch (the engine reads M from netPass)")
 	}
 	if s.degree == 1 {
 		transposeInto(mT, x, ldx, n, s.in)
@@ -286,7 +286,7 @@ func (s *sketch) combine(dst, p []float32, np, n int) {
 // the pre of apply; with accumulate it adds to dx instead of overwriting.
 func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
 	if s.net != nil {
-		panic("attention: sketch.backward of a learned sketch (polysketch runs netBackwardItem)")
+		panic("attention: sketch.backward of a learned sketch (the engine runs netPass.backwardEnd)")
 	}
 	if s.degree == 1 {
 		transposeAdd(dx, ldx, dmT, n, s.in, accumulate)

@@ -525,83 +525,161 @@ type HeadSized interface {
 // known (SetHeadSize or the first Forward). Backward adds (+=) to their
 // gradients.
 func (a *engine) Params() []*nn.Param {
-	if a.sk == nil || a.sk.net == nil {
+	if a.src == nil {
 		return nil
 	}
-	return append([]*nn.Param(nil), a.sk.net.params...)
+	return a.src.params()
 }
 
-// netRows returns side's input (q for 0, k for 1) and its gradient, and the
+// netPass is the projector of a learned sketch: its networks run on all
+// rows of q and k before the phases, which read M from there and leave
+// dM, and backward on them after.
+type netPass struct {
+	e   *engine
+	net *learned
+
+	ms, dms [2][]float32 // M(Q), M(K) and their gradients: [bh·n × ro] each
+	keep    [2][]float32 // without Remat, the networks' a2 and y for Q and K: [bh·n × keepW] each
+	pgrad   []float32    // [groups × parameter floats]: partial parameter gradients
+
+	// The items of its passes, bound once so that running them allocates
+	// nothing.
+	stepFwd, stepBwd, stepReduce func(w *psWorker, i int)
+}
+
+func newNetPass(a *engine, net *learned) *netPass {
+	s := &netPass{e: a, net: net}
+	s.stepFwd, s.stepBwd, s.stepReduce = s.forwardItem, s.backwardItem, s.reduceItem
+	return s
+}
+
+// layout cuts the rows of q, then of k, into chunks, and the chunks into
+// groups of partial parameter gradients.
+func (s *netPass) layout(L *psLayout, items int) int {
+	L.chunk = min(netChunk, L.bh*L.n)
+	L.chunks = (L.bh*L.n + L.chunk - 1) / L.chunk
+	L.groups = min(netGroups, 2*L.chunks)
+	return max(items, 2*L.chunks)
+}
+
+func (s *netPass) carve(L *psLayout, c *carver) {
+	n := L.bh * L.n
+	var ms, dms, keep [2][]float32
+	for i := range ms {
+		ms[i], dms[i] = c.take(n*L.ro), c.take(n*L.ro)
+		if !s.e.opts.Remat {
+			keep[i] = c.take(n * s.net.keepW)
+		}
+	}
+	pgrad := c.take(L.groups * s.net.size)
+	if c.keep() {
+		s.ms, s.dms, s.keep, s.pgrad = ms, dms, keep, pgrad
+	}
+}
+
+func (s *netPass) scratchRows(L *psLayout) int { return L.chunk }
+
+func (s *netPass) params() []*nn.Param { return append([]*nn.Param(nil), s.net.params...) }
+
+func (s *netPass) forward() { s.e.pool.run(2*s.e.L.chunks, s.stepFwd) }
+
+func (s *netPass) backwardEnd() {
+	s.net.transposeWeights()
+	s.e.pool.run(s.e.L.groups, s.stepBwd)
+	s.e.pool.run(len(s.net.segs), s.stepReduce)
+}
+
+// apply and output read Mᵀ of block l of head hd ([r × rows]) from the
+// sketches of all rows that forward computed: queries (key false) or keys.
+func (s *netPass) apply(_ *psWorker, key bool, hd, l int, _, mT []float32) {
+	L := &s.e.L
+	lo, rows := L.plan.span(l)
+	m := s.ms[0]
+	if key {
+		m = s.ms[1]
+	}
+	at := (hd*L.n + lo) * L.ro
+	transposeInto(mT, m[at:at+rows*L.ro], L.ro, rows, L.ro)
+}
+
+func (s *netPass) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+	s.apply(w, key, hd, l, pre, mT)
+}
+
+// backward keeps dM of the block's rows for backwardEnd.
+func (s *netPass) backward(_ *psWorker, key bool, hd, l int, _ bool, dmT, _ []float32) {
+	L := &s.e.L
+	lo, rows := L.plan.span(l)
+	side := 0
+	if key {
+		side = 1
+	}
+	dm := s.dms[side][(hd*L.n+lo)*L.ro : (hd*L.n+lo+rows)*L.ro]
+	if dmT == nil {
+		clear(dm)
+	} else {
+		transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
+	}
+}
+
+// rows returns side's input (q for 0, k for 1) and its gradient, and the
 // first row and count of chunk c.
-func (a *engine) netRows(side, c int) (x, dx []float32, lo, rows int) {
-	L := &a.L
-	x, dx = a.q, a.dq
+func (s *netPass) rows(side, c int) (x, dx []float32, lo, rows int) {
+	L := &s.e.L
+	x, dx = s.e.q, s.e.dq
 	if side == 1 {
-		x, dx = a.k, a.dk
+		x, dx = s.e.k, s.e.dk
 	}
 	lo = c * L.chunk
 	return x, dx, lo, min(L.chunk, L.bh*L.n-lo)
 }
 
-// netForwardItem computes M of chunk i (q chunks, then k chunks) into a.ms.
-func (a *engine) netForwardItem(w *psWorker, i int) {
-	L := &a.L
+// forwardItem computes M of chunk i (q chunks, then k chunks) into s.ms.
+func (s *netPass) forwardItem(w *psWorker, i int) {
+	L := &s.e.L
 	side := i / L.chunks
-	x, _, lo, rows := a.netRows(side, i%L.chunks)
-	m := a.sk.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf, a.kept(side, lo, false))
-	copy(a.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
+	x, _, lo, rows := s.rows(side, i%L.chunks)
+	m := s.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, false))
+	copy(s.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
 }
 
 // kept returns where the networks keep a2 and y for rows from lo of side
 // (q for 0, k for 1): nothing with Remat.
-func (a *engine) kept(side, lo int, load bool) kept {
-	if a.keep[side] == nil {
+func (s *netPass) kept(side, lo int, load bool) kept {
+	if s.keep[side] == nil {
 		return kept{}
 	}
-	ld := a.sk.net.keepW
-	return kept{buf: a.keep[side][lo*ld:], ld: ld, load: load}
+	ld := s.net.keepW
+	return kept{buf: s.keep[side][lo*ld:], ld: ld, load: load}
 }
 
-// netBackwardItem runs the networks backward over the chunks of group g,
-// from the gradients in a.dms, into dq, dk and the group's partial
+// backwardItem runs the networks backward over the chunks of group g,
+// from the gradients in s.dms, into dq, dk and the group's partial
 // parameter gradients.
-func (a *engine) netBackwardItem(w *psWorker, g int) {
-	L := &a.L
-	net := a.sk.net
-	grads := a.pgrad[g*net.size : (g+1)*net.size]
+func (s *netPass) backwardItem(w *psWorker, g int) {
+	L := &s.e.L
+	net := s.net
+	grads := s.pgrad[g*net.size : (g+1)*net.size]
 	clear(grads)
 	// dq, dk hold the diagonal blocks' exact terms unless those are sketched.
 	acc := L.causal && !L.sketched && L.mode != modeCumSum
 	for i := g; i < 2*L.chunks; i += L.groups {
 		side := i / L.chunks
-		x, dx, lo, rows := a.netRows(side, i%L.chunks)
+		x, dx, lo, rows := s.rows(side, i%L.chunks)
 		x, dx = x[lo*L.h:], dx[lo*L.h:]
-		net.forward(x, L.h, rows, L.chunk, w.sks.buf, a.kept(side, lo, true))
-		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, a.dms[side][lo*L.ro:], grads)
+		net.forward(x, L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, true))
+		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
 	}
 }
 
-// netReduceItem adds the partial sums of segment i to the parameter
+// reduceItem adds the partial sums of segment i to the parameter
 // gradients, in group order.
-func (a *engine) netReduceItem(_ *psWorker, i int) {
-	net := a.sk.net
-	s := net.segs[i]
-	dst := net.params[s.p].Grad.Data[s.lo:s.hi]
-	for g := 0; g < a.L.groups; g++ {
-		at := g*net.size + s.off
-		vec.Add(dst, dst, a.pgrad[at+s.lo:at+s.hi])
+func (s *netPass) reduceItem(_ *psWorker, i int) {
+	net := s.net
+	sg := net.segs[i]
+	dst := net.params[sg.p].Grad.Data[sg.lo:sg.hi]
+	for g := 0; g < s.e.L.groups; g++ {
+		at := g*net.size + sg.off
+		vec.Add(dst, dst, s.pgrad[at+sg.lo:at+sg.hi])
 	}
-}
-
-// learnedRows writes Mᵀ of block l of head hd ([r × rows]) from the
-// sketches of all rows that Forward computed: queries (key false) or keys.
-func (a *engine) learnedRows(key bool, hd, l int, mT []float32) {
-	L := &a.L
-	lo, rows := L.plan.span(l)
-	m := a.ms[0]
-	if key {
-		m = a.ms[1]
-	}
-	at := (hd*L.n + lo) * L.ro
-	transposeInto(mT, m[at:at+rows*L.ro], L.ro, rows, L.ro)
 }

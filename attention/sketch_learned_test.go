@@ -580,7 +580,7 @@ func TestLearnedDegree2(t *testing.T) {
 }
 
 // TestLearnedDecoder decodes position by position with the learned sketch
-// (decode.go runs sketch.apply on one row per head) and compares with
+// (decode_sketch.go runs sketch.apply on one row per head) and compares with
 // Forward; also for a mechanism whose sketch the decoder builds.
 func TestLearnedDecoder(t *testing.T) {
 	for _, c := range learnedCases {

@@ -222,15 +222,6 @@ func (a *squarePolyAttn) SketchMatrices() map[string]*tensor.Tensor {
 	return map[string]*tensor.Tensor{"coefficients": a.coef.Value}
 }
 
-func (a *squarePolyAttn) NewDecoder(B, H, h int) (Decoder, error) {
-	if !a.causal {
-		return nil, errNotCausal(a.Kind())
-	}
-	d := newCacheDecoder(B, H, h, 0)
-	d.weights = a.weights.(*squareWeighting).weighRow
-	return d, nil
-}
-
 // squareWeighting turns scores x = q·k into the weights (g(x)/M)² with
 // g(x) = Σ a_i x^i and M the running maximum of |g| over the row's keys.
 // The per-row statistic kept for backward is r = 1/√D, with

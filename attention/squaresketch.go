@@ -97,7 +97,7 @@ func init() {
 					return q
 				},
 				projectKeys: func(int, uint64) projection { return keys },
-				tensored:    true,
+				lift:        tensored{},
 				one:         0, // the plain ratio of the thesis and of sqpoly
 			}
 			a := &squareSketchAttn{engine: newEngine(SquareSketch, o, fm)}

@@ -1,0 +1,132 @@
+package attention
+
+import "github.com/polysketch/polysketch/vec"
+
+// A stabilizer is how the engine keeps the weights of a feature map in
+// float32 range, chosen once from the map (featureMap.scaled): plain for
+// maps whose features are bounded as they are, logScales (engine_scaled.go)
+// for maps whose key features carry a per-key log-scale that the engine
+// keeps relative to running maxima (Performer). The engine's loops call it
+// at the few points where a scale enters; plain does nothing there, so the
+// maps without scales run exactly the arithmetic they would without it.
+//
+// A stabilizer may return per-row factors (keyScales, suffixScales,
+// rowFactors): nil means none, 1 for every row.
+type stabilizer interface {
+	// bind checks the stabilizer against the engine's projections, built
+	// or rebuilt for a head size, and takes what it reads from them.
+	bind(a *engine)
+	// carve takes the engine's buffers for layout L from c, and
+	// carveWorker a worker's.
+	carve(L *psLayout, c *carver)
+	carveWorker(w *psWorker, L *psLayout, c *carver)
+
+	// keysProjected records what the stabilizer needs of a block's keys
+	// from the projection's pre.
+	keysProjected(w *psWorker, pre []float32, rows int)
+	// keyBlock records block l's keys (just projected) and returns the
+	// reference of their state H_l.
+	keyBlock(w *psWorker, hd, l, rows int) float32
+	// keyScales returns the factors of the block's key features relative
+	// to ref (into the worker's scratch).
+	keyScales(w *psWorker, rows int, ref float32) []float32
+	// suffixScales returns the factors of the block's key features
+	// relative to the reference of the suffix state U that bwdKeys reads.
+	suffixScales(w *psWorker, hd, rows int) []float32
+	// prepared runs when every block's keys are prepared (blocks mode),
+	// before the prefix scan.
+	prepared()
+	// diagWeights rescales the weights of causal block l's sketched
+	// diagonal block, just computed in w.w from w.s, leaving in w.s what
+	// diagBackward needs.
+	diagWeights(w *psWorker, hd, l int)
+	// diagBackward turns the gradient of the diagonal weights dw into that
+	// of the products S, whose power pow they are.
+	diagBackward(w *psWorker, dw []float32, rows, pow int)
+	// rowFactors returns, for causal block l, the factors fs of its rows'
+	// diagonal terms and cs of their cross terms, relative to one
+	// reference per row.
+	rowFactors(w *psWorker, hd, l int) (fs, cs []float32)
+	// scan runs a scan of the given kind (scanSum…) over elements lo…hi
+	// of head hd's states st.
+	scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, hd int)
+
+	// Streaming (Remat). The running prefix state is relative to A.
+	// addKeyState adds block l's key state to run and returns the new A;
+	// setReference records A as the reference of the prefix state block l
+	// reads (l = t: of all blocks), keyTotal that of the sum of all key
+	// states; suffixState returns the suffix state block l's keys read,
+	// from the running w.run; addQueryState adds block l's query state to
+	// the running suffix sum.
+	addKeyState(run, state []float32, hd, l int, A float32) float32
+	setReference(hd, l int, A float32)
+	keyTotal(hd int, A float32)
+	suffixState(w *psWorker, hd, l int) []float32
+	addQueryState(run, state []float32, hd, l int)
+
+	// CumSum. cumKey returns the features to add to the running state
+	// w.run of key i of the block (position pos of head hd), whose
+	// features are fk, rescaling the state first if need be; cumSuffix
+	// prepares the running suffix state for position pos and returns key
+	// pos's factor.
+	cumKey(w *psWorker, fk []float32, hd, pos, i int) []float32
+	cumSuffix(w *psWorker, hd, pos, i int) float32
+}
+
+// plain is the stabilizer of maps whose features need none.
+type plain struct{}
+
+func (plain) bind(*engine)                                            {}
+func (plain) carve(*psLayout, *carver)                                {}
+func (plain) carveWorker(*psWorker, *psLayout, *carver)               {}
+func (plain) keysProjected(*psWorker, []float32, int)                 {}
+func (plain) keyBlock(*psWorker, int, int, int) float32               { return 0 }
+func (plain) keyScales(*psWorker, int, float32) []float32             { return nil }
+func (plain) suffixScales(*psWorker, int, int) []float32              { return nil }
+func (plain) prepared()                                               {}
+func (plain) diagWeights(*psWorker, int, int)                         {}
+func (plain) rowFactors(*psWorker, int, int) (fs, cs []float32)       { return nil, nil }
+func (plain) setReference(int, int, float32)                          {}
+func (plain) keyTotal(int, float32)                                   {}
+func (plain) suffixState(w *psWorker, _, _ int) []float32             { return w.run }
+func (plain) cumKey(_ *psWorker, fk []float32, _, _, _ int) []float32 { return fk }
+func (plain) cumSuffix(*psWorker, int, int, int) float32              { return 1 }
+
+func (plain) diagBackward(w *psWorker, dw []float32, rows, pow int) {
+	lowerPowGrad(dw, w.s, w.tmp, rows, pow)
+}
+
+func (plain) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, _ int) {
+	switch kind {
+	case scanSum, scanSumKeys:
+		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+	case scanPrefix:
+		prefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+	case scanSuffix:
+		suffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+	}
+}
+
+func (plain) addKeyState(run, state []float32, _, _ int, A float32) float32 {
+	vec.Add(run, run, state)
+	return A
+}
+
+func (plain) addQueryState(run, state []float32, _, _ int) { vec.Add(run, run, state) }
+
+// scaleColsBy returns src ([F × rows]) with column i scaled by c_i, in
+// dst, or src itself when c is nil.
+func scaleColsBy(dst, src, c []float32, F, rows int) []float32 {
+	if c == nil {
+		return src
+	}
+	return scaleCols(dst, src, c, F, rows)
+}
+
+// scaleCols writes into dst ([F × rows]) src with column i scaled by c_i.
+func scaleCols(dst, src, c []float32, F, rows int) []float32 {
+	for f := 0; f < F; f++ {
+		vec.Mul(dst[f*rows:(f+1)*rows], src[f*rows:(f+1)*rows], c[:rows])
+	}
+	return dst[:F*rows]
+}
