@@ -44,6 +44,7 @@ type job struct {
 	top     int   // alternatives of logprobs; -1 for none
 	offset  int   // bytes of text so far, for logprobs' text offsets
 	out     *mailbox
+	cache   cacheJob
 
 	canceled atomic.Bool // done (finished, failed, or its client went away): dropped at the next step
 
@@ -111,9 +112,10 @@ type scheduler struct {
 	batch    *model.Batch
 	maxSeqs  int
 	maxQueue int
-	chunk    int   // prompt tokens per sequence per step
-	rows     int   // rows per step beyond which waiting prompts wait a step
-	kvBudget int64 // bytes of KV cache for all active jobs; 0 for no limit
+	chunk    int          // prompt tokens per sequence per step
+	rows     int          // rows per step beyond which waiting prompts wait a step
+	kvBudget int64        // bytes of KV cache for all active jobs; 0 for no limit
+	cache    *prefixCache // nil when off
 	metrics  *metrics
 	logger   *slog.Logger
 
@@ -243,6 +245,7 @@ func (s *scheduler) safeStep() {
 // admit moves queued jobs to the active set while there is room; s.mu is
 // held. Jobs whose client has gone are dropped on the way.
 func (s *scheduler) admit() {
+	s.admitFills()
 	kept := s.queue[:0]
 	for i, j := range s.queue {
 		switch {
@@ -261,6 +264,7 @@ func (s *scheduler) admit() {
 			continue
 		}
 		j.seq, s.kvUsed = seq, s.kvUsed+j.kv
+		s.cache.resume(j)
 		s.active = append(s.active, j)
 	}
 	s.queue = kept
@@ -340,7 +344,11 @@ func (s *scheduler) step() {
 		if j.fed < len(j.prompt) {
 			j.fed += len(s.chunks[i])
 			s.metrics.promptTokens.Add(float64(len(s.chunks[i])))
-			if j.fed < len(j.prompt) {
+			s.cache.reached(j)
+			if j.cache.fill && j.fed == len(j.prompt) {
+				j.canceled.Store(true) // read for the cache only
+			}
+			if j.fed < len(j.prompt) || j.cache.fill {
 				continue
 			}
 		}
@@ -393,11 +401,15 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 			text += j.text.flush()
 		}
 	}
+	if j.cache.chat && s.cache != nil {
+		j.cache.answer = append(j.cache.answer, text...)
+	}
 	if text != "" || finish != "" || lp != nil {
 		j.out.post(event{index: j.index, text: text, logprobs: lp, finish: finish, generated: j.generated})
 	}
 	if finish != "" {
 		j.canceled.Store(true)
+		s.cache.finished(j)
 		return
 	}
 	j.next = tok
