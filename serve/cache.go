@@ -158,8 +158,8 @@ func (c *prefixCache) touch(path []*node) {
 // the budget.
 func (c *prefixCache) insert(tokens []int32, snap *model.Snapshot) {
 	depth := len(tokens) / c.block
-	if snap.Bytes()+int64(depth)*c.nodeBytes() > c.budget {
-		return // would evict everything and itself
+	if depth == 0 || snap.Bytes()+int64(depth)*c.nodeBytes() > c.budget {
+		return // no block (not reached), or would evict everything and itself
 	}
 	n := &c.root
 	path := make([]*node, 0, depth)

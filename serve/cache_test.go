@@ -2,9 +2,11 @@ package serve
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -309,6 +311,16 @@ func TestCacheFileDamaged(t *testing.T) {
 		{"flipped in the tokens", flip(hdr + 14), m, o},
 		{"flipped in a state", flip(len(good) / 2), m, o},
 		{"flipped in a checksum", flip(len(good) - 2), m, o},
+		{"a length that wraps", func() []byte {
+			b := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(b[hdr:], math.MaxUint64-2)
+			return b
+		}(), m, o},
+		{"a length past the end", func() []byte {
+			b := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(b[hdr:], uint64(len(good)))
+			return b
+		}(), m, o},
 		{"another model", good, testModel(t, other), o},
 		{"another chunk", good, m, Options{PrefillChunk: 2 * cacheChunk, CacheMemory: o.CacheMemory, CacheDir: dir}},
 	} {

@@ -201,7 +201,7 @@ func (c *prefixCache) load(path string, id [32]byte, m *model.Model) (int, error
 		left -= 8
 		// Checked before allocating: the entry must fit in what the file
 		// has left, and in the budget.
-		if size < 4 || size+4 > uint64(left) || int64(size) > c.budget {
+		if size < 4 || size > uint64(left) || uint64(left)-size < 4 || size > uint64(c.budget) {
 			return bad("length %d with %d bytes left in the file and a budget of %d", size, left, c.budget)
 		}
 		buf := make([]byte, 8+size+4)

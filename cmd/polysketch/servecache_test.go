@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,5 +115,43 @@ func TestServeCacheFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%q: error %v, want one line containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestBenchCache runs every part of bench cache at tiny sizes and checks
+// its report: a row per history and model, constant polysketch state
+// sizes and softmax ones that grow, and both cases of the shared prompt.
+func TestBenchCache(t *testing.T) {
+	var out bytes.Buffer
+	plot := filepath.Join(t.TempDir(), "p.png")
+	err := run([]string{"bench", "cache", "--histories", "128,256", "--softmax-histories", "128", "--reps", "1", "--streams", "2",
+		"--system", "128", "--max-tokens", "2", "--duration", "300ms", "--rounds", "1", "--plot", plot}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, re := range []string{
+		`(?m)^polysketch\s+128\s+\S+ \(`, `(?m)^polysketch\s+256\s+\S+ \(`, `(?m)^softmax\s+128\s+\S+ \(`,
+		`(?m)^1\s+off\s+\d+`, `(?m)^1\s+1GiB\s+\d+.*×$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("no line matching %s in\n%s", re, s)
+		}
+	}
+	bytesOf := func(name string, n int) string {
+		m := regexp.MustCompile(`(?m)^` + name + `\s+` + strconv.Itoa(n) + `\s+(\d+)$`).FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("no state size of %s at %d in\n%s", name, n, s)
+		}
+		return m[1]
+	}
+	if a, b := bytesOf("polysketch", 64), bytesOf("polysketch", 256); a != b {
+		t.Errorf("polysketch states of %s and %s bytes at 64 and 256 tokens, want the same", a, b)
+	}
+	if a, b := bytesOf("softmax", 64), bytesOf("softmax", 1024); len(a) >= len(b) {
+		t.Errorf("softmax states of %s and %s bytes at 64 and 1024 tokens, want growth", a, b)
+	}
+	if st, err := os.Stat(plot); err != nil || st.Size() == 0 {
+		t.Errorf("no plot: %v", err)
 	}
 }
