@@ -47,6 +47,7 @@ type prefixCache struct {
 	fills   []*job    // waiting for a slot
 	key     []byte    // scratch for map lookups
 	kvRow   int64     // bytes of KV cache per position, 0 for a recurrent state
+	id      [32]byte  // what a cache file must name to be used (cacheIdentity)
 	met     *cacheMetrics
 }
 

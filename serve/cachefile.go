@@ -58,9 +58,9 @@ func (s *Server) startCache(l *loaded) {
 	c := newPrefixCache(o.PrefillChunk, o.CacheMemory, s.cacheMetrics)
 	c.kvRow = l.kvRow
 	if o.CacheDir != "" {
-		l.cacheID = cacheIdentity(l, o.PrefillChunk)
+		c.id = cacheIdentity(l, o.PrefillChunk)
 		path := filepath.Join(o.CacheDir, cacheFile)
-		switch n, err := c.load(path, l.cacheID, l.m); {
+		switch n, err := c.load(path, c.id, l.m); {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
 			o.Logger.Warn("prefix cache file ignored", "file", path, "error", err)
@@ -79,7 +79,7 @@ func (s *Server) SaveCache() error {
 		return nil
 	}
 	path := filepath.Join(s.opts.CacheDir, cacheFile)
-	if err := l.sched.cache.save(path, l.cacheID); err != nil {
+	if err := l.sched.cache.save(path, l.sched.cache.id); err != nil {
 		return fmt.Errorf("prefix cache: writing %s: %w", path, err)
 	}
 	return nil

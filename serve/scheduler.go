@@ -112,10 +112,9 @@ type scheduler struct {
 	batch    *model.Batch
 	maxSeqs  int
 	maxQueue int
-	chunk    int          // prompt tokens per sequence per step
-	rows     int          // rows per step beyond which waiting prompts wait a step
-	kvBudget int64        // bytes of KV cache for all active jobs; 0 for no limit
-	cache    *prefixCache // nil when off
+	chunk    int   // prompt tokens per sequence per step
+	rows     int   // rows per step beyond which waiting prompts wait a step
+	kvBudget int64 // bytes of KV cache for all active jobs; 0 for no limit
 	metrics  *metrics
 	logger   *slog.Logger
 
@@ -131,6 +130,8 @@ type scheduler struct {
 	seqs   []*model.Sequence
 	chunks [][]int32
 	stepJ  []*job
+
+	cache *prefixCache // the scheduler goroutine's own; nil when off
 }
 
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {

@@ -109,14 +109,13 @@ type Server struct {
 
 // loaded is the model a Server serves.
 type loaded struct {
-	m       *model.Model
-	tok     tokenizer.Tokenizer
-	eot     int32
-	hasEOT  bool
-	limit   int // positions per sequence
-	kvRow   int64
-	sched   *scheduler
-	cacheID [32]byte // what a prefix cache file must name to be used
+	m      *model.Model
+	tok    tokenizer.Tokenizer
+	eot    int32
+	hasEOT bool
+	limit  int // positions per sequence
+	kvRow  int64
+	sched  *scheduler
 }
 
 //go:embed static/index.html
