@@ -399,3 +399,78 @@ func TestChatPromptPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixTrie drives the trie directly: lookups find the deepest state
+// on a path and how far the path goes, leaving the tokens asked; eviction
+// takes the least recently used leaves first, never a node whose
+// descendants are kept; and the bytes held return to zero when all is
+// evicted.
+func TestPrefixTrie(t *testing.T) {
+	m := testModel(t, testConfig())
+	seq, _ := m.NewSequence()
+	b := m.NewBatch()
+	if _, err := b.Step([]*model.Sequence{seq}, [][]int32{{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := seq.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B = 2
+	toks := func(s string) []int32 {
+		var out []int32
+		for _, c := range s {
+			out = append(out, int32(c))
+		}
+		return out
+	}
+	c := newPrefixCache(B, 1<<30, newCacheMetrics(newMetrics().reg))
+	// States after aabb, aabbcc and aaxx; the node aa has none.
+	c.insert(toks("aabb"), snap)
+	c.insert(toks("aabbcc"), snap)
+	c.insert(toks("aaxx"), snap)
+	for _, tc := range []struct {
+		prompt          string
+		keep            int
+		resume, matched int
+	}{
+		{"aaxxy", 1, 4, 4},
+		{"aabbcc", 1, 4, 4}, // the last token is left to read
+		{"aabbcc", 0, 6, 6},
+		{"aabbcd", 1, 4, 4},
+		{"aabz", 1, 0, 2}, // on the path, before any state
+		{"zz", 0, 0, 0},
+		{"a", 0, 0, 0},
+		{"aabbccd", 1, 6, 6},
+	} {
+		got, r, matched := c.lookup(toks(tc.prompt), tc.keep)
+		if r != tc.resume || matched != tc.matched || (got != nil) != (r > 0) {
+			t.Errorf("lookup(%q, keep %d) = state %v at %d, path %d; want %d, %d", tc.prompt, tc.keep, got != nil, r, matched, tc.resume, tc.matched)
+		}
+	}
+	// Recency now, most recent first: aa, aabb, aabbcc, aaxx. A budget of
+	// one state less evicts aaxx, the least recently used leaf.
+	per := snap.Bytes()
+	c.budget = c.used - 1
+	c.evict()
+	if c.entries != 2 {
+		t.Fatalf("after one eviction: %d states, want 2", c.entries)
+	}
+	if _, r, _ := c.lookup(toks("aaxxy"), 1); r != 0 {
+		t.Errorf("after one eviction aaxxy resumes at %d, want 0: it was the least recently used", r)
+	}
+	if _, r, _ := c.lookup(toks("aabbccd"), 1); r != 6 {
+		t.Errorf("after one eviction aabbccd resumes at %d, want 6", r)
+	}
+	// Then aabbcc, a leaf, goes before aabb, its ancestor.
+	c.budget = c.used - per
+	c.evict()
+	if _, r, _ := c.lookup(toks("aabbccd"), 1); r != 4 {
+		t.Errorf("after two evictions aabbccd resumes at %d, want 4", r)
+	}
+	c.budget = 0
+	c.evict()
+	if c.used != 0 || c.entries != 0 || c.lru.Len() != 0 || len(c.root.children) != 0 {
+		t.Errorf("all evicted: %d bytes, %d states, %d nodes, %d children of the root", c.used, c.entries, c.lru.Len(), len(c.root.children))
+	}
+}
