@@ -320,7 +320,8 @@ func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, 
 //	Assistant:
 //
 // one line per turn (a turn's own newlines kept), ending with the
-// assistant's cue; generation stops at a new "User:" line. A base model
+// assistant's cue; generation stops at a new "User:" line. Content that
+// starts with a space follows the colon directly (see turnContent). A base model
 // has never seen a chat template: this one only makes the conversation
 // read like a transcript it can continue.
 func chatPrompt(msgs []message) (string, *apiError) {
@@ -350,7 +351,7 @@ func chatPrompt(msgs []message) (string, *apiError) {
 			e.Param = &p
 			return "", e
 		}
-		fmt.Fprintf(&b, "%s: %s\n", name, text)
+		fmt.Fprintf(&b, "%s:%s\n", name, turnContent(text))
 	}
 	b.WriteString("Assistant:")
 	return b.String(), nil

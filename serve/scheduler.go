@@ -44,6 +44,7 @@ type job struct {
 	top     int   // alternatives of logprobs; -1 for none
 	offset  int   // bytes of text so far, for logprobs' text offsets
 	out     *mailbox
+	cache   cacheJob
 
 	canceled atomic.Bool // done (finished, failed, or its client went away): dropped at the next step
 
@@ -129,6 +130,8 @@ type scheduler struct {
 	seqs   []*model.Sequence
 	chunks [][]int32
 	stepJ  []*job
+
+	cache *prefixCache // the scheduler goroutine's own; nil when off
 }
 
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
@@ -243,6 +246,7 @@ func (s *scheduler) safeStep() {
 // admit moves queued jobs to the active set while there is room; s.mu is
 // held. Jobs whose client has gone are dropped on the way.
 func (s *scheduler) admit() {
+	s.admitFills()
 	kept := s.queue[:0]
 	for i, j := range s.queue {
 		switch {
@@ -261,6 +265,7 @@ func (s *scheduler) admit() {
 			continue
 		}
 		j.seq, s.kvUsed = seq, s.kvUsed+j.kv
+		s.cache.resume(j)
 		s.active = append(s.active, j)
 	}
 	s.queue = kept
@@ -340,7 +345,11 @@ func (s *scheduler) step() {
 		if j.fed < len(j.prompt) {
 			j.fed += len(s.chunks[i])
 			s.metrics.promptTokens.Add(float64(len(s.chunks[i])))
-			if j.fed < len(j.prompt) {
+			s.cache.reached(j)
+			if j.cache.fill && j.fed == len(j.prompt) {
+				j.canceled.Store(true) // read for the cache only
+			}
+			if j.fed < len(j.prompt) || j.cache.fill {
 				continue
 			}
 		}
@@ -393,11 +402,15 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 			text += j.text.flush()
 		}
 	}
+	if j.cache.chat && s.cache != nil {
+		j.cache.answer = append(j.cache.answer, text...)
+	}
 	if text != "" || finish != "" || lp != nil {
 		j.out.post(event{index: j.index, text: text, logprobs: lp, finish: finish, generated: j.generated})
 	}
 	if finish != "" {
 		j.canceled.Store(true)
+		s.cache.finished(j)
 		return
 	}
 	j.next = tok

@@ -59,13 +59,15 @@ type Options struct {
 	APIKey       string        // bearer token required on /v1/; empty for none
 	WriteTimeout time.Duration // for each write to a client; 0 for none
 	Logger       *slog.Logger  // one line per failed request; nil for slog.Default()
+	CacheMemory  int64         // bytes of the prefix-state cache (see cache.go); 0 turns it off
+	CacheDir     string        // where the prefix cache is kept across restarts (SaveCache); empty for nowhere
 }
 
 // DefaultOptions returns the defaults of the serve command.
 func DefaultOptions() Options {
 	return Options{
 		MaxSequences: 16, MaxQueue: 256, MaxLength: 4096, PrefillChunk: 64, StepRows: 256,
-		MaxBody: 1 << 20, KVMemory: 1 << 30, WriteTimeout: 30 * time.Second,
+		MaxBody: 1 << 20, KVMemory: 1 << 30, WriteTimeout: 30 * time.Second, CacheMemory: 1 << 30,
 	}
 }
 
@@ -101,6 +103,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	ready *loaded // nil while loading
+
+	cacheMetrics *cacheMetrics
 }
 
 // loaded is the model a Server serves.
@@ -121,6 +125,7 @@ var page []byte
 func New(o Options) *Server {
 	o.fill()
 	s := &Server{opts: o, mux: http.NewServeMux(), metrics: newMetrics(), created: time.Now().Unix()}
+	s.cacheMetrics = newCacheMetrics(s.metrics.reg)
 	s.mux.HandleFunc("POST /v1/completions", s.api(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.api(s.chat))
 	s.mux.HandleFunc("GET /v1/models", s.api(s.models))
@@ -163,6 +168,7 @@ func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
 		l.kvRow = 2 * 2 * int64(c.Layers) * int64(c.Dim) * 4
 	}
 	l.sched = newScheduler(m, &s.opts, s.metrics)
+	s.startCache(l)
 	go l.sched.run()
 	s.mu.Lock()
 	s.ready = l
@@ -440,7 +446,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
 					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
-					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box,
+					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box, cache: cacheJob{chat: rq.chat},
 				})
 			}
 		}

@@ -28,7 +28,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve", runBench},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
 	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
@@ -45,6 +45,7 @@ var benches = map[string]command{
 	"train":     {"training tokens/s and peak memory of each attention mechanism", benchTrain},
 	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
 	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
+	"cache":     {"time to first token of follow-ups, state memory and shared-prompt tokens/s with the prefix cache of serve", benchCache},
 }
 
 func main() {

@@ -36,6 +36,10 @@ http://ADDR/v1):
   GET  /metrics              Prometheus metrics
   GET  /                     a web page to try prompts
 
+Requests resume from the decoding state after the longest prefix of their
+prompt that the prefix cache holds (--cache-memory; with --cache-dir kept
+across restarts), with the output of a cold start.
+
 Concurrent requests decode together (continuous batching); with a fixed
 seed a request gives the same text alone or under load. SIGINT or SIGTERM
 stops accepting requests, lets those in flight finish (up to
@@ -62,7 +66,10 @@ func runServe(args []string, stdout io.Writer) error {
 		writeTO  = fs.Duration("write-timeout", def.WriteTimeout, "for each write of a response (0: none)")
 		idleTO   = fs.Duration("idle-timeout", 2*time.Minute, "before closing an idle keep-alive connection")
 		shutdown = fs.Duration("shutdown-timeout", 30*time.Second, "after SIGINT/SIGTERM, how long requests in flight may take to finish")
+		cacheDir = fs.String("cache-dir", "", "directory where the prefix cache is written at shutdown and read at start (default: none)")
 	)
+	cacheMem := memorySize(def.CacheMemory)
+	fs.Var(&cacheMem, "cache-memory", "memory for the prefix-state cache, as 512MiB or 2GiB (0: off)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
 		fs.PrintDefaults()
@@ -92,6 +99,11 @@ func runServe(args []string, stdout io.Writer) error {
 	if *key == "" {
 		*key = os.Getenv("POLYSKETCH_API_KEY")
 	}
+	if *cacheDir != "" {
+		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+			return fmt.Errorf("serve: --cache-dir: %w", err)
+		}
+	}
 	host, _, err := net.SplitHostPort(*addr)
 	if err != nil {
 		return fmt.Errorf("serve: --addr %q: want host:port, as 127.0.0.1:8080: %v", *addr, err)
@@ -104,6 +116,7 @@ func runServe(args []string, stdout io.Writer) error {
 	srv := serve.New(serve.Options{
 		Name: *name, MaxSequences: *seqs, MaxQueue: *queue, MaxLength: *length, PrefillChunk: *chunk,
 		MaxBody: *body, KVMemory: *kv << 20, APIKey: *key, WriteTimeout: *writeTO, Logger: log,
+		CacheMemory: int64(cacheMem), CacheDir: *cacheDir,
 	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -146,6 +159,9 @@ func runServe(args []string, stdout io.Writer) error {
 	defer cancel()
 	err = hs.Shutdown(sctx)
 	srv.Close()
+	if cerr := srv.SaveCache(); cerr != nil {
+		return fmt.Errorf("serve: %w", cerr)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		hs.Close()
 		log.Warn("shutdown timeout: requests still in flight were cut off", "timeout", *shutdown)

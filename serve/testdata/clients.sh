@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real clients against a live `polysketch serve` (run by .ci/run): the
-# official openai package from npm, and the web page in headless Chromium
-# through puppeteer-core; then SIGTERM must stop the server with status 0.
+# official openai package from npm, a multi-turn chat that must resume
+# from the prefix cache with the answers of a server without one, and the
+# web page in headless Chromium through puppeteer-core; then SIGTERM must
+# stop the server with status 0.
 # Each part skips with a message when what it needs cannot be had (no
 # node/npm, no registry, no Chromium), and every step is time-bounded.
 set -uo pipefail
@@ -14,8 +16,10 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 tmp=$(mktemp -d)
 pid=
+coldpid=
 cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
+  if [ -n "$coldpid" ] && kill -0 "$coldpid" 2>/dev/null; then kill -KILL "$coldpid"; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -63,8 +67,30 @@ if [ -z "$addr" ]; then
 fi
 
 status=0
-cp "$here/openai_client.mjs" "$here/browser.mjs" "$tmp/"
+cp "$here/openai_client.mjs" "$here/browser.mjs" "$here/multiturn.mjs" "$tmp/"
 (cd "$tmp" && timeout 120 node openai_client.mjs "http://$addr/v1") || status=1
+
+# The same checkpoint served without the prefix cache, for the multi-turn
+# chat to compare with.
+"$tmp/polysketch" serve --checkpoint "$tmp/run" --addr 127.0.0.1:0 --name ci-model --cache-memory 0 >"$tmp/cold.out" 2>"$tmp/cold.err" &
+coldpid=$!
+coldaddr=
+for _ in $(seq 600); do
+  if grep -q 'ready:' "$tmp/cold.out" 2>/dev/null; then
+    coldaddr=$(sed -n 's|.*listening on http://\([^ ]*\).*|\1|p' "$tmp/cold.out" | head -1)
+    break
+  fi
+  kill -0 "$coldpid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -n "$coldaddr" ]; then
+  (cd "$tmp" && timeout 120 node multiturn.mjs "http://$addr" "http://$coldaddr") || status=1
+else
+  echo "polysketch serve --cache-memory 0 did not become ready:"; cat "$tmp/cold.out" "$tmp/cold.err"; status=1
+fi
+kill -TERM "$coldpid" 2>/dev/null
+wait "$coldpid"
+coldpid=
 if [ "$browser" = yes ]; then
   (cd "$tmp" && timeout 120 node browser.mjs "http://$addr" "$chromium") || status=1
 fi
