@@ -283,6 +283,16 @@ func load(dir string) (*Checkpoint, error) {
 	if err := cfg.Model.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: model: %w", configFile, err)
 	}
+	// The weights first: their file bounds what they can hold, and the
+	// configuration is checked against them before the model it
+	// describes is built.
+	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", weightsFile, err)
+	}
+	if err := checkSizes(cfg.Model, weights, int64(len(files[weightsFile]))); err != nil {
+		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
+	}
 	m, err := model.New(cfg.Model)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", configFile, err)
@@ -299,10 +309,6 @@ func load(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%s: negative step, tokens or seconds", stateFile)
 	}
 
-	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", weightsFile, err)
-	}
 	params := m.Params()
 	if err := checkWeights(weights, params); err != nil {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
