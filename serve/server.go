@@ -523,9 +523,16 @@ func (s *Server) id(prefix string) string {
 }
 
 // wait returns the next events of box, or nil when the client has gone.
+// It computes the events' logprobs, here rather than on the scheduler's
+// goroutine.
 func wait(r *http.Request, box *mailbox, buf []event) []event {
 	for {
 		if ev := box.take(buf); len(ev) > 0 {
+			for i := range ev {
+				if p := ev[i].pending; p != nil {
+					ev[i].logprobs, ev[i].pending = p.compute(), nil
+				}
+			}
 			return ev
 		}
 		select {
