@@ -164,6 +164,31 @@ func TestNucleusFallback(t *testing.T) {
 	}
 }
 
+// TestExtremeTemperatures: a temperature so small that 1/T overflows
+// float32 takes the most likely token, one so large draws uniformly, as
+// the reference does.
+func TestExtremeTemperatures(t *testing.T) {
+	logits := []float32{0.5, -3, 2.25, 2.2, 1e6, -1e6, 7}
+	for _, temp := range []float64{1e-300, 1e-40, 1e-3} {
+		for _, p := range []float64{1, 0.9} {
+			s := Sampler{Temperature: temp, TopP: p, Rand: rand.New(rand.NewPCG(1, 1))}
+			for range 10 {
+				if got := s.Next(logits); got != 4 {
+					t.Fatalf("T=%v, p=%v: token %d, want 4, the most likely", temp, p, got)
+				}
+			}
+		}
+	}
+	s := Sampler{Temperature: 1e300, TopP: 1, Rand: rand.New(rand.NewPCG(1, 1))}
+	seen := map[int32]bool{}
+	for range 1000 {
+		seen[s.Next(logits)] = true
+	}
+	if len(seen) != len(logits) {
+		t.Errorf("T=1e300: drew %d distinct tokens of %d, want all (uniform)", len(seen), len(logits))
+	}
+}
+
 // TestTop compares Top with the first n of a full sort.
 func TestTop(t *testing.T) {
 	var s Sampler

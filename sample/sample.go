@@ -134,11 +134,12 @@ func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	top = vec.Max(logits)
 	n := len(logits)
 	s.w = slices.Grow(s.w[:0], n)[:n]
-	inv := float32(1 / s.Temperature)
-	for i := range s.w {
-		s.w[i] = -top * inv
+	// (l - top)/T ≤ 0 overflows only to -Inf, whose weight is 0; 1/T is
+	// kept finite, or 0·(1/T) would be NaN for the largest logit.
+	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	for i, l := range logits {
+		s.w[i] = (l - top) * inv
 	}
-	vec.Axpy(inv, logits, s.w) // (l - top)/T as l/T - top/T
 	vec.Exp(s.w, s.w)
 	s.sums = s.sums[:0]
 	for lo := 0; lo < n; lo += block {
