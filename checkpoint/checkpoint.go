@@ -18,7 +18,9 @@
 // two, so that at every moment a complete checkpoint exists: a failed or
 // interrupted save leaves the previous checkpoint as it was. Load checks
 // every file against the manifest, every parameter's name and shape
-// against the configuration, and every value for NaN and infinity before
+// against the configuration (before building a model of the sizes the
+// configuration gives, so that sizes the weights cannot hold are an error,
+// not an exhausted memory), and every value for NaN and infinity before
 // returning anything, so a truncated, corrupted or mismatched checkpoint
 // is an error, never a silently wrong model.
 package checkpoint

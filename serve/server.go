@@ -1,7 +1,8 @@
 // Package serve is polysketch's OpenAI-compatible inference server:
 // POST /v1/completions and /v1/chat/completions (streamed as server-sent
-// events or not), GET /v1/models, /health, Prometheus /metrics and a
-// small web page at /.
+// events or not), GET /v1/models, POST /tokenize and /detokenize
+// (llama.cpp's form), /health, Prometheus /metrics and a small web page
+// at /.
 //
 // Requests are decoded together by continuous batching (see scheduler.go):
 // every step of the model runs all active sequences at once, sequences
@@ -12,7 +13,8 @@
 // load.
 //
 // Limits: Options.MaxSequences decode at once, Options.MaxQueue more wait
-// (beyond that, 429 with Retry-After), prompt plus generation fit the
+// (beyond that, 429 with Retry-After; a request for more sequences than
+// the queue holds, 400), prompt plus generation fit the
 // model's context (or Options.MaxLength for polysketch, whose state does
 // not grow), request bodies are bounded, and a client that goes away
 // frees its slot at the next step. Bad requests are answered with an
