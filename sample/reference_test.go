@@ -189,6 +189,31 @@ func TestExtremeTemperatures(t *testing.T) {
 	}
 }
 
+// TestWideNucleus: nuclei of tens of thousands of tokens (nearly flat
+// logits, as an untrained model's, over GPT-2's vocabulary) are drawn
+// from the float32 weights without a sort, and still give the
+// reference's tokens.
+func TestWideNucleus(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, scale := range []float64{0.05, 0.5} {
+		logits := make([]float32, 50257)
+		for i := range logits {
+			logits[i] = float32(scale * rng.NormFloat64())
+		}
+		order := sorted(logits)
+		for _, p := range []float64{0.5, 0.95} {
+			s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(5, 6))}
+			ref := s
+			ref.Rand = rand.New(rand.NewPCG(5, 6))
+			for i := range 40 {
+				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+					t.Fatalf("scale %v, p=%v: draw %d is token %d, the reference's %d", scale, p, i, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestTop compares Top with the first n of a full sort.
 func TestTop(t *testing.T) {
 	var s Sampler

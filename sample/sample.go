@@ -219,6 +219,9 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 			end = lo
 		}
 	}
+	if end > exactNucleus {
+		return s.wideNucleus(logits, ids[:end], total)
+	}
 	rank := func(a, b int32) int {
 		switch {
 		case a == b:
@@ -253,6 +256,60 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		}
 	}
 	return s.walk(len(s.order))
+}
+
+// exactNucleus is the most candidates of a nucleus that nucleus sorts and
+// weighs exactly; a wider one (a flat distribution, as an untrained
+// model's) is drawn from the float32 weights by wideNucleus.
+const exactNucleus = 4096
+
+// wideNucleus draws from a nucleus of many candidates, ids (which hold
+// it, the tokens ranking first), without sorting them: a selection finds
+// its edge, where the float32 weights in rank order reach TopP of total,
+// and another the token where the draw falls, walking in rank order. The
+// token is the one draw would give but where the draw falls within the
+// weights' rounding (about 1e-6) of the edge of a token or of the
+// nucleus.
+func (s *Sampler) wideNucleus(logits []float32, ids []int32, total float64) int32 {
+	k := s.rankCut(logits, ids, s.TopP*total, false)
+	var sum float64
+	for _, id := range ids[:k] {
+		sum += float64(s.w[id])
+	}
+	u := s.Rand.Float64() * sum
+	return ids[s.rankCut(logits, ids[:k], u, true)-1]
+}
+
+// rankCut returns the smallest k such that the weights of the k tokens
+// of ids ranking first sum to need or more (more than need if strict),
+// or len(ids) if none does; it reorders ids so that those k come first,
+// the k-th last of them.
+func (s *Sampler) rankCut(logits []float32, ids []int32, need float64, strict bool) int {
+	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
+	lo, end := 0, len(ids)
+	for end-lo > 64 {
+		p, mass := s.partition(logits, ids[lo:end])
+		p += lo
+		if reached(mass) {
+			end = p
+			continue
+		}
+		need -= mass
+		if reached(float64(s.w[ids[p]])) {
+			return p + 1
+		}
+		need -= float64(s.w[ids[p]])
+		lo = p + 1
+	}
+	s.sortByRank(logits, ids[lo:end])
+	var acc float64
+	for i := lo; i < end; i++ {
+		acc += float64(s.w[ids[i]])
+		if reached(acc) {
+			return i + 1
+		}
+	}
+	return end // rounding between the two sums: the range's last token
 }
 
 // nucleusMargin widens the nucleus's share for the selection, so that the
