@@ -9,8 +9,9 @@
 // (maximum, exponentials, sums of blocks) and a scan of one block; top-k
 // a partial selection of k tokens (a heap); the nucleus a selection that
 // partitions the tokens around pivots until the most likely ones of
-// probability top p are found, which alone are sorted. Top selects the n
-// most likely tokens with the heap, for logprobs.
+// probability top p are found, which alone are sorted (or, for a nucleus
+// of thousands, not even they). Top selects the n most likely tokens with
+// the heap, for logprobs.
 package sample
 
 import (
