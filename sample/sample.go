@@ -206,7 +206,7 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		}
 	}
 	ids = ids[:n]
-	lo, end := 0, len(ids) // ids[:lo] are in, ids[end:] out; ids[lo:end] undecided
+	lo, end := 0, len(ids)                              // ids[:lo] are in, ids[end:] out; ids[lo:end] undecided
 	for end-lo > 64 && need > 0 && lo <= exactNucleus { // past exactNucleus, wideNucleus takes over
 		p, mass := s.partition(logits, ids[lo:end])
 		p += lo
