@@ -206,8 +206,10 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		}
 	}
 	ids = ids[:n]
-	lo, end := 0, len(ids)                              // ids[:lo] are in, ids[end:] out; ids[lo:end] undecided
-	for end-lo > 64 && need > 0 && lo <= exactNucleus { // past exactNucleus, wideNucleus takes over
+	// ids[:lo] are in, ids[end:] out, ids[lo:end] undecided; once more
+	// than exactNucleus are in, wideNucleus takes over.
+	lo, end := 0, len(ids)
+	for end-lo > 64 && need > 0 && lo <= exactNucleus {
 		p, mass := s.partition(logits, ids[lo:end])
 		p += lo
 		if mass >= need {
