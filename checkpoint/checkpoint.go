@@ -18,7 +18,9 @@
 // two, so that at every moment a complete checkpoint exists: a failed or
 // interrupted save leaves the previous checkpoint as it was. Load checks
 // every file against the manifest, every parameter's name and shape
-// against the configuration, and every value for NaN and infinity before
+// against the configuration (before building a model of the sizes the
+// configuration gives, so that sizes the weights cannot hold are an error,
+// not an exhausted memory), and every value for NaN and infinity before
 // returning anything, so a truncated, corrupted or mismatched checkpoint
 // is an error, never a silently wrong model.
 package checkpoint
@@ -283,6 +285,16 @@ func load(dir string) (*Checkpoint, error) {
 	if err := cfg.Model.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: model: %w", configFile, err)
 	}
+	// The weights first: their file bounds what they can hold, and the
+	// configuration is checked against them before the model it
+	// describes is built.
+	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", weightsFile, err)
+	}
+	if err := checkSizes(cfg.Model, weights, int64(len(files[weightsFile]))); err != nil {
+		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
+	}
 	m, err := model.New(cfg.Model)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", configFile, err)
@@ -299,10 +311,6 @@ func load(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%s: negative step, tokens or seconds", stateFile)
 	}
 
-	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", weightsFile, err)
-	}
 	params := m.Params()
 	if err := checkWeights(weights, params); err != nil {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)

@@ -3,12 +3,23 @@
 // to the top k and then to the smallest set of probability top p
 // (nucleus), with the caller's generator, so that the tokens depend on the
 // logits and the seed alone. generate and serve share it.
+//
+// The cost follows what is asked, never a sort of the whole vocabulary:
+// greedy is an argmax; plain temperature sampling vectorized passes
+// (maximum, exponentials, sums of blocks) and a scan of one block; top-k
+// a partial selection of k tokens (a heap); the nucleus a selection that
+// partitions the tokens around pivots until the most likely ones of
+// probability top p are found, which alone are sorted (or, for a nucleus
+// of thousands, not even they). Top selects the n most likely tokens with
+// the heap, for logprobs.
 package sample
 
 import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/polysketch/polysketch/vec"
 )
 
 // Sampler draws tokens; its fields are its settings.
@@ -18,8 +29,13 @@ type Sampler struct {
 	TopP        float64    // the most likely of total probability TopP only; 1 for all
 	Rand        *rand.Rand // the source of the draws
 
-	order []int     // token ids, most likely first
+	order []int32   // token ids, most likely first
 	probs []float64 // their weights
+	w     []float32 // every token's weight, for plain sampling and the nucleus's total
+	sums  []float64 // the sums of w's blocks
+	ids   []int32
+	keys  []uint64
+	heap  []int32
 }
 
 // New returns a Sampler drawing with rng.
@@ -28,34 +44,49 @@ func New(temperature, topP float64, topK int, rng *rand.Rand) *Sampler {
 }
 
 // Next returns a token id drawn from logits.
+//
+// With top k or top p the token is drawn by walking the candidates most
+// likely first (ties by id), as a sort of the whole vocabulary would
+// order them. Plain temperature sampling walks the tokens in id order
+// instead, which draws from the same distribution without ordering it.
 func (s *Sampler) Next(logits []float32) int32 {
-	if s.Temperature == 0 {
-		best := 0
-		for i, l := range logits {
-			if l > logits[best] {
-				best = i
-			}
+	switch {
+	case s.Temperature == 0:
+		return Argmax(logits)
+	case s.TopK > 0 && s.TopK < len(logits):
+		s.order = s.top(s.order[:0], logits, s.TopK, -1)
+		return s.draw(logits)
+	case s.TopP < 1:
+		return s.nucleus(logits)
+	}
+	return s.plain(logits)
+}
+
+// Argmax returns the first index of the largest of logits: the
+// vectorized maximum, then the first element equal to it.
+func Argmax(logits []float32) int32 {
+	if len(logits) == 0 {
+		return 0
+	}
+	m := vec.Max(logits)
+	for i, l := range logits {
+		if l == m {
+			return int32(i)
 		}
-		return int32(best)
 	}
-	s.order = s.order[:0]
-	for i := range logits {
-		s.order = append(s.order, i)
-	}
-	// Most likely first, ties broken by id: the order, and so the token
-	// drawn, depends on the logits alone.
-	slices.SortFunc(s.order, func(a, b int) int {
-		switch {
-		case logits[a] > logits[b]:
-			return -1
-		case logits[a] < logits[b]:
-			return 1
+	// A NaN: the first largest of the others, as comparisons see them.
+	best := 0
+	for i, l := range logits {
+		if l > logits[best] {
+			best = i
 		}
-		return a - b
-	})
-	if s.TopK > 0 && s.TopK < len(s.order) {
-		s.order = s.order[:s.TopK]
 	}
+	return int32(best)
+}
+
+// draw takes the candidates s.order (most likely first), computes their
+// weights, keeps the nucleus, and draws one.
+func (s *Sampler) draw(logits []float32) int32 {
 	top := float64(logits[s.order[0]])
 	s.probs = s.probs[:0]
 	var sum float64
@@ -72,17 +103,365 @@ func (s *Sampler) Next(logits []float32) int32 {
 			break
 		}
 	}
+	return s.walk(keep)
+}
+
+// walk draws one of the first keep candidates in proportion to their
+// weights.
+func (s *Sampler) walk(keep int) int32 {
 	s.order, s.probs = s.order[:keep], s.probs[:keep]
-	sum = 0
+	var sum float64
 	for _, p := range s.probs {
 		sum += p
 	}
 	u := s.Rand.Float64() * sum
 	for i, p := range s.probs {
 		if u < p {
-			return int32(s.order[i])
+			return s.order[i]
 		}
 		u -= p
 	}
-	return int32(s.order[len(s.order)-1])
+	return s.order[len(s.order)-1]
+}
+
+// block is the number of weights summed together by weights: plain
+// sampling finds the block of the drawn point, then the token in it.
+const block = 256
+
+// weights fills s.w with e^((l-top)/T) for every logit l, in float32
+// with vectorized exponentials, and s.sums with the sums of its blocks;
+// it returns their total and top, the largest logit.
+func (s *Sampler) weights(logits []float32) (total float64, top float32) {
+	top = vec.Max(logits)
+	n := len(logits)
+	s.w = slices.Grow(s.w[:0], n)[:n]
+	// (l - top)/T ≤ 0 overflows only to -Inf, whose weight is 0; 1/T is
+	// kept finite, or 0·(1/T) would be NaN for the largest logit.
+	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	for i, l := range logits {
+		s.w[i] = (l - top) * inv
+	}
+	vec.Exp(s.w, s.w)
+	s.sums = s.sums[:0]
+	for lo := 0; lo < n; lo += block {
+		b := float64(vec.Sum(s.w[lo:min(lo+block, n)]))
+		s.sums = append(s.sums, b)
+		total += b
+	}
+	return total, top
+}
+
+// plain draws from softmax(logits/T) over the whole vocabulary, in id
+// order: the weights, the block where the drawn point falls, and the
+// token in that block.
+func (s *Sampler) plain(logits []float32) int32 {
+	total, _ := s.weights(logits)
+	u := s.Rand.Float64() * total
+	b := 0
+	for b < len(s.sums)-1 && u >= s.sums[b] {
+		u -= s.sums[b]
+		b++
+	}
+	lo := b * block
+	w := s.w[lo:min(lo+block, len(s.w))]
+	var acc float64
+	last := -1
+	for i, x := range w {
+		if x == 0 {
+			continue
+		}
+		acc += float64(x)
+		if u < acc {
+			return int32(lo + i)
+		}
+		last = i
+	}
+	if last < 0 { // no weight in the block: a NaN, or rounding at its end
+		return Argmax(logits)
+	}
+	return int32(lo + last) // the block's sum, added in another order, reached past its last weight
+}
+
+// nucleus draws from the smallest set of most likely tokens of
+// probability TopP, as draw does after a sort of the whole vocabulary,
+// without that sort. A selection partitions the tokens around pivots by
+// rank, keeping the side where the approximate weights (float32) reach
+// TopP of the total, with a margin, until few candidates are left
+// undecided; only the candidates are sorted and weighed exactly. Should
+// the margin not have covered the rounding, the rest follow.
+func (s *Sampler) nucleus(logits []float32) int32 {
+	total, hi := s.weights(logits)
+	frac := min(s.TopP*(1+nucleusMargin), 1)
+	need := frac * total
+	// Tokens of weight below t weigh at most len·t together: when that
+	// is within the (1-frac)·total outside the nucleus, they all rank
+	// after it, and only the others are candidates.
+	t := float32((1 - frac) * total / float64(len(logits)) * 0.99)
+	s.ids = slices.Grow(s.ids[:0], len(logits))[:len(logits)]
+	ids, n := s.ids, 0
+	for i, x := range s.w {
+		ids[n] = int32(i)
+		if x >= t {
+			n++
+		}
+	}
+	ids = ids[:n]
+	// ids[:lo] are in, ids[end:] out, ids[lo:end] undecided; once more
+	// than exactNucleus are in, wideNucleus takes over.
+	lo, end := 0, len(ids)
+	for end-lo > 64 && need > 0 && lo <= exactNucleus {
+		p, mass := s.partition(logits, ids[lo:end])
+		p += lo
+		if mass >= need {
+			end = p
+			continue
+		}
+		need -= mass + float64(s.w[ids[p]])
+		lo = p + 1
+		if need <= 0 {
+			end = lo
+		}
+	}
+	if end > exactNucleus {
+		return s.wideNucleus(logits, ids[:end], total)
+	}
+	rank := func(a, b int32) int {
+		switch {
+		case a == b:
+			return 0
+		case better(logits, a, b):
+			return -1
+		}
+		return 1
+	}
+	cand := s.sortByRank(logits, ids[:end])
+	top := float64(hi)
+	s.order, s.probs = s.order[:0], s.probs[:0]
+	var acc float64
+	for i := 0; i < len(logits); i++ {
+		if i == len(cand) { // the margin fell short: order every token
+			all := s.ids[:len(logits)]
+			for j := range all {
+				all[j] = int32(j)
+			}
+			slices.SortFunc(all, rank)
+			s.order, s.probs, acc, cand = s.order[:0], s.probs[:0], 0, all
+			i = -1
+			continue
+		}
+		id := cand[i]
+		p := math.Exp((float64(logits[id]) - top) / s.Temperature)
+		s.order = append(s.order, id)
+		s.probs = append(s.probs, p)
+		acc += p / total
+		if acc >= s.TopP {
+			break
+		}
+	}
+	return s.walk(len(s.order))
+}
+
+// exactNucleus is the most candidates of a nucleus that nucleus sorts and
+// weighs exactly; a wider one (a flat distribution, as an untrained
+// model's) is drawn from the float32 weights by wideNucleus.
+const exactNucleus = 4096
+
+// wideNucleus draws from a nucleus of many candidates, ids (which hold
+// it, the tokens ranking first), without sorting them: a selection finds
+// its edge, where the float32 weights in rank order reach TopP of total,
+// and another the token where the draw falls, walking in rank order. The
+// token is the one draw would give but where the draw falls within the
+// weights' rounding (about 1e-6) of the edge of a token or of the
+// nucleus.
+func (s *Sampler) wideNucleus(logits []float32, ids []int32, total float64) int32 {
+	k := s.rankCut(logits, ids, s.TopP*total, false)
+	var sum float64
+	for _, id := range ids[:k] {
+		sum += float64(s.w[id])
+	}
+	u := s.Rand.Float64() * sum
+	return ids[s.rankCut(logits, ids[:k], u, true)-1]
+}
+
+// rankCut returns the smallest k such that the weights of the k tokens
+// of ids ranking first sum to need or more (more than need if strict),
+// or len(ids) if none does; it reorders ids so that those k come first,
+// the k-th last of them.
+func (s *Sampler) rankCut(logits []float32, ids []int32, need float64, strict bool) int {
+	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
+	lo, end := 0, len(ids)
+	for end-lo > 64 {
+		p, mass := s.partition(logits, ids[lo:end])
+		p += lo
+		if reached(mass) {
+			end = p
+			continue
+		}
+		need -= mass
+		if reached(float64(s.w[ids[p]])) {
+			return p + 1
+		}
+		need -= float64(s.w[ids[p]])
+		lo = p + 1
+	}
+	s.sortByRank(logits, ids[lo:end])
+	var acc float64
+	for i := lo; i < end; i++ {
+		acc += float64(s.w[ids[i]])
+		if reached(acc) {
+			return i + 1
+		}
+	}
+	return end // rounding between the two sums: the range's last token
+}
+
+// nucleusMargin widens the nucleus's share for the selection, so that the
+// float32 weights' rounding cannot leave a token of the exact nucleus
+// out (a variable for the test of the fallback).
+var nucleusMargin = 1e-4
+
+// sortByRank sorts ids most likely first, ties by id, as keys of one
+// integer each: the logit's bits made to order as unsigned integers,
+// reversed, above the id.
+func (s *Sampler) sortByRank(logits []float32, ids []int32) []int32 {
+	s.keys = slices.Grow(s.keys[:0], len(ids))
+	for _, id := range ids {
+		l := logits[id]
+		if l == 0 {
+			l = 0 // -0 ranks as +0
+		}
+		b := math.Float32bits(l)
+		if b>>31 != 0 {
+			b = ^b
+		} else {
+			b |= 1 << 31
+		}
+		s.keys = append(s.keys, uint64(^b)<<32|uint64(uint32(id)))
+	}
+	slices.Sort(s.keys)
+	for i, k := range s.keys {
+		ids[i] = int32(uint32(k))
+	}
+	return ids
+}
+
+// partition reorders ids around a pivot chosen among three: those
+// ranking before it first, then the pivot, then those after; it returns
+// the pivot's index and the weight of the tokens before it.
+func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
+	a, b, c := 0, len(ids)/2, len(ids)-1
+	if better(logits, ids[b], ids[a]) {
+		a, b = b, a
+	}
+	if better(logits, ids[c], ids[b]) {
+		b = c
+		if better(logits, ids[b], ids[a]) {
+			b = a
+		}
+	}
+	last := len(ids) - 1
+	ids[b], ids[last] = ids[last], ids[b]
+	pv := ids[last]
+	pl := logits[pv]
+	// Lomuto's scheme without branches on the data: every element is
+	// swapped to k, which advances past those ranking before the pivot.
+	k := 0
+	var mass float64
+	for i, id := range ids[:last] {
+		l := logits[id]
+		var b int
+		if l > pl {
+			b = 1
+		}
+		if l == pl && id < pv {
+			b = 1
+		}
+		ids[i], ids[k] = ids[k], id
+		mass += float64(s.w[id]) * float64(b)
+		k += b
+	}
+	ids[k], ids[last] = ids[last], ids[k]
+	return k, mass
+}
+
+// better reports whether token a ranks before token b: a larger logit,
+// or the same and a smaller id.
+func better(logits []float32, a, b int32) bool {
+	return logits[a] > logits[b] || logits[a] == logits[b] && a < b
+}
+
+// top appends to dst the k tokens that rank first among those ranking
+// after token below (all tokens if below is -1), best first, and returns
+// the extended slice. It keeps the k best seen in a heap whose root is
+// the worst of them, so that most tokens cost one comparison with it.
+func (s *Sampler) top(dst []int32, logits []float32, k int, below int32) []int32 {
+	if k <= 0 {
+		return dst
+	}
+	h := s.heap[:0]
+	bl := float32(math.Inf(1))
+	if below >= 0 {
+		bl = logits[below]
+	}
+	thr := float32(math.Inf(-1)) // the root's logit once the heap is full
+	for i, l := range logits {
+		if l < thr || l > bl {
+			continue
+		}
+		id := int32(i)
+		if l == bl && id <= below {
+			continue // ranks before below, or is it
+		}
+		if len(h) < k {
+			h = append(h, id)
+			for c := len(h) - 1; c > 0; { // sift up
+				p := (c - 1) / 2
+				if !better(logits, h[p], h[c]) {
+					break
+				}
+				h[p], h[c] = h[c], h[p]
+				c = p
+			}
+			if len(h) == k {
+				thr = logits[h[0]]
+			}
+			continue
+		}
+		if !better(logits, id, h[0]) {
+			continue
+		}
+		h[0] = id
+		for p := 0; ; { // sift down
+			c := 2*p + 1
+			if c >= len(h) {
+				break
+			}
+			if c+1 < len(h) && better(logits, h[c], h[c+1]) {
+				c++
+			}
+			if !better(logits, h[p], h[c]) {
+				break
+			}
+			h[p], h[c] = h[c], h[p]
+			p = c
+		}
+		thr = logits[h[0]]
+	}
+	slices.SortFunc(h, func(a, b int32) int {
+		switch {
+		case a == b:
+			return 0
+		case better(logits, a, b):
+			return -1
+		}
+		return 1
+	})
+	s.heap = h
+	return append(dst, h...)
+}
+
+// Top appends to dst the n most likely tokens of logits, best first (ties
+// by id), and returns the extended slice; s's scratch is reused.
+func (s *Sampler) Top(dst []int32, logits []float32, n int) []int32 {
+	return s.top(dst, logits, min(n, len(logits)), -1)
 }

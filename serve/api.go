@@ -181,11 +181,24 @@ func decodeError(err error) *apiError {
 		if field == "" {
 			field = "the body"
 		}
-		return errorf(http.StatusBadRequest, "invalid_type", "field %s: got a JSON %s, want %s", field, te.Value, jsonType(te.Type.Kind().String()))
+		want := jsonType(te.Type.Kind().String())
+		if integer(te.Type.Kind().String()) && strings.HasPrefix(te.Value, "number") {
+			// A number, but not one an int holds: a fraction, or too large.
+			want = "an integer from -2^63 to 2^63-1"
+			if strings.HasPrefix(te.Type.Kind().String(), "u") {
+				want = "an integer from 0 to 2^64-1"
+			}
+		}
+		return errorf(http.StatusBadRequest, "invalid_type", "field %s: got a JSON %s, want %s", field, te.Value, want)
 	case errors.As(err, &se):
 		return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d: %v", se.Offset, err)
 	}
 	return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON: %v", err)
+}
+
+// integer reports whether a reflect.Kind's name is an integer kind.
+func integer(kind string) bool {
+	return strings.HasPrefix(kind, "int") || strings.HasPrefix(kind, "uint")
 }
 
 func jsonType(kind string) string {
@@ -240,8 +253,12 @@ const maxStops = 4
 // maxLogprobs bounds the alternatives of logprobs, as OpenAI does.
 const maxLogprobs = 5
 
-// maxChoices bounds n.
+// maxChoices bounds n, and the sequences of a request.
 const maxChoices = 16
+
+// MaxChoices is the most sequences one request may ask for (prompts × n):
+// a server queueing fewer than that could never take such a request.
+const MaxChoices = maxChoices
 
 // settings validates the sampling fields of r; defMax is the max_tokens
 // of a request that sets none.

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"github.com/polysketch/polysketch/sample"
@@ -15,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -63,7 +63,8 @@ type job struct {
 type event struct {
 	index     int
 	text      string
-	logprobs  *logprobs // of the tokens since the last event, if asked for
+	logprobs  *logprobs      // of the tokens since the last event, if asked for
+	pending   *tokenLogprobs // what logprobs are computed from, by the request's handler
 	finish    string
 	generated int
 	err       error
@@ -132,6 +133,8 @@ type scheduler struct {
 	stepJ  []*job
 
 	cache *prefixCache // the scheduler goroutine's own; nil when off
+	drawn []int        // the rows of stepJ that sample a token
+	toks  []int32      // their tokens
 }
 
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
@@ -341,6 +344,7 @@ func (s *scheduler) step() {
 	}
 	V := s.m.Config().Vocab
 	now := time.Now()
+	s.drawn = s.drawn[:0]
 	for i, j := range s.stepJ {
 		if j.fed < len(j.prompt) {
 			j.fed += len(s.chunks[i])
@@ -353,8 +357,11 @@ func (s *scheduler) step() {
 				continue
 			}
 		}
-		row := logits.Data[i*V : (i+1)*V]
-		s.emit(j, row, j.sampler.Next(row), now)
+		s.drawn = append(s.drawn, i)
+	}
+	s.sample(logits.Data, V)
+	for k, i := range s.drawn {
+		s.emit(s.stepJ[i], logits.Data[i*V:(i+1)*V], s.toks[k], now)
 	}
 	for i := 0; i < len(s.active); {
 		if s.active[i].canceled.Load() {
@@ -362,6 +369,27 @@ func (s *scheduler) step() {
 			continue
 		}
 		i++
+	}
+}
+
+// sample draws the tokens of the rows s.drawn of logits (V columns) into
+// s.toks, the jobs side by side: each has a generator of its own, so
+// their tokens do not depend on how they are spread. A panic in one is
+// raised again here, for safeStep.
+func (s *scheduler) sample(logits []float32, V int) {
+	s.toks = slices.Grow(s.toks[:0], len(s.drawn))[:len(s.drawn)]
+	var failed atomic.Value
+	parallel.For(len(s.drawn), func(k int) {
+		defer func() {
+			if v := recover(); v != nil {
+				failed.CompareAndSwap(nil, fmt.Sprint(v))
+			}
+		}()
+		i := s.drawn[k]
+		s.toks[k] = s.stepJ[i].sampler.Next(logits[i*V : (i+1)*V])
+	})
+	if v := failed.Load(); v != nil {
+		panic(v)
 	}
 }
 
@@ -376,9 +404,15 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 	j.last = now
 	j.generated++
 	s.metrics.generated.Inc()
-	var lp *logprobs
+	var lp *tokenLogprobs
 	if j.top >= 0 {
-		lp = j.logprobs(logits, tok)
+		// The request's handler computes them from a copy of the row, off
+		// this goroutine: a softmax over the vocabulary costs as much as
+		// sampling.
+		lp = &tokenLogprobs{logits: rowPool.get(len(logits)), tok: tok, top: j.top, offset: j.offset, tk: j.tok}
+		copy(lp.logits, logits)
+		b, _ := j.tok.Decode(nil, []int32{tok})
+		j.offset += len(b)
 	}
 	finish := ""
 	var text string
@@ -406,7 +440,7 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 		j.cache.answer = append(j.cache.answer, text...)
 	}
 	if text != "" || finish != "" || lp != nil {
-		j.out.post(event{index: j.index, text: text, logprobs: lp, finish: finish, generated: j.generated})
+		j.out.post(event{index: j.index, text: text, pending: lp, finish: finish, generated: j.generated})
 	}
 	if finish != "" {
 		j.canceled.Store(true)
@@ -416,10 +450,37 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 	j.next = tok
 }
 
-// logprobs returns the entry of logprobs for token tok sampled from
-// logits: its log-probability under softmax(logits), computed in float64,
-// and the j.top most likely tokens (ties by id).
-func (j *job) logprobs(logits []float32, tok int32) *logprobs {
+// tokenLogprobs is what the logprobs entry of a sampled token is
+// computed from: a copy of the logits it was drawn from.
+type tokenLogprobs struct {
+	logits []float32
+	tok    int32
+	top    int // alternatives to list
+	offset int // of the token in the choice's text
+	tk     tokenizer.Tokenizer
+}
+
+// rowPool recycles the copies of logits rows that logprobs take.
+var rowPool pool
+
+type pool struct{ p sync.Pool }
+
+func (p *pool) get(n int) []float32 {
+	if b, ok := p.p.Get().(*[]float32); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]float32, n)
+}
+
+func (p *pool) put(b []float32) { p.p.Put(&b) }
+
+// compute returns the entry of logprobs for the token: its
+// log-probability under softmax(logits), computed in float64, and the
+// top most likely tokens (ties by id), found by partial selection. It
+// gives the copy of the logits back to the pool.
+func (t *tokenLogprobs) compute() *logprobs {
+	logits := t.logits
+	defer rowPool.put(logits)
 	top := float64(logits[0])
 	for _, l := range logits {
 		top = max(top, float64(l))
@@ -430,27 +491,21 @@ func (j *job) logprobs(logits []float32, tok int32) *logprobs {
 	}
 	lse := top + math.Log(sum)
 	name := func(id int32) string {
-		b, err := j.tok.Decode(nil, []int32{id})
+		b, err := t.tk.Decode(nil, []int32{id})
 		if err != nil {
 			return fmt.Sprintf("token:%d", id)
 		}
 		return tokenName(b)
 	}
 	lp := &logprobs{
-		Tokens:        []string{name(tok)},
-		TokenLogprobs: []float64{float64(logits[tok]) - lse},
-		TextOffset:    []int{j.offset},
+		Tokens:        []string{name(t.tok)},
+		TokenLogprobs: []float64{float64(logits[t.tok]) - lse},
+		TextOffset:    []int{t.offset},
 		TopLogprobs:   []map[string]float64{{}},
 	}
-	b, _ := j.tok.Decode(nil, []int32{tok})
-	j.offset += len(b)
-	if j.top > 0 {
-		ids := make([]int32, len(logits))
-		for i := range ids {
-			ids[i] = int32(i)
-		}
-		slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(logits[b], logits[a]) })
-		for _, id := range ids[:min(j.top, len(ids))] {
+	if t.top > 0 {
+		var sel sample.Sampler
+		for _, id := range sel.Top(nil, logits, t.top) {
 			lp.TopLogprobs[0][name(id)] = float64(logits[id]) - lse
 		}
 	}

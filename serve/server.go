@@ -1,7 +1,8 @@
 // Package serve is polysketch's OpenAI-compatible inference server:
 // POST /v1/completions and /v1/chat/completions (streamed as server-sent
-// events or not), GET /v1/models, /health, Prometheus /metrics and a
-// small web page at /.
+// events or not), GET /v1/models, POST /tokenize and /detokenize
+// (llama.cpp's form), /health, Prometheus /metrics and a small web page
+// at /.
 //
 // Requests are decoded together by continuous batching (see scheduler.go):
 // every step of the model runs all active sequences at once, sequences
@@ -12,7 +13,8 @@
 // load.
 //
 // Limits: Options.MaxSequences decode at once, Options.MaxQueue more wait
-// (beyond that, 429 with Retry-After), prompt plus generation fit the
+// (beyond that, 429 with Retry-After; a request for more sequences than
+// the queue holds, 400), prompt plus generation fit the
 // model's context (or Options.MaxLength for polysketch, whose state does
 // not grow), request bodies are bounded, and a client that goes away
 // frees its slot at the next step. Bad requests are answered with an
@@ -21,14 +23,15 @@
 package serve
 
 import (
+	"context"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/polysketch/polysketch/sample"
-	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -36,7 +39,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -48,19 +50,20 @@ import (
 // MaxBody) take the defaults of DefaultOptions; a zero KVMemory or
 // WriteTimeout means no limit.
 type Options struct {
-	Name         string        // the model id clients name; any name is accepted when empty
-	MaxSequences int           // sequences decoded at once
-	MaxQueue     int           // sequences waiting beyond those; more are refused with 429
-	MaxLength    int           // prompt + generated tokens of a sequence when the model has no context limit
-	PrefillChunk int           // prompt tokens a sequence reads per step
-	StepRows     int           // rows per step beyond which further prompt chunks wait a step
-	MaxBody      int64         // bytes of a request body
-	KVMemory     int64         // bytes of KV cache for all sequences of a KV-cache model; 0 for no limit
-	APIKey       string        // bearer token required on /v1/; empty for none
-	WriteTimeout time.Duration // for each write to a client; 0 for none
-	Logger       *slog.Logger  // one line per failed request; nil for slog.Default()
-	CacheMemory  int64         // bytes of the prefix-state cache (see cache.go); 0 turns it off
-	CacheDir     string        // where the prefix cache is kept across restarts (SaveCache); empty for nowhere
+	Name          string        // the model id clients name; any name is accepted when empty
+	MaxSequences  int           // sequences decoded at once
+	MaxQueue      int           // sequences waiting beyond those; more are refused with 429
+	MaxLength     int           // prompt + generated tokens of a sequence when the model has no context limit
+	PrefillChunk  int           // prompt tokens a sequence reads per step
+	StepRows      int           // rows per step beyond which further prompt chunks wait a step
+	MaxBody       int64         // bytes of a request body
+	KVMemory      int64         // bytes of KV cache for all sequences of a KV-cache model; 0 for no limit
+	APIKey        string        // bearer token required on /v1/, /tokenize, /detokenize and /metrics; empty for none
+	MetricsPublic bool          // serve /metrics without the API key
+	WriteTimeout  time.Duration // for each write to a client; 0 for none
+	Logger        *slog.Logger  // a line per failed request (at most logBurst a second); nil for slog.Default()
+	CacheMemory   int64         // bytes of the prefix-state cache (see cache.go); 0 turns it off
+	CacheDir      string        // where the prefix cache is kept across restarts (SaveCache); empty for nowhere
 }
 
 // DefaultOptions returns the defaults of the serve command.
@@ -100,6 +103,8 @@ type Server struct {
 	metrics *metrics
 	created int64
 	ids     atomic.Uint64
+	flight  atomic.Int64 // requests being answered
+	rejects rejectLog
 
 	mu    sync.Mutex
 	ready *loaded // nil while loading
@@ -130,15 +135,25 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.api(s.chat))
 	s.mux.HandleFunc("GET /v1/models", s.api(s.models))
 	s.mux.HandleFunc("GET /v1/models/{id}", s.api(s.model))
+	s.mux.HandleFunc("POST /tokenize", s.api(s.tokenize))
+	s.mux.HandleFunc("POST /detokenize", s.api(s.detokenize))
 	s.mux.HandleFunc("GET /health", s.health)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	if o.MetricsPublic {
+		s.mux.Handle("GET /metrics", prom)
+	} else {
+		s.mux.HandleFunc("GET /metrics", s.api(func(w http.ResponseWriter, r *http.Request) *apiError {
+			prom.ServeHTTP(w, r)
+			return nil
+		}))
+	}
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(page)
 	})
 	for path, method := range map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
-		"/health": "GET", "/metrics": "GET",
+		"/health": "GET", "/metrics": "GET", "/tokenize": "POST", "/detokenize": "POST",
 	} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
@@ -146,7 +161,7 @@ func New(o Options) *Server {
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; see GET /v1/models, POST /v1/completions, POST /v1/chat/completions", r.Method, r.URL.Path))
+		s.fail(w, r, errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; see GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /tokenize", r.Method, r.URL.Path))
 	})
 	return s
 }
@@ -193,8 +208,29 @@ func (s *Server) loaded() *loaded {
 	return s.ready
 }
 
+// Shutdown ends the requests still being answered, for a server whose
+// http.Server.Shutdown ran out of time: generation stops, each stream
+// gets an error event and each waiting client a 503. It returns once
+// their handlers have answered, or ctx is done, with the number of
+// requests that were cut; then close the connections
+// (http.Server.Close).
+func (s *Server) Shutdown(ctx context.Context) int {
+	cut := int(s.flight.Load())
+	s.Close()
+	for s.flight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return cut
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return cut
+}
+
 // ServeHTTP answers a request, counting it and recovering from panics.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.flight.Add(1)
+	defer s.flight.Add(-1)
 	rw := &recorder{ResponseWriter: w, code: http.StatusOK}
 	defer func() {
 		if v := recover(); v != nil {
@@ -241,17 +277,14 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// api wraps an endpoint of /v1/: authentication, then the handler, whose
-// error is answered as an OpenAI error object.
+// api wraps an endpoint that needs the API key: authentication, then
+// the handler, whose error is answered as an OpenAI error object.
 func (s *Server) api(h func(w http.ResponseWriter, r *http.Request) *apiError) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if key := s.opts.APIKey; key != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="polysketch"`)
-				s.fail(w, r, errorf(http.StatusUnauthorized, "invalid_api_key", "missing or wrong API key: send the header Authorization: Bearer <key>"))
-				return
-			}
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="polysketch"`)
+			s.fail(w, r, errorf(http.StatusUnauthorized, "invalid_api_key", "missing or wrong API key: send the header Authorization: Bearer <key>"))
+			return
 		}
 		if err := h(w, r); err != nil {
 			s.fail(w, r, err)
@@ -259,9 +292,33 @@ func (s *Server) api(h func(w http.ResponseWriter, r *http.Request) *apiError) h
 	}
 }
 
-// fail answers err as {"error": {...}} and logs one line.
+// authorized reports whether r carries the API key, if there is one. The
+// scheme of the Authorization header is case-insensitive (RFC 9110).
+func (s *Server) authorized(r *http.Request) bool {
+	key := s.opts.APIKey
+	if key == "" {
+		return true
+	}
+	scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) == 1
+}
+
+// fail answers err as {"error": {...}}, counts it by its code and logs a
+// line, unless more than logBurst were logged in the last second.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
-	s.opts.Logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", err.status, "error", err.Message)
+	reason := "other"
+	if err.Code != nil {
+		reason = *err.Code // a fixed set of codes, never the client's text
+	}
+	s.metrics.rejected.WithLabelValues(reason).Inc()
+	if ok, dropped := s.rejects.allow(time.Now()); ok {
+		args := []any{"method", r.Method, "path", r.URL.Path, "status", err.status, "error", err.Message}
+		if dropped > 0 {
+			args = append(args, "not_logged_before", dropped)
+		}
+		s.opts.Logger.Warn("request failed", args...)
+	}
 	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -313,19 +370,9 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) *apiError {
 // readRequest reads and decodes a request body, and checks the model
 // name.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) (*completionRequest, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, errorf(http.StatusRequestEntityTooLarge, "request_too_large", "request body over %d bytes", s.opts.MaxBody)
-		}
-		return nil, errorf(http.StatusBadRequest, "invalid_body", "reading the request body: %v", err)
-	}
-	if !utf8.Valid(body) {
-		return nil, errorf(http.StatusBadRequest, "invalid_encoding", "the request body is not valid UTF-8")
-	}
 	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, decodeError(err)
+	if err := s.readBody(w, r, &req); err != nil {
+		return nil, err
 	}
 	if s.opts.Name != "" && req.Model != "" && req.Model != s.opts.Name {
 		return nil, errorf(http.StatusNotFound, "model_not_found", "model %q does not exist; this server has %q", req.Model, s.opts.Name)
@@ -407,8 +454,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	if rq.chat {
 		set.stop = append(set.stop, chatStop)
 	}
-	if len(rq.prompts)*set.n > maxChoices {
+	if len(rq.prompts)*set.n > maxChoices { // both at most maxChoices: no overflow
 		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: at most %d sequences per request", len(rq.prompts), set.n, maxChoices)
+	}
+	if seqs := len(rq.prompts) * set.n; seqs > s.opts.MaxQueue {
+		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: %d sequences, more than this server queues at once (%d); ask for fewer choices", len(rq.prompts), set.n, seqs, s.opts.MaxQueue)
 	}
 	for i, p := range rq.prompts {
 		ids := l.tok.Encode(nil, []byte(p))
@@ -426,7 +476,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		if !set.explicit {
 			set.maxTokens = min(set.maxTokens, l.limit-len(ids)+1) // a default fits the room left
 		}
-		if len(ids)+set.maxTokens-1 > l.limit {
+		// max_tokens comes from the client, up to 2^63-1: compared with
+		// the room left rather than added to the prompt, it cannot wrap.
+		if set.maxTokens > l.limit-len(ids)+1 {
 			return errorf(http.StatusBadRequest, "context_length_exceeded", "prompt %d of %d tokens and max_tokens %d pass this model's limit of %d tokens; ask for max_tokens %d or fewer", i, len(ids), set.maxTokens, l.limit, l.limit-len(ids)+1)
 		}
 		rq.tokens = append(rq.tokens, ids)
@@ -446,7 +498,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
 					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
-					kv: l.kvRow * int64(len(ids)+set.maxTokens), out: box, cache: cacheJob{chat: rq.chat},
+					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat},
 				})
 			}
 		}
@@ -479,9 +531,16 @@ func (s *Server) id(prefix string) string {
 }
 
 // wait returns the next events of box, or nil when the client has gone.
+// It computes the events' logprobs, here rather than on the scheduler's
+// goroutine.
 func wait(r *http.Request, box *mailbox, buf []event) []event {
 	for {
 		if ev := box.take(buf); len(ev) > 0 {
+			for i := range ev {
+				if p := ev[i].pending; p != nil {
+					ev[i].logprobs, ev[i].pending = p.compute(), nil
+				}
+			}
 			return ev
 		}
 		select {
@@ -670,4 +729,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	rc.Flush()
+}
+
+// mulSat returns a·b for a, b ≥ 0, or the largest int64 where that
+// overflows: a size that saturates is refused by any budget.
+func mulSat(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }

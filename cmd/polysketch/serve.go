@@ -31,9 +31,13 @@ http://ADDR/v1):
   POST /v1/chat/completions  messages, in the plain-text template
                              "System: …\nUser: …\nAssistant: …" (a base
                              model has no chat template of its own)
+  POST /tokenize             {"content", "with_pieces"}: the prompt's
+                             token ids (llama.cpp's form)
+  POST /detokenize           {"tokens"}: their text
   GET  /v1/models            the served model (--name)
   GET  /health               503 while the model loads, 200 when ready
-  GET  /metrics              Prometheus metrics
+  GET  /metrics              Prometheus metrics (needs the API key unless
+                             --metrics-public)
   GET  /                     a web page to try prompts
 
 Requests resume from the decoding state after the longest prefix of their
@@ -43,7 +47,9 @@ across restarts), with the output of a cold start.
 Concurrent requests decode together (continuous batching); with a fixed
 seed a request gives the same text alone or under load. SIGINT or SIGTERM
 stops accepting requests, lets those in flight finish (up to
---shutdown-timeout) and exits 0.
+--shutdown-timeout) and exits 0; requests still running then are ended
+(an error event for a stream, 503 for the others) and the command exits
+non-zero.
 
 flags:
 `
@@ -56,13 +62,14 @@ func runServe(args []string, stdout io.Writer) error {
 		addr     = fs.String("addr", "127.0.0.1:8080", "address to listen on, host:port")
 		name     = fs.String("name", "polysketch", "model id that clients name in requests")
 		seqs     = fs.Int("max-sequences", def.MaxSequences, "sequences decoded at once")
-		queue    = fs.Int("max-queue", def.MaxQueue, "sequences waiting beyond those; more get 429")
+		queue    = fs.Int("max-queue", def.MaxQueue, fmt.Sprintf("sequences waiting beyond those; more get 429 (at least %d, the most one request may ask for)", serve.MaxChoices))
 		length   = fs.Int("max-length", def.MaxLength, "prompt + generated tokens per sequence, for polysketch models (the others are limited by their context length)")
 		chunk    = fs.Int("prefill-chunk", def.PrefillChunk, "prompt tokens a sequence reads per step, between other sequences' tokens")
 		body     = fs.Int64("max-body", def.MaxBody, "bytes of a request body")
 		kv       = fs.Int64("kv-memory", def.KVMemory>>20, "MiB of KV cache for all sequences of a softmax, flash or polynomial model (0: no limit)")
-		key      = fs.String("api-key", "", "bearer token required on /v1/ (default $POLYSKETCH_API_KEY; none if both are empty)")
-		readTO   = fs.Duration("read-timeout", 30*time.Second, "to read a request")
+		key      = fs.String("api-key", "", "bearer token required on /v1/, /tokenize, /detokenize and /metrics (default $POLYSKETCH_API_KEY; none if both are empty)")
+		public   = fs.Bool("metrics-public", false, "serve /metrics without the API key")
+		readTO   = fs.Duration("read-timeout", 30*time.Second, "to read a request (0: none; the headers still have 10s at most)")
 		writeTO  = fs.Duration("write-timeout", def.WriteTimeout, "for each write of a response (0: none)")
 		idleTO   = fs.Duration("idle-timeout", 2*time.Minute, "before closing an idle keep-alive connection")
 		shutdown = fs.Duration("shutdown-timeout", 30*time.Second, "after SIGINT/SIGTERM, how long requests in flight may take to finish")
@@ -84,6 +91,9 @@ func runServe(args []string, stdout io.Writer) error {
 		if f.v < 1 {
 			return fmt.Errorf("serve: --%s %d: must be at least 1", f.name, f.v)
 		}
+	}
+	if *queue < serve.MaxChoices {
+		return fmt.Errorf("serve: --max-queue %d: must be at least %d, the sequences one request may ask for (prompts × n)", *queue, serve.MaxChoices)
 	}
 	if *kv < 0 {
 		return fmt.Errorf("serve: --kv-memory %d: must be 0 (no limit) or more", *kv)
@@ -115,15 +125,14 @@ func runServe(args []string, stdout io.Writer) error {
 
 	srv := serve.New(serve.Options{
 		Name: *name, MaxSequences: *seqs, MaxQueue: *queue, MaxLength: *length, PrefillChunk: *chunk,
-		MaxBody: *body, KVMemory: *kv << 20, APIKey: *key, WriteTimeout: *writeTO, Logger: log,
+		MaxBody: *body, KVMemory: *kv << 20, APIKey: *key, MetricsPublic: *public, WriteTimeout: *writeTO, Logger: log,
 		CacheMemory: int64(cacheMem), CacheDir: *cacheDir,
 	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: min(*readTO, 10*time.Second), ReadTimeout: *readTO, IdleTimeout: *idleTO,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	hs := httpServer(srv, *readTO, *idleTO, log)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(stdout, "polysketch serve: listening on http://%s (the model is loading)\n", ln.Addr())
@@ -158,18 +167,49 @@ func runServe(args []string, stdout io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
 	defer cancel()
 	err = hs.Shutdown(sctx)
-	srv.Close()
+	cut := 0
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Tell the requests still running why they end, then close.
+		gctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		cut = srv.Shutdown(gctx)
+		cancel()
+		hs.Close()
+		log.Warn("shutdown timeout: requests still in flight were cut off", "timeout", *shutdown, "requests", cut)
+		err = nil
+	} else {
+		srv.Close()
+	}
+	// The scheduler has stopped either way: its prefix cache can be written.
 	if cerr := srv.SaveCache(); cerr != nil {
 		return fmt.Errorf("serve: %w", cerr)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		hs.Close()
-		log.Warn("shutdown timeout: requests still in flight were cut off", "timeout", *shutdown)
-	} else if err != nil {
+	if cut > 0 {
+		return fmt.Errorf("serve: shutdown: %d requests still in flight after --shutdown-timeout %s were cut off", cut, *shutdown)
+	}
+	if err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
 	fmt.Fprintln(stdout, "polysketch serve: stopped")
 	return nil
+}
+
+// shutdownGrace is how long the requests cut at the shutdown timeout
+// have to answer (an error event, a 503) before their connections close.
+const shutdownGrace = 2 * time.Second
+
+// headerTimeout bounds the reading of a request's headers, whatever
+// --read-timeout says: a client that never finishes its headers must not
+// hold a connection.
+const headerTimeout = 10 * time.Second
+
+// httpServer returns the HTTP server of the serve command for handler h.
+func httpServer(h http.Handler, read, idle time.Duration, log *slog.Logger) *http.Server {
+	header := headerTimeout
+	if read > 0 {
+		header = min(read, header)
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: header, ReadTimeout: read, IdleTimeout: idle,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // loopback reports whether host names only this machine.

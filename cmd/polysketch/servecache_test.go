@@ -14,30 +14,6 @@ import (
 	"time"
 )
 
-// startServe runs the serve command with args and returns its address,
-// its output and a channel that has its result.
-func startServe(t *testing.T, args ...string) (string, *syncBuffer, chan error) {
-	t.Helper()
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), out) }()
-	addrRE := regexp.MustCompile(`listening on http://(\S+)`)
-	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		s := out.String()
-		if m := addrRE.FindStringSubmatch(s); m != nil && strings.Contains(s, "ready:") {
-			return m[1], out, done
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("serve returned early: %v\n%s", err, s)
-		default:
-		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("serve not ready after 30 s:\n%s", s)
-		}
-	}
-}
-
 // stopServe sends SIGINT and waits for the serve command to return.
 func stopServe(t *testing.T, done chan error) error {
 	t.Helper()

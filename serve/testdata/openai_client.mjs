@@ -1,6 +1,6 @@
 // The official OpenAI client for Node against a live `polysketch serve`:
-// models list, completions streamed and not, chat streamed and not, and
-// an error raised as an APIError. Run from a directory where the npm
+// models list, completions streamed and not, chat streamed and not, an
+// error raised as an APIError, and /tokenize and /detokenize with fetch. Run from a directory where the npm
 // package openai is installed:
 //
 //	node openai_client.mjs http://127.0.0.1:8080/v1 [api-key]
@@ -65,5 +65,24 @@ try {
 } catch (e) {
   check(e instanceof OpenAI.APIError && e.status === 400 && /top_p/.test(e.message), `top_p 3: ${e}`);
 }
+
+// POST /tokenize and /detokenize (llama.cpp's form), beside the OpenAI
+// API: the count of a prompt's tokens is the usage the server reports.
+const root = baseURL.replace(/\/v1\/?$/, "");
+async function post(path, body) {
+  const r = await fetch(root + path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify(body),
+  });
+  return [r.status, await r.json()];
+}
+const [tokStatus, tok] = await post("/tokenize", { content: req.prompt, with_pieces: true });
+check(tokStatus === 200 && Array.isArray(tok.tokens) && tok.tokens.length === whole.usage.prompt_tokens,
+  `tokenize: ${tokStatus} ${JSON.stringify(tok)}, usage ${JSON.stringify(whole.usage)}`);
+const [detokStatus, detok] = await post("/detokenize", { tokens: tok.tokens.map((t) => t.id) });
+check(detokStatus === 200 && detok.content === req.prompt, `detokenize: ${detokStatus} ${JSON.stringify(detok)}`);
+const [badStatus, bad] = await post("/detokenize", { tokens: [1e9] });
+check(badStatus === 400 && /outside the vocabulary/.test(bad.error?.message), `detokenize 1e9: ${badStatus} ${JSON.stringify(bad)}`);
 
 console.log(`openai client test: ok (openai for Node, model ${model}: ${JSON.stringify(text)})`);

@@ -1,0 +1,78 @@
+package checkpoint
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/model"
+)
+
+// TestExpectedShapes checks expectedShapes against the parameters
+// model.New creates, for configurations covering every optional
+// parameter.
+func TestExpectedShapes(t *testing.T) {
+	learned := tinyConfig()
+	learned.Attention = attention.PolysketchConfig{Degree: 4, SketchSize: 4, Block: 8, Local: true, Learned: true, Sketch: attention.Gaussian}
+	untied := tinyConfig()
+	untied.Tied, untied.Layers, untied.Hidden = false, 3, 24
+	soft := tinyConfig()
+	soft.Attention = attention.SoftmaxConfig{}
+	encoder := tinyConfig()
+	encoder.Bidirectional, encoder.Positions, encoder.PostNorm = true, model.PositionsLearned, true
+	for name, cfg := range map[string]model.Config{"tiny": tinyConfig(), "learned sketch": learned, "untied": untied, "softmax": soft, "encoder": encoder} {
+		t.Run(name, func(t *testing.T) {
+			m, err := model.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, p := range m.Params() {
+				if !strings.Contains(p.Name, ".attn.sketch.") {
+					want = append(want, fmt.Sprint(p.Name, p.Value.Shape))
+				}
+			}
+			var got []string
+			for _, p := range expectedShapes(cfg) {
+				got = append(got, fmt.Sprint(p.name, p.shape))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("expectedShapes\n%q\nmodel.New's parameters\n%q", got, want)
+			}
+		})
+	}
+}
+
+// TestLoadRefusesSizesTheFileCannotHold edits config.json (with a
+// manifest to match, as someone crafting it would) to sizes far beyond
+// what the weights hold: Load refuses in one line before building the
+// model, rather than dying of exhausted memory.
+func TestLoadRefusesSizesTheFileCannotHold(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		value any
+		want  string
+	}{
+		{"dim", 2e9, `tensor "embed.weight" has shape [32 16], the model needs [32 2000000000]: 256000000000 bytes, more than the whole model.safetensors`},
+		{"vocab", 3e9, `the model needs [3000000000 16]: 192000000000 bytes, more than the whole model.safetensors`},
+		{"hidden", 4e12, `tensor "layers.0.ffn.in.weight" has shape [16 128], the model needs [16 8000000000000]`},
+		{"layers", 1e12, "1000000000000 layers, but only"},
+		{"layers", 2, `no tensor "layers.1.ln1.gain"`},
+		{"dim", 4.611686018427388e18, "more than the whole model.safetensors"}, // 2^62: 3·dim and the bytes saturate
+	} {
+		t.Run(fmt.Sprint(tc.field, " ", tc.value), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			if err := Save(dir, newCheckpoint(t, 1, 7)); err != nil {
+				t.Fatal(err)
+			}
+			editJSON(t, dir, configFile, func(m map[string]any) { m["model"].(map[string]any)[tc.field] = tc.value })
+			_, err := Load(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Load: %v; want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
