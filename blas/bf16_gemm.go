@@ -1,0 +1,264 @@
+package blas
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/polysketch/polysketch/internal/parallel"
+)
+
+// bf16Kernel is one way of computing bf16 products: tiles of up to mr
+// rows by one strip of nrBF16 columns, from op(A) packed in pairs
+// (packPairs) and op(B) packed in strips (PackedBF16).
+type bf16Kernel struct {
+	name string
+	mr   int // rows of a tile
+	mc   int // rows of A packed at a time, a multiple of mr
+	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp pairs
+	// of a (mr words each) and of b (nrBF16 words each); see dot2, finish.
+	tile func(rows, cols, kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32)
+}
+
+var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo}
+
+// activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
+// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
+// this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
+// bf16Kernels() in turn.
+var activeBF16 = chooseBF16()
+
+func chooseBF16() *bf16Kernel {
+	ks := bf16Kernels()
+	if os.Getenv("POLYSKETCH_NOASM") == "1" {
+		return goBF16
+	}
+	if name := os.Getenv("POLYSKETCH_BF16_KERNEL"); name != "" {
+		for _, k := range ks {
+			if k.name == name {
+				return k
+			}
+		}
+		fmt.Fprintf(os.Stderr, "blas: POLYSKETCH_BF16_KERNEL=%s: this CPU runs only %s; using %s\n", name, bf16Names(ks), ks[0].name)
+	}
+	return ks[0]
+}
+
+// bf16Kernels lists the bf16 kernels this CPU runs, fastest first.
+func bf16Kernels() []*bf16Kernel {
+	return append(asmBF16Kernels(), goBF16)
+}
+
+func bf16Names(ks []*bf16Kernel) string {
+	s := ""
+	for i, k := range ks {
+		if i > 0 {
+			s += ", "
+		}
+		s += k.name
+	}
+	return s
+}
+
+// tileGo is the portable tile: dot2 over the pairs, for each element.
+func tileGo(rows, cols, kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	const mr = 4
+	var acc [nrBF16]float32
+	for i := 0; i < rows; i++ {
+		clear(acc[:])
+		for p := 0; p < kp; p++ {
+			x := a[p*mr+i]
+			bs := b[p*nrBF16 : p*nrBF16+cols]
+			for j, y := range bs {
+				acc[j] = dot2(acc[j], x, y)
+			}
+		}
+		cr := c[i*ldc : i*ldc+cols]
+		for j := range cr {
+			cr[j] = finish(acc[j], alpha, beta, cr[j])
+		}
+	}
+}
+
+// gemmBF16 is one bf16 product in flight.
+type gemmBF16 struct {
+	kn          *bf16Kernel
+	tA, tB      Transpose
+	alpha, beta float32
+	a, b        General
+	bp          *PackedBF16 // op(B) when given packed; else b
+	c           General
+	m, n, k     int
+}
+
+func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta float32, c General) gemmBF16 {
+	checkTrans(fn, "tA", tA)
+	checkTrans(fn, "tB", tB)
+	g := gemmBF16{kn: activeBF16, tA: tA, tB: tB, alpha: alpha, beta: beta, c: c, m: c.Rows, n: c.Cols}
+	c.check(fn, "c")
+	switch a := a.(type) {
+	case General:
+		a.check(fn, "a")
+		g.a = a
+	case *PackedBF16:
+		panic(fmt.Sprintf("blas: %s: a is a *PackedBF16; only b may be packed", fn))
+	default:
+		panic(fmt.Sprintf("blas: %s: a is nil", fn))
+	}
+	am, ak := stored(tA, g.a.Rows, g.a.Cols)
+	if am != g.m {
+		panic(fmt.Sprintf("blas: %s(%c%c): op(a) is %d×%d, c is %d×%d: want %d rows", fn, tA, tB, am, ak, c.Rows, c.Cols, c.Rows))
+	}
+	g.k = ak
+	var bk, bn int
+	switch b := b.(type) {
+	case General:
+		b.check(fn, "b")
+		g.b = b
+		bk, bn = stored(tB, b.Rows, b.Cols)
+	case *PackedBF16:
+		if b == nil {
+			panic(fmt.Sprintf("blas: %s: b is a nil *PackedBF16", fn))
+		}
+		if tB != NoTrans {
+			panic(fmt.Sprintf("blas: %s: tB=%c with a packed b: the transpose is applied when packing, pass NoTrans", fn, tB))
+		}
+		g.bp = b
+		bk, bn = b.k, b.n
+	default:
+		panic(fmt.Sprintf("blas: %s: b is nil", fn))
+	}
+	if bk != g.k || bn != g.n {
+		panic(fmt.Sprintf("blas: %s(%c%c): op(a) is %d×%d, op(b) %d×%d, c %d×%d: inner or outer dimensions differ", fn, tA, tB, am, ak, bk, bn, c.Rows, c.Cols))
+	}
+	return g
+}
+
+// bf16Workspace holds a product's packed operands; pooled so that calls
+// in a steady state do not allocate.
+type bf16Workspace struct {
+	a, b []uint32
+	pb   PackedBF16
+}
+
+var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
+
+func growWords(buf []uint32, n int) []uint32 {
+	if cap(buf) < n {
+		return make([]uint32, n)
+	}
+	return buf[:n]
+}
+
+// trivial does the products with nothing to multiply (as gemm.trivial)
+// and reports whether it did.
+func (g *gemmBF16) trivial() bool {
+	if g.m == 0 || g.n == 0 {
+		return true
+	}
+	if g.alpha != 0 && g.k != 0 {
+		return false
+	}
+	for i := 0; i < g.m; i++ {
+		row := g.c.Data[i*g.c.Stride : i*g.c.Stride+g.n]
+		switch g.beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= g.beta
+			}
+		}
+	}
+	return true
+}
+
+// run computes the product on up to threads goroutines: op(B) is packed
+// (unless given packed) and op(A) packed in blocks of mc rows, then C is
+// split into items of row blocks by column chunks. Every element's k sum
+// runs in one tile call whatever the split, so the split changes no bits.
+func (g *gemmBF16) run(threads int) {
+	if g.trivial() {
+		return
+	}
+	if threads > 1 && g.m*g.n*g.k >= parallelMin {
+		g.parallel(threads)
+		return
+	}
+	ws := bf16Pool.Get().(*bf16Workspace)
+	bp := g.bp
+	if bp == nil {
+		ws.b = growWords(ws.b, packedWords(g.k, g.n))
+		ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
+		bp = &ws.pb
+		packStrips(g.tB, g.b, g.k, g.n, bp.data, 0, ceilDiv(g.n, nrBF16))
+	}
+	g.item(ws, bp, 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
+	ws.pb = PackedBF16{}
+	bf16Pool.Put(ws)
+}
+
+// parallel is run on more than one goroutine. It works on a copy of g,
+// which its goroutines share, so that only this path moves the product
+// to the heap.
+func (h gemmBF16) parallel(threads int) {
+	g := &h
+	kn := g.kn
+	ws := bf16Pool.Get().(*bf16Workspace)
+	defer bf16Pool.Put(ws)
+	nStr := ceilDiv(g.n, nrBF16)
+	bp := g.bp
+	if bp == nil {
+		ws.b = growWords(ws.b, packedWords(g.k, g.n))
+		bp = &PackedBF16{k: g.k, n: g.n, data: ws.b}
+		groups := min(nStr, 4*threads)
+		parallel.Workers(groups, threads, func(i int) {
+			packStrips(g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups)
+		})
+	}
+	// Row blocks of mc rows, or of fewer when there are too few blocks to
+	// keep the threads busy, each by column chunks of strips.
+	mStr := ceilDiv(g.m, kn.mr)
+	rb := ceilDiv(g.m, kn.mc)
+	want := 3 * threads
+	cb := 1
+	if rb < want {
+		rb = min(want, mStr)
+		cb = min(ceilDiv(want, rb), nStr)
+	}
+	parallel.Workers(rb*cb, threads, func(it int) {
+		ib, jb := it/cb, it%cb
+		wa := bf16Pool.Get().(*bf16Workspace)
+		g.item(wa, bp, ib*mStr/rb, (ib+1)*mStr/rb, jb*nStr/cb, (jb+1)*nStr/cb)
+		bf16Pool.Put(wa)
+	})
+}
+
+// item computes the rows of row strips [r0, r1) and the columns of
+// column strips [s0, s1) of C, packing op(A) mc rows at a time into ws.
+func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
+	kn := g.kn
+	kp := ceilDiv(g.k, 2)
+	mr := kn.mr
+	per := kn.mc / mr // strips per block
+	for rs := r0; rs < r1; rs += per {
+		re := min(r1, rs+per)
+		ws.a = growWords(ws.a, (re-rs)*kp*mr)
+		for r := rs; r < re; r++ {
+			rows := min(mr, g.m-r*mr)
+			packPairs(g.tA, g.a, g.k, r*mr, rows, mr, ws.a[(r-rs)*kp*mr:])
+		}
+		for s := s0; s < s1; s++ {
+			j0 := s * nrBF16
+			cols := min(nrBF16, g.n-j0)
+			bs := bp.strip(s)
+			for r := rs; r < re; r++ {
+				i0 := r * mr
+				rows := min(mr, g.m-i0)
+				c := g.c.Data[i0*g.c.Stride+j0:]
+				kn.tile(rows, cols, kp, ws.a[(r-rs)*kp*mr:(r-rs+1)*kp*mr], bs, c, g.c.Stride, g.alpha, g.beta)
+			}
+		}
+	}
+}
