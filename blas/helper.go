@@ -21,6 +21,8 @@ type helper struct {
 	g     gemm         // the posted half: columns [lo, g.n) of g in form f
 	f     smallForm
 	lo    int
+	bf16  bool // the posted half is hb instead (see splitBF16)
+	hb    bf16Part
 	awake atomic.Bool   // the goroutine is spinning, not parked
 	ran   atomic.Int64  // halves the goroutine computed
 	wake  chan struct{} // unparks it
@@ -53,7 +55,7 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 		h.wake = make(chan struct{}, 1)
 		go h.loop()
 	})
-	h.g, h.f, h.lo = *g, f, mid
+	h.g, h.f, h.lo, h.bf16 = *g, f, mid, false
 	h.state.Store(halfPosted)
 	if !h.awake.Load() {
 		select {
@@ -74,13 +76,49 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 	return true
 }
 
+// splitBF16 is split for two parts of a bf16 product: first on the
+// calling goroutine, second on the helper when it is free.
+func (h *helper) splitBF16(first, second *bf16Part) bool {
+	if !h.mu.TryLock() {
+		return false
+	}
+	defer h.mu.Unlock()
+	h.start.Do(func() {
+		h.wake = make(chan struct{}, 1)
+		go h.loop()
+	})
+	h.hb, h.bf16 = *second, true
+	h.state.Store(halfPosted)
+	if !h.awake.Load() {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+	first.run()
+	if h.state.CompareAndSwap(halfPosted, halfIdle) {
+		second.run() // not started: take it back
+	} else {
+		for h.state.Load() != halfDone {
+			runtime.Gosched()
+		}
+		h.state.Store(halfIdle)
+	}
+	h.hb = bf16Part{} // drop the operands
+	return true
+}
+
 func (h *helper) loop() {
 	for {
 		h.awake.Store(true)
 		deadline := time.Now().Add(helperSpin)
 		for spins := 0; ; spins++ {
 			if h.state.CompareAndSwap(halfPosted, halfRunning) {
-				h.g.smallRange(h.f, h.lo, h.g.n)
+				if h.bf16 {
+					h.hb.run()
+				} else {
+					h.g.smallRange(h.f, h.lo, h.g.n)
+				}
 				h.ran.Add(1)
 				h.state.Store(halfDone)
 				deadline = time.Now().Add(helperSpin)
