@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/nn"
 )
 
 // stepAll feeds each sequence its tokens in the given chunk sizes (cycled)
@@ -109,16 +111,26 @@ func TestBatchInvariance(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
+		prec nn.Precision
 	}{
-		{"polysketch", tiny("polysketch:learned")},
-		{"flash", tiny("flash")},
-		{"polysketch/wide", wide(tiny("polysketch:learned"))}, // products of many rows at a time
-		{"flash/wide", wide(tiny("flash"))},
+		{"polysketch", tiny("polysketch:learned"), nn.FP32},
+		{"flash", tiny("flash"), nn.FP32},
+		{"polysketch/wide", wide(tiny("polysketch:learned")), nn.FP32}, // products of many rows at a time
+		{"flash/wide", wide(tiny("flash")), nn.FP32},
+		{"polysketch/bf16", tiny("polysketch:learned"), nn.BF16},
+		{"polysketch/wide/bf16", wide(tiny("polysketch:learned")), nn.BF16},
+		{"flash/wide/bf16", wide(tiny("flash")), nn.BF16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			m := mustNew(t, c)
 			perturb(m, 4)
+			if tc.prec == nn.BF16 { // as serve --precision bf16 runs it
+				m.SetPrecision(nn.BF16)
+				if err := m.ReleaseFP32(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			V := c.Vocab
 			rng := rand.New(rand.NewPCG(2, 2))
 			mine := randomTokens(rng, 20, V)

@@ -16,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
 )
 
@@ -63,6 +64,8 @@ func runServe(args []string, stdout io.Writer) error {
 		idleTO   = fs.Duration("idle-timeout", 2*time.Minute, "before closing an idle keep-alive connection")
 		shutdown = fs.Duration("shutdown-timeout", 30*time.Second, "after SIGINT/SIGTERM, how long requests in flight may take to finish")
 	)
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
 		fs.PrintDefaults()
@@ -96,6 +99,7 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: --addr %q: want host:port, as 127.0.0.1:8080: %v", *addr, err)
 	}
+	warnPrecision(stderr, prec)
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if *key == "" && !loopback(host) {
 		log.Warn("serving on a non-loopback address without an API key: anyone who can reach it can use it; set --api-key or POLYSKETCH_API_KEY")
@@ -123,7 +127,9 @@ func runServe(args []string, stdout io.Writer) error {
 	if err == nil {
 		var tok tokenizer.Tokenizer
 		if tok, err = tokenizer.Lookup(c.State.Tokenizer); err == nil {
-			err = srv.Ready(c.Model, tok)
+			if err = inferIn(c.Model, prec); err == nil {
+				err = srv.Ready(c.Model, tok)
+			}
 		} else {
 			err = fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
@@ -132,7 +138,7 @@ func runServe(args []string, stdout io.Writer) error {
 		hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), dir, ln.Addr())
+	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s, %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), prec, dir, ln.Addr())
 
 	select {
 	case err := <-served:

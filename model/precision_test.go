@@ -1,0 +1,175 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/polysketch/polysketch/nn"
+)
+
+// unit is bfloat16's unit roundoff, 2⁻⁸.
+const unit = 1.0 / 256
+
+// TestBF16Forward checks that a bf16 model computes what its fp32 self
+// does, to bf16 accuracy, and that its decoders match its own Forward.
+// Each product rounds both factors, a relative error of up to 2·unit a
+// term; the logits pass through two layers of four products and the head,
+// whose errors add: 16·unit bounds their difference from fp32 (relative
+// to the largest logit). A decoder runs the same products on the same
+// rounded weights; its activations differ from Forward's in the last fp32
+// bits, which can move a rounded activation by one bf16 step where it
+// lies on the edge between two: unit bounds that.
+func TestBF16Forward(t *testing.T) {
+	untied := tiny("softmax")
+	untied.Tied = false
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"polysketch/learned", tiny("polysketch:learned")},
+		{"softmax/untied", untied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const B, N = 2, 13
+			c := tc.cfg
+			m := mustNew(t, c)
+			perturb(m, 7)
+			tokens := randomTokens(rand.New(rand.NewPCG(5, 5)), B*N, c.Vocab)
+			fp32 := m.Forward(tokens, B, N).Clone()
+			m.SetPrecision(nn.BF16)
+			bf16 := m.Forward(tokens, B, N).Clone()
+			d, _ := worst(bf16, fp32)
+			if d > 16*unit || d == 0 {
+				t.Errorf("bf16 logits differ from fp32 by %.3g of the largest, want in (0, %g]", d, 16*unit)
+			}
+			dec, err := m.NewDecoder(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := decodeLogits(t, dec, tokens, B, N, c.Vocab)
+			if d, n := worst(got, bf16); d > unit {
+				t.Errorf("bf16 decoded logits at position %d differ from bf16 Forward by %.3g of the largest, want ≤ %g", n, d, unit)
+			}
+			m.SetPrecision(nn.FP32)
+			if again := m.Forward(tokens, B, N); !sameBits(again.Data, fp32.Data) {
+				t.Error("back in fp32, the logits are not those of before bf16")
+			}
+		})
+	}
+}
+
+// TestReleaseFP32 checks that a bf16 model decodes the same bits with
+// its float32 dense weights released, and refuses what needs them.
+func TestReleaseFP32(t *testing.T) {
+	c := tiny("polysketch:learned")
+	c.Tied = false
+	m := mustNew(t, c)
+	perturb(m, 3)
+	if err := m.ReleaseFP32(); err == nil {
+		t.Error("ReleaseFP32 of an fp32 model succeeded")
+	}
+	m.SetPrecision(nn.BF16)
+	tokens := randomTokens(rand.New(rand.NewPCG(1, 1)), 9, c.Vocab)
+	decode := func() []float32 {
+		dec, err := m.NewDecoder(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dec.Prefill(tokens[:5]); err != nil {
+			t.Fatal(err)
+		}
+		var out []float32
+		for _, tok := range tokens[5:] {
+			logits, err := dec.Step([]int32{tok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, logits.Data...)
+		}
+		return out
+	}
+	before := decode()
+	if err := m.ReleaseFP32(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range m.linears() {
+		if l.Weight.Value.Data != nil || l.BF16.T != nil {
+			t.Errorf("%s: float32 values or transposed copy kept", l.Weight.Name)
+		}
+	}
+	if !sameBits(decode(), before) {
+		t.Error("decoded logits changed when the float32 weights were released")
+	}
+	for _, f := range []struct {
+		name string
+		run  func()
+		want string
+	}{
+		{"Backward", func() { m.Loss(tokens, tokens, 1, len(tokens)); m.Backward() }, "no bf16 copy"},
+		{"SetPrecision", func() { m.SetPrecision(nn.FP32) }, "released"},
+		{"RoundWeights", func() { m.RoundWeights() }, "released"},
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !strings.Contains(s, f.want) {
+					t.Errorf("%s after ReleaseFP32: panic %v, want one saying %q", f.name, r, f.want)
+				}
+			}()
+			f.run()
+		}()
+	}
+}
+
+// TestDeterminismBF16 requires a bf16 model's loss and gradients to be
+// bitwise identical for GOMAXPROCS 1, 2 and 3, on a model large enough
+// for the products to split their tiles among goroutines.
+func TestDeterminismBF16(t *testing.T) {
+	const B, N = 4, 64
+	for _, spec := range []string{"polysketch:learned", "flash"} {
+		t.Run(spec, func(t *testing.T) {
+			c := Config{Vocab: 256, Dim: 64, Layers: 2, Heads: 4, Context: N, Attention: small(spec, 16), Seed: 3}
+			rng := rand.New(rand.NewPCG(4, 4))
+			tokens, targets := randomTokens(rng, B*N, c.Vocab), randomTokens(rng, B*N, c.Vocab)
+			run := func(procs int) (float64, [][]float32) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				m := mustNew(t, c)
+				m.SetPrecision(nn.BF16)
+				loss := m.Loss(tokens, targets, B, N)
+				m.Backward()
+				var grads [][]float32
+				for _, p := range m.Params() {
+					grads = append(grads, p.Grad.Data)
+				}
+				return loss, grads
+			}
+			loss1, grads1 := run(1)
+			for _, procs := range []int{2, 3} {
+				loss, grads := run(procs)
+				if math.Float64bits(loss) != math.Float64bits(loss1) {
+					t.Fatalf("GOMAXPROCS=%d: loss %v, with 1 thread %v", procs, loss, loss1)
+				}
+				for i := range grads {
+					if !sameBits(grads[i], grads1[i]) {
+						t.Fatalf("GOMAXPROCS=%d: gradient %d differs from that with 1 thread", procs, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
