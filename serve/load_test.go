@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 )
 
 // TestLoad runs 32 concurrent streaming clients, with clients that
@@ -21,13 +24,28 @@ import (
 // in the last bit would alter even where the sampled tokens stay the
 // same); the malformed ones get 400; afterwards no sequence is left in
 // the scheduler and no goroutine is left over.
-func TestLoad(t *testing.T) {
+func TestLoad(t *testing.T) { testLoad(t, nil) }
+
+// TestLoadBF16 is TestLoad with a model whose dense weights are held in
+// bf16 alone, as serve --precision bf16 runs it: batch invariance holds
+// in bf16 too.
+func TestLoadBF16(t *testing.T) {
+	m := testModel(t, testConfig())
+	m.SetPrecision(nn.BF16)
+	if err := m.ReleaseFP32(); err != nil {
+		t.Fatal(err)
+	}
+	testLoad(t, m)
+}
+
+// testLoad is TestLoad on model m (nil: the test model).
+func testLoad(t *testing.T, m *model.Model) {
 	const clients = 32
 	perClient, maxTokens := 3, 24
 	if testing.Short() {
 		perClient, maxTokens = 1, 12
 	}
-	s, ts := newTest(t, Options{MaxSequences: 16, PrefillChunk: 8}, nil)
+	s, ts := newTest(t, Options{MaxSequences: 16, PrefillChunk: 8}, m)
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	client := &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
