@@ -73,6 +73,11 @@ func (*PackedBF16) bf16Operand() {}
 // VDPBF16PS does. Every bf16 kernel but AMX computes an element of C by
 // this step alone, over the pairs of k in order, so they agree to the bit.
 func dot2(acc float32, a, b uint32) float32 {
+	if acc != 0 && math.Abs(float64(acc)) < 0x1p-126 {
+		// Denormal: the instruction reads it as zero. The kernels never
+		// make one (they flush), but dot2 is the instruction's model.
+		acc = float32(math.Copysign(0, float64(acc)))
+	}
 	acc = fmaBF16(acc, a>>16, b>>16)
 	return fmaBF16(acc, a&0xffff, b&0xffff)
 }
@@ -84,8 +89,8 @@ func dot2(acc float32, a, b uint32) float32 {
 // float64, and so is its sum with acc rounded to float64 then float32 as
 // if rounded once: both addends have at most 24-bit significands and
 // float64 carries 53 ≥ 2·24+1 bits, so the double rounding is innocuous.
-// Inputs are never denormal (ToBF16 and this function make none), so the
-// instruction's treating them as zero needs no code.
+// The bf16 inputs are never denormal (ToBF16 makes none), so the
+// instruction's reading them as zero needs no code here.
 func fmaBF16(acc float32, x, y uint32) float32 {
 	p := float64(math.Float32frombits(x<<16)) * float64(math.Float32frombits(y<<16))
 	s := p + float64(acc)

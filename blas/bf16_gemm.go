@@ -9,18 +9,27 @@ import (
 )
 
 // bf16Kernel is one way of computing bf16 products: tiles of up to mr
-// rows by one strip of nrBF16 columns, from op(A) packed in pairs
-// (packPairs) and op(B) packed in strips (PackedBF16).
+// rows by one strip of nrBF16 columns, from op(A) converted to bf16 pairs
+// (packA) and op(B) packed in strips (PackedBF16).
 type bf16Kernel struct {
 	name string
 	mr   int // rows of a tile
 	mc   int // rows of A packed at a time, a multiple of mr
-	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp pairs
-	// of a (mr words each) and of b (nrBF16 words each); see dot2, finish.
-	tile func(rows, cols, kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32)
+	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp
+	// pairs of A (pair p of row i at a[i·ars + p·aps]) and of the strip b;
+	// see dot2 and finish for the arithmetic.
+	tile func(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32)
+	// wide, where not nil, is tile for rows ≤ wideRows by 4 whole strips
+	// (bs words apart), for products of few rows (decoding).
+	wide     func(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []float32, ldc int, alpha, beta float32)
+	wideRows int
+	// cvt sets dst[i] to the bf16 pair (src[2i], src[2i+1]); inter sets
+	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
+	cvt   func(dst []uint32, src []float32)
+	inter func(dst []uint32, r0, r1 []float32)
 }
 
-var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo}
+var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
 // the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
@@ -61,13 +70,12 @@ func bf16Names(ks []*bf16Kernel) string {
 }
 
 // tileGo is the portable tile: dot2 over the pairs, for each element.
-func tileGo(rows, cols, kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32) {
-	const mr = 4
+func tileGo(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
 	var acc [nrBF16]float32
 	for i := 0; i < rows; i++ {
 		clear(acc[:])
 		for p := 0; p < kp; p++ {
-			x := a[p*mr+i]
+			x := a[i*ars+p*aps]
 			bs := b[p*nrBF16 : p*nrBF16+cols]
 			for j, y := range bs {
 				acc[j] = dot2(acc[j], x, y)
@@ -192,7 +200,8 @@ func (g *gemmBF16) run(threads int) {
 		ws.b = growWords(ws.b, packedWords(g.k, g.n))
 		ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
 		bp = &ws.pb
-		packStrips(g.tB, g.b, g.k, g.n, bp.data, 0, ceilDiv(g.n, nrBF16))
+		ws.a = growWords(ws.a, ceilDiv(g.k, 2))
+		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, 0, ceilDiv(g.n, nrBF16), ws.a)
 	}
 	g.item(ws, bp, 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
@@ -214,7 +223,10 @@ func (h gemmBF16) parallel(threads int) {
 		bp = &PackedBF16{k: g.k, n: g.n, data: ws.b}
 		groups := min(nStr, 4*threads)
 		parallel.Workers(groups, threads, func(i int) {
-			packStrips(g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups)
+			wt := bf16Pool.Get().(*bf16Workspace)
+			wt.a = growWords(wt.a, ceilDiv(g.k, 2))
+			packStrips(kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.a)
+			bf16Pool.Put(wt)
 		})
 	}
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
@@ -236,28 +248,33 @@ func (h gemmBF16) parallel(threads int) {
 }
 
 // item computes the rows of row strips [r0, r1) and the columns of
-// column strips [s0, s1) of C, packing op(A) mc rows at a time into ws.
+// column strips [s0, s1) of C, converting op(A) mc rows at a time into
+// ws.
 func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 	kn := g.kn
-	kp := ceilDiv(g.k, 2)
 	mr := kn.mr
+	kp := ceilDiv(g.k, 2)
 	per := kn.mc / mr // strips per block
+	ldc := g.c.Stride
 	for rs := r0; rs < r1; rs += per {
 		re := min(r1, rs+per)
-		ws.a = growWords(ws.a, (re-rs)*kp*mr)
-		for r := rs; r < re; r++ {
-			rows := min(mr, g.m-r*mr)
-			packPairs(g.tA, g.a, g.k, r*mr, rows, mr, ws.a[(r-rs)*kp*mr:])
+		i0 := rs * mr
+		mb := min(re*mr, g.m) - i0
+		ws.a = growWords(ws.a, packAWords(g.k, mb))
+		ars, aps := packA(kn, g.tA, g.a, g.k, i0, mb, ws.a)
+		s := s0
+		if kn.wide != nil && mb <= kn.wideRows {
+			for ; s+4 <= s1 && (s+4)*nrBF16 <= g.n; s += 4 {
+				kn.wide(mb, kp, ws.a, ars, aps, bp.strip(s), bp.stripWords(), g.c.Data[i0*ldc+s*nrBF16:], ldc, g.alpha, g.beta)
+			}
 		}
-		for s := s0; s < s1; s++ {
+		for ; s < s1; s++ {
 			j0 := s * nrBF16
 			cols := min(nrBF16, g.n-j0)
 			bs := bp.strip(s)
-			for r := rs; r < re; r++ {
-				i0 := r * mr
-				rows := min(mr, g.m-i0)
-				c := g.c.Data[i0*g.c.Stride+j0:]
-				kn.tile(rows, cols, kp, ws.a[(r-rs)*kp*mr:(r-rs+1)*kp*mr], bs, c, g.c.Stride, g.alpha, g.beta)
+			for i := 0; i < mb; i += mr {
+				rows := min(mr, mb-i)
+				kn.tile(rows, cols, kp, ws.a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
 			}
 		}
 	}

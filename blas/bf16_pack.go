@@ -13,13 +13,13 @@ const nrBF16 = 32
 //
 // The columns are split into strips of 32 (the last padded with zero
 // columns); a strip holds, for each pair of rows 2p, 2p+1 of op(B) (k
-// padded with a zero row to even), the 32 pairs (b[2p][j], b[2p+1][j]) as
-// 32-bit words, the low half from the even row ("VNNI" order): a k-pair
-// of 16 columns is one AVX-512 vector, and 16 pairs of them one AMX tile
-// row after row.
+// padded with zero rows to a multiple of 32), the 32 pairs (b[2p][j],
+// b[2p+1][j]) as 32-bit words, the low half from the even row ("VNNI"
+// order): a k-pair of 16 columns is one AVX-512 vector, and 16 pairs of
+// them one AMX tile.
 type PackedBF16 struct {
 	k, n int
-	data []uint32 // strip s, pair p, column j at s·kp·32 + p·32 + j
+	data []uint32 // strip s, pair p, column j at s·stripWords() + p·32 + j
 }
 
 // PackBF16 returns op(b) packed in bf16, each element rounded to nearest
@@ -54,90 +54,126 @@ func (p *PackedBF16) Cols() int { return p.n }
 // Bytes returns the memory p's storage takes.
 func (p *PackedBF16) Bytes() int { return 4 * len(p.data) }
 
-// fill packs op(b) into p.data, splitting the strips over goroutines when
-// b is large.
+// fill packs op(b) into p.data.
 func (p *PackedBF16) fill(t Transpose, b General) {
-	nStr := ceilDiv(p.n, nrBF16)
-	packStrips(t, b, p.k, p.n, p.data, 0, nStr)
+	ws := bf16Pool.Get().(*bf16Workspace)
+	ws.a = growWords(ws.a, ceilDiv(p.k, 2))
+	packStrips(activeBF16, t, b, p.k, p.n, p.data, 0, ceilDiv(p.n, nrBF16), ws.a)
+	bf16Pool.Put(ws)
 }
+
+// pairsPadded returns the pairs a strip holds for k rows: ceil(k/2)
+// rounded up to a multiple of 16, so that AMX reads whole tiles of 16
+// pairs (the padding is zero; the other kernels stop at ceil(k/2)).
+func pairsPadded(k int) int { return ceilDiv(ceilDiv(k, 2), 16) * 16 }
 
 func packedWords(k, n int) int {
-	return ceilDiv(k, 2) * nrBF16 * ceilDiv(n, nrBF16)
+	return pairsPadded(k) * nrBF16 * ceilDiv(n, nrBF16)
 }
 
-// strip returns the words of strip s.
+// stripWords returns the words between strips.
+func (p *PackedBF16) stripWords() int { return pairsPadded(p.k) * nrBF16 }
+
+// strip returns the words from strip s on.
 func (p *PackedBF16) strip(s int) []uint32 {
-	sz := ceilDiv(p.k, 2) * nrBF16
-	return p.data[s*sz : (s+1)*sz]
+	return p.data[s*p.stripWords():]
 }
 
 // packStrips packs strips [s0, s1) of op(b) (k×n) into dst, laid out as
-// PackedBF16.data.
-func packStrips(t Transpose, b General, k, n int, dst []uint32, s0, s1 int) {
-	kp := ceilDiv(k, 2)
+// PackedBF16.data, converting with kn; tmp holds ceil(k/2) words.
+func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, s0, s1 int, tmp []uint32) {
+	kp, kpp := ceilDiv(k, 2), pairsPadded(k)
 	for s := s0; s < s1; s++ {
 		j0 := s * nrBF16
 		cols := min(nrBF16, n-j0)
-		out := dst[s*kp*nrBF16 : (s+1)*kp*nrBF16]
-		for p := 0; p < kp; p++ {
-			w := out[p*nrBF16 : (p+1)*nrBF16]
-			k0 := 2 * p
-			switch {
-			case t == NoTrans && k0+1 < k:
-				r0 := b.Data[k0*b.Stride+j0 : k0*b.Stride+j0+cols]
-				r1 := b.Data[(k0+1)*b.Stride+j0 : (k0+1)*b.Stride+j0+cols]
-				for j := range r0 {
-					w[j] = pairBF16(r0[j], r1[j])
-				}
-			case t == NoTrans:
-				r0 := b.Data[k0*b.Stride+j0 : k0*b.Stride+j0+cols]
-				for j := range r0 {
-					w[j] = uint32(toBF16(r0[j]))
-				}
-			case k0+1 < k: // op(b) = bᵀ: row j of b holds column j
-				for j := 0; j < cols; j++ {
-					at := (j0+j)*b.Stride + k0
-					w[j] = pairBF16(b.Data[at], b.Data[at+1])
-				}
-			default:
-				for j := 0; j < cols; j++ {
-					w[j] = uint32(toBF16(b.Data[(j0+j)*b.Stride+k0]))
+		out := dst[s*kpp*nrBF16 : (s+1)*kpp*nrBF16]
+		if t == NoTrans {
+			for p := 0; p < k/2; p++ {
+				r0 := b.Data[2*p*b.Stride+j0 : 2*p*b.Stride+j0+cols]
+				r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j0+cols]
+				kn.inter(out[p*nrBF16:p*nrBF16+cols], r0, r1)
+			}
+			if k%2 == 1 {
+				r0 := b.Data[(k-1)*b.Stride+j0 : (k-1)*b.Stride+j0+cols]
+				w := out[(kp-1)*nrBF16:]
+				for j, x := range r0 {
+					w[j] = uint32(toBF16(x))
 				}
 			}
-			clear(w[cols:])
+		} else {
+			// Row j of b is column j of op(b): its pairs, converted in a
+			// run, go one to each pair row of the strip.
+			tmp := tmp[:kp]
+			for j := 0; j < cols; j++ {
+				row := b.Data[(j0+j)*b.Stride : (j0+j)*b.Stride+k]
+				kn.cvt(tmp, row[:k&^1])
+				if k%2 == 1 {
+					tmp[kp-1] = uint32(toBF16(row[k-1]))
+				}
+				for p, w := range tmp {
+					out[p*nrBF16+j] = w
+				}
+			}
 		}
+		if cols < nrBF16 {
+			for p := 0; p < kp; p++ {
+				clear(out[p*nrBF16+cols : (p+1)*nrBF16])
+			}
+		}
+		clear(out[kp*nrBF16:])
 	}
 }
 
-// packPairs packs rows [r0, r0+rows) of op(a) (·×k) for a kernel with
-// tiles of mr rows: for each pair p of k, mr words pairing (a[i][2p],
-// a[i][2p+1]), rows past the end zero. dst holds ceil(k/2)·mr words.
-func packPairs(t Transpose, a General, k, r0, rows, mr int, dst []uint32) {
+// packA converts rows [i0, i0+rows) of op(a) (·×k) to bf16 pairs in dst
+// and returns the strides (in words) that the kernels read them with:
+// the pair p of row i is dst[i·ars + p·aps]. op(a) = a: each row's pairs
+// in a run (ars = ceil(k/2), aps = 1); op(a) = aᵀ: each pair's rows in a
+// run (ars = 1, aps = rows rounded up to 16).
+func packA(kn *bf16Kernel, t Transpose, a General, k, i0, rows int, dst []uint32) (ars, aps int) {
 	kp := ceilDiv(k, 2)
-	dst = dst[:kp*mr]
-	for i := 0; i < mr; i++ {
-		if i >= rows {
-			for p := 0; p < kp; p++ {
-				dst[p*mr+i] = 0
-			}
-			continue
-		}
-		r := r0 + i
-		if t == NoTrans {
-			row := a.Data[r*a.Stride : r*a.Stride+k]
-			for p := 0; p < k/2; p++ {
-				dst[p*mr+i] = pairBF16(row[2*p], row[2*p+1])
-			}
+	if t == NoTrans {
+		for i := 0; i < rows; i++ {
+			row := a.Data[(i0+i)*a.Stride : (i0+i)*a.Stride+k]
+			d := dst[i*kp : (i+1)*kp]
+			kn.cvt(d, row[:k&^1])
 			if k%2 == 1 {
-				dst[(kp-1)*mr+i] = uint32(toBF16(row[k-1]))
+				d[kp-1] = uint32(toBF16(row[k-1]))
 			}
-			continue
 		}
-		for p := 0; p < k/2; p++ {
-			dst[p*mr+i] = pairBF16(a.Data[2*p*a.Stride+r], a.Data[(2*p+1)*a.Stride+r])
+		return kp, 1
+	}
+	w := ceilDiv(rows, 16) * 16
+	for p := 0; p < k/2; p++ {
+		r0 := a.Data[2*p*a.Stride+i0 : 2*p*a.Stride+i0+rows]
+		r1 := a.Data[(2*p+1)*a.Stride+i0 : (2*p+1)*a.Stride+i0+rows]
+		kn.inter(dst[p*w:p*w+rows], r0, r1)
+	}
+	if k%2 == 1 {
+		r0 := a.Data[(k-1)*a.Stride+i0 : (k-1)*a.Stride+i0+rows]
+		d := dst[(kp-1)*w:]
+		for i, x := range r0 {
+			d[i] = uint32(toBF16(x))
 		}
-		if k%2 == 1 {
-			dst[(kp-1)*mr+i] = uint32(toBF16(a.Data[(k-1)*a.Stride+r]))
-		}
+	}
+	return 1, w
+}
+
+// packAWords returns the words packA needs for rows rows.
+func packAWords(k, rows int) int { return ceilDiv(k, 2) * ceilDiv(rows, 16) * 16 }
+
+// cvtGo sets dst[i] to the pair (src[2i], src[2i+1]).
+func cvtGo(dst []uint32, src []float32) {
+	dst = dst[:len(src)/2]
+	for i := range dst {
+		dst[i] = pairBF16(src[2*i], src[2*i+1])
+	}
+}
+
+// interGo sets dst[j] to the pair (r0[j], r1[j]).
+func interGo(dst []uint32, r0, r1 []float32) {
+	r1 = r1[:len(r0)]
+	dst = dst[:len(r0)]
+	for j := range r0 {
+		dst[j] = pairBF16(r0[j], r1[j])
 	}
 }

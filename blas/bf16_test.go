@@ -58,32 +58,45 @@ func TestToBF16(t *testing.T) {
 	}
 }
 
-// TestDot2 checks the order and rounding of one VDPBF16PS step on values
-// where they show, the expected sums worked out by hand.
+func bf16Bits(f float32) uint32 { return uint32(toBF16(f)) }
+
+func bf16Pair(lo, hi float32) uint32 { return bf16Bits(lo) | bf16Bits(hi)<<16 }
+
+// dot2Cases are VDPBF16PS steps whose results show the order and the
+// rounding of the instruction, the expected sums worked out by hand
+// (TestDot2 checks dot2 on them, TestVDPBF16PS the instruction).
+var dot2Cases = []struct {
+	name string
+	acc  float32
+	a, b uint32
+	want float32
+}{
+	// 1 + 2²⁴ ties to 2²⁴, then + 1 ties again: the high pair comes
+	// first. Low first would give 1+1+2²⁴ = 2²⁴+2 exactly.
+	{"high half first", 1, bf16Pair(1, 0x1p24), bf16Pair(1, 1), 0x1p24},
+	// 2⁻⁶³·2⁻⁶³ = 2⁻¹²⁶ is the smallest normal; half of it flushes.
+	{"smallest normal", 0, bf16Pair(0, 0x1p-63), bf16Pair(0, 0x1p-63), 0x1p-126},
+	{"denormal flushed", 0, bf16Pair(0x1p-63, 0), bf16Pair(0x1p-64, 0), 0},
+	{"negative denormal flushed", 0, bf16Pair(-0x1p-63, 0), bf16Pair(0x1p-64, 0), float32(math.Copysign(0, -1))},
+	// The product is exact: 1.0078125² = 1 + 2⁻⁶ + 2⁻¹⁴ needs 15 bits.
+	{"exact product", 0, bf16Pair(0, 1.0078125), bf16Pair(0, 1.0078125), 1 + 0x1p-6 + 0x1p-14},
+	// One rounding per product: 2²⁴ + (1+2⁻⁷)·1 = 2²⁴+1.0078125
+	// rounds up to 2²⁴+2 (over half an ulp).
+	{"fused", 0x1p24, bf16Pair(0, 1.0078125), bf16Pair(0, 1), 0x1p24 + 2},
+	// 2⁻¹²⁶+2⁻¹⁴⁹ - 5·2⁻¹⁵¹ = 2⁻¹²⁶ - 2⁻¹⁵¹ lies halfway between the
+	// largest 24-bit value below 2⁻¹²⁶ (odd) and 2⁻¹²⁶: rounded as with an
+	// unbounded exponent it ties up to the normal 2⁻¹²⁶, so it is not
+	// flushed; 6·2⁻¹⁵¹ less rounds below and flushes.
+	{"rounds up to the smallest normal", 0x1p-126 + 0x1p-149, bf16Pair(0, -1.25*0x1p-75), bf16Pair(0, 0x1p-74), 0x1p-126},
+	{"rounds below the smallest normal", 0x1p-126 + 0x1p-149, bf16Pair(0, -1.5*0x1p-75), bf16Pair(0, 0x1p-74), 0},
+	// A denormal accumulator is read as zero of its sign: -0 - x + x = +0
+	// (without that, -2⁻¹⁴⁰ - x + x would flush to -0).
+	{"denormal accumulator", -0x1p-140, bf16Pair(0x1p-120, -0x1p-120), bf16Pair(1, 1), 0},
+	{"overflow to Inf", 0x1p127, bf16Pair(0, 0x1p127), bf16Pair(0, 1), float32(math.Inf(1))},
+}
+
 func TestDot2(t *testing.T) {
-	bits := func(f float32) uint32 { return uint32(toBF16(f)) }
-	pair := func(lo, hi float32) uint32 { return bits(lo) | bits(hi)<<16 }
-	cases := []struct {
-		name string
-		acc  float32
-		a, b uint32
-		want float32
-	}{
-		// 1 + 2²⁴ ties to 2²⁴, then + 1 ties again: the high pair comes
-		// first. Low first would give 1+1+2²⁴ = 2²⁴+2 exactly.
-		{"high half first", 1, pair(1, 0x1p24), pair(1, 1), 0x1p24},
-		// 2⁻⁶³·2⁻⁶³ = 2⁻¹²⁶ is the smallest normal; half of it flushes.
-		{"smallest normal", 0, pair(0, 0x1p-63), pair(0, 0x1p-63), 0x1p-126},
-		{"denormal flushed", 0, pair(0x1p-63, 0), pair(0x1p-64, 0), 0},
-		{"negative denormal flushed", 0, pair(-0x1p-63, 0), pair(0x1p-64, 0), float32(math.Copysign(0, -1))},
-		// The product is exact: 1.0078125² = 1 + 2⁻⁶ + 2⁻¹⁴ needs 15 bits.
-		{"exact product", 0, pair(0, 1.0078125), pair(0, 1.0078125), 1 + 0x1p-6 + 0x1p-14},
-		// One rounding per product: 2²⁴ + (1+2⁻⁷)·1 = 2²⁴+1.0078125
-		// rounds up to 2²⁴+2 (over half an ulp).
-		{"fused", 0x1p24, pair(0, 1.0078125), pair(0, 1), 0x1p24 + 2},
-		{"overflow to Inf", 0x1p127, pair(0, 0x1p127), pair(0, 1), float32(math.Inf(1))},
-	}
-	for _, c := range cases {
+	for _, c := range dot2Cases {
 		got := dot2(c.acc, c.a, c.b)
 		if math.Float32bits(got) != math.Float32bits(c.want) {
 			t.Errorf("%s: dot2 = %v (%#08x), want %v (%#08x)", c.name, got, math.Float32bits(got), c.want, math.Float32bits(c.want))
@@ -432,5 +445,62 @@ func TestKernelBF16(t *testing.T) {
 	case "go", "avx512bf16", "amx":
 	default:
 		t.Errorf("KernelBF16() = %q", KernelBF16())
+	}
+}
+
+// TestBF16KernelsAgree checks that every kernel this CPU runs gives the
+// portable kernel's bits, on operands whose magnitudes span 2⁻⁷⁰ to 2⁷⁰
+// (so that sums cancel, flush and overflow) with NaNs, Infs and
+// denormals among them, for every shape of TestGemmBF16 and both kinds
+// of B.
+func TestBF16KernelsAgree(t *testing.T) {
+	ks := bf16Kernels()
+	if len(ks) == 1 {
+		t.Skip("this CPU runs only the portable bf16 kernel: nothing to compare")
+	}
+	rng := rand.New(rand.NewPCG(73, 74))
+	wild := func(s []float32) {
+		for i := range s {
+			switch rng.IntN(64) {
+			case 0:
+				s[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+			case 1:
+				s[i] = float32(math.NaN())
+			case 2:
+				s[i] = math.Float32frombits(uint32(rng.IntN(1 << 23))) // denormal
+			default:
+				s[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(141)-70))
+			}
+		}
+	}
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	shapes := append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77})
+	for _, sh := range shapes {
+		for _, tr := range transposes {
+			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
+				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
+				wild(p.a)
+				wild(p.b)
+				a, b, c := p.views()
+				var want []float32
+				for i := len(ks) - 1; i >= 0; i-- { // the portable kernel first
+					kn := ks[i]
+					activeBF16 = kn
+					for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
+						tB := p.tB
+						if _, ok := bop.(*PackedBF16); ok {
+							tB = NoTrans
+						}
+						got := append([]float32(nil), c.Data...)
+						GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
+						if want == nil {
+							want = got
+							continue
+						}
+						sameBits(t, fmt.Sprintf("%v: %s (%T) vs %s", p, kn.name, bop, ks[len(ks)-1].name), got, want)
+					}
+				}
+			}
+		}
 	}
 }
