@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -54,6 +55,8 @@ func runEval(args []string, stdout io.Writer) error {
 		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
 	)
 	fs.Var(&listFlag{list: &corpus}, "corpus", "text files, directories or glob patterns, comma-separated or repeated")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
@@ -87,6 +90,10 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+	}
+	warnPrecision(stderr, prec)
+	if err := inferIn(c.Model, prec); err != nil {
+		return fmt.Errorf("eval: %w", err)
 	}
 	tok, err := tokenizer.Lookup(c.State.Tokenizer)
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 )
 
 // precisionFlag is the --precision flag of train, bench train,
-// experiment, generate, serve and bench serve: the number format of the
-// model's dense products.
+// experiment, eval, generate, serve and bench serve: the number format of
+// the model's dense products.
 type precisionFlag struct{ p *nn.Precision }
 
 // addPrecisionFlag defines --precision on fs, bound to p.

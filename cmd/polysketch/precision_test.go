@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // does not accept, and requires one line naming the accepted ones.
 func TestPrecisionFlag(t *testing.T) {
 	for _, cmd := range [][]string{
-		{"train"}, {"bench", "train"}, {"experiment", "speed"}, {"generate"}, {"serve"}, {"bench", "serve"},
+		{"train"}, {"bench", "train"}, {"experiment", "speed"}, {"eval"}, {"generate"}, {"serve"}, {"bench", "serve"},
 	} {
 		for _, bad := range []string{"fp16", "BF16", ""} {
 			args := append(append([]string{}, cmd...), "--precision", bad)
@@ -79,6 +80,21 @@ func TestTrainPrecision(t *testing.T) {
 	}
 	if ms := metricsOf(t, runDir); len(ms) != 8 {
 		t.Errorf("%d steps in the metrics log, want 8", len(ms))
+	}
+
+	// eval in bf16: close to fp32, not equal.
+	var losses [2]evalResult
+	for i, p := range []string{"fp32", "bf16"} {
+		out, errOut, err := runQuiet(t, "eval", "--checkpoint", runDir, "--cache-dir", cache, "--batch", "4", "--batches", "2", "--json", "--precision", p)
+		if err != nil {
+			t.Fatalf("eval --precision %s: %v\n%s", p, err, errOut)
+		}
+		if err := jsonUnmarshal(out, &losses[i]); err != nil {
+			t.Fatalf("eval printed %q: %v", out, err)
+		}
+	}
+	if a, b := losses[0].Loss, losses[1].Loss; a == b || math.Abs(b-a) > 0.01*a {
+		t.Errorf("eval: loss %v in bf16, %v in fp32: want them within 1%%, and not equal", b, a)
 	}
 
 	out, errOut, err := runQuiet(t, "generate", "--checkpoint", runDir, "--prompt", "func f", "--tokens", "12", "--precision", "bf16")
