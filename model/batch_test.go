@@ -240,10 +240,24 @@ func ExampleBatch() {
 // BenchmarkBatchStep times one decoding step of S sequences of
 // DefaultConfig (polysketch) stepped together, at positions near 64,
 // reporting generated tokens per second: what a server's step costs.
-func BenchmarkBatchStep(b *testing.B) {
+func BenchmarkBatchStep(b *testing.B) { batchStepBench(b, nn.FP32) }
+
+// BenchmarkBatchStepBF16 is BenchmarkBatchStep with the weights in bf16
+// alone, as serve --precision bf16 holds them.
+//
+//	go test -run '^$' -bench 'BatchStep(BF16)?/S=(1|16)$' ./model
+func BenchmarkBatchStepBF16(b *testing.B) { batchStepBench(b, nn.BF16) }
+
+func batchStepBench(b *testing.B, p nn.Precision) {
 	for _, S := range []int{1, 4, 16, 32} {
 		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
 			m := mustNew(b, DefaultConfig())
+			if p == nn.BF16 {
+				m.SetPrecision(p)
+				if err := m.ReleaseFP32(); err != nil {
+					b.Fatal(err)
+				}
+			}
 			batch := m.NewBatch()
 			seqs := make([]*Sequence, S)
 			toks := make([][]int32, S)
