@@ -3,18 +3,20 @@ package model
 import (
 	"errors"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/nn"
 )
 
 // SetPrecision chooses the number format of the model's dense products:
 // the projections of every layer (q, k, v; attention output; the GLU's
-// two), the untied output head, and the tied logits. With nn.BF16 they
+// two), the untied output head, the tied logits, and the networks of
+// learned sketches (attention.Rounder). With nn.BF16 they
 // round both factors to bfloat16 and accumulate in float32; the
 // parameters stay float32 (the master copy the optimizer updates and
 // checkpoints save), and SetPrecision makes the bf16 copies of the
 // weights that the products read. Call RoundWeights after every change of
-// the weights to make them again. Attention, LayerNorms, the loss and the
-// embedding lookup stay float32 (see the README for why).
+// the weights to make them again. The rest of attention, LayerNorms, the
+// loss and the embedding lookup stay float32 (see the README for why).
 //
 // Batches and Decoders take the precision of the model when they are
 // made: set it first.
@@ -33,6 +35,11 @@ func (m *Model) SetPrecision(p nn.Precision) {
 		m.embed.BF16 = nil
 		if p == nn.BF16 {
 			m.embed.BF16 = nn.NewRounded(m.embed.Weight, true, true)
+		}
+	}
+	for _, l := range m.layers {
+		if r, ok := l.attn.(attention.Rounder); ok {
+			r.SetPrecision(p)
 		}
 	}
 }
@@ -56,6 +63,11 @@ func (m *Model) RoundWeights() {
 	}
 	if m.head == nil {
 		m.embed.BF16.Round(m.embed.Weight)
+	}
+	for _, l := range m.layers {
+		if r, ok := l.attn.(attention.Rounder); ok {
+			r.RoundWeights()
+		}
 	}
 }
 

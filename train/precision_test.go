@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/nn"
 )
 
@@ -96,42 +97,66 @@ func TestResumeOtherPrecision(t *testing.T) {
 	}
 }
 
-// TestBF16TracksFP32 trains the tiny model 200 steps in fp32 and in bf16
-// from the same weights on the same batches and requires the mean
-// training loss of every 20 steps, and every validation loss, to stay
-// within 1% of fp32's: the target for the validation loss after
-// 1000 default steps. For scale: another data order (seed 2 against 1)
-// moves these window means by up to 12% and the validation losses by up
-// to 2.5% on the same model, and bf16 was measured within 0.35% of fp32.
-// A bf16 run that read stale weight copies, or rounded them more coarsely
-// than bf16, would not stay within 1%.
+// TestBF16TracksFP32 trains the tiny model, with learned sketches as the
+// default model has, 200 steps in fp32 and in bf16 from the same weights
+// on the same batches, and measures how far bf16 moves the run: the
+// largest relative difference from fp32 of the mean training loss of any
+// 20 steps and of any validation loss. The yardstick is what another
+// data order (seed 2) does to the same run in fp32: bf16 must move it
+// less than half as much, and by 3% at most. Measured: bf16 1.8% (the
+// validation at step 200; windows within 0.62%), another data order
+// 11.3%. A bf16 run that read stale weight copies moved it by 80%.
 func TestBF16TracksFP32(t *testing.T) {
-	const steps, window, tol = 200, 20, 0.01
-	var runs [2][]Metrics
-	for i, p := range []nn.Precision{nn.FP32, nn.BF16} {
+	const steps, window = 200, 20
+	mc := tinyModel()
+	a := mc.Attention.(attention.PolysketchConfig)
+	a.Learned = true
+	mc.Attention = a
+	var runs [3][]Metrics
+	for i, r := range []struct {
+		p    nn.Precision
+		seed uint64
+	}{{nn.FP32, 1}, {nn.BF16, 1}, {nn.FP32, 2}} {
 		tc := tinyTrain()
 		tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = steps, 20, 50, 4
-		tc.Precision = p
+		tc.Precision, tc.Seed = r.p, r.seed
 		dir := t.TempDir()
-		if _, err := runTrainer(t, newTrainer(t, dir, tc), 0); err != nil {
+		train, val := tinyData(t)
+		tr, err := New(dir, mc, tc, train, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runTrainer(t, tr, 0); err != nil {
 			t.Fatal(err)
 		}
 		runs[i] = readMetrics(t, dir)
 	}
-	fp32, bf16 := runs[0], runs[1]
-	for w := 0; w < steps; w += window {
-		var a, b float64
-		for i := w; i < w+window; i++ {
-			a += fp32[i].Loss / window
-			b += bf16[i].Loss / window
+	// moved returns the largest relative difference of run from fp32's.
+	moved := func(run []Metrics) (worst float64, where string) {
+		fp32 := runs[0]
+		for w := 0; w < steps; w += window {
+			var a, b float64
+			for i := w; i < w+window; i++ {
+				a += fp32[i].Loss / window
+				b += run[i].Loss / window
+			}
+			if d := math.Abs(b-a) / a; d > worst {
+				worst, where = d, fmt.Sprintf("mean training loss of steps %d-%d: %.4f against %.4f", w+1, w+window, b, a)
+			}
 		}
-		if math.Abs(b-a) > tol*a {
-			t.Errorf("steps %d-%d: mean training loss %.4f in bf16, %.4f in fp32: more than %g%% apart", w+1, w+window, b, a, 100*tol)
+		for i := range fp32 {
+			if a, b := fp32[i].ValLoss, run[i].ValLoss; a != nil && b != nil {
+				if d := math.Abs(*b-*a) / *a; d > worst {
+					worst, where = d, fmt.Sprintf("validation loss at step %d: %.4f against %.4f", i+1, *b, *a)
+				}
+			}
 		}
+		return worst, where
 	}
-	for i := range fp32 {
-		if a, b := fp32[i].ValLoss, bf16[i].ValLoss; a != nil && b != nil && math.Abs(*b-*a) > tol**a {
-			t.Errorf("step %d: validation loss %.4f in bf16, %.4f in fp32: more than %g%% apart", i+1, *b, *a, 100*tol)
-		}
+	bf16, at := moved(runs[1])
+	order, _ := moved(runs[2])
+	if bf16 > min(0.03, order/2) {
+		t.Errorf("bf16 moved the run by %.2f%% (%s); another data order by %.2f%%: want at most half that, and 3%%", 100*bf16, at, 100*order)
 	}
+	t.Logf("bf16 moved the run by %.2f%% (%s); another data order by %.2f%%", 100*bf16, at, 100*order)
 }
