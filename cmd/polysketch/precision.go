@@ -41,7 +41,7 @@ func (f precisionFlag) Set(s string) error {
 // bf16 instructions, so that the products run on the portable Go path.
 func warnPrecision(w io.Writer, p nn.Precision) {
 	if p == nn.BF16 && blas.KernelBF16() == "go" {
-		fmt.Fprintln(w, "polysketch: warning: this CPU has no bf16 instructions (AMX-BF16 or AVX512_BF16): --precision bf16 runs on the portable Go path, slower than fp32")
+		fmt.Fprintln(w, "polysketch: warning: no bf16 instructions in use (AMX-BF16 or AVX512_BF16; or POLYSKETCH_NOASM=1): --precision bf16 runs on the portable Go path, slower than fp32")
 	}
 }
 

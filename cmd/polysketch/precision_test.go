@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,5 +103,34 @@ func TestTrainPrecision(t *testing.T) {
 	out, errOut, err := runQuiet(t, "generate", "--checkpoint", runDir, "--prompt", "func f", "--tokens", "12", "--precision", "bf16")
 	if err != nil || !strings.HasPrefix(out, "func f") || len(out) != len("func f")+12+1 {
 		t.Errorf("generate --precision bf16: %v, %q\n%s", err, out, errOut)
+	}
+}
+
+// TestPortableWarning runs bench train in a child process on the portable
+// bf16 kernel (POLYSKETCH_NOASM=1): bf16 warns in one line that it is
+// slower than fp32, fp32 says nothing.
+func TestPortableWarning(t *testing.T) {
+	if p := os.Getenv("POLYSKETCH_TEST_PRECISION"); p != "" {
+		err := run([]string{"bench", "train", "--attention", "polysketch", "--n", "32", "--tokens", "32", "--steps", "1",
+			"--layers", "1", "--dim", "16", "--heads", "2", "--block", "16", "--precision", p}, io.Discard)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	for _, c := range []struct {
+		precision string
+		warnings  int
+	}{{"bf16", 1}, {"fp32", 0}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPortableWarning$")
+		cmd.Env = append(os.Environ(), "POLYSKETCH_TEST_PRECISION="+c.precision, "POLYSKETCH_NOASM=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.precision, err, out)
+		}
+		if n := strings.Count(string(out), "runs on the portable Go path, slower than fp32"); n != c.warnings {
+			t.Errorf("--precision %s on the portable kernel: %d warnings, want %d:\n%s", c.precision, n, c.warnings, out)
+		}
 	}
 }
