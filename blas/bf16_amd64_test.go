@@ -110,3 +110,40 @@ func TestVCVTNE2PS2BF16(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPeak measures bare loops of VDPBF16PS and of float32 FMAs on
+// zmm registers on one thread: what the units reach with no memory
+// traffic, for comparison with the GEMM rates.
+func BenchmarkPeak(b *testing.B) {
+	b.Run("vfmadd231ps", func(b *testing.B) {
+		for b.Loop() {
+			vfmaddLoop(1000)
+		}
+		b.ReportMetric(24*1000*32*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	})
+	b.Run("vdpbf16ps", func(b *testing.B) {
+		if !cpu.X86.HasAVX512BF16 {
+			b.Skip("this CPU has no AVX512_BF16")
+		}
+		for b.Loop() {
+			vdpbf16psLoop(1000)
+		}
+		b.ReportMetric(24*1000*64*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	})
+}
+
+// BenchmarkPeakAMX measures a bare loop of TDPBF16PS on one thread (four
+// independent accumulator tiles, 16·16·32·2 flops per instruction): what
+// the tiles reach with no memory traffic.
+func BenchmarkPeakAMX(b *testing.B) {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile {
+		b.Skip("this CPU has no AMX (amx_bf16, amx_tile): the TDPBF16PS loop was not run")
+	}
+	if !amxPermitted() {
+		b.Skip("the OS refused the AMX tiles")
+	}
+	for b.Loop() {
+		tdpbf16psLoop(&amxConfig[0], 1000)
+	}
+	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+}

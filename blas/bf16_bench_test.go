@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // bf16BenchShapes (m×k×n) are the targets of the bf16 kernels: a square
@@ -111,5 +112,41 @@ func BenchmarkGemvBF16(b *testing.B) {
 				b.ReportMetric(2*float64(weights)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
 		}
+	}
+}
+
+// BenchmarkGemmBF16Ratio times float32 Sgemm and GemmBF16 (B as a
+// General and packed) alternately on each shape and reports the best
+// time of each (ms) and the ratios of the best times (×): on a machine
+// shared with other work, the least disturbed runs of the two compare
+// more fairly than means taken minutes apart.
+func BenchmarkGemmBF16Ratio(b *testing.B) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	for _, s := range bf16BenchShapes {
+		m, k, n := s[0], s[1], s[2]
+		a, bb, c := randSlice(rng, m*k), randSlice(rng, k*n), make([]float32, m*n)
+		ag, bg, cg := General{m, k, k, a}, General{k, n, n, bb}, General{m, n, n, c}
+		pb := PackBF16(NoTrans, bg)
+		b.Run(fmt.Sprintf("%s/%dx%dx%d", KernelBF16(), m, k, n), func(b *testing.B) {
+			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
+			runs := []func(){
+				func() { Sgemm(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n) },
+				func() { GemmBF16(NoTrans, NoTrans, 1, ag, bg, 0, cg) },
+				func() { GemmBF16(NoTrans, NoTrans, 1, ag, pb, 0, cg) },
+			}
+			for b.Loop() {
+				for i, f := range runs {
+					t0 := time.Now()
+					f()
+					best[i] = min(best[i], time.Since(t0))
+				}
+			}
+			ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
+			b.ReportMetric(ms(best[0]), "fp32-ms")
+			b.ReportMetric(ms(best[1]), "bf16-ms")
+			b.ReportMetric(ms(best[2]), "packed-ms")
+			b.ReportMetric(float64(best[0])/float64(best[1]), "bf16-x")
+			b.ReportMetric(float64(best[0])/float64(best[2]), "packed-x")
+		})
 	}
 }

@@ -27,6 +27,9 @@ type bf16Kernel struct {
 	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
+	// tiles, where not nil, computes products of more than RowBlockBF16
+	// rows in blocks of 32 (AMX; see bf16_amx.go).
+	tiles tilesFunc
 }
 
 var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
@@ -145,8 +148,9 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // bf16Workspace holds a product's packed operands; pooled so that calls
 // in a steady state do not allocate.
 type bf16Workspace struct {
-	a, b []uint32
-	pb   PackedBF16
+	a, b, t []uint32
+	tmp     []float32
+	pb      PackedBF16
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
@@ -183,29 +187,75 @@ func (g *gemmBF16) trivial() bool {
 }
 
 // run computes the product on up to threads goroutines: op(B) is packed
-// (unless given packed) and op(A) packed in blocks of mc rows, then C is
-// split into items of row blocks by column chunks. Every element's k sum
-// runs in one tile call whatever the split, so the split changes no bits.
+// (unless given packed) and op(A) converted in blocks of mc rows, then C
+// is split into items of row blocks by column chunks. Every element's k
+// sum runs in one tile call whatever the split, so the split changes no
+// bits.
 func (g *gemmBF16) run(threads int) {
 	if g.trivial() {
 		return
+	}
+	if g.kn.tiles != nil && g.m > rowBlockBF16 {
+		g.runTiles(threads)
+		return
+	}
+	if g.bp != nil && g.m <= g.kn.wideRows && threads > 1 {
+		// Decoding: one or two rows times a weight, bound by reading it.
+		// From cache, a second goroutine costs more to wake than it
+		// saves, and the helper (which stays awake between products)
+		// serves the middle sizes; as in small.go, but bf16 weights take
+		// half the bytes.
+		size := 2 * g.k * g.n // the fp32 sizes of the same bytes ×4
+		nStr := ceilDiv(g.n, nrBF16)
+		if size >= 4*helperMin && size < 4*wideParallelMin && nStr >= 8 {
+			if pairHelper.splitBF16(g, nStr/8*4) {
+				return
+			}
+		}
+		if size < 4*wideParallelMin {
+			threads = 1
+		}
 	}
 	if threads > 1 && g.m*g.n*g.k >= parallelMin {
 		g.parallel(threads)
 		return
 	}
 	ws := bf16Pool.Get().(*bf16Workspace)
-	bp := g.bp
-	if bp == nil {
-		ws.b = growWords(ws.b, packedWords(g.k, g.n))
-		ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
-		bp = &ws.pb
-		ws.a = growWords(ws.a, ceilDiv(g.k, 2))
-		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, 0, ceilDiv(g.n, nrBF16), ws.a)
-	}
-	g.item(ws, bp, 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
+	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
 	bf16Pool.Put(ws)
+}
+
+// packB returns op(B) packed: g.bp, or B packed into ws.
+func (g *gemmBF16) packB(ws *bf16Workspace) *PackedBF16 {
+	if g.bp != nil {
+		return g.bp
+	}
+	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
+	ws.t = growWords(ws.t, ceilDiv(g.k, 2))
+	packStrips(g.kn, g.tB, g.b, g.k, g.n, ws.pb.data, 0, ceilDiv(g.n, nrBF16), ws.t)
+	return &ws.pb
+}
+
+// packBParallel is packB on up to threads goroutines (a value receiver,
+// so that only this path moves the product to the heap).
+func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
+	g := &h
+	nStr := ceilDiv(g.n, nrBF16)
+	groups := min(nStr, 4*threads)
+	if g.bp != nil || groups < 2 || g.k*g.n < 1<<16 { // small: not worth waking the others
+		return g.packB(ws)
+	}
+	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
+	parallel.Workers(groups, threads, func(i int) {
+		wt := bf16Pool.Get().(*bf16Workspace)
+		wt.t = growWords(wt.t, ceilDiv(g.k, 2))
+		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
+		bf16Pool.Put(wt)
+	})
+	return bp
 }
 
 // parallel is run on more than one goroutine. It works on a copy of g,
@@ -216,19 +266,8 @@ func (h gemmBF16) parallel(threads int) {
 	kn := g.kn
 	ws := bf16Pool.Get().(*bf16Workspace)
 	defer bf16Pool.Put(ws)
+	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
-	bp := g.bp
-	if bp == nil {
-		ws.b = growWords(ws.b, packedWords(g.k, g.n))
-		bp = &PackedBF16{k: g.k, n: g.n, data: ws.b}
-		groups := min(nStr, 4*threads)
-		parallel.Workers(groups, threads, func(i int) {
-			wt := bf16Pool.Get().(*bf16Workspace)
-			wt.a = growWords(wt.a, ceilDiv(g.k, 2))
-			packStrips(kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.a)
-			bf16Pool.Put(wt)
-		})
-	}
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
 	// keep the threads busy, each by column chunks of strips.
 	mStr := ceilDiv(g.m, kn.mr)
@@ -245,6 +284,15 @@ func (h gemmBF16) parallel(threads int) {
 		g.item(wa, bp, ib*mStr/rb, (ib+1)*mStr/rb, jb*nStr/cb, (jb+1)*nStr/cb)
 		bf16Pool.Put(wa)
 	})
+}
+
+// strips computes columns strips [s0, s1) of C, all rows, on the
+// calling goroutine with a pooled workspace: a half of a product split
+// with the helper.
+func (g *gemmBF16) strips(s0, s1 int) {
+	ws := bf16Pool.Get().(*bf16Workspace)
+	g.item(ws, g.bp, 0, ceilDiv(g.m, g.kn.mr), s0, s1)
+	bf16Pool.Put(ws)
 }
 
 // item computes the rows of row strips [r0, r1) and the columns of

@@ -83,24 +83,32 @@ func (p *PackedBF16) strip(s int) []uint32 {
 // PackedBF16.data, converting with kn; tmp holds ceil(k/2) words.
 func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, s0, s1 int, tmp []uint32) {
 	kp, kpp := ceilDiv(k, 2), pairsPadded(k)
+	sw := kpp * nrBF16
+	if t == NoTrans {
+		// Row pair by row pair, each across the strips: B is read in
+		// order, as the prefetchers like (strip by strip, each strip's
+		// reads jump a row apart and wait on memory).
+		j0, j1 := s0*nrBF16, min(s1*nrBF16, n)
+		for p := 0; p < kp; p++ {
+			r0 := b.Data[2*p*b.Stride+j0 : 2*p*b.Stride+j1]
+			if 2*p+1 == k {
+				for j, x := range r0 {
+					dst[(s0+j/nrBF16)*sw+p*nrBF16+j%nrBF16] = uint32(toBF16(x))
+				}
+				continue
+			}
+			r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j1]
+			for s := s0; s < s1; s++ {
+				lo, hi := (s-s0)*nrBF16, min((s-s0+1)*nrBF16, j1-j0)
+				kn.inter(dst[s*sw+p*nrBF16:s*sw+p*nrBF16+hi-lo], r0[lo:hi], r1[lo:hi])
+			}
+		}
+	}
 	for s := s0; s < s1; s++ {
 		j0 := s * nrBF16
 		cols := min(nrBF16, n-j0)
-		out := dst[s*kpp*nrBF16 : (s+1)*kpp*nrBF16]
-		if t == NoTrans {
-			for p := 0; p < k/2; p++ {
-				r0 := b.Data[2*p*b.Stride+j0 : 2*p*b.Stride+j0+cols]
-				r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j0+cols]
-				kn.inter(out[p*nrBF16:p*nrBF16+cols], r0, r1)
-			}
-			if k%2 == 1 {
-				r0 := b.Data[(k-1)*b.Stride+j0 : (k-1)*b.Stride+j0+cols]
-				w := out[(kp-1)*nrBF16:]
-				for j, x := range r0 {
-					w[j] = uint32(toBF16(x))
-				}
-			}
-		} else {
+		out := dst[s*sw : (s+1)*sw]
+		if t == Trans {
 			// Row j of b is column j of op(b): its pairs, converted in a
 			// run, go one to each pair row of the strip.
 			tmp := tmp[:kp]

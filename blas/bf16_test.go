@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -502,5 +503,67 @@ func TestBF16KernelsAgree(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHelperSplitBF16 checks the two-way split of one- and two-row bf16
+// products by packed weights (decoding): GemmBF16 gives the bits of
+// GemmBF16Serial, alone, where the helper must compute some halves, and
+// from goroutines competing for it.
+func TestHelperSplitBF16(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var ks []*bf16Kernel
+	for _, kn := range bf16Kernels() {
+		if kn.wide != nil {
+			ks = append(ks, kn)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no bf16 kernel with a path for few rows on this CPU (it needs AVX512_BF16)")
+	}
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	for _, kn := range ks {
+		activeBF16 = kn
+		products := func(seed uint64) {
+			rng := rand.New(rand.NewPCG(22, seed))
+			type prod struct {
+				a    General
+				b    *PackedBF16
+				c    General
+				want []float32
+			}
+			var ps []prod
+			for i := range 12 {
+				m, n, k := 1+i%2, 32*(16+i%5)+i%3*7, 256+i
+				p := newProblem(rng, NoTrans, NoTrans, m, n, k, 1.5, float32(i%2), 0)
+				a, b, c := p.views()
+				want := General{c.Rows, c.Cols, c.Stride, append([]float32(nil), c.Data...)}
+				pb := PackBF16(NoTrans, b)
+				GemmBF16Serial(NoTrans, NoTrans, p.alpha, a, pb, p.beta, want)
+				ps = append(ps, prod{a, pb, c, want.Data})
+			}
+			for _, p := range ps {
+				beta := float32(0)
+				if p.a.Rows == 2 {
+					beta = 1
+				}
+				GemmBF16(NoTrans, NoTrans, 1.5, p.a, p.b, beta, p.c)
+			}
+			for _, p := range ps {
+				sameBits(t, fmt.Sprintf("%d×%d by %d×%d", p.a.Rows, p.a.Cols, p.b.Rows(), p.b.Cols()), p.c.Data, p.want)
+			}
+		}
+		before := pairHelper.ran.Load()
+		for try := 0; try < 50 && pairHelper.ran.Load() == before; try++ {
+			products(0)
+		}
+		if pairHelper.ran.Load() == before {
+			t.Error("the helper computed no half")
+		}
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Go(func() { products(uint64(w + 1)) })
+		}
+		wg.Wait()
 	}
 }

@@ -105,3 +105,21 @@ func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
 //
 //go:noescape
 func interleaveBF16AVX512(dst *uint32, r0 *float32, r1 *float32, blocks int)
+
+// vdpbf16psLoop runs 24·n VDPBF16PS on registers (64 flops each).
+func vdpbf16psLoop(n int)
+
+// vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).
+func vfmaddLoop(n int)
+
+// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles
+// (TDPBF16PS); see package _asm.
+//
+//go:noescape
+func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// tdpbf16psLoop runs 4·n TDPBF16PS on tiles configured by cfg (16×64 bytes
+// each: 16·16·32·2 flops per instruction), then releases the tiles.
+//
+//go:noescape
+func tdpbf16psLoop(cfg *byte, n int)

@@ -9274,3 +9274,605 @@ interleave_loop:
 interleave_done:
 	VZEROUPPER
 	RET
+
+// func vdpbf16psLoop(n int)
+// Requires: AVX, AVX512DQ
+TEXT ·vdpbf16psLoop(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+
+vdp_loop:
+	// bf16enc: vdpbf16ps zmm0, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm1, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm2, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm3, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm4, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm5, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm6, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm7, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// bf16enc: vdpbf16ps zmm8, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm9, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm10, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm11, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm12, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm13, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm14, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm15, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// bf16enc: vdpbf16ps zmm16, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm17, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm18, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm19, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm20, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm21, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm22, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm23, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	DECQ CX
+	JNZ  vdp_loop
+	VZEROUPPER
+	RET
+
+// func vfmaddLoop(n int)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·vfmaddLoop(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+
+fma_loop:
+	VFMADD231PS Z24, Z25, Z0
+	VFMADD231PS Z24, Z25, Z1
+	VFMADD231PS Z24, Z25, Z2
+	VFMADD231PS Z24, Z25, Z3
+	VFMADD231PS Z24, Z25, Z4
+	VFMADD231PS Z24, Z25, Z5
+	VFMADD231PS Z24, Z25, Z6
+	VFMADD231PS Z24, Z25, Z7
+	VFMADD231PS Z24, Z25, Z8
+	VFMADD231PS Z24, Z25, Z9
+	VFMADD231PS Z24, Z25, Z10
+	VFMADD231PS Z24, Z25, Z11
+	VFMADD231PS Z24, Z25, Z12
+	VFMADD231PS Z24, Z25, Z13
+	VFMADD231PS Z24, Z25, Z14
+	VFMADD231PS Z24, Z25, Z15
+	VFMADD231PS Z24, Z25, Z16
+	VFMADD231PS Z24, Z25, Z17
+	VFMADD231PS Z24, Z25, Z18
+	VFMADD231PS Z24, Z25, Z19
+	VFMADD231PS Z24, Z25, Z20
+	VFMADD231PS Z24, Z25, Z21
+	VFMADD231PS Z24, Z25, Z22
+	VFMADD231PS Z24, Z25, Z23
+	DECQ        CX
+	JNZ         fma_loop
+	VZEROUPPER
+	RET
+
+// func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16(SB), NOSPLIT, $0-108
+	MOVQ cfg+0(FP), DI
+
+	// bf16enc: ldtilecfg [rdi]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), DX
+	MOVQ b+24(FP), R8
+	MOVQ $0x00000080, R9
+	MOVQ nstrips+40(FP), R12
+	MOVQ c+72(FP), R13
+
+amx_strip:
+	// bf16enc: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// bf16enc: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// bf16enc: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// bf16enc: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	LEAQ (SI)(DX*8), BX
+	LEAQ (BX)(DX*8), BX
+	MOVQ R8, R10
+	LEAQ 64(R8), R11
+	MOVQ chunks+48(FP), CX
+
+amx_chunk:
+	// bf16enc: tileloadd tmm4, [rax+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x10
+
+	// bf16enc: tileloadd tmm5, [rbx+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x13
+
+	// bf16enc: tileloadd tmm6, [r10+r9*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x0a
+
+	// bf16enc: tileloadd tmm7, [r11+r9*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x0b
+
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// bf16enc: tdpbf16ps tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x40, AX
+	ADDQ $0x40, BX
+	ADDQ $0x00000800, R10
+	ADDQ $0x00000800, R11
+	DECQ CX
+	JNZ  amx_chunk
+	MOVQ tmp+56(FP), DI
+
+	// bf16enc: tilestored [rdi+r9*1], tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x0f
+	LEAQ 64(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x0a
+	LEAQ 2048(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x0a
+	LEAQ 2112(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x0a
+	MOVL $0xffffffff, R10
+	CMPQ R12, $0x01
+	JNE  amx_mask
+	MOVL mask+104(FP), R10
+
+amx_mask:
+	KMOVW        R10, K1
+	SHRL         $0x10, R10
+	KMOVW        R10, K2
+	VBROADCASTSS alpha+88(FP), Z30
+	VBROADCASTSS beta+92(FP), Z31
+	MOVQ         rows+64(FP), CX
+	MOVQ         ldc+80(FP), R11
+	SHLQ         $0x02, R11
+	MOVQ         R13, R10
+	MOVQ         accum+96(FP), BX
+
+amx_row:
+	VMULPS    (DI), Z30, Z0
+	VMULPS    64(DI), Z30, Z1
+	TESTQ     BX, BX
+	JZ        amx_store
+	VMOVUPS.Z (R10), K1, Z2
+	VMOVUPS.Z 64(R10), K2, Z3
+	VMULPS    Z31, Z2, Z2
+	VMULPS    Z31, Z3, Z3
+	VADDPS    Z2, Z0, Z0
+	VADDPS    Z3, Z1, Z1
+
+amx_store:
+	VMOVUPS Z0, K1, (R10)
+	VMOVUPS Z1, K2, 64(R10)
+	ADDQ    $0x00000080, DI
+	ADDQ    R11, R10
+	DECQ    CX
+	JNZ     amx_row
+	ADDQ    $0x00000080, R13
+	MOVQ    bs+32(FP), CX
+	ADDQ    CX, R8
+	DECQ    R12
+	JNZ     amx_strip
+
+	// bf16enc: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	VZEROUPPER
+	RET
+
+// func tdpbf16psLoop(cfg *byte, n int)
+TEXT ·tdpbf16psLoop(SB), NOSPLIT, $0-16
+	MOVQ cfg+0(FP), DI
+
+	// bf16enc: ldtilecfg [rdi]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ n+8(FP), CX
+
+	// bf16enc: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// bf16enc: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// bf16enc: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// bf16enc: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+	// bf16enc: tilezero tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe0
+
+	// bf16enc: tilezero tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe8
+
+	// bf16enc: tilezero tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf0
+
+	// bf16enc: tilezero tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf8
+
+tdp_loop:
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// bf16enc: tdpbf16ps tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNZ  tdp_loop
+
+	// bf16enc: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET

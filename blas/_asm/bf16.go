@@ -26,6 +26,9 @@ func bf16Kernels() {
 	bf16Stream("wideBF16AVX512", 4, 2)
 	cvtBF16()
 	interleaveBF16()
+	peakLoops()
+	amxBF16()
+	amxLoop()
 }
 
 func vdpbf16psHook() {
@@ -269,5 +272,178 @@ func interleaveBF16() {
 	JNZ(LabelRef("interleave_loop"))
 	Label("interleave_done")
 	VZEROUPPER()
+	RET()
+}
+
+// peakLoops generates bare instruction loops, for benchmarks of what the
+// units reach: 24 independent accumulators, so that latency hides.
+func peakLoops() {
+	TEXT("vdpbf16psLoop", NOSPLIT, "func(n int)")
+	Doc("vdpbf16psLoop runs 24·n VDPBF16PS on registers (64 flops each).")
+	n := Load(Param("n"), RCX)
+	for i := 0; i < 24; i++ {
+		VXORPS(zmm[i], zmm[i], zmm[i])
+	}
+	VXORPS(Z24, Z24, Z24)
+	VXORPS(Z25, Z25, Z25)
+	Label("vdp_loop")
+	for i := 0; i < 24; i++ {
+		vdpbf16ps(zmm[i], Z24, Z25)
+	}
+	DECQ(n)
+	JNZ(LabelRef("vdp_loop"))
+	VZEROUPPER()
+	RET()
+
+	TEXT("vfmaddLoop", NOSPLIT, "func(n int)")
+	Doc("vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).")
+	n = Load(Param("n"), RCX)
+	for i := 0; i < 26; i++ {
+		VXORPS(zmm[i], zmm[i], zmm[i])
+	}
+	Label("fma_loop")
+	for i := 0; i < 24; i++ {
+		VFMADD231PS(Z24, Z25, zmm[i])
+	}
+	DECQ(n)
+	JNZ(LabelRef("fma_loop"))
+	VZEROUPPER()
+	RET()
+}
+
+// amxBF16 generates the AMX kernel: for a block of 32 rows of A (bf16
+// pairs, rows lda bytes apart, padded with zero rows and pairs) and
+// nstrips strips of packed B (bs bytes apart), it computes each 32×32
+// tile of C in four tile registers, 16 pairs of k (32 bf16) per
+// TDPBF16PS, stores it to tmp (32×32 floats) and writes alpha·tmp (+
+// beta·C) into the first rows rows of C, the last strip's columns under
+// mask. Tile state belongs to the OS thread, and Go moves goroutines
+// between threads between calls: each call loads the configuration,
+// computes, and releases the tiles.
+//
+// Tiles: 0–3 accumulate C (rows 0–15 and 16–31 by columns 0–15 and
+// 16–31), 4–5 hold A's two 16-row halves, 6–7 B's two 16-column halves;
+// all 16 rows of 64 bytes (the configuration cfg is built in Go).
+func amxBF16() {
+	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
+	Pragma("noescape")
+	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles",
+		"(TDPBF16PS); see package _asm.")
+	cfg := Load(Param("cfg"), RDI)
+	ldtilecfg(cfg)
+	a0, a16, lda := RAX, RBX, RDX
+	Load(Param("a"), RSI)
+	Load(Param("lda"), lda)
+	strip, b16 := R8, R9
+	Load(Param("b"), strip)
+	MOVQ(U32(128), b16)
+	nstr := R12
+	Load(Param("nstrips"), nstr)
+	c := R13
+	Load(Param("c"), c)
+
+	Label("amx_strip")
+	for t := 0; t < 4; t++ {
+		tilezero(t)
+	}
+	MOVQ(RSI, a0)
+	LEAQ(Mem{Base: RSI, Index: lda, Scale: 8}, a16)
+	LEAQ(Mem{Base: a16, Index: lda, Scale: 8}, a16) // row 16
+	bp, bq := R10, R11
+	MOVQ(strip, bp)
+	LEAQ(Mem{Base: strip, Disp: 64}, bq)
+	Load(Param("chunks"), RCX)
+	Label("amx_chunk")
+	tileloadd(4, a0, lda)
+	tileloadd(5, a16, lda)
+	tileloadd(6, bp, b16)
+	tileloadd(7, bq, b16)
+	tdpbf16ps(0, 4, 6)
+	tdpbf16ps(1, 4, 7)
+	tdpbf16ps(2, 5, 6)
+	tdpbf16ps(3, 5, 7)
+	ADDQ(U8(64), a0)
+	ADDQ(U8(64), a16)
+	ADDQ(U32(16*128), bp)
+	ADDQ(U32(16*128), bq)
+	DECQ(RCX)
+	JNZ(LabelRef("amx_chunk"))
+
+	// The tile to tmp, rows 128 bytes apart.
+	Load(Param("tmp"), RDI)
+	tilestored(RDI, b16, 0)
+	LEAQ(Mem{Base: RDI, Disp: 64}, R10)
+	tilestored(R10, b16, 1)
+	LEAQ(Mem{Base: RDI, Disp: 16 * 128}, R10)
+	tilestored(R10, b16, 2)
+	LEAQ(Mem{Base: RDI, Disp: 16*128 + 64}, R10)
+	tilestored(R10, b16, 3)
+
+	// alpha·tmp (+ beta·C) into C, the columns under the mask on the
+	// last strip.
+	MOVL(U32(0xffffffff), R10L)
+	CMPQ(nstr, U8(1))
+	JNE(LabelRef("amx_mask"))
+	Load(Param("mask"), R10L)
+	Label("amx_mask")
+	KMOVW(R10L, K1)
+	SHRL(U8(16), R10L)
+	KMOVW(R10L, K2)
+	VBROADCASTSS(addr("alpha"), Z30)
+	VBROADCASTSS(addr("beta"), Z31)
+	Load(Param("rows"), RCX)
+	Load(Param("ldc"), R11)
+	SHLQ(U8(2), R11)
+	MOVQ(c, R10)
+	Load(Param("accum"), RBX)
+	Label("amx_row")
+	VMULPS(Mem{Base: RDI}, Z30, Z0)
+	VMULPS(Mem{Base: RDI, Disp: 64}, Z30, Z1)
+	TESTQ(RBX, RBX)
+	JZ(LabelRef("amx_store"))
+	VMOVUPS_Z(Mem{Base: R10}, K1, Z2)
+	VMOVUPS_Z(Mem{Base: R10, Disp: 64}, K2, Z3)
+	VMULPS(Z31, Z2, Z2)
+	VMULPS(Z31, Z3, Z3)
+	VADDPS(Z2, Z0, Z0)
+	VADDPS(Z3, Z1, Z1)
+	Label("amx_store")
+	VMOVUPS(Z0, K1, Mem{Base: R10})
+	VMOVUPS(Z1, K2, Mem{Base: R10, Disp: 64})
+	ADDQ(U32(128), RDI)
+	ADDQ(R11, R10)
+	DECQ(RCX)
+	JNZ(LabelRef("amx_row"))
+
+	ADDQ(U32(128), c)
+	Load(Param("bs"), RCX)
+	ADDQ(RCX, strip)
+	DECQ(nstr)
+	JNZ(LabelRef("amx_strip"))
+	tilerelease()
+	VZEROUPPER()
+	RET()
+}
+
+// amxLoop generates the bare TDPBF16PS loop.
+func amxLoop() {
+	TEXT("tdpbf16psLoop", NOSPLIT, "func(cfg *byte, n int)")
+	Pragma("noescape")
+	Doc("tdpbf16psLoop runs 4·n TDPBF16PS on tiles configured by cfg (16×64 bytes",
+		"each: 16·16·32·2 flops per instruction), then releases the tiles.")
+	cfg := Load(Param("cfg"), RDI)
+	ldtilecfg(cfg)
+	Load(Param("n"), RCX)
+	for t := 0; t < 8; t++ {
+		tilezero(t)
+	}
+	Label("tdp_loop")
+	tdpbf16ps(0, 4, 6)
+	tdpbf16ps(1, 4, 7)
+	tdpbf16ps(2, 5, 6)
+	tdpbf16ps(3, 5, 7)
+	DECQ(RCX)
+	JNZ(LabelRef("tdp_loop"))
+	tilerelease()
 	RET()
 }
