@@ -82,6 +82,17 @@ type Trainable interface {
 	Params() []*nn.Param
 }
 
+// Rounder is implemented by mechanisms with dense layers of their own
+// (the networks of learned sketches), whose products follow the model's
+// precision: SetPrecision switches them to bf16 or back (see
+// nn.Precision), making bf16 copies of their weights, and RoundWeights
+// makes the copies again after the weights changed. The learned
+// networks' products are the only ones of attention that bf16 changes.
+type Rounder interface {
+	SetPrecision(p nn.Precision)
+	RoundWeights()
+}
+
 // Stepper is implemented by mechanisms whose random draws change during
 // training (Performer's features, redrawn every so many steps): the
 // training loop tells them the optimizer step before each one, and a

@@ -209,12 +209,43 @@ func (f *sketchNet) params() []*nn.Param {
 // linears lists l1…l4.
 func (f *sketchNet) linears() [4]*nn.Linear { return [4]*nn.Linear{f.l1, f.l2, f.l3, f.l4} }
 
-// transposeWeights refreshes every network's wT from its weights.
+// transposeWeights refreshes every network's wT from its weights (in
+// bf16 the backward pass reads the bf16 copies of Wᵀ instead).
 func (s *learned) transposeWeights() {
 	for _, nets := range s.levels {
 		for _, f := range nets {
 			for i, l := range f.linears() {
-				transposeInto(f.wT[i], l.Weight.Value.Data, l.Out, l.In, l.Out)
+				if l.BF16 == nil {
+					transposeInto(f.wT[i], l.Weight.Value.Data, l.Out, l.In, l.Out)
+				}
+			}
+		}
+	}
+}
+
+// setPrecision makes the networks' products bf16 (with copies of the
+// weights for x·W and dy·Wᵀ) or fp32.
+func (s *learned) setPrecision(p nn.Precision) {
+	for _, nets := range s.levels {
+		for _, f := range nets {
+			for _, l := range f.linears() {
+				l.BF16 = nil
+				if p == nn.BF16 {
+					l.BF16 = nn.NewRounded(l.Weight, true, true)
+				}
+			}
+		}
+	}
+}
+
+// roundWeights makes the bf16 copies of the weights again.
+func (s *learned) roundWeights() {
+	for _, nets := range s.levels {
+		for _, f := range nets {
+			for _, l := range f.linears() {
+				if l.BF16 != nil {
+					l.BF16.Round(l.Weight)
+				}
 			}
 		}
 	}
@@ -473,21 +504,35 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 	}
 }
 
-// affine computes y = x·W + b for rows rows of x ([rows × l.In]).
+// affine computes y = x·W + b for rows rows of x ([rows × l.In]), in
+// bf16 when l has bf16 copies of W.
 func affine(y, x []float32, rows int, l *nn.Linear) {
 	b := l.Bias.Value.Data
 	for i := 0; i < rows; i++ {
 		copy(y[i*l.Out:(i+1)*l.Out], b)
 	}
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, rowMajor(rows, l.In, x), l.BF16.N, 1, rowMajor(rows, l.Out, y))
+		return
+	}
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x, l.In, l.Weight.Value.Data, l.Out, 1, y, l.Out)
 }
 
 // affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ (wT holds
-// Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order).
+// Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order);
+// in bf16 when l has bf16 copies of W (then of Wᵀ too, read instead of wT).
 func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, wT, dw, db []float32) {
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.Trans, blas.NoTrans, 1, rowMajor(rows, l.In, x), rowMajor(rows, l.Out, dy), 1, rowMajor(l.In, l.Out, dw))
+	} else {
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
+	}
 	for i := 0; i < rows; i++ {
 		vec.Add(db, db, dy[i*l.Out:(i+1)*l.Out])
+	}
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, rowMajor(rows, l.Out, dy), l.BF16.T, 0, rowMajor(rows, l.In, dx))
+		return
 	}
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.In, l.Out, 1, dy, l.Out, wT, l.In, 0, dx, l.In)
 }
@@ -529,6 +574,26 @@ func (a *engine) Params() []*nn.Param {
 		return nil
 	}
 	return a.src.params()
+}
+
+// SetPrecision makes the products of a learned sketch's networks bf16
+// or fp32 (see Rounder); the other feature maps have no dense layers.
+func (a *engine) SetPrecision(p nn.Precision) {
+	if a.sk != nil && a.sk.net != nil {
+		a.sk.net.setPrecision(p)
+	}
+}
+
+// RoundWeights makes the bf16 copies of a learned sketch's weights again.
+func (a *engine) RoundWeights() {
+	if a.sk != nil && a.sk.net != nil {
+		a.sk.net.roundWeights()
+	}
+}
+
+// rowMajor returns the rows×cols row-major matrix in data.
+func rowMajor(rows, cols int, data []float32) blas.General {
+	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
 }
 
 // netPass is the projector of a learned sketch: its networks run on all

@@ -41,6 +41,7 @@ import (
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -120,6 +121,8 @@ type Options struct {
 	// byte tokens), whose examples are Context tokens long.
 	TaskFile string
 	Context  int
+	// Precision is the precision every run trains in (train.Config).
+	Precision nn.Precision
 	// Logf, if not nil, is told what happens.
 	Logf func(format string, args ...any)
 	// Progress, if not nil, is called after every step of every run.
@@ -177,6 +180,9 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 		for i := range p.Runs {
 			p.Runs[i].Train = withSteps(p.Runs[i].Train, o.Steps)
 		}
+	}
+	for i := range p.Runs {
+		p.Runs[i].Train.Precision = o.Precision
 	}
 	if e.kind != taskKind {
 		p.Corpus = o.Corpus

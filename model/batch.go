@@ -78,8 +78,9 @@ func (s *Sequence) Reset() {
 // A row's result does not depend on the other sequences of its step: a
 // chunk of several tokens runs through each product as a matrix of its
 // own, and the sequences of one token each are gathered into products of
-// at most blas.RowBlock rows, where every row is computed on its own;
-// every other operation acts on one row or one sequence. So a sequence
+// at most blas.RowBlock rows (blas.RowBlockBF16 in bf16), where every
+// row is computed on its own; every other operation acts on one row or
+// one sequence. So a sequence
 // gives the same bits alone or batched with any others, as long as it is
 // fed the same chunks.
 //
@@ -118,8 +119,12 @@ type seqWorker struct {
 // NewBatch returns a Batch for the model's Sequences.
 func (m *Model) NewBatch() *Batch {
 	c := m.cfg
+	group := blas.RowBlock
+	if m.precision == nn.BF16 {
+		group = blas.RowBlockBF16
+	}
 	b := &Batch{
-		cfg: c, group: blas.RowBlock(min(c.Dim, c.HiddenSize(), c.Vocab)), embed: &nn.Embedding{Vocab: c.Vocab, Dim: c.Dim, Weight: m.embed.Weight},
+		cfg: c, group: group(min(c.Dim, c.HiddenSize(), c.Vocab)), embed: &nn.Embedding{Vocab: c.Vocab, Dim: c.Dim, Weight: m.embed.Weight, BF16: m.embed.BF16},
 		embScale: m.embScale, pos: nn.NewSinusoidal(c.Dim), norm: m.norm.Share(), head: shareLinear(m.head), bias: m.bias,
 	}
 	for _, l := range m.layers {

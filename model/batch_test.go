@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/nn"
 )
 
 // stepAll feeds each sequence its tokens in the given chunk sizes (cycled)
@@ -109,16 +111,26 @@ func TestBatchInvariance(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
+		prec nn.Precision
 	}{
-		{"polysketch", tiny("polysketch:learned")},
-		{"flash", tiny("flash")},
-		{"polysketch/wide", wide(tiny("polysketch:learned"))}, // products of many rows at a time
-		{"flash/wide", wide(tiny("flash"))},
+		{"polysketch", tiny("polysketch:learned"), nn.FP32},
+		{"flash", tiny("flash"), nn.FP32},
+		{"polysketch/wide", wide(tiny("polysketch:learned")), nn.FP32}, // products of many rows at a time
+		{"flash/wide", wide(tiny("flash")), nn.FP32},
+		{"polysketch/bf16", tiny("polysketch:learned"), nn.BF16},
+		{"polysketch/wide/bf16", wide(tiny("polysketch:learned")), nn.BF16},
+		{"flash/wide/bf16", wide(tiny("flash")), nn.BF16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			m := mustNew(t, c)
 			perturb(m, 4)
+			if tc.prec == nn.BF16 { // as serve --precision bf16 runs it
+				m.SetPrecision(nn.BF16)
+				if err := m.ReleaseFP32(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			V := c.Vocab
 			rng := rand.New(rand.NewPCG(2, 2))
 			mine := randomTokens(rng, 20, V)
@@ -228,10 +240,24 @@ func ExampleBatch() {
 // BenchmarkBatchStep times one decoding step of S sequences of
 // DefaultConfig (polysketch) stepped together, at positions near 64,
 // reporting generated tokens per second: what a server's step costs.
-func BenchmarkBatchStep(b *testing.B) {
+func BenchmarkBatchStep(b *testing.B) { batchStepBench(b, nn.FP32) }
+
+// BenchmarkBatchStepBF16 is BenchmarkBatchStep with the weights in bf16
+// alone, as serve --precision bf16 holds them.
+//
+//	go test -run '^$' -bench 'BatchStep(BF16)?/S=(1|16)$' ./model
+func BenchmarkBatchStepBF16(b *testing.B) { batchStepBench(b, nn.BF16) }
+
+func batchStepBench(b *testing.B, p nn.Precision) {
 	for _, S := range []int{1, 4, 16, 32} {
 		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
 			m := mustNew(b, DefaultConfig())
+			if p == nn.BF16 {
+				m.SetPrecision(p)
+				if err := m.ReleaseFP32(); err != nil {
+					b.Fatal(err)
+				}
+			}
 			batch := m.NewBatch()
 			seqs := make([]*Sequence, S)
 			toks := make([][]int32, S)

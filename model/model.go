@@ -79,6 +79,9 @@ type Model struct {
 	params   []*nn.Param
 	ce       nn.CrossEntropy
 
+	precision nn.Precision // of the dense products (precision.go)
+	released  bool         // ReleaseFP32 dropped the float32 dense weights
+
 	// Activations and scratch of the current batch shape, shared by the
 	// layers; what a layer must keep for Backward lives in the layer.
 	batch, length int           // the shape the buffers are sized for

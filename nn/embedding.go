@@ -18,6 +18,11 @@ import (
 type Embedding struct {
 	Vocab, Dim int
 	Weight     *Param // [Vocab, Dim], not decayed
+	// BF16, if not nil, makes the products of the tied projection bf16
+	// (see Precision): h·Eᵀ and dlogits·E read these copies of E, and
+	// dlogitsᵀ·h rounds both while packing them. The lookup always
+	// copies the float32 rows.
+	BF16 *Rounded
 
 	ids []int32        // ids of the last Forward, by reference
 	h   *tensor.Tensor // input of the last Logits, by reference
@@ -84,6 +89,10 @@ func (e *Embedding) Logits(logits, h *tensor.Tensor) {
 	rows := rowsOf("Embedding.Logits", "h", h, e.Dim)
 	checkRows("Embedding.Logits", "logits", logits, rows, e.Vocab)
 	e.h = h
+	if e.BF16 != nil {
+		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Dim, h.Data), e.BF16.form("Embedding.Logits", blas.Trans), 0, general(rows, e.Vocab, logits.Data))
+		return
+	}
 	blas.Sgemm(blas.NoTrans, blas.Trans, rows, e.Vocab, e.Dim, 1, h.Data, e.Dim, e.Weight.Value.Data, e.Dim, 0, logits.Data, e.Vocab)
 }
 
@@ -96,9 +105,17 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 	}
 	rows := e.h.Len() / e.Dim
 	checkRows("Embedding.LogitsBackward", "dlogits", dlogits, rows, e.Vocab)
-	blas.Sgemm(blas.Trans, blas.NoTrans, e.Vocab, e.Dim, rows, 1, dlogits.Data, e.Vocab, e.h.Data, e.Dim, 1, e.Weight.Grad.Data, e.Dim)
+	if e.BF16 != nil {
+		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
+	} else {
+		blas.Sgemm(blas.Trans, blas.NoTrans, e.Vocab, e.Dim, rows, 1, dlogits.Data, e.Vocab, e.h.Data, e.Dim, 1, e.Weight.Grad.Data, e.Dim)
+	}
 	if dh != nil {
 		checkRows("Embedding.LogitsBackward", "dh", dh, rows, e.Dim)
+		if e.BF16 != nil {
+			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), e.BF16.form("Embedding.LogitsBackward", blas.NoTrans), 0, general(rows, e.Dim, dh.Data))
+			return
+		}
 		blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, e.Dim, e.Vocab, 1, dlogits.Data, e.Vocab, e.Weight.Value.Data, e.Dim, 0, dh.Data, e.Dim)
 	}
 }

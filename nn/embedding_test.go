@@ -33,7 +33,11 @@ func embeddingCase(rng *rand.Rand, s size) *gradCase {
 
 // tiedCase uses one table for the input lookup and the output projection:
 // out = [lookup(ids) | h·Eᵀ] flattened, so the table's gradient sums both.
-func tiedCase(rng *rand.Rand, s size) *gradCase {
+func tiedCase(rng *rand.Rand, s size) *gradCase { return tiedCaseAt(rng, s, FP32) }
+
+// tiedCaseAt is tiedCase with the products of the projection at
+// precision p.
+func tiedCaseAt(rng *rand.Rand, s size, p Precision) *gradCase {
 	const vocab = 13
 	e := NewEmbedding("emb", vocab, s.dim, rng)
 	tok := ids(rng, s.rows, vocab)
@@ -46,8 +50,15 @@ func tiedCase(rng *rand.Rand, s size) *gradCase {
 		params: e.Params(), inputs: []*tensor.Tensor{h},
 		dinputs: []*tensor.Tensor{tensor.New(h.Shape...)},
 		out:     out,
+		bf16:    p == BF16,
+	}
+	if p == BF16 {
+		e.BF16 = NewRounded(e.Weight, true, true)
 	}
 	c.forward = func() {
+		if e.BF16 != nil {
+			e.BF16.Round(e.Weight) // the finite differences change E
+		}
 		e.Forward(emb, tok)
 		e.Logits(logits, h)
 	}

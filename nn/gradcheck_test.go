@@ -32,6 +32,15 @@ type gradCase struct {
 	out      *tensor.Tensor
 	forward  func()
 	backward func(dy *tensor.Tensor)
+	bf16     bool // products in bf16: finite differences with bf16FD
+}
+
+// fd returns the step and tolerance of c's finite-difference check.
+func (c *gradCase) fd() (eps, tol float64) {
+	if c.bf16 {
+		return bf16Eps, bf16Tol
+	}
+	return 1e-2, 1e-2
 }
 
 // layerCases lists every layer configuration the generic tests cover.
@@ -39,14 +48,16 @@ var layerCases = []struct {
 	name  string
 	build func(rng *rand.Rand, s size) *gradCase
 }{
-	{"Linear", func(rng *rand.Rand, s size) *gradCase { return linearCase(rng, s, true) }},
-	{"Linear/nobias", func(rng *rand.Rand, s size) *gradCase { return linearCase(rng, s, false) }},
+	{"Linear", func(rng *rand.Rand, s size) *gradCase { return linearCase(rng, s, true, FP32) }},
+	{"Linear/nobias", func(rng *rand.Rand, s size) *gradCase { return linearCase(rng, s, false, FP32) }},
+	{"Linear/bf16", func(rng *rand.Rand, s size) *gradCase { return linearCase(rng, s, true, BF16) }},
 	{"LayerNorm", func(rng *rand.Rand, s size) *gradCase { return layerNormCase(rng, s, GainBias) }},
 	{"LayerNorm/gain", func(rng *rand.Rand, s size) *gradCase { return layerNormCase(rng, s, GainOnly) }},
 	{"LayerNorm/plain", func(rng *rand.Rand, s size) *gradCase { return layerNormCase(rng, s, NoAffine) }},
 	{"LayerNorm/shared", sharedLayerNormCase},
 	{"Embedding", embeddingCase},
 	{"Embedding/tied", tiedCase},
+	{"Embedding/tied/bf16", func(rng *rand.Rand, s size) *gradCase { return tiedCaseAt(rng, s, BF16) }},
 	{"GLU", func(rng *rand.Rand, s size) *gradCase { return gluCase(rng, s, false) }},
 	{"GLU/bias", func(rng *rand.Rand, s size) *gradCase { return gluCase(rng, s, true) }},
 	{"RoPE", ropeCase},
@@ -161,7 +172,8 @@ func TestGradients(t *testing.T) {
 			c := tc.build(rng, small)
 			w := randTensor(rng, 1, c.out.Shape...)
 			grads := c.gradients(w)
-			for _, e := range fdErrors(c, w, grads, rng, 24, 1e-2, 1e-2) {
+			eps, tol := c.fd()
+			for _, e := range fdErrors(c, w, grads, rng, 24, eps, tol) {
 				t.Error(e)
 			}
 		})
@@ -183,7 +195,7 @@ func TestGradientCheckCatchesErrors(t *testing.T) {
 				for i := range bad[k] {
 					bad[k][i] = bad[k][i]*1.05 + 0.05*float32(max(rms(grads[k]), 1e-3))
 				}
-				if len(fdErrors(c, w, bad, rng, 24, 1e-2, 1e-2)) == 0 {
+				if eps, tol := c.fd(); len(fdErrors(c, w, bad, rng, 24, eps, tol)) == 0 {
 					t.Errorf("gradient %d scaled by 1.05: not detected", k)
 				}
 			}

@@ -14,6 +14,11 @@ type Linear struct {
 	In, Out int
 	Weight  *Param // [In, Out], decayed
 	Bias    *Param // [Out], not decayed; nil for a layer without bias
+	// BF16, if not nil, makes the products bf16 (see Precision): x·W and
+	// dy·Wᵀ read these copies of W instead of its float32 values, and
+	// xᵀ·dy rounds x and dy while packing them. Whoever changes W makes
+	// the copies again (Rounded.Round).
+	BF16 *Rounded
 
 	x       *tensor.Tensor // input of the last Forward, by reference
 	partial []float32      // row-block sums of the bias gradient
@@ -60,6 +65,10 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 		})
 		beta = 1
 	}
+	if l.BF16 != nil {
+		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), beta, general(rows, l.Out, y.Data))
+		return
+	}
 	blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x.Data, l.In, l.Weight.Value.Data, l.Out, beta, y.Data, l.Out)
 }
 
@@ -73,13 +82,25 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 		panic("nn.Linear.Backward: called before Forward")
 	}
 	checkRows("Linear.Backward", "dy", dy, l.x.Len()/l.In, l.Out)
+	var wt *blas.PackedBF16 // the bf16 copy of Wᵀ, checked before any work
+	if l.BF16 != nil && dx != nil {
+		wt = l.BF16.form("Linear.Backward", blas.Trans)
+	}
 	// The weight gradient comes first so that dx may reuse the storage of x.
-	blas.Sgemm(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, l.x.Data, l.In, dy.Data, l.Out, 1, l.Weight.Grad.Data, l.Out)
+	if l.BF16 != nil {
+		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
+	} else {
+		blas.Sgemm(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, l.x.Data, l.In, dy.Data, l.Out, 1, l.Weight.Grad.Data, l.Out)
+	}
 	if l.Bias != nil {
 		l.partial = addColSums(l.Bias.Grad.Data, dy.Data, rows, l.Out, l.partial)
 	}
 	if dx != nil {
 		checkRows("Linear.Backward", "dx", dx, rows, l.In)
+		if l.BF16 != nil {
+			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.Out, dy.Data), wt, 0, general(rows, l.In, dx.Data))
+			return
+		}
 		blas.Sgemm(blas.NoTrans, blas.Trans, rows, l.In, l.Out, 1, dy.Data, l.Out, l.Weight.Value.Data, l.Out, 0, dx.Data, l.In)
 	}
 }

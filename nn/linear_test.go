@@ -9,8 +9,8 @@ import (
 )
 
 // linearCase maps [2, rows/2, dim] to [2, rows/2, dim+3] (In ≠ Out catches
-// transposed strides).
-func linearCase(rng *rand.Rand, s size, bias bool) *gradCase {
+// transposed strides), with products at precision p.
+func linearCase(rng *rand.Rand, s size, bias bool, p Precision) *gradCase {
 	in, out := s.dim, s.dim+3
 	l := NewLinear("lin", in, out, bias, rng)
 	randomize(rng, l.Params())
@@ -19,8 +19,16 @@ func linearCase(rng *rand.Rand, s size, bias bool) *gradCase {
 		params: l.Params(), inputs: []*tensor.Tensor{x},
 		dinputs: []*tensor.Tensor{tensor.New(x.Shape...)},
 		out:     tensor.New(2, s.rows/2, out),
+		bf16:    p == BF16,
 	}
 	c.forward = func() { l.Forward(c.out, x) }
+	if p == BF16 {
+		l.BF16 = NewRounded(l.Weight, true, true)
+		c.forward = func() {
+			l.BF16.Round(l.Weight) // the finite differences change W
+			l.Forward(c.out, x)
+		}
+	}
 	c.backward = func(dy *tensor.Tensor) { l.Backward(c.dinputs[0], dy) }
 	return c
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 )
 
 // cacheChunk is the prefill chunk, and so the cache's block, of the
@@ -267,6 +268,32 @@ func TestCachePersistence(t *testing.T) {
 	}
 }
 
+// TestCachePersistenceBF16 keeps a bf16 server's cache across a restart:
+// the weights that name the model in the file are hashed before bf16
+// inference releases their float32 values, so a second server of the same
+// checkpoint reads the file back.
+func TestCachePersistenceBF16(t *testing.T) {
+	dir := t.TempDir()
+	a := cachePrompts[0]
+	o := Options{PrefillChunk: cacheChunk, CacheMemory: 256 << 20, CacheDir: dir, Precision: nn.BF16}
+	s1, ts1 := newTest(t, o, testModel(t, testConfig()))
+	want := seeded(t, ts1.URL, a, 0)
+	waitFor(t, func() bool { return idle(s1) })
+	entries := statsOf(t, s1).entries
+	ts1.Close()
+	s1.Close()
+	if err := s1.SaveCache(); err != nil {
+		t.Fatal(err)
+	}
+	s2, ts2 := newTest(t, o, testModel(t, testConfig()))
+	if st := statsOf(t, s2); entries == 0 || st.entries != entries {
+		t.Fatalf("read back %v states, wrote %v", st.entries, entries)
+	}
+	if got := seeded(t, ts2.URL, a, 0); got != want {
+		t.Fatalf("after a restart: %s\nbefore: %s", got, want)
+	}
+}
+
 // TestCacheFileDamaged damages a cache file in every way a crash, a disk
 // or a mix-up can, and requires the server to ignore it whole with one
 // log line, start with an empty cache and answer as a cold one.
@@ -323,6 +350,8 @@ func TestCacheFileDamaged(t *testing.T) {
 		}(), m, o},
 		{"another model", good, testModel(t, other), o},
 		{"another chunk", good, m, Options{PrefillChunk: 2 * cacheChunk, CacheMemory: o.CacheMemory, CacheDir: dir}},
+		// The same weights in bf16 compute other bits.
+		{"another precision", good, testModel(t, testConfig()), Options{PrefillChunk: cacheChunk, CacheMemory: o.CacheMemory, CacheDir: dir, Precision: nn.BF16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, tc.data, 0o644); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/model"
 )
@@ -57,7 +58,9 @@ func (s *Server) startCache(l *loaded) {
 	}
 	c := newPrefixCache(o.PrefillChunk, o.CacheMemory, s.cacheMetrics)
 	c.kvRow = l.kvRow
-	if o.CacheDir != "" {
+	if o.CacheDir != "" && !l.hasWeights {
+		o.Logger.Warn("prefix cache not kept across restarts: the model's float32 weights, which name it in the file, were released before the server got it (set Options.Precision instead)")
+	} else if o.CacheDir != "" {
 		c.id = cacheIdentity(l, o.PrefillChunk)
 		path := filepath.Join(o.CacheDir, cacheFile)
 		switch n, err := c.load(path, c.id, l.m); {
@@ -94,8 +97,23 @@ func cacheIdentity(l *loaded, block int) [32]byte {
 	// The arithmetic: the kernels blas and vec choose depend on these.
 	fmt.Fprintf(h, "%s %v %v %v %v %q %q\n", runtime.GOARCH, cpu.X86.HasAVX512F, cpu.X86.HasAVX2, cpu.X86.HasFMA, cpu.X86.HasBMI2,
 		os.Getenv("POLYSKETCH_NOASM"), os.Getenv("POLYSKETCH_KERNEL"))
+	fmt.Fprintf(h, "precision %s bf16 kernel %s\n", l.m.Precision(), blas.KernelBF16())
+	h.Write(l.weights[:])
+	var id [32]byte
+	h.Sum(id[:0])
+	return id
+}
+
+// weightDigest hashes the names, shapes and float32 values of m's
+// parameters; ok is false if some of those values were released (bf16
+// inference), so that they cannot name the model.
+func weightDigest(m *model.Model) (d [32]byte, ok bool) {
+	h := sha256.New()
 	var buf []byte
-	for _, p := range l.m.Params() {
+	for _, p := range m.Params() {
+		if len(p.Value.Data) != p.Value.Len() {
+			return d, false
+		}
 		fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Shape)
 		buf = buf[:0]
 		for _, x := range p.Value.Data {
@@ -103,9 +121,8 @@ func cacheIdentity(l *loaded, block int) [32]byte {
 		}
 		h.Write(buf)
 	}
-	var id [32]byte
-	h.Sum(id[:0])
-	return id
+	h.Sum(d[:0])
+	return d, true
 }
 
 // save writes every state of the cache to path, least recently used

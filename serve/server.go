@@ -29,7 +29,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/polysketch/polysketch/sample"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -44,6 +43,8 @@ import (
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/sample"
 )
 
 // Options configure a Server. Zero counts and sizes (MaxSequences through
@@ -64,6 +65,7 @@ type Options struct {
 	Logger        *slog.Logger  // a line per failed request (at most logBurst a second); nil for slog.Default()
 	CacheMemory   int64         // bytes of the prefix-state cache (see cache.go); 0 turns it off
 	CacheDir      string        // where the prefix cache is kept across restarts (SaveCache); empty for nowhere
+	Precision     nn.Precision  // of the model's dense products; with nn.BF16 Ready keeps the weights in bf16 alone
 }
 
 // DefaultOptions returns the defaults of the serve command.
@@ -121,6 +123,9 @@ type loaded struct {
 	limit  int // positions per sequence
 	kvRow  int64
 	sched  *scheduler
+
+	weights    [32]byte // weightDigest of the model as Ready got it
+	hasWeights bool     // whether its float32 weights were there to hash
 }
 
 //go:embed static/index.html
@@ -174,6 +179,17 @@ func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
 		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
 	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c)}
+	// The weights name the model in a prefix-cache file: hash them before
+	// bf16 inference releases their float32 values.
+	if s.opts.CacheDir != "" {
+		l.weights, l.hasWeights = weightDigest(m)
+	}
+	if s.opts.Precision == nn.BF16 && m.Precision() != nn.BF16 {
+		m.SetPrecision(nn.BF16)
+		if err := m.ReleaseFP32(); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
 	l.eot, l.hasEOT = tokenizer.EndOfText(tok)
 	if l.limit == 0 {
 		l.limit = s.opts.MaxLength

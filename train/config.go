@@ -6,6 +6,7 @@ import (
 
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
 )
 
@@ -50,6 +51,12 @@ type Config struct {
 	SaveEvery   int `json:"save_every"`   // steps between checkpoints; 0: only at the end (and on interruption)
 
 	Seed uint64 `json:"seed"` // order of the training batches
+
+	// Precision is the number format of the model's dense products:
+	// nn.FP32, or nn.BF16 for mixed precision (bf16 products, float32
+	// master weights and optimizer state; see model.Model.SetPrecision).
+	// A run may resume with the other precision.
+	Precision nn.Precision `json:"precision,omitempty"`
 }
 
 // DefaultConfig returns settings that train model.DefaultConfig on a
@@ -123,6 +130,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Clip >= 0) {
 		add("clip %v: must be 0 (off) or positive", c.Clip)
+	}
+	if _, err := c.Precision.MarshalText(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.EvalEvery < 0 || c.EvalBatches < 0 || c.SaveEvery < 0 {
 		add("eval_every %d, eval_batches %d, save_every %d: must not be negative", c.EvalEvery, c.EvalBatches, c.SaveEvery)

@@ -341,6 +341,9 @@ func (t *Trainer) step() (Metrics, error) {
 		}
 	}
 	t.Model.SetStep(t.opt.Step)
+	if t.Model.Precision() != t.Config.Precision {
+		t.Model.SetPrecision(t.Config.Precision) // the first step of a session
+	}
 	params := t.Model.Params()
 	loss, tokens, err := t.gradients()
 	if err != nil {
@@ -367,6 +370,7 @@ func (t *Trainer) step() (Metrics, error) {
 	}
 	lr := t.sched.LR(t.opt.Step)
 	t.opt.Update(lr)
+	t.Model.RoundWeights() // the bf16 copies every micro-batch of the next step reads
 	t.state.Step = t.opt.Step
 	t.state.Tokens += tokens
 	d := time.Since(start).Seconds()

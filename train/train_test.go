@@ -16,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 )
 
 // tinyModel is a byte-level polysketch model small enough to train in
@@ -201,6 +202,13 @@ func TestResumeExact(t *testing.T) {
 	tc := tinyTrain()
 	tc.Accum = 2     // the data position must advance by every micro-batch
 	tc.SaveEvery = 5 // the interruption at 10 finds a save pending
+	checkResumeExact(t, tc)
+}
+
+// checkResumeExact runs tc straight through and interrupted at step 10,
+// resumed from what is on disk, and requires the same steps and weights.
+func checkResumeExact(t *testing.T, tc Config) {
+	t.Helper()
 	straightDir := t.TempDir()
 	straight := newTrainer(t, straightDir, tc)
 	if _, err := runTrainer(t, straight, 0); err != nil {
@@ -290,14 +298,26 @@ func TestResumeAfterCrash(t *testing.T) {
 // thread and with two, for the tiny model and for one wide enough that the
 // matrix products and attention split their work between goroutines.
 func TestThreads(t *testing.T) {
+	checkThreads(t, nn.FP32)
+}
+
+// checkThreads is TestThreads at precision p.
+func checkThreads(t *testing.T, p nn.Precision) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	wide := tinyModel()
 	wide.Dim, wide.Heads, wide.Context = 128, 4, 64
 	wide.Attention = attention.PolysketchConfig{Degree: 4, SketchSize: 8, Block: 32, Local: true, Sketch: attention.Gaussian}
+	if p == nn.BF16 {
+		// Still wide enough for the products to split among goroutines,
+		// and quick on the portable kernel of CPUs without bf16.
+		wide.Dim, wide.Context = 64, 32
+		wide.Attention = attention.PolysketchConfig{Degree: 4, SketchSize: 8, Block: 16, Local: true, Sketch: attention.Gaussian}
+	}
 	for _, mc := range []model.Config{tinyModel(), wide} {
 		t.Run(fmt.Sprintf("dim %d", mc.Dim), func(t *testing.T) {
 			tc := tinyTrain()
 			tc.Steps = 6
+			tc.Precision = p
 			var runs [][]Metrics
 			for _, procs := range []int{1, 2} {
 				runtime.GOMAXPROCS(procs)

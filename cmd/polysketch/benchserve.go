@@ -19,6 +19,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
 )
 
@@ -70,6 +71,8 @@ func benchServe(args []string, stdout io.Writer) error {
 		seqs      = fs.Int("max-sequences", 16, "sequences decoded at once by the in-process server")
 		asJSON    = fs.Bool("json", false, "print JSON lines instead of a table")
 	)
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchServeHelp)
 		fs.PrintDefaults()
@@ -92,8 +95,12 @@ func benchServe(args []string, stdout io.Writer) error {
 		return fmt.Errorf("bench serve: --max-sequences %d: must be at least 1", *seqs)
 	}
 	base := strings.TrimSuffix(*url, "/")
+	if base != "" && prec != nn.FP32 {
+		return errors.New("bench serve: --precision applies to the in-process server; give it to the serve command behind --url instead")
+	}
+	warnPrecision(stderr, prec)
 	if base == "" {
-		addr, stop, err := startBenchServer(*ckpt, *seqs)
+		addr, stop, err := startBenchServer(*ckpt, *seqs, prec)
 		if err != nil {
 			return fmt.Errorf("bench serve: %w", err)
 		}
@@ -146,7 +153,7 @@ func parseInts(s string) ([]int, error) {
 
 // startBenchServer serves a checkpoint (or an untrained default model) on
 // a loopback port and returns its address and a function that stops it.
-func startBenchServer(dir string, seqs int) (string, func(), error) {
+func startBenchServer(dir string, seqs int, prec nn.Precision) (string, func(), error) {
 	var m *model.Model
 	var tok tokenizer.Tokenizer = tokenizer.Byte
 	if dir == "" {
@@ -164,6 +171,9 @@ func startBenchServer(dir string, seqs int) (string, func(), error) {
 			return "", nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 		m = c.Model
+	}
+	if err := inferIn(m, prec); err != nil {
+		return "", nil, err
 	}
 	o := serve.DefaultOptions()
 	o.MaxSequences, o.MaxQueue = seqs, 1<<16

@@ -15,6 +15,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/internal/mpi"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
 )
 
@@ -73,6 +74,7 @@ type benchTrainConfig struct {
 	memLimit   byteSize
 	maxSeconds float64
 	json       bool
+	precision  nn.Precision
 }
 
 func benchTrain(args []string, stdout io.Writer) error {
@@ -94,6 +96,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	addPrecisionFlag(fs, &cfg.precision)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchTrainHelp)
 		fs.PrintDefaults()
@@ -105,6 +108,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	if err := cfg.parse(*ns, &af); err != nil {
 		return fmt.Errorf("bench train: %w", err)
 	}
+	warnPrecision(stderr, cfg.precision)
 	return cfg.run(stdout)
 }
 
@@ -159,8 +163,8 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 	defer w.Flush()
 	if !cfg.json {
 		m := cfg.model
-		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
-			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, cfg.steps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step, %s; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
+			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, precisionDesc(cfg.precision), cfg.steps, runtime.GOMAXPROCS(0))
 		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
 		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
 		w.Flush()
@@ -238,6 +242,7 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 		s.stop()
 		return r, fmt.Errorf("bench train: %s: %w", mech.name, err)
 	}
+	m.SetPrecision(cfg.precision)
 	opt, err := optim.NewAdamW(m.Params(), optim.DefaultConfig())
 	if err != nil {
 		s.stop()
@@ -255,6 +260,7 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 		m.Backward()
 		optim.ClipGradNorm(params, 1)
 		opt.Update(1e-4)
+		m.RoundWeights()
 	}
 	start := time.Now()
 	step() // warm-up: sizes every buffer

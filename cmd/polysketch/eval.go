@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -60,6 +61,8 @@ func runEval(args []string, stdout io.Writer) error {
 	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated")
 	textField := fs.String("text-field", "", textFieldUsage+"; default: the training corpus's")
 	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
@@ -93,6 +96,10 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+	}
+	warnPrecision(stderr, prec)
+	if err := inferIn(c.Model, prec); err != nil {
+		return fmt.Errorf("eval: %w", err)
 	}
 	tok, err := tokenizer.Lookup(c.State.Tokenizer)
 	if err != nil {

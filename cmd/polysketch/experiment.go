@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -53,6 +54,8 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprint(w, experimentHelp)
@@ -100,11 +103,15 @@ func runExperiment(args []string, stdout io.Writer) error {
 		if steps > 0 {
 			dir += fmt.Sprintf("-%dsteps", steps)
 		}
+		if prec != nn.FP32 {
+			dir += "-" + prec.String()
+		}
 	}
+	warnPrecision(stderr, prec)
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

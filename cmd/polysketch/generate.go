@@ -16,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 )
 
 const generateHelp = `usage: polysketch generate [flags]
@@ -54,6 +55,8 @@ func runGenerate(args []string, stdout io.Writer) error {
 	fs.IntVar(&s.TopK, "top-k", s.TopK, "sample among the k most likely tokens only; 0 for all")
 	fs.Float64Var(&s.TopP, "top-p", s.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	var af attentionFlags
 	af.register(fs, "the checkpoint's", false)
 	fs.Usage = func() {
@@ -98,6 +101,10 @@ func runGenerate(args []string, stdout io.Writer) error {
 	ids := tok.Encode(nil, []byte(*prompt))
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
+	}
+	warnPrecision(stderr, prec)
+	if err := inferIn(c.Model, prec); err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
 	dec, err := c.Model.NewDecoder(1)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
 )
 
@@ -77,6 +78,8 @@ func runServe(args []string, stdout io.Writer) error {
 	)
 	cacheMem := memorySize(def.CacheMemory)
 	fs.Var(&cacheMem, "cache-memory", "memory for the prefix-state cache, as 512MiB or 2GiB (0: off)")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
 		fs.PrintDefaults()
@@ -118,6 +121,7 @@ func runServe(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: --addr %q: want host:port, as 127.0.0.1:8080: %v", *addr, err)
 	}
+	warnPrecision(stderr, prec)
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if *key == "" && !loopback(host) {
 		log.Warn("serving on a non-loopback address without an API key: anyone who can reach it can use it; set --api-key or POLYSKETCH_API_KEY")
@@ -126,7 +130,7 @@ func runServe(args []string, stdout io.Writer) error {
 	srv := serve.New(serve.Options{
 		Name: *name, MaxSequences: *seqs, MaxQueue: *queue, MaxLength: *length, PrefillChunk: *chunk,
 		MaxBody: *body, KVMemory: *kv << 20, APIKey: *key, MetricsPublic: *public, WriteTimeout: *writeTO, Logger: log,
-		CacheMemory: int64(cacheMem), CacheDir: *cacheDir,
+		CacheMemory: int64(cacheMem), CacheDir: *cacheDir, Precision: prec,
 	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -154,7 +158,7 @@ func runServe(args []string, stdout io.Writer) error {
 		hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), dir, ln.Addr())
+	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s, %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), prec, dir, ln.Addr())
 
 	select {
 	case err := <-served:

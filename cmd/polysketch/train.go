@@ -43,8 +43,9 @@ A checkpoint is saved every --save-every steps, at the end, and on Ctrl-C
 (SIGINT) or SIGTERM, which stop the run cleanly after the step under way;
 --resume continues it exactly where it stopped. A resumed run keeps its
 model and recipe: flags given with --resume must match the checkpoint,
-except --steps, --eval-every, --eval-batches, --save-every, --log-every and
---cache-dir. A NaN or infinite loss stops the run without saving, leaving
+except --steps, --eval-every, --eval-batches, --save-every, --log-every,
+--cache-dir and --precision (a run may switch between fp32 and bf16, see
+the README). A NaN or infinite loss stops the run without saving, leaving
 the last good checkpoint.
 
 Only one train at a time may use a --out directory: train locks its .lock
@@ -114,6 +115,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.IntVar(&tc.EvalBatches, "eval-batches", tc.EvalBatches, "validation batches (0: the whole validation split)")
 	fs.IntVar(&tc.SaveEvery, "save-every", tc.SaveEvery, "steps between checkpoints (0: only at the end)")
 	fs.Var(seedFlag{mc, tc}, "seed", "seed of the initial weights, the sketches and the data order")
+	addPrecisionFlag(fs, &tc.Precision)
 
 	fs.StringVar(&o.out, "out", o.out, "directory of the run: checkpoint, metrics.jsonl, loss.png")
 	fs.BoolVar(&o.resume, "resume", o.resume, "continue the run in --out from its checkpoint")
@@ -124,7 +126,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 }
 
 // resumable lists the flags a resumed run may change.
-var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every"}
+var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every", "precision"}
 
 func runTrain(args []string, stdout io.Writer) (err error) {
 	dr, err := startDist() // under mpirun: this rank's part (dist.go)
@@ -249,6 +251,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	}
 
 	p := newProgress(dr.output(stderr), o.logEvery)
+	warnPrecision(dr.output(stderr), tc.Precision)
 	var trainTokens, valTokens *data.Tokens
 	if tset == nil {
 		trainTokens, valTokens, err = loadCorpus(tc.Corpus, tc.TextField, tok, o.cacheDir, p.logf)
