@@ -21,6 +21,9 @@ type helper struct {
 	g     gemm         // the posted half: columns [lo, g.n) of g in form f
 	f     smallForm
 	lo    int
+	bf16  bool     // the posted half is strips [lo, hi) of gb instead
+	gb    gemmBF16 // (see splitBF16)
+	hi    int
 	awake atomic.Bool   // the goroutine is spinning, not parked
 	ran   atomic.Int64  // halves the goroutine computed
 	wake  chan struct{} // unparks it
@@ -53,7 +56,7 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 		h.wake = make(chan struct{}, 1)
 		go h.loop()
 	})
-	h.g, h.f, h.lo = *g, f, mid
+	h.g, h.f, h.lo, h.bf16 = *g, f, mid, false
 	h.state.Store(halfPosted)
 	if !h.awake.Load() {
 		select {
@@ -74,13 +77,50 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 	return true
 }
 
+// splitBF16 is split for a bf16 product of few rows: strips [0, mid)
+// on the calling goroutine, [mid, all) on the helper.
+func (h *helper) splitBF16(g *gemmBF16, mid int) bool {
+	if !h.mu.TryLock() {
+		return false
+	}
+	defer h.mu.Unlock()
+	h.start.Do(func() {
+		h.wake = make(chan struct{}, 1)
+		go h.loop()
+	})
+	all := ceilDiv(g.n, nrBF16)
+	h.gb, h.lo, h.hi, h.bf16 = *g, mid, all, true
+	h.state.Store(halfPosted)
+	if !h.awake.Load() {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+	g.strips(0, mid)
+	if h.state.CompareAndSwap(halfPosted, halfIdle) {
+		g.strips(mid, all) // not started: take it back
+	} else {
+		for h.state.Load() != halfDone {
+			runtime.Gosched()
+		}
+		h.state.Store(halfIdle)
+	}
+	h.gb = gemmBF16{} // drop the operands
+	return true
+}
+
 func (h *helper) loop() {
 	for {
 		h.awake.Store(true)
 		deadline := time.Now().Add(helperSpin)
 		for spins := 0; ; spins++ {
 			if h.state.CompareAndSwap(halfPosted, halfRunning) {
-				h.g.smallRange(h.f, h.lo, h.g.n)
+				if h.bf16 {
+					h.gb.strips(h.lo, h.hi)
+				} else {
+					h.g.smallRange(h.f, h.lo, h.g.n)
+				}
 				h.ran.Add(1)
 				h.state.Store(halfDone)
 				deadline = time.Now().Add(helperSpin)

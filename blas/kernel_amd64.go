@@ -67,3 +67,59 @@ func dotsAVX2(rows int, k int, a *float32, lda int, b *float32, ldb int, out *fl
 //
 //go:noescape
 func dotsAVX512(rows int, k int, a *float32, lda int, b *float32, ldb int, out *float32, mask *int32)
+
+// vdpbf16psVec sets acc[i] to one VDPBF16PS step of acc[i], a[i] and b[i] for
+// i < 16, for tests of the instruction's arithmetic.
+//
+//go:noescape
+func vdpbf16psVec(acc *float32, a *uint32, b *uint32)
+
+// vcvtne2ps2bf16Vec sets the 32 bf16 halves of dst[:16] to lo[:16] then
+// hi[:16] rounded by VCVTNE2PS2BF16, for tests of the instruction.
+//
+//go:noescape
+func vcvtne2ps2bf16Vec(dst *uint32, lo *float32, hi *float32)
+
+// tileBF16AVX512 computes rows ≤ 14 rows by 32 columns of C from bf16 pairs
+// of A (with strides ars, aps) and packed strips of B (bs words apart),
+// with AVX512_BF16; see package _asm.
+//
+//go:noescape
+func tileBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// wideBF16AVX512 computes rows ≤ 2 rows by 128 columns of C from bf16 pairs
+// of A (with strides ars, aps) and packed strips of B (bs words apart),
+// with AVX512_BF16; see package _asm.
+//
+//go:noescape
+func wideBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// cvtBF16AVX512 sets dst[i] to the bf16 pair (src[2i], src[2i+1]) rounded by
+// VCVTNE2PS2BF16, for i < 16·blocks.
+//
+//go:noescape
+func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
+
+// interleaveBF16AVX512 sets dst[j] to the bf16 pair (r0[j], r1[j]) rounded by
+// VCVTNE2PS2BF16, for j < 16·blocks.
+//
+//go:noescape
+func interleaveBF16AVX512(dst *uint32, r0 *float32, r1 *float32, blocks int)
+
+// vdpbf16psLoop runs 24·n VDPBF16PS on registers (64 flops each).
+func vdpbf16psLoop(n int)
+
+// vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).
+func vfmaddLoop(n int)
+
+// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles
+// (TDPBF16PS); see package _asm.
+//
+//go:noescape
+func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// tdpbf16psLoop runs 4·n TDPBF16PS on tiles configured by cfg (16×64 bytes
+// each: 16·16·32·2 flops per instruction), then releases the tiles.
+//
+//go:noescape
+func tdpbf16psLoop(cfg *byte, n int)

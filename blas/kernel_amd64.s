@@ -4595,3 +4595,5284 @@ dotsAVX512_4_reduce:
 	VMOVUPS       X12, 48(AX)
 	VZEROUPPER
 	RET
+
+// func vdpbf16psVec(acc *float32, a *uint32, b *uint32)
+// Requires: AVX, AVX512F
+TEXT ·vdpbf16psVec(SB), NOSPLIT, $0-24
+	MOVQ    acc+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    b+16(FP), DX
+	VMOVUPS (AX), Z0
+	VMOVUPS (CX), Z1
+	VMOVUPS (DX), Z2
+
+	// bf16enc: vdpbf16ps zmm0, zmm1, zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x76
+	BYTE    $0x48
+	BYTE    $0x52
+	BYTE    $0xc2
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
+// func vcvtne2ps2bf16Vec(dst *uint32, lo *float32, hi *float32)
+// Requires: AVX, AVX512F
+TEXT ·vcvtne2ps2bf16Vec(SB), NOSPLIT, $0-24
+	MOVQ    dst+0(FP), AX
+	MOVQ    lo+8(FP), CX
+	MOVQ    hi+16(FP), DX
+	VMOVUPS (CX), Z1
+	VMOVUPS (DX), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·tileBF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ rows+0(FP), AX
+	CMPQ AX, $0x01
+	JEQ  tileBF16AVX512_1
+	CMPQ AX, $0x02
+	JEQ  tileBF16AVX512_2
+	CMPQ AX, $0x03
+	JEQ  tileBF16AVX512_3
+	CMPQ AX, $0x04
+	JEQ  tileBF16AVX512_4
+	CMPQ AX, $0x05
+	JEQ  tileBF16AVX512_5
+	CMPQ AX, $0x06
+	JEQ  tileBF16AVX512_6
+	CMPQ AX, $0x07
+	JEQ  tileBF16AVX512_7
+	CMPQ AX, $0x08
+	JEQ  tileBF16AVX512_8
+	CMPQ AX, $0x09
+	JEQ  tileBF16AVX512_9
+	CMPQ AX, $0x0a
+	JEQ  tileBF16AVX512_10
+	CMPQ AX, $0x0b
+	JEQ  tileBF16AVX512_11
+	CMPQ AX, $0x0c
+	JEQ  tileBF16AVX512_12
+	CMPQ AX, $0x0d
+	JEQ  tileBF16AVX512_13
+	CMPQ AX, $0x0e
+	JEQ  tileBF16AVX512_14
+	RET
+
+tileBF16AVX512_1:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), DX
+	MOVQ   aps+32(FP), DX
+	SHLQ   $0x02, DX
+	MOVQ   b+40(FP), BX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_1_store
+
+tileBF16AVX512_1_loop:
+	VMOVUPS      (BX), Z2
+	VMOVUPS      64(BX), Z3
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm2
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm3
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcb
+	ADDQ DX, CX
+	ADDQ $0x80, BX
+	DECQ AX
+	JNZ  tileBF16AVX512_1_loop
+
+tileBF16AVX512_1_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z2
+	VMULPS       Z2, Z0, Z0
+	VMULPS       Z2, Z1, Z1
+	MOVQ         accum+80(FP), CX
+	TESTQ        CX, CX
+	JZ           tileBF16AVX512_1_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z3
+	VMULPS       Z30, Z3, Z3
+	VADDPS       Z3, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z3
+	VMULPS       Z30, Z3, Z3
+	VADDPS       Z3, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_1_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_2:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   aps+32(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   b+40(FP), SI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_2_store
+
+tileBF16AVX512_2_loop:
+	VMOVUPS      (SI), Z4
+	VMOVUPS      64(SI), Z5
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm4
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm5
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm4
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm5
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ BX, CX
+	ADDQ $0x80, SI
+	DECQ AX
+	JNZ  tileBF16AVX512_2_loop
+
+tileBF16AVX512_2_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z4
+	VMULPS       Z4, Z0, Z0
+	VMULPS       Z4, Z1, Z1
+	VMULPS       Z4, Z2, Z2
+	VMULPS       Z4, Z3, Z3
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_2_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z30, Z5, Z5
+	VADDPS       Z5, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z5
+	VMULPS       Z30, Z5, Z5
+	VADDPS       Z5, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z30, Z5, Z5
+	VADDPS       Z5, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z5
+	VMULPS       Z30, Z5, Z5
+	VADDPS       Z5, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_2_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_3:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   aps+32(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   b+40(FP), SI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_3_store
+
+tileBF16AVX512_3_loop:
+	VMOVUPS      (SI), Z6
+	VMOVUPS      64(SI), Z7
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm6
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm7
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm6
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm7
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm6
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm7
+	BYTE $0x62
+	BYTE $0xf2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xef
+	ADDQ BX, CX
+	ADDQ $0x80, SI
+	DECQ AX
+	JNZ  tileBF16AVX512_3_loop
+
+tileBF16AVX512_3_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z6
+	VMULPS       Z6, Z0, Z0
+	VMULPS       Z6, Z1, Z1
+	VMULPS       Z6, Z2, Z2
+	VMULPS       Z6, Z3, Z3
+	VMULPS       Z6, Z4, Z4
+	VMULPS       Z6, Z5, Z5
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_3_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z7
+	VMULPS       Z30, Z7, Z7
+	VADDPS       Z7, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_3_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_4:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   aps+32(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   b+40(FP), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_4_store
+
+tileBF16AVX512_4_loop:
+	VMOVUPS      (DI), Z8
+	VMOVUPS      64(DI), Z9
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm8
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm9
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm8
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm9
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm8
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm9
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm8
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm9
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ SI, CX
+	ADDQ $0x80, DI
+	DECQ AX
+	JNZ  tileBF16AVX512_4_loop
+
+tileBF16AVX512_4_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z8
+	VMULPS       Z8, Z0, Z0
+	VMULPS       Z8, Z1, Z1
+	VMULPS       Z8, Z2, Z2
+	VMULPS       Z8, Z3, Z3
+	VMULPS       Z8, Z4, Z4
+	VMULPS       Z8, Z5, Z5
+	VMULPS       Z8, Z6, Z6
+	VMULPS       Z8, Z7, Z7
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_4_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_4_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_5:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	MOVQ   aps+32(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   b+40(FP), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_5_store
+
+tileBF16AVX512_5_loop:
+	VMOVUPS      (R8), Z10
+	VMOVUPS      64(R8), Z11
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm10
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm10
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm10
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm10
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm10
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm11
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcb
+	ADDQ DI, CX
+	ADDQ DI, SI
+	ADDQ $0x80, R8
+	DECQ AX
+	JNZ  tileBF16AVX512_5_loop
+
+tileBF16AVX512_5_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z10
+	VMULPS       Z10, Z0, Z0
+	VMULPS       Z10, Z1, Z1
+	VMULPS       Z10, Z2, Z2
+	VMULPS       Z10, Z3, Z3
+	VMULPS       Z10, Z4, Z4
+	VMULPS       Z10, Z5, Z5
+	VMULPS       Z10, Z6, Z6
+	VMULPS       Z10, Z7, Z7
+	VMULPS       Z10, Z8, Z8
+	VMULPS       Z10, Z9, Z9
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_5_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z11
+	VMULPS       Z30, Z11, Z11
+	VADDPS       Z11, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_5_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_6:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	MOVQ   aps+32(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   b+40(FP), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_6_store
+
+tileBF16AVX512_6_loop:
+	VMOVUPS      (R8), Z12
+	VMOVUPS      64(R8), Z13
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm13
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ DI, CX
+	ADDQ DI, SI
+	ADDQ $0x80, R8
+	DECQ AX
+	JNZ  tileBF16AVX512_6_loop
+
+tileBF16AVX512_6_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z12
+	VMULPS       Z12, Z0, Z0
+	VMULPS       Z12, Z1, Z1
+	VMULPS       Z12, Z2, Z2
+	VMULPS       Z12, Z3, Z3
+	VMULPS       Z12, Z4, Z4
+	VMULPS       Z12, Z5, Z5
+	VMULPS       Z12, Z6, Z6
+	VMULPS       Z12, Z7, Z7
+	VMULPS       Z12, Z8, Z8
+	VMULPS       Z12, Z9, Z9
+	VMULPS       Z12, Z10, Z10
+	VMULPS       Z12, Z11, Z11
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_6_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z13
+	VMULPS       Z30, Z13, Z13
+	VADDPS       Z13, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_6_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_7:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	MOVQ   aps+32(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   b+40(FP), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_7_store
+
+tileBF16AVX512_7_loop:
+	VMOVUPS      (R8), Z14
+	VMOVUPS      64(R8), Z15
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm14
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm15
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm14
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm15
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm14
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm15
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm14
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm15
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm14
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm15
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm14
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm15
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm14
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm15
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xef
+	ADDQ DI, CX
+	ADDQ DI, SI
+	ADDQ $0x80, R8
+	DECQ AX
+	JNZ  tileBF16AVX512_7_loop
+
+tileBF16AVX512_7_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z14
+	VMULPS       Z14, Z0, Z0
+	VMULPS       Z14, Z1, Z1
+	VMULPS       Z14, Z2, Z2
+	VMULPS       Z14, Z3, Z3
+	VMULPS       Z14, Z4, Z4
+	VMULPS       Z14, Z5, Z5
+	VMULPS       Z14, Z6, Z6
+	VMULPS       Z14, Z7, Z7
+	VMULPS       Z14, Z8, Z8
+	VMULPS       Z14, Z9, Z9
+	VMULPS       Z14, Z10, Z10
+	VMULPS       Z14, Z11, Z11
+	VMULPS       Z14, Z12, Z12
+	VMULPS       Z14, Z13, Z13
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_7_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z15
+	VMULPS       Z30, Z15, Z15
+	VADDPS       Z15, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_7_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_8:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	MOVQ   aps+32(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   b+40(FP), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_8_store
+
+tileBF16AVX512_8_loop:
+	VMOVUPS      (R8), Z16
+	VMOVUPS      64(R8), Z17
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm16
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm17
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm16
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm17
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm16
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm17
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm16
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm17
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm16
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm17
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm16
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm17
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm16
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm17
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm16
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm17
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ DI, CX
+	ADDQ DI, SI
+	ADDQ $0x80, R8
+	DECQ AX
+	JNZ  tileBF16AVX512_8_loop
+
+tileBF16AVX512_8_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z16
+	VMULPS       Z16, Z0, Z0
+	VMULPS       Z16, Z1, Z1
+	VMULPS       Z16, Z2, Z2
+	VMULPS       Z16, Z3, Z3
+	VMULPS       Z16, Z4, Z4
+	VMULPS       Z16, Z5, Z5
+	VMULPS       Z16, Z6, Z6
+	VMULPS       Z16, Z7, Z7
+	VMULPS       Z16, Z8, Z8
+	VMULPS       Z16, Z9, Z9
+	VMULPS       Z16, Z10, Z10
+	VMULPS       Z16, Z11, Z11
+	VMULPS       Z16, Z12, Z12
+	VMULPS       Z16, Z13, Z13
+	VMULPS       Z16, Z14, Z14
+	VMULPS       Z16, Z15, Z15
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_8_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_8_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_9:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	MOVQ   aps+32(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   b+40(FP), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_9_store
+
+tileBF16AVX512_9_loop:
+	VMOVUPS      (R9), Z18
+	VMOVUPS      64(R9), Z19
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm18
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm18
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm18
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm18
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm19
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcb
+	ADDQ R8, CX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	ADDQ $0x80, R9
+	DECQ AX
+	JNZ  tileBF16AVX512_9_loop
+
+tileBF16AVX512_9_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z18
+	VMULPS       Z18, Z0, Z0
+	VMULPS       Z18, Z1, Z1
+	VMULPS       Z18, Z2, Z2
+	VMULPS       Z18, Z3, Z3
+	VMULPS       Z18, Z4, Z4
+	VMULPS       Z18, Z5, Z5
+	VMULPS       Z18, Z6, Z6
+	VMULPS       Z18, Z7, Z7
+	VMULPS       Z18, Z8, Z8
+	VMULPS       Z18, Z9, Z9
+	VMULPS       Z18, Z10, Z10
+	VMULPS       Z18, Z11, Z11
+	VMULPS       Z18, Z12, Z12
+	VMULPS       Z18, Z13, Z13
+	VMULPS       Z18, Z14, Z14
+	VMULPS       Z18, Z15, Z15
+	VMULPS       Z18, Z16, Z16
+	VMULPS       Z18, Z17, Z17
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_9_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z19
+	VMULPS       Z30, Z19, Z19
+	VADDPS       Z19, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_9_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_10:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	MOVQ   aps+32(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   b+40(FP), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_10_store
+
+tileBF16AVX512_10_loop:
+	VMOVUPS      (R9), Z20
+	VMOVUPS      64(R9), Z21
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm21
+	BYTE         $0x62
+	BYTE         $0xa2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (DI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm18, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm19, zmm31, zmm21
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ R8, CX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	ADDQ $0x80, R9
+	DECQ AX
+	JNZ  tileBF16AVX512_10_loop
+
+tileBF16AVX512_10_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z20
+	VMULPS       Z20, Z0, Z0
+	VMULPS       Z20, Z1, Z1
+	VMULPS       Z20, Z2, Z2
+	VMULPS       Z20, Z3, Z3
+	VMULPS       Z20, Z4, Z4
+	VMULPS       Z20, Z5, Z5
+	VMULPS       Z20, Z6, Z6
+	VMULPS       Z20, Z7, Z7
+	VMULPS       Z20, Z8, Z8
+	VMULPS       Z20, Z9, Z9
+	VMULPS       Z20, Z10, Z10
+	VMULPS       Z20, Z11, Z11
+	VMULPS       Z20, Z12, Z12
+	VMULPS       Z20, Z13, Z13
+	VMULPS       Z20, Z14, Z14
+	VMULPS       Z20, Z15, Z15
+	VMULPS       Z20, Z16, Z16
+	VMULPS       Z20, Z17, Z17
+	VMULPS       Z20, Z18, Z18
+	VMULPS       Z20, Z19, Z19
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_10_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z21
+	VMULPS       Z30, Z21, Z21
+	VADDPS       Z21, Z19, Z19
+	VMOVUPS      Z19, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_10_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z18, K1, (AX)
+	VMOVUPS Z19, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_11:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	MOVQ   aps+32(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   b+40(FP), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_11_store
+
+tileBF16AVX512_11_loop:
+	VMOVUPS      (R9), Z22
+	VMOVUPS      64(R9), Z23
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc6
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0xa2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD (DI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm18, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd6
+
+	// bf16enc: vdpbf16ps zmm19, zmm31, zmm23
+	BYTE         $0x62
+	BYTE         $0xa2
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD (DI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm20, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// bf16enc: vdpbf16ps zmm21, zmm30, zmm23
+	BYTE $0x62
+	BYTE $0xa2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xef
+	ADDQ R8, CX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	ADDQ $0x80, R9
+	DECQ AX
+	JNZ  tileBF16AVX512_11_loop
+
+tileBF16AVX512_11_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z22
+	VMULPS       Z22, Z0, Z0
+	VMULPS       Z22, Z1, Z1
+	VMULPS       Z22, Z2, Z2
+	VMULPS       Z22, Z3, Z3
+	VMULPS       Z22, Z4, Z4
+	VMULPS       Z22, Z5, Z5
+	VMULPS       Z22, Z6, Z6
+	VMULPS       Z22, Z7, Z7
+	VMULPS       Z22, Z8, Z8
+	VMULPS       Z22, Z9, Z9
+	VMULPS       Z22, Z10, Z10
+	VMULPS       Z22, Z11, Z11
+	VMULPS       Z22, Z12, Z12
+	VMULPS       Z22, Z13, Z13
+	VMULPS       Z22, Z14, Z14
+	VMULPS       Z22, Z15, Z15
+	VMULPS       Z22, Z16, Z16
+	VMULPS       Z22, Z17, Z17
+	VMULPS       Z22, Z18, Z18
+	VMULPS       Z22, Z19, Z19
+	VMULPS       Z22, Z20, Z20
+	VMULPS       Z22, Z21, Z21
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_11_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z19, Z19
+	VMOVUPS      Z19, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z20, Z20
+	VMOVUPS      Z20, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z23
+	VMULPS       Z30, Z23, Z23
+	VADDPS       Z23, Z21, Z21
+	VMOVUPS      Z21, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_11_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z18, K1, (AX)
+	VMOVUPS Z19, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, K1, (AX)
+	VMOVUPS Z21, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_12:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	MOVQ   aps+32(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   b+40(FP), R9
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_12_store
+
+tileBF16AVX512_12_loop:
+	VMOVUPS      (R9), Z24
+	VMOVUPS      64(R9), Z25
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm25
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm25
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm25
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm25
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf9
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc9
+	VPBROADCASTD (DI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm18, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd0
+
+	// bf16enc: vdpbf16ps zmm19, zmm31, zmm25
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd9
+	VPBROADCASTD (DI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm20, zmm30, zmm24
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe0
+
+	// bf16enc: vdpbf16ps zmm21, zmm30, zmm25
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe9
+	VPBROADCASTD (DI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm22, zmm31, zmm24
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf0
+
+	// bf16enc: vdpbf16ps zmm23, zmm31, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	ADDQ R8, CX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	ADDQ $0x80, R9
+	DECQ AX
+	JNZ  tileBF16AVX512_12_loop
+
+tileBF16AVX512_12_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z24
+	VMULPS       Z24, Z0, Z0
+	VMULPS       Z24, Z1, Z1
+	VMULPS       Z24, Z2, Z2
+	VMULPS       Z24, Z3, Z3
+	VMULPS       Z24, Z4, Z4
+	VMULPS       Z24, Z5, Z5
+	VMULPS       Z24, Z6, Z6
+	VMULPS       Z24, Z7, Z7
+	VMULPS       Z24, Z8, Z8
+	VMULPS       Z24, Z9, Z9
+	VMULPS       Z24, Z10, Z10
+	VMULPS       Z24, Z11, Z11
+	VMULPS       Z24, Z12, Z12
+	VMULPS       Z24, Z13, Z13
+	VMULPS       Z24, Z14, Z14
+	VMULPS       Z24, Z15, Z15
+	VMULPS       Z24, Z16, Z16
+	VMULPS       Z24, Z17, Z17
+	VMULPS       Z24, Z18, Z18
+	VMULPS       Z24, Z19, Z19
+	VMULPS       Z24, Z20, Z20
+	VMULPS       Z24, Z21, Z21
+	VMULPS       Z24, Z22, Z22
+	VMULPS       Z24, Z23, Z23
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_12_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z19, Z19
+	VMOVUPS      Z19, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z20, Z20
+	VMOVUPS      Z20, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z21, Z21
+	VMOVUPS      Z21, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z22, Z22
+	VMOVUPS      Z22, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z25
+	VMULPS       Z30, Z25, Z25
+	VADDPS       Z25, Z23, Z23
+	VMOVUPS      Z23, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_12_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z18, K1, (AX)
+	VMOVUPS Z19, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, K1, (AX)
+	VMOVUPS Z21, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, K1, (AX)
+	VMOVUPS Z23, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_13:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (DI)(DX*4), R8
+	MOVQ   aps+32(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   b+40(FP), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_13_store
+
+tileBF16AVX512_13_loop:
+	VMOVUPS      (R10), Z26
+	VMOVUPS      64(R10), Z27
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (DI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm18, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm19, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD (DI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm20, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe2
+
+	// bf16enc: vdpbf16ps zmm21, zmm30, zmm27
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD (DI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm22, zmm31, zmm26
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf2
+
+	// bf16enc: vdpbf16ps zmm23, zmm31, zmm27
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VPBROADCASTD (R8), Z30
+
+	// bf16enc: vdpbf16ps zmm24, zmm30, zmm26
+	BYTE $0x62
+	BYTE $0x02
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc2
+
+	// bf16enc: vdpbf16ps zmm25, zmm30, zmm27
+	BYTE $0x62
+	BYTE $0x02
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcb
+	ADDQ R9, CX
+	ADDQ R9, SI
+	ADDQ R9, DI
+	ADDQ R9, R8
+	ADDQ $0x80, R10
+	DECQ AX
+	JNZ  tileBF16AVX512_13_loop
+
+tileBF16AVX512_13_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z26
+	VMULPS       Z26, Z0, Z0
+	VMULPS       Z26, Z1, Z1
+	VMULPS       Z26, Z2, Z2
+	VMULPS       Z26, Z3, Z3
+	VMULPS       Z26, Z4, Z4
+	VMULPS       Z26, Z5, Z5
+	VMULPS       Z26, Z6, Z6
+	VMULPS       Z26, Z7, Z7
+	VMULPS       Z26, Z8, Z8
+	VMULPS       Z26, Z9, Z9
+	VMULPS       Z26, Z10, Z10
+	VMULPS       Z26, Z11, Z11
+	VMULPS       Z26, Z12, Z12
+	VMULPS       Z26, Z13, Z13
+	VMULPS       Z26, Z14, Z14
+	VMULPS       Z26, Z15, Z15
+	VMULPS       Z26, Z16, Z16
+	VMULPS       Z26, Z17, Z17
+	VMULPS       Z26, Z18, Z18
+	VMULPS       Z26, Z19, Z19
+	VMULPS       Z26, Z20, Z20
+	VMULPS       Z26, Z21, Z21
+	VMULPS       Z26, Z22, Z22
+	VMULPS       Z26, Z23, Z23
+	VMULPS       Z26, Z24, Z24
+	VMULPS       Z26, Z25, Z25
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_13_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z19, Z19
+	VMOVUPS      Z19, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z20, Z20
+	VMOVUPS      Z20, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z21, Z21
+	VMOVUPS      Z21, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z22, Z22
+	VMOVUPS      Z22, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z23, Z23
+	VMOVUPS      Z23, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z24, Z24
+	VMOVUPS      Z24, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z27
+	VMULPS       Z30, Z27, Z27
+	VADDPS       Z27, Z25, Z25
+	VMOVUPS      Z25, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_13_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z18, K1, (AX)
+	VMOVUPS Z19, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, K1, (AX)
+	VMOVUPS Z21, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, K1, (AX)
+	VMOVUPS Z23, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, K1, (AX)
+	VMOVUPS Z25, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_14:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	LEAQ   (CX)(DX*4), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (DI)(DX*4), R8
+	MOVQ   aps+32(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   b+40(FP), R10
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+	VXORPS Z26, Z26, Z26
+	VXORPS Z27, Z27, Z27
+	TESTQ  AX, AX
+	JZ     tileBF16AVX512_14_store
+
+tileBF16AVX512_14_loop:
+	VMOVUPS      (R10), Z28
+	VMOVUPS      64(R10), Z29
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm2, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm3, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (CX)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (CX)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm6, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm7, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x92
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (SI), Z30
+
+	// bf16enc: vdpbf16ps zmm8, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm9, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (SI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (SI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm12, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm13, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (SI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x12
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (DI), Z30
+
+	// bf16enc: vdpbf16ps zmm16, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm17, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (DI)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm18, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm19, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (DI)(DX*2), Z30
+
+	// bf16enc: vdpbf16ps zmm20, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm21, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (DI)(BX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm22, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// bf16enc: vdpbf16ps zmm23, zmm31, zmm29
+	BYTE         $0x62
+	BYTE         $0x82
+	BYTE         $0x06
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (R8), Z30
+
+	// bf16enc: vdpbf16ps zmm24, zmm30, zmm28
+	BYTE $0x62
+	BYTE $0x02
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// bf16enc: vdpbf16ps zmm25, zmm30, zmm29
+	BYTE         $0x62
+	BYTE         $0x02
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (R8)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm26, zmm31, zmm28
+	BYTE $0x62
+	BYTE $0x02
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// bf16enc: vdpbf16ps zmm27, zmm31, zmm29
+	BYTE $0x62
+	BYTE $0x02
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ R9, CX
+	ADDQ R9, SI
+	ADDQ R9, DI
+	ADDQ R9, R8
+	ADDQ $0x80, R10
+	DECQ AX
+	JNZ  tileBF16AVX512_14_loop
+
+tileBF16AVX512_14_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z28
+	VMULPS       Z28, Z0, Z0
+	VMULPS       Z28, Z1, Z1
+	VMULPS       Z28, Z2, Z2
+	VMULPS       Z28, Z3, Z3
+	VMULPS       Z28, Z4, Z4
+	VMULPS       Z28, Z5, Z5
+	VMULPS       Z28, Z6, Z6
+	VMULPS       Z28, Z7, Z7
+	VMULPS       Z28, Z8, Z8
+	VMULPS       Z28, Z9, Z9
+	VMULPS       Z28, Z10, Z10
+	VMULPS       Z28, Z11, Z11
+	VMULPS       Z28, Z12, Z12
+	VMULPS       Z28, Z13, Z13
+	VMULPS       Z28, Z14, Z14
+	VMULPS       Z28, Z15, Z15
+	VMULPS       Z28, Z16, Z16
+	VMULPS       Z28, Z17, Z17
+	VMULPS       Z28, Z18, Z18
+	VMULPS       Z28, Z19, Z19
+	VMULPS       Z28, Z20, Z20
+	VMULPS       Z28, Z21, Z21
+	VMULPS       Z28, Z22, Z22
+	VMULPS       Z28, Z23, Z23
+	VMULPS       Z28, Z24, Z24
+	VMULPS       Z28, Z25, Z25
+	VMULPS       Z28, Z26, Z26
+	VMULPS       Z28, Z27, Z27
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           tileBF16AVX512_14_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z1, Z1
+	VMOVUPS      Z1, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z2, Z2
+	VMOVUPS      Z2, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z3, Z3
+	VMOVUPS      Z3, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z5, Z5
+	VMOVUPS      Z5, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z6, Z6
+	VMOVUPS      Z6, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z7, Z7
+	VMOVUPS      Z7, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z9, Z9
+	VMOVUPS      Z9, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z10, Z10
+	VMOVUPS      Z10, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z11, Z11
+	VMOVUPS      Z11, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z12, Z12
+	VMOVUPS      Z12, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z13, Z13
+	VMOVUPS      Z13, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z14, Z14
+	VMOVUPS      Z14, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z15, Z15
+	VMOVUPS      Z15, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z16, Z16
+	VMOVUPS      Z16, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z17, Z17
+	VMOVUPS      Z17, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z18, Z18
+	VMOVUPS      Z18, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z19, Z19
+	VMOVUPS      Z19, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z20, Z20
+	VMOVUPS      Z20, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z21, Z21
+	VMOVUPS      Z21, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z22, Z22
+	VMOVUPS      Z22, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z23, Z23
+	VMOVUPS      Z23, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z24, Z24
+	VMOVUPS      Z24, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z25, Z25
+	VMOVUPS      Z25, K2, 64(AX)
+	ADDQ         CX, AX
+	VMOVUPS.Z    (AX), K1, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z26, Z26
+	VMOVUPS      Z26, K1, (AX)
+	VMOVUPS.Z    64(AX), K2, Z29
+	VMULPS       Z30, Z29, Z29
+	VADDPS       Z29, Z27, Z27
+	VMOVUPS      Z27, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+tileBF16AVX512_14_overwrite:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z2, K1, (AX)
+	VMOVUPS Z3, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z6, K1, (AX)
+	VMOVUPS Z7, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, K1, (AX)
+	VMOVUPS Z9, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z10, K1, (AX)
+	VMOVUPS Z11, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z12, K1, (AX)
+	VMOVUPS Z13, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z14, K1, (AX)
+	VMOVUPS Z15, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z16, K1, (AX)
+	VMOVUPS Z17, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z18, K1, (AX)
+	VMOVUPS Z19, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, K1, (AX)
+	VMOVUPS Z21, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, K1, (AX)
+	VMOVUPS Z23, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, K1, (AX)
+	VMOVUPS Z25, K2, 64(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z26, K1, (AX)
+	VMOVUPS Z27, K2, 64(AX)
+	VZEROUPPER
+	RET
+
+// func wideBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·wideBF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ rows+0(FP), AX
+	CMPQ AX, $0x01
+	JEQ  wideBF16AVX512_1
+	CMPQ AX, $0x02
+	JEQ  wideBF16AVX512_2
+	RET
+
+wideBF16AVX512_1:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), DX
+	MOVQ   aps+32(FP), DX
+	SHLQ   $0x02, DX
+	MOVQ   b+40(FP), BX
+	MOVQ   bs+48(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	TESTQ  AX, AX
+	JZ     wideBF16AVX512_1_store
+
+wideBF16AVX512_1_loop:
+	VMOVUPS      (BX), Z8
+	VMOVUPS      64(BX), Z9
+	VMOVUPS      (BX)(SI*1), Z10
+	VMOVUPS      64(BX)(SI*1), Z11
+	VMOVUPS      (BX)(SI*2), Z12
+	VMOVUPS      64(BX)(SI*2), Z13
+	VMOVUPS      (BX)(DI*1), Z14
+	VMOVUPS      64(BX)(DI*1), Z15
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm8
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm9
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm2, zmm30, zmm10
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm3, zmm30, zmm11
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdb
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xed
+
+	// bf16enc: vdpbf16ps zmm6, zmm30, zmm14
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm7, zmm30, zmm15
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+	ADDQ DX, CX
+	ADDQ $0x80, BX
+	DECQ AX
+	JNZ  wideBF16AVX512_1_loop
+
+wideBF16AVX512_1_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z8
+	VMULPS       Z8, Z0, Z0
+	VMULPS       Z8, Z1, Z1
+	VMULPS       Z8, Z2, Z2
+	VMULPS       Z8, Z3, Z3
+	VMULPS       Z8, Z4, Z4
+	VMULPS       Z8, Z5, Z5
+	VMULPS       Z8, Z6, Z6
+	VMULPS       Z8, Z7, Z7
+	MOVQ         accum+80(FP), CX
+	TESTQ        CX, CX
+	JZ           wideBF16AVX512_1_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS      (AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z0, Z0
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      64(AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z1, Z1
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      128(AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z2, Z2
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      192(AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z3, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      320(AX), Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z5, Z5
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS.Z    384(AX), K1, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z6, Z6
+	VMOVUPS      Z6, K1, 384(AX)
+	VMOVUPS.Z    448(AX), K2, Z9
+	VMULPS       Z30, Z9, Z9
+	VADDPS       Z9, Z7, Z7
+	VMOVUPS      Z7, K2, 448(AX)
+	VZEROUPPER
+	RET
+
+wideBF16AVX512_1_overwrite:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, K1, 384(AX)
+	VMOVUPS Z7, K2, 448(AX)
+	VZEROUPPER
+	RET
+
+wideBF16AVX512_2:
+	MOVQ   kp+8(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   ars+24(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   aps+32(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   b+40(FP), SI
+	MOVQ   bs+48(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (DI)(DI*2), R8
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	TESTQ  AX, AX
+	JZ     wideBF16AVX512_2_store
+
+wideBF16AVX512_2_loop:
+	VMOVUPS      (SI), Z16
+	VMOVUPS      64(SI), Z17
+	VMOVUPS      (SI)(DI*1), Z18
+	VMOVUPS      64(SI)(DI*1), Z19
+	VMOVUPS      (SI)(DI*2), Z20
+	VMOVUPS      64(SI)(DI*2), Z21
+	VMOVUPS      (SI)(R8*1), Z22
+	VMOVUPS      64(SI)(R8*1), Z23
+	VPBROADCASTD (CX), Z30
+
+	// bf16enc: vdpbf16ps zmm0, zmm30, zmm16
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm1, zmm30, zmm17
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm2, zmm30, zmm18
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm3, zmm30, zmm19
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdb
+
+	// bf16enc: vdpbf16ps zmm4, zmm30, zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm5, zmm30, zmm21
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xed
+
+	// bf16enc: vdpbf16ps zmm6, zmm30, zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x0e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm7, zmm30, zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x0e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VPBROADCASTD (CX)(DX*1), Z31
+
+	// bf16enc: vdpbf16ps zmm8, zmm31, zmm16
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc0
+
+	// bf16enc: vdpbf16ps zmm9, zmm31, zmm17
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm10, zmm31, zmm18
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd2
+
+	// bf16enc: vdpbf16ps zmm11, zmm31, zmm19
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdb
+
+	// bf16enc: vdpbf16ps zmm12, zmm31, zmm20
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// bf16enc: vdpbf16ps zmm13, zmm31, zmm21
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xed
+
+	// bf16enc: vdpbf16ps zmm14, zmm31, zmm22
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf6
+
+	// bf16enc: vdpbf16ps zmm15, zmm31, zmm23
+	BYTE $0x62
+	BYTE $0x32
+	BYTE $0x06
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+	ADDQ BX, CX
+	ADDQ $0x80, SI
+	DECQ AX
+	JNZ  wideBF16AVX512_2_loop
+
+wideBF16AVX512_2_store:
+	MOVL         mask+88(FP), AX
+	KMOVW        AX, K1
+	SHRL         $0x10, AX
+	KMOVW        AX, K2
+	MOVQ         c+56(FP), AX
+	MOVQ         ldc+64(FP), CX
+	SHLQ         $0x02, CX
+	VBROADCASTSS alpha+72(FP), Z16
+	VMULPS       Z16, Z0, Z0
+	VMULPS       Z16, Z1, Z1
+	VMULPS       Z16, Z2, Z2
+	VMULPS       Z16, Z3, Z3
+	VMULPS       Z16, Z4, Z4
+	VMULPS       Z16, Z5, Z5
+	VMULPS       Z16, Z6, Z6
+	VMULPS       Z16, Z7, Z7
+	VMULPS       Z16, Z8, Z8
+	VMULPS       Z16, Z9, Z9
+	VMULPS       Z16, Z10, Z10
+	VMULPS       Z16, Z11, Z11
+	VMULPS       Z16, Z12, Z12
+	VMULPS       Z16, Z13, Z13
+	VMULPS       Z16, Z14, Z14
+	VMULPS       Z16, Z15, Z15
+	MOVQ         accum+80(FP), DX
+	TESTQ        DX, DX
+	JZ           wideBF16AVX512_2_overwrite
+	VBROADCASTSS beta+76(FP), Z30
+	VMOVUPS      (AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z0, Z0
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      64(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z1, Z1
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      128(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z2, Z2
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      192(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z3, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z4, Z4
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      320(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z5, Z5
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS.Z    384(AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z6, Z6
+	VMOVUPS      Z6, K1, 384(AX)
+	VMOVUPS.Z    448(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z7, Z7
+	VMOVUPS      Z7, K2, 448(AX)
+	ADDQ         CX, AX
+	VMOVUPS      (AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z8, Z8
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      64(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z9, Z9
+	VMOVUPS      Z9, 64(AX)
+	VMOVUPS      128(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z10, Z10
+	VMOVUPS      Z10, 128(AX)
+	VMOVUPS      192(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z11, Z11
+	VMOVUPS      Z11, 192(AX)
+	VMOVUPS      256(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z12, Z12
+	VMOVUPS      Z12, 256(AX)
+	VMOVUPS      320(AX), Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z13, Z13
+	VMOVUPS      Z13, 320(AX)
+	VMOVUPS.Z    384(AX), K1, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z14, Z14
+	VMOVUPS      Z14, K1, 384(AX)
+	VMOVUPS.Z    448(AX), K2, Z17
+	VMULPS       Z30, Z17, Z17
+	VADDPS       Z17, Z15, Z15
+	VMOVUPS      Z15, K2, 448(AX)
+	VZEROUPPER
+	RET
+
+wideBF16AVX512_2_overwrite:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, K1, 384(AX)
+	VMOVUPS Z7, K2, 448(AX)
+	ADDQ    CX, AX
+	VMOVUPS Z8, (AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	VMOVUPS Z12, 256(AX)
+	VMOVUPS Z13, 320(AX)
+	VMOVUPS Z14, K1, 384(AX)
+	VMOVUPS Z15, K2, 448(AX)
+	VZEROUPPER
+	RET
+
+// func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
+// Requires: AVX, AVX512F
+TEXT ·cvtBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  blocks+16(FP), DX
+	TESTQ DX, DX
+	JZ    cvt_done
+
+cvt_loop:
+	VMOVUPS (CX), Z1
+	VMOVUPS 64(CX), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x80, CX
+	ADDQ    $0x40, AX
+	DECQ    DX
+	JNZ     cvt_loop
+
+cvt_done:
+	VZEROUPPER
+	RET
+
+DATA bf16interleave<>+0(SB)/2, $0x0000
+DATA bf16interleave<>+2(SB)/2, $0x0010
+DATA bf16interleave<>+4(SB)/2, $0x0001
+DATA bf16interleave<>+6(SB)/2, $0x0011
+DATA bf16interleave<>+8(SB)/2, $0x0002
+DATA bf16interleave<>+10(SB)/2, $0x0012
+DATA bf16interleave<>+12(SB)/2, $0x0003
+DATA bf16interleave<>+14(SB)/2, $0x0013
+DATA bf16interleave<>+16(SB)/2, $0x0004
+DATA bf16interleave<>+18(SB)/2, $0x0014
+DATA bf16interleave<>+20(SB)/2, $0x0005
+DATA bf16interleave<>+22(SB)/2, $0x0015
+DATA bf16interleave<>+24(SB)/2, $0x0006
+DATA bf16interleave<>+26(SB)/2, $0x0016
+DATA bf16interleave<>+28(SB)/2, $0x0007
+DATA bf16interleave<>+30(SB)/2, $0x0017
+DATA bf16interleave<>+32(SB)/2, $0x0008
+DATA bf16interleave<>+34(SB)/2, $0x0018
+DATA bf16interleave<>+36(SB)/2, $0x0009
+DATA bf16interleave<>+38(SB)/2, $0x0019
+DATA bf16interleave<>+40(SB)/2, $0x000a
+DATA bf16interleave<>+42(SB)/2, $0x001a
+DATA bf16interleave<>+44(SB)/2, $0x000b
+DATA bf16interleave<>+46(SB)/2, $0x001b
+DATA bf16interleave<>+48(SB)/2, $0x000c
+DATA bf16interleave<>+50(SB)/2, $0x001c
+DATA bf16interleave<>+52(SB)/2, $0x000d
+DATA bf16interleave<>+54(SB)/2, $0x001d
+DATA bf16interleave<>+56(SB)/2, $0x000e
+DATA bf16interleave<>+58(SB)/2, $0x001e
+DATA bf16interleave<>+60(SB)/2, $0x000f
+DATA bf16interleave<>+62(SB)/2, $0x001f
+GLOBL bf16interleave<>(SB), RODATA|NOPTR, $64
+
+// func interleaveBF16AVX512(dst *uint32, r0 *float32, r1 *float32, blocks int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·interleaveBF16AVX512(SB), NOSPLIT, $0-32
+	MOVQ    dst+0(FP), AX
+	MOVQ    r0+8(FP), CX
+	MOVQ    r1+16(FP), DX
+	MOVQ    blocks+24(FP), BX
+	VMOVUPS bf16interleave<>+0(SB), Z3
+	TESTQ   BX, BX
+	JZ      interleave_done
+
+interleave_loop:
+	VMOVUPS (CX), Z1
+	VMOVUPS (DX), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VPERMW  Z0, Z3, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, DX
+	ADDQ    $0x40, AX
+	DECQ    BX
+	JNZ     interleave_loop
+
+interleave_done:
+	VZEROUPPER
+	RET
+
+// func vdpbf16psLoop(n int)
+// Requires: AVX, AVX512DQ
+TEXT ·vdpbf16psLoop(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+
+vdp_loop:
+	// bf16enc: vdpbf16ps zmm0, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm1, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm2, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm3, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm4, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm5, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm6, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm7, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x92
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// bf16enc: vdpbf16ps zmm8, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm9, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm10, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm11, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm12, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm13, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm14, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm15, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x12
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+
+	// bf16enc: vdpbf16ps zmm16, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc1
+
+	// bf16enc: vdpbf16ps zmm17, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc9
+
+	// bf16enc: vdpbf16ps zmm18, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd1
+
+	// bf16enc: vdpbf16ps zmm19, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd9
+
+	// bf16enc: vdpbf16ps zmm20, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe1
+
+	// bf16enc: vdpbf16ps zmm21, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe9
+
+	// bf16enc: vdpbf16ps zmm22, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf1
+
+	// bf16enc: vdpbf16ps zmm23, zmm24, zmm25
+	BYTE $0x62
+	BYTE $0x82
+	BYTE $0x3e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf9
+	DECQ CX
+	JNZ  vdp_loop
+	VZEROUPPER
+	RET
+
+// func vfmaddLoop(n int)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·vfmaddLoop(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	VXORPS Z18, Z18, Z18
+	VXORPS Z19, Z19, Z19
+	VXORPS Z20, Z20, Z20
+	VXORPS Z21, Z21, Z21
+	VXORPS Z22, Z22, Z22
+	VXORPS Z23, Z23, Z23
+	VXORPS Z24, Z24, Z24
+	VXORPS Z25, Z25, Z25
+
+fma_loop:
+	VFMADD231PS Z24, Z25, Z0
+	VFMADD231PS Z24, Z25, Z1
+	VFMADD231PS Z24, Z25, Z2
+	VFMADD231PS Z24, Z25, Z3
+	VFMADD231PS Z24, Z25, Z4
+	VFMADD231PS Z24, Z25, Z5
+	VFMADD231PS Z24, Z25, Z6
+	VFMADD231PS Z24, Z25, Z7
+	VFMADD231PS Z24, Z25, Z8
+	VFMADD231PS Z24, Z25, Z9
+	VFMADD231PS Z24, Z25, Z10
+	VFMADD231PS Z24, Z25, Z11
+	VFMADD231PS Z24, Z25, Z12
+	VFMADD231PS Z24, Z25, Z13
+	VFMADD231PS Z24, Z25, Z14
+	VFMADD231PS Z24, Z25, Z15
+	VFMADD231PS Z24, Z25, Z16
+	VFMADD231PS Z24, Z25, Z17
+	VFMADD231PS Z24, Z25, Z18
+	VFMADD231PS Z24, Z25, Z19
+	VFMADD231PS Z24, Z25, Z20
+	VFMADD231PS Z24, Z25, Z21
+	VFMADD231PS Z24, Z25, Z22
+	VFMADD231PS Z24, Z25, Z23
+	DECQ        CX
+	JNZ         fma_loop
+	VZEROUPPER
+	RET
+
+// func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16(SB), NOSPLIT, $0-108
+	MOVQ cfg+0(FP), DI
+
+	// bf16enc: ldtilecfg [rdi]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), DX
+	MOVQ b+24(FP), R8
+	MOVQ $0x00000080, R9
+	MOVQ nstrips+40(FP), R12
+	MOVQ c+72(FP), R13
+
+amx_strip:
+	// bf16enc: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// bf16enc: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// bf16enc: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// bf16enc: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ SI, AX
+	LEAQ (SI)(DX*8), BX
+	LEAQ (BX)(DX*8), BX
+	MOVQ R8, R10
+	LEAQ 64(R8), R11
+	MOVQ chunks+48(FP), CX
+
+amx_chunk:
+	// bf16enc: tileloadd tmm4, [rax+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x10
+
+	// bf16enc: tileloadd tmm5, [rbx+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x13
+
+	// bf16enc: tileloadd tmm6, [r10+r9*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x0a
+
+	// bf16enc: tileloadd tmm7, [r11+r9*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x0b
+
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// bf16enc: tdpbf16ps tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x40, AX
+	ADDQ $0x40, BX
+	ADDQ $0x00000800, R10
+	ADDQ $0x00000800, R11
+	DECQ CX
+	JNZ  amx_chunk
+	MOVQ tmp+56(FP), DI
+
+	// bf16enc: tilestored [rdi+r9*1], tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x0f
+	LEAQ 64(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x0a
+	LEAQ 2048(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x0a
+	LEAQ 2112(DI), R10
+
+	// bf16enc: tilestored [r10+r9*1], tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x0a
+	MOVL $0xffffffff, R10
+	CMPQ R12, $0x01
+	JNE  amx_mask
+	MOVL mask+104(FP), R10
+
+amx_mask:
+	KMOVW        R10, K1
+	SHRL         $0x10, R10
+	KMOVW        R10, K2
+	VBROADCASTSS alpha+88(FP), Z30
+	VBROADCASTSS beta+92(FP), Z31
+	MOVQ         rows+64(FP), CX
+	MOVQ         ldc+80(FP), R11
+	SHLQ         $0x02, R11
+	MOVQ         R13, R10
+	MOVQ         accum+96(FP), BX
+
+amx_row:
+	VMULPS    (DI), Z30, Z0
+	VMULPS    64(DI), Z30, Z1
+	TESTQ     BX, BX
+	JZ        amx_store
+	VMOVUPS.Z (R10), K1, Z2
+	VMOVUPS.Z 64(R10), K2, Z3
+	VMULPS    Z31, Z2, Z2
+	VMULPS    Z31, Z3, Z3
+	VADDPS    Z2, Z0, Z0
+	VADDPS    Z3, Z1, Z1
+
+amx_store:
+	VMOVUPS Z0, K1, (R10)
+	VMOVUPS Z1, K2, 64(R10)
+	ADDQ    $0x00000080, DI
+	ADDQ    R11, R10
+	DECQ    CX
+	JNZ     amx_row
+	ADDQ    $0x00000080, R13
+	MOVQ    bs+32(FP), CX
+	ADDQ    CX, R8
+	DECQ    R12
+	JNZ     amx_strip
+
+	// bf16enc: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	VZEROUPPER
+	RET
+
+// func tdpbf16psLoop(cfg *byte, n int)
+TEXT ·tdpbf16psLoop(SB), NOSPLIT, $0-16
+	MOVQ cfg+0(FP), DI
+
+	// bf16enc: ldtilecfg [rdi]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x07
+	MOVQ n+8(FP), CX
+
+	// bf16enc: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// bf16enc: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// bf16enc: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// bf16enc: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+	// bf16enc: tilezero tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe0
+
+	// bf16enc: tilezero tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe8
+
+	// bf16enc: tilezero tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf0
+
+	// bf16enc: tilezero tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf8
+
+tdp_loop:
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// bf16enc: tdpbf16ps tmm2, tmm5, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNZ  tdp_loop
+
+	// bf16enc: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET

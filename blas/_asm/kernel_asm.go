@@ -47,6 +47,7 @@ func main() {
 	stream(avx512, "wide", 8, 2)
 	dots(avx2, 4, 2)
 	dots(avx512, 4, 4)
+	bf16Kernels()
 	Generate()
 }
 

@@ -21,6 +21,7 @@ const gemmCases = "256x256x256,512x512x512,1024x1024x1024,2048x2048x2048,256x64x
 // gemmResult is one line of --json output.
 type gemmResult struct {
 	Impl    string  `json:"impl"`
+	Kernel  string  `json:"kernel,omitempty"` // of the bf16 lines`
 	M       int     `json:"m"`
 	N       int     `json:"n"`
 	K       int     `json:"k"`
@@ -29,17 +30,20 @@ type gemmResult struct {
 }
 
 // benchGEMM measures C = A·B (no transposes, beta = 0) for each
-// implementation in blas.Impls. The implementations take turns on each
-// case, so that load from other processes hits them alike, and the best of
-// several repetitions counts.
+// implementation in blas.Impls, and in bf16 (blas.GemmBF16) with B
+// rounded as it is packed on each call ("bf16") and with B packed once,
+// as a weight ("bf16-packed"). The implementations take turns on each
+// case, so that load from other processes hits them alike, and the best
+// of several repetitions counts.
 func benchGEMM(args []string, stdout io.Writer) error {
 	fs := newFlags("bench gemm", stdout)
-	jsonOut := fs.Bool("json", false, "print JSON lines (impl, m, n, k, threads, gflops) instead of a table")
+	jsonOut := fs.Bool("json", false, "print JSON lines (impl, kernel, m, n, k, threads, gflops) instead of a table")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "threads per product (GOMAXPROCS, and OpenBLAS's)")
 	minTime := fs.Duration("min-time", 50*time.Millisecond, "minimum time of one repetition of a case")
 	reps := fs.Int("reps", 5, "repetitions per case and implementation; the best counts")
 	pause := fs.Duration("pause", 100*time.Millisecond, "idle time before each measurement when comparing implementations (OpenBLAS's threads spin for a while after a call and would slow the next one)")
 	casesFlag := fs.String("cases", gemmCases, "comma-separated products, each m×k×n written `MxKxN`")
+	bf16 := fs.Bool("bf16", blas.KernelBF16() != "go", "also time bf16 products (default: when the CPU has bf16 instructions; the portable bf16 kernel is far slower than float32)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -52,19 +56,26 @@ func benchGEMM(args []string, stdout io.Writer) error {
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*threads))
 
-	impls := blas.Impls()
+	impls := gemmImpls(*bf16)
+	fp32 := len(blas.Impls())
 	enc := json.NewEncoder(stdout)
 	if !*jsonOut {
 		for _, impl := range impls {
-			fmt.Fprintf(stdout, "%s: %s\n", impl.Name, impl.Detail)
+			fmt.Fprintf(stdout, "%s: %s\n", impl.name, impl.detail)
+		}
+		if !*bf16 {
+			fmt.Fprintf(stdout, "bf16: not timed: the bf16 kernel in use is the portable one (no bf16 instructions on this CPU, or POLYSKETCH_NOASM or POLYSKETCH_BF16_KERNEL chose it), far slower than float32; --bf16 times it\n")
 		}
 		fmt.Fprintf(stdout, "threads: %d, best of %d × ≥%v\n\n", *threads, *reps, *minTime)
 		fmt.Fprintf(stdout, "%16s", "m×k×n")
 		for _, impl := range impls {
-			fmt.Fprintf(stdout, "%16s", impl.Name+" GFLOPS")
+			fmt.Fprintf(stdout, "%*s", max(16, len(impl.name)+8), impl.name+" GFLOPS")
 		}
-		for _, impl := range impls[1:] {
-			fmt.Fprintf(stdout, "%16s", impls[0].Name+"/"+impl.Name)
+		for _, impl := range impls[1:fp32] {
+			fmt.Fprintf(stdout, "%16s", impls[0].name+"/"+impl.name)
+		}
+		for _, impl := range impls[fp32:] {
+			fmt.Fprintf(stdout, "%16s", impl.name+"/"+impls[0].name)
 		}
 		fmt.Fprintln(stdout)
 	}
@@ -72,18 +83,26 @@ func benchGEMM(args []string, stdout io.Writer) error {
 	for _, cs := range cases {
 		m, k, n := cs[0], cs[1], cs[2]
 		a, b, c := randFloats(rng, m*k), randFloats(rng, k*n), make([]float32, m*n)
+		calls := make([]func(), len(impls))
+		for i, impl := range impls {
+			calls[i] = impl.prepare(m, n, k, a, b, c)
+		}
+		flops := 2 * float64(m) * float64(n) * float64(k)
 		best := make([]float64, len(impls))
 		for range *reps {
-			for i, impl := range impls {
+			for i := range impls {
 				if len(impls) > 1 {
 					time.Sleep(*pause)
 				}
-				best[i] = max(best[i], gflops(impl, m, n, k, a, b, c, *minTime))
+				best[i] = max(best[i], flops/timeCall(calls[i], *minTime)/1e9)
 			}
 		}
 		if *jsonOut {
 			for i, impl := range impls {
-				r := gemmResult{Impl: impl.Name, M: m, N: n, K: k, Threads: *threads, GFLOPS: round1(best[i])}
+				r := gemmResult{Impl: impl.name, M: m, N: n, K: k, Threads: *threads, GFLOPS: round1(best[i])}
+				if i >= fp32 {
+					r.Kernel = blas.KernelBF16()
+				}
 				if err := enc.Encode(r); err != nil {
 					return err
 				}
@@ -91,30 +110,66 @@ func benchGEMM(args []string, stdout io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(stdout, "%16s", fmt.Sprintf("%d×%d×%d", m, k, n))
-		for _, g := range best {
-			fmt.Fprintf(stdout, "%16.1f", g)
+		for i, g := range best {
+			fmt.Fprintf(stdout, "%*.1f", max(16, len(impls[i].name)+8), g)
 		}
-		for _, g := range best[1:] {
+		for _, g := range best[1:fp32] {
 			fmt.Fprintf(stdout, "%16.2f", best[0]/g)
+		}
+		for _, g := range best[fp32:] {
+			fmt.Fprintf(stdout, "%16.2f", g/best[0])
 		}
 		fmt.Fprintln(stdout)
 	}
 	return nil
 }
 
-// gflops runs the product until minTime has passed (after one warm-up
-// call) and returns its rate.
-func gflops(impl blas.Impl, m, n, k int, a, b, c []float32, minTime time.Duration) float64 {
-	impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
+// gemmImpl is one implementation bench gemm times: prepare returns the
+// call computing C = A·B for row-major m×k A, k×n B and m×n C.
+type gemmImpl struct {
+	name, detail string
+	prepare      func(m, n, k int, a, b, c []float32) func()
+}
+
+// gemmImpls lists blas.Impls, then the bf16 products when bf16 is set.
+func gemmImpls(bf16 bool) []gemmImpl {
+	var impls []gemmImpl
+	for _, impl := range blas.Impls() {
+		impls = append(impls, gemmImpl{impl.Name, impl.Detail, func(m, n, k int, a, b, c []float32) func() {
+			return func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n) }
+		}})
+	}
+	if !bf16 {
+		return impls
+	}
+	kernel := blas.KernelBF16()
+	return append(impls,
+		gemmImpl{"bf16", kernel + " (blas.GemmBF16; A and B rounded to bf16 as they are packed, on each call)",
+			func(m, n, k int, a, b, c []float32) func() {
+				av, bv, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: k, Cols: n, Stride: n, Data: b}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
+				return func() { blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, av, bv, 0, cv) }
+			}},
+		gemmImpl{"bf16-packed", kernel + " (B packed once with blas.PackBF16, as a weight)",
+			func(m, n, k int, a, b, c []float32) func() {
+				av, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
+				pb := blas.PackBF16(blas.NoTrans, blas.General{Rows: k, Cols: n, Stride: n, Data: b})
+				return func() { blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, av, pb, 0, cv) }
+			}})
+}
+
+// timeCall runs call until minTime has passed (after one warm-up call)
+// and returns the seconds per call.
+func timeCall(call func(), minTime time.Duration) float64 {
+	call()
 	calls := 0
 	start := time.Now()
 	var elapsed time.Duration
 	for elapsed < minTime {
-		impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
+		call()
 		calls++
 		elapsed = time.Since(start)
 	}
-	return 2 * float64(m) * float64(n) * float64(k) * float64(calls) / elapsed.Seconds() / 1e9
+	return elapsed.Seconds() / float64(calls)
 }
 
 func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }

@@ -10,15 +10,21 @@ import (
 	"github.com/polysketch/polysketch/blas"
 )
 
-// tinyGEMM is a bench gemm run small enough for a unit test.
-var tinyGEMM = []string{"bench", "gemm", "--cases", "8x4x16,3x5x7", "--reps", "2", "--min-time", "1ms", "--pause", "0"}
+// tinyGEMM is a bench gemm run small enough for a unit test, bf16
+// included whatever the CPU.
+var tinyGEMM = []string{"bench", "gemm", "--cases", "8x4x16,3x5x7", "--reps", "2", "--min-time", "1ms", "--pause", "0", "--bf16"}
 
 func TestBenchGEMMJSON(t *testing.T) {
 	var buf bytes.Buffer
 	if err := run(append(slices.Clone(tinyGEMM), "--json", "--threads", "1"), &buf); err != nil {
 		t.Fatal(err)
 	}
-	impls := blas.Impls()
+	var impls []string
+	for _, impl := range blas.Impls() {
+		impls = append(impls, impl.Name)
+	}
+	fp32 := len(impls)
+	impls = append(impls, "bf16", "bf16-packed")
 	dec := json.NewDecoder(&buf)
 	dec.DisallowUnknownFields()
 	var got []gemmResult
@@ -37,8 +43,11 @@ func TestBenchGEMMJSON(t *testing.T) {
 		if i >= len(impls) {
 			want = [3]int{3, 7, 5}
 		}
-		if r.Impl != impls[i%len(impls)].Name || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS > 0) {
-			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, GFLOPS > 0", i+1, r, impls[i%len(impls)].Name, want)
+		if r.Impl != impls[i%len(impls)] || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS > 0) {
+			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, GFLOPS > 0", i+1, r, impls[i%len(impls)], want)
+		}
+		if kernel := blas.KernelBF16(); i%len(impls) >= fp32 && r.Kernel != kernel || i%len(impls) < fp32 && r.Kernel != "" {
+			t.Errorf("line %d = %+v: kernel %q, want %q on the bf16 lines only", i+1, r, r.Kernel, kernel)
 		}
 	}
 }
@@ -49,7 +58,7 @@ func TestBenchGEMMTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"go GFLOPS", "8×4×16", "3×5×7"} {
+	for _, want := range []string{"go GFLOPS", "bf16 GFLOPS", "bf16-packed/go", "bf16: " + blas.KernelBF16(), "8×4×16", "3×5×7"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

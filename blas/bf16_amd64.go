@@ -1,0 +1,117 @@
+//go:build !purego
+
+package blas
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/cpu"
+)
+
+// avx512BF16 computes with VDPBF16PS: 14×32 tiles (28 accumulators of 16
+// lanes), and for one or two rows 128-column tiles that read four strips
+// of B at once. Its arithmetic is dot2's, so it matches the portable
+// kernel to the bit.
+var avx512BF16 = &bf16Kernel{name: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16}
+
+// amxBF16Kernel is avx512BF16 with AMX tiles for products of more than
+// RowBlockBF16 rows.
+var amxBF16Kernel = &bf16Kernel{name: "amx", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, tiles: tilesAMX}
+
+// asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
+// first.
+func asmBF16Kernels() []*bf16Kernel {
+	var ks []*bf16Kernel
+	avx512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
+	if avx512 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
+		ks = append(ks, amxBF16Kernel)
+	}
+	if avx512 {
+		ks = append(ks, avx512BF16)
+	}
+	return ks
+}
+
+var (
+	amxOnce sync.Once
+	amxErr  error
+)
+
+// amxPermitted asks the OS, once, for the right to use the AMX tile data
+// (Linux hands it out per process on request), and says on stderr, once,
+// when it was refused.
+func amxPermitted() bool {
+	amxOnce.Do(func() {
+		amxErr = requestAMX()
+		if amxErr != nil {
+			fmt.Fprintf(os.Stderr, "blas: this CPU has AMX but the OS refused the tiles (%v): bf16 products use avx512bf16\n", amxErr)
+		}
+	})
+	return amxErr == nil
+}
+
+// amxConfig is the tile configuration of amxBF16 and tdpbf16psLoop:
+// palette 1, tiles 0–7 each 16 rows of 64 bytes.
+var amxConfig = func() (c [64]byte) {
+	c[0] = 1
+	for t := 0; t < 8; t++ {
+		binary.LittleEndian.PutUint16(c[16+2*t:], 64)
+		c[48+t] = 16
+	}
+	return c
+}()
+
+func tilesAMX(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32) {
+	_ = a[amxBlock*lda-1]
+	_ = a[chunks*16-1]
+	_ = b[(nstrips-1)*bs+chunks*16*nrBF16-1]
+	_ = tmp[amxBlock*nrBF16-1]
+	_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
+	amxBF16(&amxConfig[0], &a[0], 4*lda, &b[0], 4*bs, nstrips, chunks, &tmp[0], rows, &c[0], ldc, alpha, beta, accumFlag(beta), mask)
+}
+
+func accumFlag(beta float32) int {
+	if beta != 0 {
+		return 1
+	}
+	return 0
+}
+
+func tileBF16(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	_ = a[(rows-1)*ars+(kp-1)*aps]
+	_ = b[kp*nrBF16-1]
+	_ = c[(rows-1)*ldc+cols-1]
+	tileBF16AVX512(rows, kp, &a[0], ars, aps, &b[0], 0, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(cols))
+}
+
+func wideBF16(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []float32, ldc int, alpha, beta float32) {
+	_ = a[(rows-1)*ars+(kp-1)*aps]
+	_ = b[3*bs+kp*nrBF16-1]
+	_ = c[(rows-1)*ldc+4*nrBF16-1]
+	wideBF16AVX512(rows, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
+}
+
+func cvtBF16(dst []uint32, src []float32) {
+	n := len(src) / 32
+	if n > 0 {
+		_ = dst[16*n-1]
+		cvtBF16AVX512(&dst[0], &src[0], n)
+	}
+	cvtGo(dst[16*n:], src[32*n:])
+}
+
+func interBF16(dst []uint32, r0, r1 []float32) {
+	r1 = r1[:len(r0)]
+	n := len(r0) / 16
+	if n > 0 {
+		_ = dst[16*n-1]
+		interleaveBF16AVX512(&dst[0], &r0[0], &r1[0], n)
+	}
+	interGo(dst[16*n:len(r0)], r0[16*n:], r1[16*n:])
+}

@@ -1,0 +1,149 @@
+//go:build !purego
+
+package blas
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+)
+
+func needAVX512BF16(t *testing.T) {
+	t.Helper()
+	if !cpu.X86.HasAVX512BF16 || !cpu.X86.HasAVX512BW {
+		t.Skip("this CPU has no AVX512_BF16 (and AVX512BW): the instruction was not run")
+	}
+}
+
+// randBF16Bits returns a random bf16 for tests of the arithmetic: any
+// sign and exponent, so that products overflow, flush and cancel, and
+// now and then a special value.
+func randBF16Bits(rng *rand.Rand) uint32 {
+	switch rng.IntN(16) {
+	case 0:
+		return []uint32{0, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0080, 0x8080, 0x3f80}[rng.IntN(8)]
+	case 1, 2, 3: // exponents near the middle: ordinary sums
+		return uint32(rng.IntN(2))<<15 | uint32(120+rng.IntN(16))<<7 | uint32(rng.IntN(128))
+	}
+	e := 1 + rng.IntN(254) // normal: ToBF16 makes no denormals
+	return uint32(rng.IntN(2))<<15 | uint32(e)<<7 | uint32(rng.IntN(128))
+}
+
+// TestVDPBF16PS checks that dot2 computes what the instruction does, on
+// the cases of TestDot2 and on random operands and accumulators over the
+// whole exponent range, near the flush threshold included.
+func TestVDPBF16PS(t *testing.T) {
+	needAVX512BF16(t)
+	var acc, want [16]float32
+	var a, b [16]uint32
+	for _, c := range dot2Cases {
+		acc[0], a[0], b[0] = c.acc, c.a, c.b
+		vdpbf16psVec(&acc[0], &a[0], &b[0])
+		if math.Float32bits(acc[0]) != math.Float32bits(c.want) {
+			t.Errorf("%s: VDPBF16PS gives %v (%#08x), want %v (%#08x)", c.name, acc[0], math.Float32bits(acc[0]), c.want, math.Float32bits(c.want))
+		}
+	}
+	rng := rand.New(rand.NewPCG(81, 82))
+	n := 200000
+	if testing.Short() {
+		n = 20000
+	}
+	for it := 0; it < n/16; it++ {
+		for i := range acc {
+			switch rng.IntN(4) {
+			case 0:
+				acc[i] = 0
+			case 1: // around 2⁻¹²⁶, where flushing decides
+				acc[i] = float32(math.Ldexp(rng.Float64()+0.5, -125)) * float32(1-2*rng.IntN(2))
+			default:
+				acc[i] = math.Float32frombits(randBF16Bits(rng)<<16 | uint32(rng.IntN(1<<16)))
+			}
+			a[i] = randBF16Bits(rng) | randBF16Bits(rng)<<16
+			b[i] = randBF16Bits(rng) | randBF16Bits(rng)<<16
+			if rng.IntN(4) == 0 { // products that nearly cancel acc near 2⁻¹²⁶
+				b[i] = 0x3f80 | 0x3f80<<16
+				x := toBF16(float32(math.Ldexp(rng.Float64()+1, -126-rng.IntN(3))))
+				a[i] = uint32(x) | uint32(x^0x8000)<<16
+			}
+			want[i] = dot2(acc[i], a[i], b[i])
+		}
+		got := acc
+		vdpbf16psVec(&got[0], &a[0], &b[0])
+		for i := range got {
+			g, w := got[i], want[i]
+			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+				t.Fatalf("acc %v (%#08x), a %#08x, b %#08x: VDPBF16PS %v (%#08x), dot2 %v (%#08x)",
+					acc[i], math.Float32bits(acc[i]), a[i], b[i], g, math.Float32bits(g), w, math.Float32bits(w))
+			}
+		}
+	}
+}
+
+// TestVCVTNE2PS2BF16 checks that toBF16 rounds as the instruction does,
+// on the cases of TestToBF16 and random bit patterns.
+func TestVCVTNE2PS2BF16(t *testing.T) {
+	needAVX512BF16(t)
+	rng := rand.New(rand.NewPCG(83, 84))
+	special := []uint32{0x3f808000, 0x3f818000, 0x7f7fffff, 0x7f800001, 0xff810000, 0x00000001, 0x807fffff, 0x0080ffff, 0x7fffffff}
+	var lo, hi [16]float32
+	var dst [16]uint32
+	for it := 0; it < 2000; it++ {
+		for i := range lo {
+			lo[i] = math.Float32frombits(rng.Uint32())
+			hi[i] = math.Float32frombits(rng.Uint32())
+			if it == 0 && i < len(special) {
+				lo[i] = math.Float32frombits(special[i])
+			}
+		}
+		vcvtne2ps2bf16Vec(&dst[0], &lo[0], &hi[0])
+		for i := range 32 {
+			src := lo[:]
+			if i >= 16 {
+				src = hi[:]
+			}
+			got := BF16(dst[i/2] >> (16 * (i % 2)))
+			if want := toBF16(src[i%16]); got != want {
+				t.Fatalf("%#08x: VCVTNE2PS2BF16 %#04x, toBF16 %#04x", math.Float32bits(src[i%16]), got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkPeak measures bare loops of VDPBF16PS and of float32 FMAs on
+// zmm registers on one thread: what the units reach with no memory
+// traffic, for comparison with the GEMM rates.
+func BenchmarkPeak(b *testing.B) {
+	b.Run("vfmadd231ps", func(b *testing.B) {
+		for b.Loop() {
+			vfmaddLoop(1000)
+		}
+		b.ReportMetric(24*1000*32*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	})
+	b.Run("vdpbf16ps", func(b *testing.B) {
+		if !cpu.X86.HasAVX512BF16 {
+			b.Skip("this CPU has no AVX512_BF16")
+		}
+		for b.Loop() {
+			vdpbf16psLoop(1000)
+		}
+		b.ReportMetric(24*1000*64*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	})
+}
+
+// BenchmarkPeakAMX measures a bare loop of TDPBF16PS on one thread (four
+// independent accumulator tiles, 16·16·32·2 flops per instruction): what
+// the tiles reach with no memory traffic.
+func BenchmarkPeakAMX(b *testing.B) {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile {
+		b.Skip("this CPU has no AMX (amx_bf16, amx_tile): the TDPBF16PS loop was not run")
+	}
+	if !amxPermitted() {
+		b.Skip("the OS refused the AMX tiles")
+	}
+	for b.Loop() {
+		tdpbf16psLoop(&amxConfig[0], 1000)
+	}
+	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+}

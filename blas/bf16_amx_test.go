@@ -1,0 +1,117 @@
+package blas
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+)
+
+// amxEmulated models amxBF16 in Go, TDPBF16PS as Intel's pseudocode
+// describes it: within each instruction (16 pairs of k), the even and
+// the odd products of an element are summed apart from zero, each
+// product added with one rounding, and the two sums then added to the
+// accumulator. It lets the tile driver (packing, blocking, strides,
+// masks) be tested on CPUs without AMX; the instruction itself is not.
+func amxEmulated(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32) {
+	for t := 0; t < nstrips; t++ {
+		strip := b[t*bs:]
+		for i := 0; i < amxBlock; i++ {
+			for j := 0; j < nrBF16; j++ {
+				var acc float32
+				for ch := 0; ch < chunks; ch++ {
+					var even, odd float32
+					for p := 16 * ch; p < 16*ch+16; p++ {
+						x, y := a[i*lda+p], strip[p*nrBF16+j]
+						even = fmaBF16(even, x&0xffff, y&0xffff)
+						odd = fmaBF16(odd, x>>16, y>>16)
+					}
+					acc = flush(flush(acc+even) + odd)
+				}
+				tmp[i*nrBF16+j] = acc
+			}
+		}
+		cols := nrBF16
+		if t == nstrips-1 {
+			cols = 0
+			for m := mask; m != 0; m >>= 1 {
+				cols++
+			}
+		}
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				cc := &c[i*ldc+t*nrBF16+j]
+				*cc = finish(tmp[i*nrBF16+j], alpha, beta, *cc)
+			}
+		}
+	}
+}
+
+// flush returns x, or zero of its sign when x is below the smallest
+// normal.
+func flush(x float32) float32 {
+	if math.Abs(float64(x)) < 0x1p-126 {
+		return float32(math.Copysign(0, float64(x)))
+	}
+	return x
+}
+
+// tileKernels returns the kernels with tiles this CPU runs, and the
+// portable kernel with emulated tiles.
+func tileKernels() []*bf16Kernel {
+	emu := *goBF16
+	emu.name, emu.tiles = "go+emulated-tiles", amxEmulated
+	ks := []*bf16Kernel{&emu}
+	for _, kn := range bf16Kernels() {
+		if kn.tiles != nil {
+			ks = append(ks, kn)
+		}
+	}
+	return ks
+}
+
+// TestGemmBF16Tiles checks the tile path (products of more than
+// RowBlockBF16 rows) against the float64 reference, on the AMX kernel
+// where the CPU has it and always on emulated tiles: ragged rows around
+// the 32-row blocks, columns around the strips, k around the 32-element
+// chunks, both transposes, strides, alpha and beta, NaNs in C at beta 0,
+// B packed; and that results do not depend on GOMAXPROCS.
+func TestGemmBF16Tiles(t *testing.T) {
+	ks := tileKernels()
+	if len(ks) == 1 {
+		t.Log("this CPU has no AMX (amx_bf16): the AMX kernel was not run, only the tile driver on emulated tiles")
+	}
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	rng := rand.New(rand.NewPCG(75, 76))
+	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}}
+	for _, kn := range ks {
+		activeBF16 = kn
+		t.Run(kn.name, func(t *testing.T) {
+			for _, sh := range shapes {
+				for _, tr := range transposes {
+					for _, ab := range [][2]float32{{1, 0}, {-0.5, 1.5}} {
+						p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 2)
+						a, b, c := p.views()
+						var first []float32
+						for _, procs := range []int{1, 2, 3} {
+							runtime.GOMAXPROCS(procs)
+							got := append([]float32(nil), c.Data...)
+							GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, General{c.Rows, c.Cols, c.Stride, got})
+							if first == nil {
+								p.checkBF16(t, got)
+								first = got
+							} else {
+								sameBits(t, fmt.Sprintf("%v GOMAXPROCS=%d", p, procs), got, first)
+							}
+						}
+						got := append([]float32(nil), c.Data...)
+						GemmBF16(p.tA, NoTrans, p.alpha, a, PackBF16(p.tB, b), p.beta, General{c.Rows, c.Cols, c.Stride, got})
+						sameBits(t, fmt.Sprintf("%v packed B", p), got, first)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,329 @@
+package blas
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/polysketch/polysketch/internal/parallel"
+)
+
+// bf16Kernel is one way of computing bf16 products: tiles of up to mr
+// rows by one strip of nrBF16 columns, from op(A) converted to bf16 pairs
+// (packA) and op(B) packed in strips (PackedBF16).
+type bf16Kernel struct {
+	name string
+	mr   int // rows of a tile
+	mc   int // rows of A packed at a time, a multiple of mr
+	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp
+	// pairs of A (pair p of row i at a[i·ars + p·aps]) and of the strip b;
+	// see dot2 and finish for the arithmetic.
+	tile func(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32)
+	// wide, where not nil, is tile for rows ≤ wideRows by 4 whole strips
+	// (bs words apart), for products of few rows (decoding).
+	wide     func(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []float32, ldc int, alpha, beta float32)
+	wideRows int
+	// cvt sets dst[i] to the bf16 pair (src[2i], src[2i+1]); inter sets
+	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
+	cvt   func(dst []uint32, src []float32)
+	inter func(dst []uint32, r0, r1 []float32)
+	// tiles, where not nil, computes products of more than RowBlockBF16
+	// rows in blocks of 32 (AMX; see bf16_amx.go).
+	tiles tilesFunc
+}
+
+var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
+
+// activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
+// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
+// this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
+// bf16Kernels() in turn.
+var activeBF16 = chooseBF16()
+
+func chooseBF16() *bf16Kernel {
+	ks := bf16Kernels()
+	if os.Getenv("POLYSKETCH_NOASM") == "1" {
+		return goBF16
+	}
+	if name := os.Getenv("POLYSKETCH_BF16_KERNEL"); name != "" {
+		for _, k := range ks {
+			if k.name == name {
+				return k
+			}
+		}
+		fmt.Fprintf(os.Stderr, "blas: POLYSKETCH_BF16_KERNEL=%s: this CPU runs only %s; using %s\n", name, bf16Names(ks), ks[0].name)
+	}
+	return ks[0]
+}
+
+// bf16Kernels lists the bf16 kernels this CPU runs, fastest first.
+func bf16Kernels() []*bf16Kernel {
+	return append(asmBF16Kernels(), goBF16)
+}
+
+func bf16Names(ks []*bf16Kernel) string {
+	s := ""
+	for i, k := range ks {
+		if i > 0 {
+			s += ", "
+		}
+		s += k.name
+	}
+	return s
+}
+
+// tileGo is the portable tile: dot2 over the pairs, for each element.
+func tileGo(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	var acc [nrBF16]float32
+	for i := 0; i < rows; i++ {
+		clear(acc[:])
+		for p := 0; p < kp; p++ {
+			x := a[i*ars+p*aps]
+			bs := b[p*nrBF16 : p*nrBF16+cols]
+			for j, y := range bs {
+				acc[j] = dot2(acc[j], x, y)
+			}
+		}
+		cr := c[i*ldc : i*ldc+cols]
+		for j := range cr {
+			cr[j] = finish(acc[j], alpha, beta, cr[j])
+		}
+	}
+}
+
+// gemmBF16 is one bf16 product in flight.
+type gemmBF16 struct {
+	kn          *bf16Kernel
+	tA, tB      Transpose
+	alpha, beta float32
+	a, b        General
+	bp          *PackedBF16 // op(B) when given packed; else b
+	c           General
+	m, n, k     int
+}
+
+func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta float32, c General) gemmBF16 {
+	checkTrans(fn, "tA", tA)
+	checkTrans(fn, "tB", tB)
+	g := gemmBF16{kn: activeBF16, tA: tA, tB: tB, alpha: alpha, beta: beta, c: c, m: c.Rows, n: c.Cols}
+	c.check(fn, "c")
+	switch a := a.(type) {
+	case General:
+		a.check(fn, "a")
+		g.a = a
+	case *PackedBF16:
+		panic(fmt.Sprintf("blas: %s: a is a *PackedBF16; only b may be packed", fn))
+	default:
+		panic(fmt.Sprintf("blas: %s: a is nil", fn))
+	}
+	am, ak := stored(tA, g.a.Rows, g.a.Cols)
+	if am != g.m {
+		panic(fmt.Sprintf("blas: %s(%c%c): op(a) is %d×%d, c is %d×%d: want %d rows", fn, tA, tB, am, ak, c.Rows, c.Cols, c.Rows))
+	}
+	g.k = ak
+	var bk, bn int
+	switch b := b.(type) {
+	case General:
+		b.check(fn, "b")
+		g.b = b
+		bk, bn = stored(tB, b.Rows, b.Cols)
+	case *PackedBF16:
+		if b == nil {
+			panic(fmt.Sprintf("blas: %s: b is a nil *PackedBF16", fn))
+		}
+		if tB != NoTrans {
+			panic(fmt.Sprintf("blas: %s: tB=%c with a packed b: the transpose is applied when packing, pass NoTrans", fn, tB))
+		}
+		g.bp = b
+		bk, bn = b.k, b.n
+	default:
+		panic(fmt.Sprintf("blas: %s: b is nil", fn))
+	}
+	if bk != g.k || bn != g.n {
+		panic(fmt.Sprintf("blas: %s(%c%c): op(a) is %d×%d, op(b) %d×%d, c %d×%d: inner or outer dimensions differ", fn, tA, tB, am, ak, bk, bn, c.Rows, c.Cols))
+	}
+	return g
+}
+
+// bf16Workspace holds a product's packed operands; pooled so that calls
+// in a steady state do not allocate.
+type bf16Workspace struct {
+	a, b, t []uint32
+	tmp     []float32
+	pb      PackedBF16
+}
+
+var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
+
+func growWords(buf []uint32, n int) []uint32 {
+	if cap(buf) < n {
+		return make([]uint32, n)
+	}
+	return buf[:n]
+}
+
+// trivial does the products with nothing to multiply (as gemm.trivial)
+// and reports whether it did.
+func (g *gemmBF16) trivial() bool {
+	if g.m == 0 || g.n == 0 {
+		return true
+	}
+	if g.alpha != 0 && g.k != 0 {
+		return false
+	}
+	for i := 0; i < g.m; i++ {
+		row := g.c.Data[i*g.c.Stride : i*g.c.Stride+g.n]
+		switch g.beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= g.beta
+			}
+		}
+	}
+	return true
+}
+
+// run computes the product on up to threads goroutines: op(B) is packed
+// (unless given packed) and op(A) converted in blocks of mc rows, then C
+// is split into items of row blocks by column chunks. Every element's k
+// sum runs in one tile call whatever the split, so the split changes no
+// bits.
+func (g *gemmBF16) run(threads int) {
+	if g.trivial() {
+		return
+	}
+	if g.kn.tiles != nil && g.m > rowBlockBF16 {
+		g.runTiles(threads)
+		return
+	}
+	if g.bp != nil && g.m <= g.kn.wideRows && threads > 1 {
+		// Decoding: one or two rows times a weight, bound by reading it.
+		// From cache, a second goroutine costs more to wake than it
+		// saves, and the helper (which stays awake between products)
+		// serves the middle sizes; as in small.go, but bf16 weights take
+		// half the bytes.
+		size := 2 * g.k * g.n // the fp32 sizes of the same bytes ×4
+		nStr := ceilDiv(g.n, nrBF16)
+		if size >= 4*helperMin && size < 4*wideParallelMin && nStr >= 8 {
+			if pairHelper.splitBF16(g, nStr/8*4) {
+				return
+			}
+		}
+		if size < 4*wideParallelMin {
+			threads = 1
+		}
+	}
+	if threads > 1 && g.m*g.n*g.k >= parallelMin {
+		g.parallel(threads)
+		return
+	}
+	ws := bf16Pool.Get().(*bf16Workspace)
+	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
+	ws.pb = PackedBF16{}
+	bf16Pool.Put(ws)
+}
+
+// packB returns op(B) packed: g.bp, or B packed into ws.
+func (g *gemmBF16) packB(ws *bf16Workspace) *PackedBF16 {
+	if g.bp != nil {
+		return g.bp
+	}
+	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
+	ws.t = growWords(ws.t, ceilDiv(g.k, 2))
+	packStrips(g.kn, g.tB, g.b, g.k, g.n, ws.pb.data, 0, ceilDiv(g.n, nrBF16), ws.t)
+	return &ws.pb
+}
+
+// packBParallel is packB on up to threads goroutines (a value receiver,
+// so that only this path moves the product to the heap).
+func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
+	g := &h
+	nStr := ceilDiv(g.n, nrBF16)
+	groups := min(nStr, 4*threads)
+	if g.bp != nil || groups < 2 || g.k*g.n < 1<<16 { // small: not worth waking the others
+		return g.packB(ws)
+	}
+	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
+	parallel.Workers(groups, threads, func(i int) {
+		wt := bf16Pool.Get().(*bf16Workspace)
+		wt.t = growWords(wt.t, ceilDiv(g.k, 2))
+		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
+		bf16Pool.Put(wt)
+	})
+	return bp
+}
+
+// parallel is run on more than one goroutine. It works on a copy of g,
+// which its goroutines share, so that only this path moves the product
+// to the heap.
+func (h gemmBF16) parallel(threads int) {
+	g := &h
+	kn := g.kn
+	ws := bf16Pool.Get().(*bf16Workspace)
+	defer bf16Pool.Put(ws)
+	bp := g.packBParallel(ws, threads)
+	nStr := ceilDiv(g.n, nrBF16)
+	// Row blocks of mc rows, or of fewer when there are too few blocks to
+	// keep the threads busy, each by column chunks of strips.
+	mStr := ceilDiv(g.m, kn.mr)
+	rb := ceilDiv(g.m, kn.mc)
+	want := 3 * threads
+	cb := 1
+	if rb < want {
+		rb = min(want, mStr)
+		cb = min(ceilDiv(want, rb), nStr)
+	}
+	parallel.Workers(rb*cb, threads, func(it int) {
+		ib, jb := it/cb, it%cb
+		wa := bf16Pool.Get().(*bf16Workspace)
+		g.item(wa, bp, ib*mStr/rb, (ib+1)*mStr/rb, jb*nStr/cb, (jb+1)*nStr/cb)
+		bf16Pool.Put(wa)
+	})
+}
+
+// strips computes columns strips [s0, s1) of C, all rows, on the
+// calling goroutine with a pooled workspace: a half of a product split
+// with the helper.
+func (g *gemmBF16) strips(s0, s1 int) {
+	ws := bf16Pool.Get().(*bf16Workspace)
+	g.item(ws, g.bp, 0, ceilDiv(g.m, g.kn.mr), s0, s1)
+	bf16Pool.Put(ws)
+}
+
+// item computes the rows of row strips [r0, r1) and the columns of
+// column strips [s0, s1) of C, converting op(A) mc rows at a time into
+// ws.
+func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
+	kn := g.kn
+	mr := kn.mr
+	kp := ceilDiv(g.k, 2)
+	per := kn.mc / mr // strips per block
+	ldc := g.c.Stride
+	for rs := r0; rs < r1; rs += per {
+		re := min(r1, rs+per)
+		i0 := rs * mr
+		mb := min(re*mr, g.m) - i0
+		ws.a = growWords(ws.a, packAWords(g.k, mb))
+		ars, aps := packA(kn, g.tA, g.a, g.k, i0, mb, ws.a)
+		s := s0
+		if kn.wide != nil && mb <= kn.wideRows {
+			for ; s+4 <= s1 && (s+4)*nrBF16 <= g.n; s += 4 {
+				kn.wide(mb, kp, ws.a, ars, aps, bp.strip(s), bp.stripWords(), g.c.Data[i0*ldc+s*nrBF16:], ldc, g.alpha, g.beta)
+			}
+		}
+		for ; s < s1; s++ {
+			j0 := s * nrBF16
+			cols := min(nrBF16, g.n-j0)
+			bs := bp.strip(s)
+			for i := 0; i < mb; i += mr {
+				rows := min(mr, mb-i)
+				kn.tile(rows, cols, kp, ws.a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
+			}
+		}
+	}
+}
