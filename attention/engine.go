@@ -656,7 +656,7 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, a.rows(a.v, hd, l)), 0, mat(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -735,7 +735,7 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, z, h, beta, out, h)
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, z), beta, mat(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -784,7 +784,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, z), mat(rows, h, gr), 0, mat(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -862,7 +862,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 func (a *engine) queryState(w *psWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, w.g, h, 0, state, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, w.g), 0, mat(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -901,8 +901,8 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, u, h, beta, a.rows(a.dv, hd, l), h)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 0, dphi, rows)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, u), beta, mat(rows, h, a.rows(a.dv, hd, l)))
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, u), mat(rows, h, v), 0, mat(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}

@@ -167,11 +167,11 @@ func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumul
 func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 	symmetricOf(psi, u, r)
 	if s == nil {
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 1, dmT, n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 1, mat(r, n, dmT))
 		return
 	}
 	aux = aux[:r*n]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 0, aux, n)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 0, mat(r, n, aux))
 	for c := 0; c < r; c++ {
 		x := aux[c*n : (c+1)*n]
 		vec.Mul(x, x, s[:n])

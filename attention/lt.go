@@ -100,7 +100,7 @@ const diagTile = 64
 func lowerABt(dst, a []float32, lda int, b []float32, ldb, n, k int) {
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, i1-i0, i1, k, 1, a[i0*lda:], lda, b, ldb, 0, dst[i0*n:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.General{Rows: i1 - i0, Cols: k, Stride: lda, Data: a[i0*lda:]}, blas.General{Rows: i1, Cols: k, Stride: ldb, Data: b}, 0, blas.General{Rows: i1 - i0, Cols: i1, Stride: n, Data: dst[i0*n:]})
 		for i := i0; i < i1; i++ {
 			clear(dst[i*n+i+1 : i*n+i1])
 		}
@@ -112,7 +112,7 @@ func lowerABt(dst, a []float32, lda int, b []float32, ldb, n, k int) {
 func lowerMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float32) {
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, i1-i0, k, i1, 1, L[i0*n:], n, y, ldy, beta, dst[i0*ldd:], ldd)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: i1 - i0, Cols: i1, Stride: n, Data: L[i0*n:]}, blas.General{Rows: i1, Cols: k, Stride: ldy, Data: y}, beta, blas.General{Rows: i1 - i0, Cols: k, Stride: ldd, Data: dst[i0*ldd:]})
 	}
 }
 
@@ -121,7 +121,7 @@ func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
 		// Rows j0..j1 of Lᵀ·y = (L[j0:n, j0:j1])ᵀ · y[j0:n].
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, j1-j0, k, n-j0, 1, L[j0*n+j0:], n, y[j0*ldy:], ldy, beta, dst[j0*ldd:], ldd)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.General{Rows: n - j0, Cols: j1 - j0, Stride: n, Data: L[j0*n+j0:]}, blas.General{Rows: n - j0, Cols: k, Stride: ldy, Data: y[j0*ldy:]}, beta, blas.General{Rows: j1 - j0, Cols: k, Stride: ldd, Data: dst[j0*ldd:]})
 	}
 }
 
@@ -133,7 +133,7 @@ func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float
 func lowerAtB(dst, a, b []float32, n, k int) {
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, i1-i0, i1, k, 1, a[i0:], n, b, n, 0, dst[i0*n:], n)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.General{Rows: k, Cols: i1 - i0, Stride: n, Data: a[i0:]}, blas.General{Rows: k, Cols: i1, Stride: n, Data: b}, 0, blas.General{Rows: i1 - i0, Cols: i1, Stride: n, Data: dst[i0*n:]})
 		for i := i0; i < i1; i++ {
 			clear(dst[i*n+i+1 : i*n+i1])
 		}
@@ -144,7 +144,7 @@ func lowerAtB(dst, a, b []float32, n, k int) {
 func lowerMulT(dstT, L, yT []float32, n, k int, beta float32) {
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, k, i1-i0, i1, 1, yT, n, L[i0*n:], n, beta, dstT[i0:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.General{Rows: k, Cols: i1, Stride: n, Data: yT}, blas.General{Rows: i1 - i0, Cols: i1, Stride: n, Data: L[i0*n:]}, beta, blas.General{Rows: k, Cols: i1 - i0, Stride: n, Data: dstT[i0:]})
 	}
 }
 
@@ -152,7 +152,7 @@ func lowerMulT(dstT, L, yT []float32, n, k int, beta float32) {
 func lowerTMulT(dstT, L, yT []float32, n, k int, beta float32) {
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, k, j1-j0, n-j0, 1, yT[j0:], n, L[j0*n+j0:], n, beta, dstT[j0:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: k, Cols: n - j0, Stride: n, Data: yT[j0:]}, blas.General{Rows: n - j0, Cols: j1 - j0, Stride: n, Data: L[j0*n+j0:]}, beta, blas.General{Rows: k, Cols: j1 - j0, Stride: n, Data: dstT[j0:]})
 	}
 }
 
@@ -230,3 +230,8 @@ func ipow(x float32, p int) float32 {
 // scanChunk is the number of state elements one scan task covers: the
 // scans are elementwise, so they split over elements as well as over heads.
 const scanChunk = 4096
+
+// mat is the rows×cols matrix stored densely from the start of data.
+func mat(rows, cols int, data []float32) blas.General {
+	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
+}

@@ -206,7 +206,7 @@ func (f *favor) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScr
 	m, h := f.m, f.h
 	scale := float32(math.Pow(float64(h), -0.25))
 	b, xt, s := pre[:m*n], pre[m*n:(m+h)*n], pre[(m+h)*n:(m+h+1)*n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, m, n, h, scale, f.w, h, x, ldx, 0, b, n)
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, mat(m, h, f.w), blas.General{Rows: n, Cols: h, Stride: ldx, Data: x}, 0, mat(m, n, b))
 	transposeInto(xt, x, ldx, n, h)
 	vec.Scale(scale, xt)
 	half, tmp := scr.buf[:n], scr.a[:n]
@@ -247,7 +247,7 @@ func (f *favor) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []f
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, n, h, m, scale, db, n, f.w, h, beta, dx, ldx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, mat(m, n, db), mat(m, h, f.w), beta, blas.General{Rows: n, Cols: h, Stride: ldx, Data: dx})
 	sum := scr.buf[:n]
 	clear(sum)
 	for k := 0; k < m; k++ {

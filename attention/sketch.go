@@ -242,10 +242,10 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 			}
 		case j == 0:
 			// Pᵀ = Gᵀ·xᵀ for all level-1 projections at once.
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, lv.n*r, n, lv.in, 1, lv.gT, lv.in, x, ldx, 0, p, n)
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(lv.n*r, lv.in, lv.gT), blas.General{Rows: n, Cols: lv.in, Stride: ldx, Data: x}, 0, mat(lv.n*r, n, p))
 		default:
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, lv.gT[e*r*r:], r, in[e*r*n:], n, 0, p[e*r*n:], n)
+				blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, lv.gT[e*r*r:]), mat(r, n, in[e*r*n:]), 0, mat(r, n, p[e*r*n:]))
 			}
 		}
 		dst := mT
@@ -306,7 +306,7 @@ func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []
 					beta = 1
 				}
 				// dx = dP·G, with dPᵀ stored: dx = (dPᵀ)ᵀ·(Gᵀ).
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, n, lv.in, lv.n*r, 1, d, n, lv.gT, lv.in, beta, dx, ldx)
+				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(lv.n*r, n, d), mat(lv.n*r, lv.in, lv.gT), beta, blas.General{Rows: n, Cols: lv.in, Stride: ldx, Data: dx})
 				return
 			}
 			for e := 0; e < lv.n; e++ {
@@ -330,7 +330,7 @@ func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []
 		dm := scr.b[:lv.n*w]
 		if s.kind == Gaussian {
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, r, n, r, 1, lv.gT[e*r*r:], r, d[e*w:], n, 0, dm[e*w:], n)
+				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(r, r, lv.gT[e*r*r:]), mat(r, n, d[e*w:]), 0, mat(r, n, dm[e*w:]))
 			}
 		} else {
 			for e := 0; e < lv.n; e++ {

@@ -479,17 +479,17 @@ func affine(y, x []float32, rows int, l *nn.Linear) {
 	for i := 0; i < rows; i++ {
 		copy(y[i*l.Out:(i+1)*l.Out], b)
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x, l.In, l.Weight.Value.Data, l.Out, 1, y, l.Out)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, l.In, x), mat(l.In, l.Out, l.Weight.Value.Data), 1, mat(rows, l.Out, y))
 }
 
 // affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ (wT holds
 // Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order).
 func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, wT, dw, db []float32) {
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(rows, l.In, x), mat(rows, l.Out, dy), 1, mat(l.In, l.Out, dw))
 	for i := 0; i < rows; i++ {
 		vec.Add(db, db, dy[i*l.Out:(i+1)*l.Out])
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.In, l.Out, 1, dy, l.Out, wT, l.In, 0, dx, l.In)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, l.Out, dy), mat(l.Out, l.In, wT), 0, mat(rows, l.In, dx))
 }
 
 // apply computes Mᵀ ([r × n]) for the n rows of x (leading dimension ldx)

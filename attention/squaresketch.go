@@ -200,7 +200,7 @@ func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
 }
 
 func (s *degreeSketch) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScratch) {
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, s.w, n, s.h, 1, s.gT, s.h, x, ldx, 0, pre, n)
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(s.w, s.h, s.gT), blas.General{Rows: n, Cols: s.h, Stride: ldx, Data: x}, 0, mat(s.w, n, pre))
 	s.output(x, ldx, n, pre, mT)
 }
 
@@ -283,5 +283,5 @@ func (s *degreeSketch) backwardOf(dx []float32, ldx, n int, accumulate bool, dmT
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, n, s.h, s.w, 1, dp, n, s.gT, s.h, beta, dx, ldx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(s.w, n, dp), mat(s.w, s.h, s.gT), beta, blas.General{Rows: n, Cols: s.h, Stride: ldx, Data: dx})
 }

@@ -84,7 +84,7 @@ func (e *Embedding) Logits(logits, h *tensor.Tensor) {
 	rows := rowsOf("Embedding.Logits", "h", h, e.Dim)
 	checkRows("Embedding.Logits", "logits", logits, rows, e.Vocab)
 	e.h = h
-	blas.Sgemm(blas.NoTrans, blas.Trans, rows, e.Vocab, e.Dim, 1, h.Data, e.Dim, e.Weight.Value.Data, e.Dim, 0, logits.Data, e.Vocab)
+	blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: h.Data}, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: logits.Data})
 }
 
 // LogitsBackward takes dlogits for the logits of the last Logits call,
@@ -96,9 +96,9 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 	}
 	rows := e.h.Len() / e.Dim
 	checkRows("Embedding.LogitsBackward", "dlogits", dlogits, rows, e.Vocab)
-	blas.Sgemm(blas.Trans, blas.NoTrans, e.Vocab, e.Dim, rows, 1, dlogits.Data, e.Vocab, e.h.Data, e.Dim, 1, e.Weight.Grad.Data, e.Dim)
+	blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: dlogits.Data}, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: e.h.Data}, 1, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Grad.Data})
 	if dh != nil {
 		checkRows("Embedding.LogitsBackward", "dh", dh, rows, e.Dim)
-		blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, e.Dim, e.Vocab, 1, dlogits.Data, e.Vocab, e.Weight.Value.Data, e.Dim, 0, dh.Data, e.Dim)
+		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: dlogits.Data}, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: dh.Data})
 	}
 }

@@ -60,7 +60,7 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 		})
 		beta = 1
 	}
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x.Data, l.In, l.Weight.Value.Data, l.Out, beta, y.Data, l.Out)
+	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: x.Data}, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Value.Data}, beta, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: y.Data})
 }
 
 // Backward takes dy, the gradient of the loss with respect to the y of the
@@ -74,12 +74,12 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 	}
 	checkRows("Linear.Backward", "dy", dy, l.x.Len()/l.In, l.Out)
 	// The weight gradient comes first so that dx may reuse the storage of x.
-	blas.Sgemm(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, l.x.Data, l.In, dy.Data, l.Out, 1, l.Weight.Grad.Data, l.Out)
+	blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: l.x.Data}, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: dy.Data}, 1, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Grad.Data})
 	if l.Bias != nil {
 		l.partial = addColSums(l.Bias.Grad.Data, dy.Data, rows, l.Out, l.partial)
 	}
 	if dx != nil {
 		checkRows("Linear.Backward", "dx", dx, rows, l.In)
-		blas.Sgemm(blas.NoTrans, blas.Trans, rows, l.In, l.Out, 1, dy.Data, l.Out, l.Weight.Value.Data, l.Out, 0, dx.Data, l.In)
+		blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: dy.Data}, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: dx.Data})
 	}
 }
