@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 
-	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -412,7 +411,7 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 	for i := 0; i < rows; i++ {
 		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x[i*ldx:i*ldx+in], g, b, f.ln1.Eps)
 	}
-	affine(a.a1, a.u0, rows, f.l1)
+	f.l1.Apply(mat(rows, hid, a.a1), mat(rows, in, a.u0))
 	vec.GELU(a.h1, a.a1)
 	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
 	for i := 0; i < rows; i++ {
@@ -422,15 +421,15 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 	if k.load {
 		k.take(a.a2, f.kept, r, rows)
 	} else {
-		affine(a.a2, a.u1, rows, f.l2)
+		f.l2.Apply(mat(rows, r, a.a2), mat(rows, hid, a.u1))
 	}
-	affine(a.a3, a.a2, rows, f.l3)
+	f.l3.Apply(mat(rows, hid, a.a3), mat(rows, r, a.a2))
 	vec.GELU(a.h3, a.a3)
 	if k.load {
 		k.take(a.y, f.kept+r, r, rows)
 		return
 	}
-	affine(a.y, a.h3, rows, f.l4)
+	f.l4.Apply(mat(rows, r, a.y), mat(rows, hid, a.h3))
 	if k.buf != nil {
 		k.put(a.a2, f.kept, r, rows)
 		k.put(a.y, f.kept+r, r, rows)
@@ -445,13 +444,13 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 	in, hid, r := f.in, f.l1.Out, f.l2.Out
 	// y = h3·W4 + b4
 	dh3 := tA
-	affineBackward(dh3, dy, a.h3, rows, f.l4, f.wT[3], g.w4, g.c4)
+	f.l4.ApplyBackward(mat(rows, hid, dh3), mat(rows, r, dy), mat(rows, hid, a.h3), mat(r, hid, f.wT[3]), mat(hid, r, g.w4), g.c4)
 	vec.GELUBackward(dh3, a.a3, dh3)
 	// a3 = a2·W3 + b3, a2 = u1·W2 + b2
 	da2 := tB[:rows*r]
-	affineBackward(da2, dh3, a.a2, rows, f.l3, f.wT[2], g.w3, g.c3)
+	f.l3.ApplyBackward(mat(rows, r, da2), mat(rows, hid, dh3), mat(rows, r, a.a2), mat(hid, r, f.wT[2]), mat(r, hid, g.w3), g.c3)
 	du1 := tA
-	affineBackward(du1, da2, a.u1, rows, f.l2, f.wT[1], g.w2, g.c2)
+	f.l2.ApplyBackward(mat(rows, hid, du1), mat(rows, r, da2), mat(rows, hid, a.u1), mat(r, hid, f.wT[1]), mat(hid, r, g.w2), g.c2)
 	// u1 = LN2(h1), h1 = GELU(a1)
 	dh1 := tB
 	clear(dh1)
@@ -462,7 +461,7 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 	vec.GELUBackward(dh1, a.a1, dh1)
 	// a1 = u0·W1 + b1, u0 = LN1(x)
 	du0 := tX
-	affineBackward(du0, dh1, a.u0, rows, f.l1, f.wT[0], g.w1, g.c1)
+	f.l1.ApplyBackward(mat(rows, in, du0), mat(rows, hid, dh1), mat(rows, in, a.u0), mat(hid, in, f.wT[0]), mat(in, hid, g.w1), g.c1)
 	gain = f.ln1.Gain.Value.Data
 	for i := 0; i < rows; i++ {
 		d := dx[i*ldx : i*ldx+in]
@@ -471,25 +470,6 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 		}
 		vec.LayerNormBackward(d, g.g1, g.b1, x[i*ldx:i*ldx+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
 	}
-}
-
-// affine computes y = x·W + b for rows rows of x ([rows × l.In]).
-func affine(y, x []float32, rows int, l *nn.Linear) {
-	b := l.Bias.Value.Data
-	for i := 0; i < rows; i++ {
-		copy(y[i*l.Out:(i+1)*l.Out], b)
-	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, l.In, x), mat(l.In, l.Out, l.Weight.Value.Data), 1, mat(rows, l.Out, y))
-}
-
-// affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ (wT holds
-// Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order).
-func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, wT, dw, db []float32) {
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(rows, l.In, x), mat(rows, l.Out, dy), 1, mat(l.In, l.Out, dw))
-	for i := 0; i < rows; i++ {
-		vec.Add(db, db, dy[i*l.Out:(i+1)*l.Out])
-	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, l.Out, dy), mat(l.Out, l.In, wT), 0, mat(rows, l.In, dx))
 }
 
 // apply computes Mᵀ ([r × n]) for the n rows of x (leading dimension ldx)

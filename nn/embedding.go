@@ -84,7 +84,7 @@ func (e *Embedding) Logits(logits, h *tensor.Tensor) {
 	rows := rowsOf("Embedding.Logits", "h", h, e.Dim)
 	checkRows("Embedding.Logits", "logits", logits, rows, e.Vocab)
 	e.h = h
-	blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: h.Data}, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: logits.Data})
+	blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, e.Dim, h.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Vocab, logits.Data))
 }
 
 // LogitsBackward takes dlogits for the logits of the last Logits call,
@@ -96,9 +96,9 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 	}
 	rows := e.h.Len() / e.Dim
 	checkRows("Embedding.LogitsBackward", "dlogits", dlogits, rows, e.Vocab)
-	blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: dlogits.Data}, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: e.h.Data}, 1, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Grad.Data})
+	blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
 	if dh != nil {
 		checkRows("Embedding.LogitsBackward", "dh", dh, rows, e.Dim)
-		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: e.Vocab, Stride: e.Vocab, Data: dlogits.Data}, blas.General{Rows: e.Vocab, Cols: e.Dim, Stride: e.Dim, Data: e.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: e.Dim, Stride: e.Dim, Data: dh.Data})
+		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Dim, dh.Data))
 	}
 }

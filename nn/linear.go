@@ -1,11 +1,13 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // Linear is the affine map y = x·W + b applied to every row of x, with W of
@@ -60,7 +62,7 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 		})
 		beta = 1
 	}
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: x.Data}, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Value.Data}, beta, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: y.Data})
+	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.w(), beta, general(rows, l.Out, y.Data))
 }
 
 // Backward takes dy, the gradient of the loss with respect to the y of the
@@ -74,12 +76,65 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 	}
 	checkRows("Linear.Backward", "dy", dy, l.x.Len()/l.In, l.Out)
 	// The weight gradient comes first so that dx may reuse the storage of x.
-	blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: l.x.Data}, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: dy.Data}, 1, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Grad.Data})
+	blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
 	if l.Bias != nil {
 		l.partial = addColSums(l.Bias.Grad.Data, dy.Data, rows, l.Out, l.partial)
 	}
 	if dx != nil {
 		checkRows("Linear.Backward", "dx", dx, rows, l.In)
-		blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.General{Rows: rows, Cols: l.Out, Stride: l.Out, Data: dy.Data}, blas.General{Rows: l.In, Cols: l.Out, Stride: l.Out, Data: l.Weight.Value.Data}, 0, blas.General{Rows: rows, Cols: l.In, Stride: l.In, Data: dx.Data})
+		blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, l.Out, dy.Data), l.w(), 0, general(rows, l.In, dx.Data))
+	}
+}
+
+// w returns the weight as a view.
+func (l *Linear) w() blas.General { return general(l.In, l.Out, l.Weight.Value.Data) }
+
+// Apply computes y = x·W + b for the rows of x ([rows × In]) into y
+// ([rows × Out]) on the calling goroutine, keeping nothing for a backward
+// pass: for callers that run many small layers in parallel and keep their
+// own activations, as attention's learned sketches do. It gives the bits
+// of Forward.
+func (l *Linear) Apply(y, x blas.General) {
+	l.checkViews("Linear.Apply", x, y)
+	if l.Bias != nil {
+		b := l.Bias.Value.Data
+		for i := 0; i < x.Rows; i++ {
+			copy(y.Data[i*y.Stride:i*y.Stride+l.Out], b)
+		}
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, x, l.w(), l.beta(), y)
+}
+
+// ApplyBackward takes dy for the y = x·W + b of Apply, adds xᵀ·dy to dw
+// ([In × Out]) and the column sums of dy to db (row by row, in order; nil
+// without bias), and writes dx = dy·Wᵀ (dx may not overlap x or dy), on
+// the calling goroutine. The gradients go to the caller's buffers, not the
+// layer's, so that parallel callers can sum theirs in a fixed order. wT
+// ([Out × In]) is a copy of Wᵀ that the caller keeps current: reading it
+// makes dy·Wᵀ a plain product, which is faster for few rows.
+func (l *Linear) ApplyBackward(dx, dy, x, wT, dw blas.General, db []float32) {
+	l.checkViews("Linear.ApplyBackward", x, dy)
+	l.checkViews("Linear.ApplyBackward", dx, dy)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, x, dy, 1, dw)
+	if l.Bias != nil {
+		for i := 0; i < dy.Rows; i++ {
+			vec.Add(db, db, dy.Data[i*dy.Stride:i*dy.Stride+l.Out])
+		}
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, dy, wT, 0, dx)
+}
+
+// beta is the beta of y's product: 1 onto the bias, 0 without one.
+func (l *Linear) beta() float32 {
+	if l.Bias != nil {
+		return 1
+	}
+	return 0
+}
+
+// checkViews panics unless x ([rows × In]) and y ([rows × Out]) fit l.
+func (l *Linear) checkViews(op string, x, y blas.General) {
+	if x.Cols != l.In || y.Cols != l.Out || x.Rows != y.Rows {
+		panic(fmt.Sprintf("nn.%s: %d×%d and %d×%d views for a %d×%d layer", op, x.Rows, x.Cols, y.Rows, y.Cols, l.In, l.Out))
 	}
 }
