@@ -187,7 +187,7 @@ func (a *engine) projFor(h int) projection {
 // SketchMatrices returns every random matrix of the feature map by name
 // (see each mechanism's documentation), so that another implementation
 // can reproduce the outputs exactly. Nil before the head size is known
-// (SetHeadSize or the first Forward), and nil for maps without random
+// (Setup.HeadSize or the first Forward), and nil for maps without random
 // matrices.
 func (a *engine) SketchMatrices() map[string]*tensor.Tensor {
 	if a.proj == nil {
@@ -196,11 +196,11 @@ func (a *engine) SketchMatrices() map[string]*tensor.Tensor {
 	return a.proj.matrices()
 }
 
-// SetHeadSize fixes the head size, building the feature map's projection
+// setHeadSize fixes the head size, building the feature map's projection
 // (and a learned sketch's parameters) deterministically from the seed.
-func (a *engine) SetHeadSize(h int) {
+func (a *engine) setHeadSize(h int) {
 	if h <= 0 {
-		panic(fmt.Sprintf("attention.%s.SetHeadSize(%d): must be positive", a.kind, h))
+		panic(fmt.Sprintf("attention.%s: head size %d: must be positive", a.kind, h))
 	}
 	a.projFor(h)
 }

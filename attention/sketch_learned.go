@@ -490,20 +490,11 @@ func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratc
 // The mechanism's side: polysketch with a learned sketch (see the top of
 // this file).
 
-// HeadSized is implemented by mechanisms whose parameters depend on the
-// head size h (polysketch with learned sketches). SetHeadSize creates them
-// for heads of size h, so that Params lists them before the first Forward
-// (for an optimizer, or a checkpoint to load into); without it, the first
-// Forward creates them. A later Forward with another head size panics.
-type HeadSized interface {
-	SetHeadSize(h int)
-}
-
 // Params lists the parameters of a learned sketch (see sketch_learned.go
 // for their names and shapes), shared by all heads: nil for random
 // sketches, for degree 2 (nothing to learn), and before the head size is
-// known (SetHeadSize or the first Forward). Backward adds (+=) to their
-// gradients.
+// known (Setup.HeadSize or the first Forward; a later Forward with another
+// head size panics). Backward adds (+=) to their gradients.
 func (a *engine) Params() []*nn.Param {
 	if a.src == nil {
 		return nil
