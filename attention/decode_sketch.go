@@ -193,11 +193,11 @@ func (d *sketchDecoder) step() {
 	// Sketches of every head's q and k, one product each, and the
 	// queries' features; the keys' features wait for the fold of their
 	// block.
-	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	transposeInto(d.fq, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
-	transposeInto(d.mqr, d.mq, bh, ro, bh)
-	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
-	transposeInto(d.mkr, d.mk, bh, ro, bh)
+	d.proj.apply(mat(bh, h, d.q), d.preQ, d.mq, &d.sks)
+	transposeInto(mat(bh, F, d.fq), mat(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
+	transposeInto(mat(bh, ro, d.mqr), mat(ro, bh, d.mq))
+	d.kproj.apply(mat(bh, h, d.k), d.preK, d.mk, &d.sks)
+	transposeInto(mat(bh, ro, d.mkr), mat(ro, bh, d.mk))
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
 	d.team.run(workers, bh, d.stepFn)
@@ -315,7 +315,7 @@ func (d *sketchDecoder) foldAt(i int) int {
 func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	transposeInto(c.fm, d.pm[i*b*ro:(i+1)*b*ro], ro, b, ro)
+	transposeInto(mat(ro, b, c.fm), mat(b, ro, d.pm[i*b*ro:(i+1)*b*ro]))
 	phiK := d.fm.lift.apply(c.fphi, c.fm, c.ftilde, ro, b)
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, b, phiK), mat(b, h, d.pv[i*b*h:(i+1)*b*h]), 1, mat(F, h, prefix))
 	zeta := prefix[F*h:]
@@ -368,9 +368,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	c := &d.chunks[w]
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
-	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
+	d.proj.apply(mat(n, h, q), c.pre, c.mq, &c.sks)
 	phiQ := d.fm.lift.apply(c.phiQ, c.mq, c.tilde, d.ro, n)
-	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
+	d.kproj.apply(mat(n, h, k), c.pre, c.mk, &c.sks)
 	var phiK, sk []float32
 	if d.ls != nil { // the keys' features now; other maps' wait for the fold
 		phiK = d.fm.lift.apply(c.phiK, c.mk, c.tilde, d.ro, n)

@@ -680,7 +680,7 @@ func (a *engine) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
 	a.localWeights(w, hd, l)
 	lowerRowSums(d, w.w, rows)
 	if o != nil {
-		lowerMul(a.rows(o, hd, l), L.h, w.w, a.rows(a.v, hd, l), L.h, rows, L.h, 0)
+		lowerMul(mat(rows, L.h, a.rows(o, hd, l)), mat(rows, rows, w.w), mat(rows, L.h, a.rows(a.v, hd, l)), 0)
 	}
 }
 
@@ -692,7 +692,7 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
 	if !L.sketched {
-		lowerABt(s, a.rows(a.q, hd, l), L.h, a.rows(a.k, hd, l), L.h, rows, L.h)
+		lowerABt(mat(rows, rows, s), mat(rows, L.h, a.rows(a.q, hd, l)), mat(rows, L.h, a.rows(a.k, hd, l)))
 		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
 		return
 	}
@@ -802,7 +802,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 			scaleRows(ww, fs, rows)
 			scaleRows(s, fs, rows)
 		}
-		lowerABt(dw, gr, h, v, h, rows, h)
+		lowerABt(mat(rows, rows, dw), mat(rows, h, gr), mat(rows, h, v))
 		lowerRowDots(gd, ww, dw, rows)
 	} else {
 		clear(gd)
@@ -818,15 +818,15 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 				row[j] += gi
 			}
 		}
-		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
+		lowerTMul(mat(rows, h, a.rows(a.dv, hd, l)), mat(rows, rows, ww), mat(rows, h, gr), 0)
 		if L.sketched {
 			a.stab.diagBackward(w, dw, rows, a.fm.lift.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
 			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
-			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
-			lowerTMul(a.rows(a.dk, hd, l), h, dw, a.rows(a.q, hd, l), h, rows, h, 0)
+			lowerMul(mat(rows, h, dq), mat(rows, rows, dw), mat(rows, h, a.rows(a.k, hd, l)), 0)
+			lowerTMul(mat(rows, h, a.rows(a.dk, hd, l)), mat(rows, rows, dw), mat(rows, h, a.rows(a.q, hd, l)), 0)
 		}
 	}
 	dm := w.dmq[:ro*rows]

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -213,7 +214,7 @@ func (s *learned) transposeWeights() {
 	for _, nets := range s.levels {
 		for _, f := range nets {
 			for i, l := range f.linears() {
-				transposeInto(f.wT[i], l.Weight.Value.Data, l.Out, l.In, l.Out)
+				transposeInto(mat(l.Out, l.In, f.wT[i]), mat(l.In, l.Out, l.Weight.Value.Data))
 			}
 		}
 	}
@@ -335,20 +336,20 @@ func (k kept) put(src []float32, off, w, rows int) {
 	}
 }
 
-// forward computes M for rows ≤ c rows of x (leading dimension ldx) in
-// buf, a scratch of capacity c rows, keeping every activation for
-// backward, and returns M: a view of buf, row-major [rows × r].
-func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) []float32 {
-	r := s.r
+// forward computes M for the rows ≤ c rows of x in buf, a scratch of
+// capacity c rows, keeping every activation for backward, and returns M:
+// a view of buf, row-major [rows × r].
+func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float32 {
+	r, rows := s.r, x.Rows
 	var m []float32
 	for j, nets := range s.levels {
 		for e, f := range nets {
-			in, ld := x, ldx
+			in := x
 			if j > 0 {
-				in, _, _ = s.pair(buf, c, rows, j-1, e)
-				ld = r
+				p, _, _ := s.pair(buf, c, rows, j-1, e)
+				in = mat(rows, r, p)
 			}
-			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e), k)
+			f.forward(in, s.acts(buf, c, rows, j, e), k)
 		}
 		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
 		for i := 0; i < len(nets)/2; i++ {
@@ -367,10 +368,10 @@ func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) 
 
 // backward takes the gradient dM ([rows × r]) of the M that forward just
 // computed in buf for the rows of x, writes (or with accumulate adds) the
-// gradient of x into dx (leading dimension ldx) and adds the parameter
-// gradients to the flat buffer grads.
-func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, rows, c int, buf, dM, grads []float32) {
-	r, hid := s.r, s.hid
+// gradient of x into dx and adds the parameter gradients to the flat
+// buffer grads.
+func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c int, buf, dM, grads []float32) {
+	r, hid, rows := s.r, s.hid, x.Rows
 	tA, tB := region(buf, c, s.tmp, hid, rows), region(buf, c, s.tmp+hid, hid, rows)
 	tR, tX := region(buf, c, s.tmp+2*hid, r, rows), buf[c*(s.tmp+2*hid+r):]
 	for j := len(s.levels) - 1; j >= 0; j-- {
@@ -391,25 +392,24 @@ func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, 
 			vec.Mul(region(buf, c, s.dy[j]+(2*i+1)*r, r, rows), g, a1.y)
 		}
 		for e, f := range nets {
-			in, din, ld, acc := x, dx, ldx, accumulate || e > 0
+			in, din, acc := x, dx, accumulate || e > 0
 			if j > 0 {
 				m, _, dm := s.pair(buf, c, rows, j-1, e)
-				in, din, ld, acc = m, dm, r, false
+				in, din, acc = mat(rows, r, m), mat(rows, r, dm), false
 			}
 			dy := region(buf, c, s.dy[j]+e*r, r, rows)
-			f.backward(din, ld, acc, in, dy, rows, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
+			f.backward(din, acc, in, dy, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
 		}
 	}
 }
 
-// forward runs f on rows rows of x (leading dimension ldx) into a, saving
-// a2 and y to k or, with k.load, taking them from there instead of
-// computing them.
-func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
-	in, hid := f.in, f.l1.Out
+// forward runs f on the rows of x into a, saving a2 and y to k or, with
+// k.load, taking them from there instead of computing them.
+func (f *sketchNet) forward(x blas.General, a netActs, k kept) {
+	in, hid, rows := f.in, f.l1.Out, x.Rows
 	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
 	for i := 0; i < rows; i++ {
-		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x[i*ldx:i*ldx+in], g, b, f.ln1.Eps)
+		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x.Data[i*x.Stride:i*x.Stride+in], g, b, f.ln1.Eps)
 	}
 	f.l1.Apply(mat(rows, hid, a.a1), mat(rows, in, a.u0))
 	vec.GELU(a.h1, a.a1)
@@ -437,11 +437,11 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 }
 
 // backward takes dy, the gradient of f's output for the activations a of
-// input x (leading dimension ldx), writes (or with accumulate adds) the
-// gradient of x into dx (same leading dimension) and adds the parameter
-// gradients to g. tA, tB ([rows × hid]) and tX ([rows × in]) are scratch.
-func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []float32, rows int, a netActs, g netGrads, tA, tB, tX []float32) {
-	in, hid, r := f.in, f.l1.Out, f.l2.Out
+// input x, writes (or with accumulate adds) the gradient of x into dx and
+// adds the parameter gradients to g. tA, tB ([rows × hid]) and tX
+// ([rows × in]) are scratch.
+func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, dy []float32, a netActs, g netGrads, tA, tB, tX []float32) {
+	in, hid, r, rows := f.in, f.l1.Out, f.l2.Out, x.Rows
 	// y = h3·W4 + b4
 	dh3 := tA
 	f.l4.ApplyBackward(mat(rows, hid, dh3), mat(rows, r, dy), mat(rows, hid, a.h3), mat(r, hid, f.wT[3]), mat(hid, r, g.w4), g.c4)
@@ -464,21 +464,21 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 	f.l1.ApplyBackward(mat(rows, in, du0), mat(rows, hid, dh1), mat(rows, in, a.u0), mat(hid, in, f.wT[0]), mat(in, hid, g.w1), g.c1)
 	gain = f.ln1.Gain.Value.Data
 	for i := 0; i < rows; i++ {
-		d := dx[i*ldx : i*ldx+in]
+		d := dx.Data[i*dx.Stride : i*dx.Stride+in]
 		if !accumulate {
 			clear(d)
 		}
-		vec.LayerNormBackward(d, g.g1, g.b1, x[i*ldx:i*ldx+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
+		vec.LayerNormBackward(d, g.g1, g.b1, x.Data[i*x.Stride:i*x.Stride+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
 	}
 }
 
-// apply computes Mᵀ ([r × n]) for the n rows of x (leading dimension ldx)
-// chunk by chunk, for sketch.apply; scr.buf holds at least one row.
-func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratch) {
-	c := s.scratchRows(len(scr.buf))
+// apply computes Mᵀ ([r × n]) for the n rows of x chunk by chunk, for
+// sketch.apply; scr.buf holds at least one row.
+func (s *learned) apply(x blas.General, mT []float32, scr *sketchScratch) {
+	c, n := s.scratchRows(len(scr.buf)), x.Rows
 	for lo := 0; lo < n; lo += c {
 		rows := min(c, n-lo)
-		m := s.forward(x[lo*ldx:], ldx, rows, c, scr.buf, kept{})
+		m := s.forward(x.Slice(lo, lo+rows, 0, x.Cols), c, scr.buf, kept{})
 		for i := 0; i < rows; i++ {
 			for t, v := range m[i*s.r : (i+1)*s.r] {
 				mT[t*n+lo+i] = v
@@ -570,7 +570,7 @@ func (s *netPass) apply(_ *psWorker, key bool, hd, l int, _, mT []float32) {
 		m = s.ms[1]
 	}
 	at := (hd*L.n + lo) * L.ro
-	transposeInto(mT, m[at:at+rows*L.ro], L.ro, rows, L.ro)
+	transposeInto(mat(L.ro, rows, mT), mat(rows, L.ro, m[at:at+rows*L.ro]))
 }
 
 func (s *netPass) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
@@ -589,7 +589,7 @@ func (s *netPass) backward(_ *psWorker, key bool, hd, l int, _ bool, dmT, _ []fl
 	if dmT == nil {
 		clear(dm)
 	} else {
-		transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
+		transposeAdd(mat(rows, L.ro, dm), mat(L.ro, rows, dmT), false)
 	}
 }
 
@@ -610,7 +610,7 @@ func (s *netPass) forwardItem(w *psWorker, i int) {
 	L := &s.e.L
 	side := i / L.chunks
 	x, _, lo, rows := s.rows(side, i%L.chunks)
-	m := s.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, false))
+	m := s.net.forward(mat(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false))
 	copy(s.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
 }
 
@@ -637,9 +637,9 @@ func (s *netPass) backwardItem(w *psWorker, g int) {
 	for i := g; i < 2*L.chunks; i += L.groups {
 		side := i / L.chunks
 		x, dx, lo, rows := s.rows(side, i%L.chunks)
-		x, dx = x[lo*L.h:], dx[lo*L.h:]
-		net.forward(x, L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, true))
-		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
+		xv, dxv := mat(rows, L.h, x[lo*L.h:]), mat(rows, L.h, dx[lo*L.h:])
+		net.forward(xv, L.chunk, w.sks.buf, s.kept(side, lo, true))
+		net.backward(dxv, acc, xv, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
 	}
 }
 

@@ -19,6 +19,18 @@ type Strided struct {
 	Step    int // elements from one matrix to the next
 }
 
+// Slice returns the view of rows [i, k) and columns [j, l) of m, sharing
+// its data, as gonum's mat.Dense.Slice does. Bounds outside m panic.
+func (m General) Slice(i, k, j, l int) General {
+	if i < 0 || k < i || k > m.Rows || j < 0 || l < j || l > m.Cols {
+		panic(fmt.Sprintf("blas: General.Slice(%d, %d, %d, %d) of a %d×%d matrix: out of bounds", i, k, j, l, m.Rows, m.Cols))
+	}
+	if i == k || j == l {
+		return General{Rows: k - i, Cols: l - j, Stride: m.Stride}
+	}
+	return General{Rows: k - i, Cols: l - j, Stride: m.Stride, Data: m.Data[i*m.Stride+j:]}
+}
+
 // shape panics unless m's dimensions and stride are valid.
 func (m General) shape(fn, name string) {
 	if m.Rows < 0 || m.Cols < 0 {
