@@ -407,13 +407,14 @@ func transposeInto(dst, x blas.General) {
 	// In tiles, so that the writes, a column of dst per row of x, stay in
 	// a few cache lines.
 	const tile = 16
+	xd, xs, dd, ds := x.Data, x.Stride, dst.Data, dst.Stride
 	for i0 := 0; i0 < n; i0 += tile {
 		i1 := min(i0+tile, n)
 		for t0 := 0; t0 < c; t0 += tile {
 			t1 := min(t0+tile, c)
 			for i := i0; i < i1; i++ {
-				for t, v := range x.Data[i*x.Stride+t0 : i*x.Stride+t1] {
-					dst.Data[(t0+t)*dst.Stride+i] = v
+				for t, v := range xd[i*xs+t0 : i*xs+t1] {
+					dd[(t0+t)*ds+i] = v
 				}
 			}
 		}
@@ -427,15 +428,16 @@ func transposeAdd(dst, src blas.General, accumulate bool) {
 	if src.Rows != c || src.Cols != n {
 		panic(fmt.Sprintf("attention: transposeAdd into a %d×%d matrix from a %d×%d one", n, c, src.Rows, src.Cols))
 	}
+	sd, ss := src.Data, src.Stride
 	for i := 0; i < n; i++ {
 		row := dst.Data[i*dst.Stride : i*dst.Stride+c]
 		if accumulate {
 			for t := range row {
-				row[t] += src.Data[t*src.Stride+i]
+				row[t] += sd[t*ss+i]
 			}
 		} else {
 			for t := range row {
-				row[t] = src.Data[t*src.Stride+i]
+				row[t] = sd[t*ss+i]
 			}
 		}
 	}
