@@ -90,12 +90,9 @@ func (c conformanceCase) build(t testing.TB, causal bool) Mechanism {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(cfg, Setup{Causal: causal, Seed: 7})
+	m, err := New(cfg, Setup{Causal: causal, Seed: 7, HeadSize: confh})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if hs, ok := m.(HeadSized); ok {
-		hs.SetHeadSize(confh)
 	}
 	return m
 }
@@ -257,12 +254,9 @@ func TestConformanceWorkspace(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkWorkspace(t, func() Mechanism {
-					m, err := New(cfg, Setup{Causal: causal, Seed: 7})
+					m, err := New(cfg, Setup{Causal: causal, Seed: 7, HeadSize: h})
 					if err != nil {
 						t.Fatal(err)
-					}
-					if hs, ok := m.(HeadSized); ok {
-						hs.SetHeadSize(h)
 					}
 					return m
 				}, q, k, v)

@@ -25,9 +25,9 @@ func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	F := L.F
 	a.sketchKeys(w, hd, l, w.preK)
-	transposeInto(w.fk, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows), rows, F, rows)
+	transposeInto(mat(rows, F, w.fk), mat(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)))
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	transposeInto(w.fq, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows), rows, F, rows)
+	transposeInto(mat(rows, F, w.fq), mat(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)))
 }
 
 // cumsumDen returns the denominator for the weights' sum x.
@@ -97,7 +97,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 			vec.Axpy(gd, s, dfq)
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
-		transposeInto(w.dphi, w.df, F, rows, F)
+		transposeInto(mat(F, rows, w.dphi), mat(rows, F, w.df))
 		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
@@ -128,7 +128,7 @@ func (a *engine) cumsumBackward(w *psWorker, hd int) {
 				dfk[f] = ks * (vec.Dot(R[f*h:(f+1)*h], vi) + rho[f])
 			}
 		}
-		transposeInto(w.dphi, w.df, F, rows, F)
+		transposeInto(mat(F, rows, w.dphi), mat(rows, F, w.df))
 		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}

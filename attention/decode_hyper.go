@@ -21,7 +21,7 @@ func (a *hyperAttn) NewDecoder(B, H, h int) (Decoder, error) {
 	}
 	d := &hyperDecoder{a: newHyper(a.cfg, Setup{Causal: true, Seed: a.seed}), H: H, h: h,
 		heads: make([]hyperHead, B*H)}
-	d.a.SetHeadSize(h)
+	d.a.setHeadSize(h)
 	d.a.call.h = h
 	d.stepFn = d.stepHead
 	d.Reset()

@@ -193,11 +193,11 @@ func (d *sketchDecoder) step() {
 	// Sketches of every head's q and k, one product each, and the
 	// queries' features; the keys' features wait for the fold of their
 	// block.
-	d.proj.apply(d.q, h, bh, d.preQ, d.mq, &d.sks)
-	transposeInto(d.fq, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh), bh, F, bh)
-	transposeInto(d.mqr, d.mq, bh, ro, bh)
-	d.kproj.apply(d.k, h, bh, d.preK, d.mk, &d.sks)
-	transposeInto(d.mkr, d.mk, bh, ro, bh)
+	d.proj.apply(mat(bh, h, d.q), d.preQ, d.mq, &d.sks)
+	transposeInto(mat(bh, F, d.fq), mat(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
+	transposeInto(mat(bh, ro, d.mqr), mat(ro, bh, d.mq))
+	d.kproj.apply(mat(bh, h, d.k), d.preK, d.mk, &d.sks)
+	transposeInto(mat(bh, ro, d.mkr), mat(ro, bh, d.mk))
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
 	d.team.run(workers, bh, d.stepFn)
@@ -274,7 +274,7 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
 		// One row times F×h: the stream kernel keeps o in registers.
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, h, F, 1, fq, F, prefix, h, 1, o, h)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(1, F, fq), mat(F, h, prefix), 1, mat(1, h, o))
 		den += vec.Dot(fq, prefix[F*h:])
 	}
 	if d.fm.one == 0 {
@@ -315,9 +315,9 @@ func (d *sketchDecoder) foldAt(i int) int {
 func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	transposeInto(c.fm, d.pm[i*b*ro:(i+1)*b*ro], ro, b, ro)
+	transposeInto(mat(ro, b, c.fm), mat(b, ro, d.pm[i*b*ro:(i+1)*b*ro]))
 	phiK := d.fm.lift.apply(c.fphi, c.fm, c.ftilde, ro, b)
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, b, 1, phiK, b, d.pv[i*b*h:(i+1)*b*h], h, 1, prefix, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, b, phiK), mat(b, h, d.pv[i*b*h:(i+1)*b*h]), 1, mat(F, h, prefix))
 	zeta := prefix[F*h:]
 	for f := range zeta {
 		zeta[f] += vec.Sum(phiK[f*b : (f+1)*b])
@@ -368,9 +368,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	c := &d.chunks[w]
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
-	d.proj.apply(q, h, n, c.pre, c.mq, &c.sks)
+	d.proj.apply(mat(n, h, q), c.pre, c.mq, &c.sks)
 	phiQ := d.fm.lift.apply(c.phiQ, c.mq, c.tilde, d.ro, n)
-	d.kproj.apply(k, h, n, c.pre, c.mk, &c.sks)
+	d.kproj.apply(mat(n, h, k), c.pre, c.mk, &c.sks)
 	var phiK, sk []float32
 	if d.ls != nil { // the keys' features now; other maps' wait for the fold
 		phiK = d.fm.lift.apply(c.phiK, c.mk, c.tilde, d.ro, n)
@@ -429,9 +429,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		m := pos + s
 		wts, den := c.wts[:s*m], c.den[:s]
 		if d.local {
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, s, m, kw, 1, q[t0*h:], h, keys, kw, 0, wts, m)
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.General{Rows: s, Cols: kw, Stride: h, Data: q[t0*h:]}, mat(m, kw, keys), 0, mat(s, m, wts))
 		} else {
-			blas.SgemmSerial(blas.Trans, blas.Trans, s, m, kw, 1, c.mq[t0:], n, keys, kw, 0, wts, m)
+			blas.SgemmSerial(blas.Trans, blas.Trans, 1, blas.General{Rows: kw, Cols: s, Stride: n, Data: c.mq[t0:]}, mat(m, kw, keys), 0, mat(s, m, wts))
 		}
 		for t := range s {
 			row := wts[t*m : (t+1)*m]
@@ -458,7 +458,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			clear(row[pos+t+1:])
 		}
 		out := o[t0*h : (t0+s)*h]
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, s, h, m, 1, wts, m, vals, h, 0, out, h)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(s, m, wts), mat(m, h, vals), 0, mat(s, h, out))
 
 		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
 		if at >= b {
@@ -467,7 +467,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 					vec.Mul(phiQ[f*n+t0:f*n+t0+s], phiQ[f*n+t0:f*n+t0+s], c.cf[:s])
 				}
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, s, h, F, 1, phiQ[t0:], n, prefix, h, 1, out, h)
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiQ[t0:]}, mat(F, h, prefix), 1, mat(s, h, out))
 			for f, z := range prefix[F*h:] {
 				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
 			}
@@ -496,7 +496,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		for f := 0; f < F; f++ {
 			vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
 		}
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, s, 1, phiK[t0:], n, v[t0*h:], h, 1, block, h)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiK[t0:]}, mat(s, h, v[t0*h:]), 1, mat(F, h, block))
 		zeta := block[F*h:]
 		for f := range zeta {
 			zeta[f] += vec.Sum(phiK[f*n+t0 : f*n+t0+s])

@@ -3,6 +3,7 @@ package attention
 import (
 	"errors"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -54,9 +55,10 @@ func (eluMap) matrices() map[string]*tensor.Tensor { return nil }
 func (eluMap) floats() int                         { return 0 }
 
 // apply sets φ = x+1 for x > 0 and eˣ otherwise.
-func (m eluMap) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScratch) {
+func (m eluMap) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
+	n := x.Rows
 	pre = pre[:m.h*n]
-	transposeInto(mT, x, ldx, n, m.h)
+	transposeInto(mat(m.h, n, mT), x)
 	vec.Exp(pre, mT[:m.h*n]) // +Inf where x is large, replaced below
 	for i, x := range mT[:m.h*n] {
 		if x > 0 {
@@ -66,12 +68,15 @@ func (m eluMap) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScrat
 	copy(mT, pre)
 }
 
-func (m eluMap) output(_ []float32, _, n int, pre, mT []float32) { copy(mT[:m.h*n], pre[:m.h*n]) }
+func (m eluMap) output(x blas.General, pre, mT []float32) {
+	copy(mT[:m.h*x.Rows], pre[:m.h*x.Rows])
+}
 
-func (m eluMap) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+func (m eluMap) backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	n := dx.Rows
 	d := scr.a[:m.h*n]
 	for i, f := range pre[:m.h*n] {
 		d[i] = dmT[i] * min(f, 1)
 	}
-	transposeAdd(dx, ldx, d, n, m.h, accumulate)
+	transposeAdd(dx, mat(m.h, n, d), accumulate)
 }

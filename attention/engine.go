@@ -187,7 +187,7 @@ func (a *engine) projFor(h int) projection {
 // SketchMatrices returns every random matrix of the feature map by name
 // (see each mechanism's documentation), so that another implementation
 // can reproduce the outputs exactly. Nil before the head size is known
-// (SetHeadSize or the first Forward), and nil for maps without random
+// (Setup.HeadSize or the first Forward), and nil for maps without random
 // matrices.
 func (a *engine) SketchMatrices() map[string]*tensor.Tensor {
 	if a.proj == nil {
@@ -196,11 +196,11 @@ func (a *engine) SketchMatrices() map[string]*tensor.Tensor {
 	return a.proj.matrices()
 }
 
-// SetHeadSize fixes the head size, building the feature map's projection
+// setHeadSize fixes the head size, building the feature map's projection
 // (and a learned sketch's parameters) deterministically from the seed.
-func (a *engine) SetHeadSize(h int) {
+func (a *engine) setHeadSize(h int) {
 	if h <= 0 {
-		panic(fmt.Sprintf("attention.%s.SetHeadSize(%d): must be positive", a.kind, h))
+		panic(fmt.Sprintf("attention.%s: head size %d: must be positive", a.kind, h))
 	}
 	a.projFor(h)
 }
@@ -656,7 +656,7 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, a.rows(a.v, hd, l), h, 0, state, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, a.rows(a.v, hd, l)), 0, mat(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -680,7 +680,7 @@ func (a *engine) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
 	a.localWeights(w, hd, l)
 	lowerRowSums(d, w.w, rows)
 	if o != nil {
-		lowerMul(a.rows(o, hd, l), L.h, w.w, a.rows(a.v, hd, l), L.h, rows, L.h, 0)
+		lowerMul(mat(rows, L.h, a.rows(o, hd, l)), mat(rows, rows, w.w), mat(rows, L.h, a.rows(a.v, hd, l)), 0)
 	}
 }
 
@@ -692,7 +692,7 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
 	if !L.sketched {
-		lowerABt(s, a.rows(a.q, hd, l), L.h, a.rows(a.k, hd, l), L.h, rows, L.h)
+		lowerABt(mat(rows, rows, s), mat(rows, L.h, a.rows(a.q, hd, l)), mat(rows, L.h, a.rows(a.k, hd, l)))
 		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
 		return
 	}
@@ -735,7 +735,7 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, z, h, beta, out, h)
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, z), beta, mat(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -784,7 +784,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, z, h, gr, h, 0, dphi, rows)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, z), mat(rows, h, gr), 0, mat(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -802,7 +802,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 			scaleRows(ww, fs, rows)
 			scaleRows(s, fs, rows)
 		}
-		lowerABt(dw, gr, h, v, h, rows, h)
+		lowerABt(mat(rows, rows, dw), mat(rows, h, gr), mat(rows, h, v))
 		lowerRowDots(gd, ww, dw, rows)
 	} else {
 		clear(gd)
@@ -818,15 +818,15 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 				row[j] += gi
 			}
 		}
-		lowerTMul(a.rows(a.dv, hd, l), h, ww, gr, h, rows, h, 0)
+		lowerTMul(mat(rows, h, a.rows(a.dv, hd, l)), mat(rows, rows, ww), mat(rows, h, gr), 0)
 		if L.sketched {
 			a.stab.diagBackward(w, dw, rows, a.fm.lift.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
 			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
-			lowerMul(dq, h, dw, a.rows(a.k, hd, l), h, rows, h, 0)
-			lowerTMul(a.rows(a.dk, hd, l), h, dw, a.rows(a.q, hd, l), h, rows, h, 0)
+			lowerMul(mat(rows, h, dq), mat(rows, rows, dw), mat(rows, h, a.rows(a.k, hd, l)), 0)
+			lowerTMul(mat(rows, h, a.rows(a.dk, hd, l)), mat(rows, rows, dw), mat(rows, h, a.rows(a.q, hd, l)), 0)
 		}
 	}
 	dm := w.dmq[:ro*rows]
@@ -862,7 +862,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 func (a *engine) queryState(w *psWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, F, h, rows, 1, phi, rows, w.g, h, 0, state, h)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, w.g), 0, mat(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -901,8 +901,8 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, rows, h, F, 1, phi, rows, u, h, beta, a.rows(a.dv, hd, l), h)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, F, rows, h, 1, u, h, v, h, 0, dphi, rows)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, u), beta, mat(rows, h, a.rows(a.dv, hd, l)))
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, u), mat(rows, h, v), 0, mat(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}

@@ -3,6 +3,7 @@ package attention
 import (
 	"math"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/vec"
 )
 
@@ -182,13 +183,13 @@ func (s *logScales) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psW
 	bmax, pmax := s.maxes(hd)
 	switch kind {
 	case scanSum:
-		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+		sumStates(L.stateSum(st, lo, hi), L.stateCols(st, lo, hi))
 	case scanSumKeys:
-		scaledSum(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi, bmax)
+		scaledSum(L.stateSum(st, lo, hi), L.stateCols(st, lo, hi), bmax)
 	case scanPrefix:
-		scaledPrefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax)
+		scaledPrefixScan(L.stateCols(st, lo, hi), w.run, w.hbuf, bmax)
 	case scanSuffix:
-		scaledSuffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf, bmax, pmax)
+		scaledSuffixScan(L.stateCols(st, lo, hi), w.run, w.hbuf, bmax, pmax)
 	}
 }
 
@@ -284,13 +285,13 @@ func addScaled(run, state []float32, A, m float32) float32 {
 
 // scaledPrefixScan is prefixScan for states relative to their block
 // maxima: state l becomes Z_l = Σ_{j<l} exp(m_j − A_l)·H_j.
-func scaledPrefixScan(states []float32, t, stride, lo, hi int, run, tmp, bmax []float32) {
-	w := hi - lo
+func scaledPrefixScan(states blas.General, run, tmp, bmax []float32) {
+	t, w := states.Rows, states.Cols
 	run, tmp = run[:w], tmp[:w]
 	clear(run)
 	A := negInf
 	for l := 0; l < t; l++ {
-		s := states[l*stride+lo : l*stride+hi]
+		s := states.Data[l*states.Stride : l*states.Stride+w]
 		if l == t-1 {
 			copy(s, run)
 			break
@@ -305,12 +306,12 @@ func scaledPrefixScan(states []float32, t, stride, lo, hi int, run, tmp, bmax []
 // scaled map: state l becomes U_l = Σ_{j>l} exp(m_l − A_j)·G_j, the suffix
 // state of block l's keys relative to m_l. The running sum is relative to
 // A_{l+1}, rescaled by exp(A_l − A_{l+1}) ≤ 1 as l decreases.
-func scaledSuffixScan(states []float32, t, stride, lo, hi int, run, tmp, bmax, pmax []float32) {
-	w := hi - lo
+func scaledSuffixScan(states blas.General, run, tmp, bmax, pmax []float32) {
+	t, w := states.Rows, states.Cols
 	run, tmp = run[:w], tmp[:w]
 	clear(run)
 	for l := t - 1; l >= 0; l-- {
-		s := states[l*stride+lo : l*stride+hi]
+		s := states.Data[l*states.Stride : l*states.Stride+w]
 		copy(tmp, s)
 		copy(s, run)
 		vec.Scale(expf(bmax[l]-pmax[l+1]), s)
@@ -330,11 +331,11 @@ func suffixAdd(run, state []float32, d float32) {
 
 // scaledSum writes into dst the states relative to their block maxima,
 // summed relative to the maximum of all, as addScaled adds them.
-func scaledSum(dst, states []float32, t, stride, lo, hi int, bmax []float32) {
-	d := dst[lo:hi]
+func scaledSum(dst []float32, states blas.General, bmax []float32) {
+	d := dst[:states.Cols]
 	clear(d)
 	A := negInf
-	for l := 0; l < t; l++ {
-		A = addScaled(d, states[l*stride+lo:l*stride+hi], A, bmax[l])
+	for l := 0; l < states.Rows; l++ {
+		A = addScaled(d, states.Data[l*states.Stride:l*states.Stride+states.Cols], A, bmax[l])
 	}
 }

@@ -43,14 +43,14 @@ type projection interface {
 	// scratchSize returns the sizes of the buffers of a sketchScratch for
 	// blocks of n rows.
 	scratchSize(n int) (ab, buf int)
-	// apply computes Mᵀ of the rows x[i·ldx : i·ldx+in], i < n, keeping
-	// what output and backward need in pre ([preW × n]).
-	apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch)
+	// apply computes Mᵀ ([out × n]) of the n rows of x ([n × in]),
+	// keeping what output and backward need in pre ([preW × n]).
+	apply(x blas.General, pre, mT []float32, scr *sketchScratch)
 	// output recomputes Mᵀ from pre (or x), bitwise equal to apply's.
-	output(x []float32, ldx, n int, pre, mT []float32)
+	output(x blas.General, pre, mT []float32)
 	// backward computes dx (or with accumulate adds to it) from dMᵀ and
 	// the pre of apply.
-	backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch)
+	backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch)
 	// matrices returns every random matrix of the projection by name,
 	// for reproducing its output elsewhere (nil if none).
 	matrices() map[string]*tensor.Tensor
@@ -167,11 +167,11 @@ func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumul
 func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 	symmetricOf(psi, u, r)
 	if s == nil {
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 1, dmT, n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 1, mat(r, n, dmT))
 		return
 	}
 	aux = aux[:r*n]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, psi, r, mT, n, 0, aux, n)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 0, mat(r, n, aux))
 	for c := 0; c < r; c++ {
 		x := aux[c*n : (c+1)*n]
 		vec.Mul(x, x, s[:n])
@@ -182,15 +182,15 @@ func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 // diagScores multiplies row-major copies of the projections (w.mqr, w.mkr),
 // which diagBackward reuses.
 func (tensored) diagScores(w *psWorker, s []float32, rows, r int) {
-	transposeInto(w.mqr, w.mq, rows, r, rows)
-	transposeInto(w.mkr, w.mk, rows, r, rows)
-	lowerABt(s, w.mqr, r, w.mkr, r, rows, r)
+	transposeInto(mat(rows, r, w.mqr), mat(r, rows, w.mq))
+	transposeInto(mat(rows, r, w.mkr), mat(r, rows, w.mk))
+	lowerABt(mat(rows, rows, s), mat(rows, r, w.mqr), mat(rows, r, w.mkr))
 }
 
 // diagBackward leaves its gradients row-major.
 func (tensored) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
-	lowerMul(w.dmr, r, dS, w.mkr, r, rows, r, 0)
-	lowerTMul(dmk, r, dS, w.mqr, r, rows, r, 0)
+	lowerMul(mat(rows, r, w.dmr), mat(rows, rows, dS), mat(rows, r, w.mkr), 0)
+	lowerTMul(mat(rows, r, dmk), mat(rows, rows, dS), mat(rows, r, w.mqr), 0)
 }
 
 func (tensored) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
@@ -240,13 +240,13 @@ func (entrywise) sharedBackward(dmT, u, s, _, _, _ []float32, r, n int) {
 }
 
 func (entrywise) diagScores(w *psWorker, s []float32, rows, r int) {
-	lowerAtB(s, w.mq, w.mk, rows, r)
+	lowerAtB(mat(rows, rows, s), mat(r, rows, w.mq), mat(r, rows, w.mk))
 }
 
 // diagBackward leaves its gradients transposed, as the features are.
 func (entrywise) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
-	lowerMulT(w.dmr, dS, w.mk, rows, r, 0)
-	lowerTMulT(dmk, dS, w.mq, rows, r, 0)
+	lowerMulT(mat(r, rows, w.dmr), mat(rows, rows, dS), mat(r, rows, w.mk), 0)
+	lowerTMulT(mat(r, rows, dmk), mat(rows, rows, dS), mat(r, rows, w.mq), 0)
 }
 
 func (entrywise) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {

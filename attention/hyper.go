@@ -267,8 +267,8 @@ func newHyper(cfg HyperConfig, s Setup) *hyperAttn {
 
 func (a *hyperAttn) Kind() Kind { return Hyper }
 
-// SetHeadSize draws the hash hyperplanes for heads of size h.
-func (a *hyperAttn) SetHeadSize(h int) {
+// setHeadSize draws the hash hyperplanes for heads of size h.
+func (a *hyperAttn) setHeadSize(h int) {
 	if a.projH == h {
 		return
 	}
@@ -406,7 +406,7 @@ func (a *hyperAttn) Workspace(B, H, N, h int) int64 {
 // ensure sizes the buffers for a shape; it allocates only when they grow.
 func (a *hyperAttn) ensure(B, H, N, h int) {
 	if a.projH != h {
-		a.SetHeadSize(h)
+		a.setHeadSize(h)
 	}
 	z := a.sizes(B, H, N, h)
 	a.o = tensor.Grow(a.o, z.heads)

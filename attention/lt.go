@@ -39,16 +39,16 @@ func (p blocks) span(l int) (lo, rows int) {
 	return lo, min(p.size, p.n-lo)
 }
 
-// prefixScan replaces the t states in states (state l at offset l·stride),
-// restricted to elements [lo, hi) of each, by their exclusive prefix sums:
-// state l becomes Σ_{j<l} state j, added in order j = 0, 1, …. run and tmp
-// are scratch of hi-lo elements. The last state is not added to anything.
-func prefixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
-	w := hi - lo
+// prefixScan replaces the t states in the rows of states (a view of some
+// of their elements) by their exclusive prefix sums: state l becomes
+// Σ_{j<l} state j, added in order j = 0, 1, …. run and tmp are scratch of
+// a row. The last state is not added to anything.
+func prefixScan(states blas.General, run, tmp []float32) {
+	t, w := states.Rows, states.Cols
 	run, tmp = run[:w], tmp[:w]
 	clear(run)
 	for l := 0; l < t; l++ {
-		s := states[l*stride+lo : l*stride+hi]
+		s := states.Data[l*states.Stride : l*states.Stride+w]
 		if l == t-1 {
 			copy(s, run)
 			break
@@ -61,12 +61,12 @@ func prefixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
 
 // suffixScan is prefixScan in the other direction: state l becomes
 // Σ_{j>l} state j, added in order j = t-1, t-2, ….
-func suffixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
-	w := hi - lo
+func suffixScan(states blas.General, run, tmp []float32) {
+	t, w := states.Rows, states.Cols
 	run, tmp = run[:w], tmp[:w]
 	clear(run)
 	for l := t - 1; l >= 0; l-- {
-		s := states[l*stride+lo : l*stride+hi]
+		s := states.Data[l*states.Stride : l*states.Stride+w]
 		if l == 0 {
 			copy(s, run)
 			break
@@ -77,14 +77,26 @@ func suffixScan(states []float32, t, stride, lo, hi int, run, tmp []float32) {
 	}
 }
 
-// sumStates writes into dst the sum of the t states (elements [lo, hi)),
-// added in order 0, 1, … onto zero.
-func sumStates(dst, states []float32, t, stride, lo, hi int) {
-	d := dst[lo:hi]
+// sumStates writes into dst (a row) the sum of the rows of states, added
+// in order 0, 1, … onto zero.
+func sumStates(dst []float32, states blas.General) {
+	d := dst[:states.Cols]
 	clear(d)
-	for l := 0; l < t; l++ {
-		vec.Add(d, d, states[l*stride+lo:l*stride+hi])
+	for l := 0; l < states.Rows; l++ {
+		vec.Add(d, d, states.Data[l*states.Stride:l*states.Stride+states.Cols])
 	}
+}
+
+// stateCols returns elements [lo, hi) of the t states in st (state l at
+// offset l·stateSize) as a t×(hi−lo) view.
+func (L *psLayout) stateCols(st []float32, lo, hi int) blas.General {
+	return blas.General{Rows: L.t, Cols: hi - lo, Stride: L.stateSize, Data: st[lo:]}
+}
+
+// stateSum returns elements [lo, hi) of the slot after the t states in
+// st, where the scans leave sums.
+func (L *psLayout) stateSum(st []float32, lo, hi int) []float32 {
+	return st[L.t*L.stateSize+lo : L.t*L.stateSize+hi]
 }
 
 // Diagonal-block kernels. A block of n rows has the n×n matrices S = A·Bᵀ
@@ -95,64 +107,70 @@ func sumStates(dst, states []float32, t, stride, lo, hi int) {
 
 const diagTile = 64
 
-// lowerABt computes the lower triangle of dst = a·bᵀ (a, b: n rows of k
-// columns, leading dimensions lda, ldb).
-func lowerABt(dst, a []float32, lda int, b []float32, ldb, n, k int) {
+// lowerABt computes the lower triangle of dst = a·bᵀ (a, b: n×k; dst
+// n×n).
+func lowerABt(dst, a, b blas.General) {
+	n := a.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, i1-i0, i1, k, 1, a[i0*lda:], lda, b, ldb, 0, dst[i0*n:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, a.Slice(i0, i1, 0, a.Cols), b.Slice(0, i1, 0, b.Cols), 0, dst.Slice(i0, i1, 0, i1))
 		for i := i0; i < i1; i++ {
-			clear(dst[i*n+i+1 : i*n+i1])
+			clear(dst.Data[i*dst.Stride+i+1 : i*dst.Stride+i1])
 		}
 	}
 }
 
 // lowerMul computes dst = L·y (or dst += L·y with beta 1) for the lower
 // triangular n×n matrix L and y with k columns.
-func lowerMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float32) {
+func lowerMul(dst, L, y blas.General, beta float32) {
+	n := L.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, i1-i0, k, i1, 1, L[i0*n:], n, y, ldy, beta, dst[i0*ldd:], ldd)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, L.Slice(i0, i1, 0, i1), y.Slice(0, i1, 0, y.Cols), beta, dst.Slice(i0, i1, 0, dst.Cols))
 	}
 }
 
 // lowerTMul computes dst = Lᵀ·y (or dst += Lᵀ·y with beta 1).
-func lowerTMul(dst []float32, ldd int, L, y []float32, ldy, n, k int, beta float32) {
+func lowerTMul(dst, L, y blas.General, beta float32) {
+	n := L.Rows
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
 		// Rows j0..j1 of Lᵀ·y = (L[j0:n, j0:j1])ᵀ · y[j0:n].
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, j1-j0, k, n-j0, 1, L[j0*n+j0:], n, y[j0*ldy:], ldy, beta, dst[j0*ldd:], ldd)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, L.Slice(j0, n, j0, j1), y.Slice(j0, n, 0, y.Cols), beta, dst.Slice(j0, j1, 0, dst.Cols))
 	}
 }
 
-// The same products for matrices kept transposed, [k × n] with leading
-// dimension n, as the engine keeps features, so that no transposes are
-// needed.
+// The same products for matrices kept transposed, [k × n], as the engine
+// keeps features, so that no transposes are needed.
 
-// lowerAtB computes the lower triangle of dst = aᵀ·b.
-func lowerAtB(dst, a, b []float32, n, k int) {
+// lowerAtB computes the lower triangle of dst = aᵀ·b (a, b: k×n; dst
+// n×n).
+func lowerAtB(dst, a, b blas.General) {
+	n := a.Cols
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, i1-i0, i1, k, 1, a[i0:], n, b, n, 0, dst[i0*n:], n)
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, a.Slice(0, a.Rows, i0, i1), b.Slice(0, b.Rows, 0, i1), 0, dst.Slice(i0, i1, 0, i1))
 		for i := i0; i < i1; i++ {
-			clear(dst[i*n+i+1 : i*n+i1])
+			clear(dst.Data[i*dst.Stride+i+1 : i*dst.Stride+i1])
 		}
 	}
 }
 
 // lowerMulT computes dstᵀ = (L·y)ᵀ = yᵀ·Lᵀ from yᵀ (or adds it, beta 1).
-func lowerMulT(dstT, L, yT []float32, n, k int, beta float32) {
+func lowerMulT(dstT, L, yT blas.General, beta float32) {
+	n := L.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, k, i1-i0, i1, 1, yT, n, L[i0*n:], n, beta, dstT[i0:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, yT.Slice(0, yT.Rows, 0, i1), L.Slice(i0, i1, 0, i1), beta, dstT.Slice(0, dstT.Rows, i0, i1))
 	}
 }
 
 // lowerTMulT computes dstᵀ = (Lᵀ·y)ᵀ = yᵀ·L from yᵀ (or adds it, beta 1).
-func lowerTMulT(dstT, L, yT []float32, n, k int, beta float32) {
+func lowerTMulT(dstT, L, yT blas.General, beta float32) {
+	n := L.Rows
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, k, j1-j0, n-j0, 1, yT[j0:], n, L[j0*n+j0:], n, beta, dstT[j0:], n)
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, yT.Slice(0, yT.Rows, j0, n), L.Slice(j0, n, j0, j1), beta, dstT.Slice(0, dstT.Rows, j0, j1))
 	}
 }
 
@@ -230,3 +248,8 @@ func ipow(x float32, p int) float32 {
 // scanChunk is the number of state elements one scan task covers: the
 // scans are elementwise, so they split over elements as well as over heads.
 const scanChunk = 4096
+
+// mat is the rows×cols matrix stored densely from the start of data.
+func mat(rows, cols int, data []float32) blas.General {
+	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
+}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/polysketch/polysketch/blas"
 )
 
 func randSlice(rng *rand.Rand, n int) []float32 {
@@ -50,9 +52,9 @@ func TestLowerKernels(t *testing.T) {
 			for _, tr := range []bool{false, true} {
 				s := randSlice(rng, n*n) // overwritten on the lower triangle and the diagonal tiles
 				if tr {
-					lowerAtB(s, a, b, n, k)
+					lowerAtB(mat(n, n, s), mat(k, n, a), mat(k, n, b))
 				} else {
-					lowerABt(s, a, k, b, k, n, k)
+					lowerABt(mat(n, n, s), mat(n, k, a), mat(n, k, b))
 				}
 				wantS := make([]float64, n*n)
 				for i := 0; i < n; i++ {
@@ -73,11 +75,11 @@ func TestLowerKernels(t *testing.T) {
 				}
 				mul, tmul := randSlice(rng, n*k), randSlice(rng, n*k)
 				if tr {
-					lowerMulT(mul, s, y, n, k, 0)
-					lowerTMulT(tmul, s, y, n, k, 0)
+					lowerMulT(mat(k, n, mul), mat(n, n, s), mat(k, n, y), 0)
+					lowerTMulT(mat(k, n, tmul), mat(n, n, s), mat(k, n, y), 0)
 				} else {
-					lowerMul(mul, k, s, y, k, n, k, 0)
-					lowerTMul(tmul, k, s, y, k, n, k, 0)
+					lowerMul(mat(n, k, mul), mat(n, n, s), mat(n, k, y), 0)
+					lowerTMul(mat(n, k, tmul), mat(n, n, s), mat(n, k, y), 0)
 				}
 				wantMul, wantTMul := make([]float64, n*k), make([]float64, n*k)
 				for i := 0; i < n; i++ {
@@ -96,7 +98,7 @@ func TestLowerKernels(t *testing.T) {
 					got := g.got
 					if tr { // back to row-major
 						got = make([]float32, n*k)
-						transposeInto(got, g.got, n, k, n)
+						transposeInto(mat(n, k, got), mat(k, n, g.got))
 					}
 					if err, scale := maxErr(got, g.want); err > 1e-5*scale {
 						t.Errorf("transposed=%v: %s: max error %.3g (scale %.3g)", tr, g.name, err, scale)
@@ -144,12 +146,12 @@ func TestScans(t *testing.T) {
 			scan func(st, run, tmp []float32, lo, hi int)
 			want []float64
 		}{
-			{"prefix", func(st, run, tmp []float32, lo, hi int) { prefixScan(st, tn, size, lo, hi, run, tmp) }, want(one, before)},
-			{"suffix", func(st, run, tmp []float32, lo, hi int) { suffixScan(st, tn, size, lo, hi, run, tmp) }, want(one, after)},
-			{"scaled prefix", func(st, run, tmp []float32, lo, hi int) { scaledPrefixScan(st, tn, size, lo, hi, run, tmp, bmax) },
+			{"prefix", func(st, run, tmp []float32, lo, hi int) { prefixScan(cols(st, tn, size, lo, hi), run, tmp) }, want(one, before)},
+			{"suffix", func(st, run, tmp []float32, lo, hi int) { suffixScan(cols(st, tn, size, lo, hi), run, tmp) }, want(one, after)},
+			{"scaled prefix", func(st, run, tmp []float32, lo, hi int) { scaledPrefixScan(cols(st, tn, size, lo, hi), run, tmp, bmax) },
 				want(func(l, j int) float64 { return math.Exp(float64(bmax[j] - pmax[l])) }, before)},
 			{"scaled suffix", func(st, run, tmp []float32, lo, hi int) {
-				scaledSuffixScan(st, tn, size, lo, hi, run, tmp, bmax, pmax)
+				scaledSuffixScan(cols(st, tn, size, lo, hi), run, tmp, bmax, pmax)
 			}, want(func(l, j int) float64 { return math.Exp(float64(bmax[l] - pmax[j])) }, after)},
 		} {
 			st := append([]float32(nil), states[:tn*size]...)
@@ -173,9 +175,9 @@ func TestScans(t *testing.T) {
 				}
 			}
 			if scaled {
-				scaledSum(dst, states, tn, size, 0, size, bmax)
+				scaledSum(dst, mat(tn, size, states), bmax)
 			} else {
-				sumStates(dst, states, tn, size, 0, size)
+				sumStates(dst, mat(tn, size, states))
 			}
 			if err, scale := maxErr(dst, wantSum); err > 1e-5*scale {
 				t.Errorf("t=%d: sum (scaled %v): max error %.3g (scale %.3g)", tn, scaled, err, scale)
@@ -194,9 +196,9 @@ func TestLowerPow(t *testing.T) {
 			a, b, c := randSlice(rng, n*m), randSlice(rng, n*m), randSlice(rng, n*k)
 			s, w := randSlice(rng, n*n), randSlice(rng, n*n) // stale contents must not matter
 			y, d := make([]float32, n*k), make([]float32, n)
-			lowerABt(s, a, m, b, m, n, m)
+			lowerABt(mat(n, n, s), mat(n, m, a), mat(n, m, b))
 			lowerPow(w, s, make([]float32, n), n, p)
-			lowerMul(y, k, w, c, k, n, k, 0)
+			lowerMul(mat(n, k, y), mat(n, n, w), mat(n, k, c), 0)
 			lowerRowSums(d, w, n)
 			for i := 0; i < n; i++ {
 				var sum, abs float64
@@ -237,4 +239,9 @@ func TestIpow(t *testing.T) {
 			t.Errorf("ipow(%v, %d) = %v, want %v", c.x, c.p, got, c.want)
 		}
 	}
+}
+
+// cols returns columns [lo, hi) of the t×size matrix st.
+func cols(st []float32, t, size, lo, hi int) blas.General {
+	return blas.General{Rows: t, Cols: hi - lo, Stride: size, Data: st[lo:]}
 }

@@ -202,12 +202,12 @@ func (f *favor) logScale(pre []float32, n int) []float32 {
 	return pre[at : at+n]
 }
 
-func (f *favor) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch) {
-	m, h := f.m, f.h
+func (f *favor) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
+	m, h, n := f.m, f.h, x.Rows
 	scale := float32(math.Pow(float64(h), -0.25))
 	b, xt, s := pre[:m*n], pre[m*n:(m+h)*n], pre[(m+h)*n:(m+h+1)*n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, m, n, h, scale, f.w, h, x, ldx, 0, b, n)
-	transposeInto(xt, x, ldx, n, h)
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, mat(m, h, f.w), x, 0, mat(m, n, b))
+	transposeInto(mat(h, n, xt), x)
 	vec.Scale(scale, xt)
 	half, tmp := scr.buf[:n], scr.a[:n]
 	clear(half)
@@ -234,12 +234,14 @@ func (f *favor) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScr
 	copy(mT[:m*n], b)
 }
 
-func (f *favor) output(_ []float32, _, n int, pre, mT []float32) { copy(mT[:f.m*n], pre[:f.m*n]) }
+func (f *favor) output(x blas.General, pre, mT []float32) {
+	copy(mT[:f.m*x.Rows], pre[:f.m*x.Rows])
+}
 
 // backward: with the shift s held fixed (it cancels in the ratio),
 // db = φ̃ ∗ dφ̃, and dx = h^(-1/4)·(dbᵀ·W − x'·Σ_f db_f).
-func (f *favor) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
-	m, h := f.m, f.h
+func (f *favor) backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	m, h, n := f.m, f.h, dx.Rows
 	scale := float32(math.Pow(float64(h), -0.25))
 	db := scr.a[:m*n]
 	vec.Mul(db, pre[:m*n], dmT[:m*n])
@@ -247,7 +249,7 @@ func (f *favor) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []f
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, n, h, m, scale, db, n, f.w, h, beta, dx, ldx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, mat(m, n, db), mat(m, h, f.w), beta, dx)
 	sum := scr.buf[:n]
 	clear(sum)
 	for k := 0; k < m; k++ {
@@ -255,7 +257,7 @@ func (f *favor) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []f
 	}
 	xt := pre[m*n : (m+h)*n]
 	for i, si := range sum {
-		row := dx[i*ldx : i*ldx+h]
+		row := dx.Data[i*dx.Stride : i*dx.Stride+h]
 		for c := range row {
 			row[c] -= scale * si * xt[c*n+i]
 		}

@@ -47,11 +47,10 @@ func newPerformer(t testing.TB, spec string, causal bool, h int) Mechanism {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(cfg, Setup{Causal: causal, Seed: 3})
+	m, err := New(cfg, Setup{Causal: causal, Seed: 3, HeadSize: h})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.(HeadSized).SetHeadSize(h)
 	return m
 }
 

@@ -48,12 +48,9 @@ func BenchmarkBF16Inputs(b *testing.B) {
 				b.Fatal(err)
 			}
 			run := func(x [4]*tensor.Tensor, nets nn.Precision) [4]*tensor.Tensor {
-				m, err := New(cfg, Setup{Causal: true, Seed: 5})
+				m, err := New(cfg, Setup{Causal: true, Seed: 5, HeadSize: h})
 				if err != nil {
 					b.Fatal(err)
-				}
-				if hs, ok := m.(HeadSized); ok {
-					hs.SetHeadSize(h)
 				}
 				if r, ok := m.(Rounder); ok {
 					r.SetPrecision(nets)

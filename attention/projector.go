@@ -80,13 +80,13 @@ func (b *perBlock) side(key bool) ([]float32, projection) {
 func (b *perBlock) apply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
-	p.apply(b.e.rows(x, hd, l), b.e.L.h, rows, pre, mT, &w.sks)
+	p.apply(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT, &w.sks)
 }
 
 func (b *perBlock) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
-	p.output(b.e.rows(x, hd, l), b.e.L.h, rows, pre, mT)
+	p.output(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT)
 }
 
 func (b *perBlock) backward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
@@ -104,7 +104,7 @@ func (b *perBlock) backward(w *psWorker, key bool, hd, l int, accumulate bool, d
 	if dmT == nil {
 		return
 	}
-	p.backward(b.e.rows(dx, hd, l), L.h, rows, accumulate, dmT, pre, &w.sks)
+	p.backward(mat(rows, L.h, b.e.rows(dx, hd, l)), accumulate, dmT, pre, &w.sks)
 }
 
 // backwardEnd adds the per-block parameter gradients of a

@@ -20,6 +20,18 @@ import (
 type Setup struct {
 	Causal bool   // position i sees positions ≤ i only
 	Seed   uint64 // seed of the mechanism's random draws (the model derives one per layer)
+	// HeadSize is h, the size of each head. Mechanisms whose parameters
+	// or random draws depend on it (learned sketches, random features,
+	// hash hyperplanes) make them in New, so that Params lists them
+	// before the first Forward, for an optimizer or a checkpoint to load
+	// into. 0 leaves them to the first Forward.
+	HeadSize int
+}
+
+// headSized is implemented by the mechanisms that make parameters or
+// random draws for the head size; New calls it with Setup.HeadSize.
+type headSized interface {
+	setHeadSize(h int)
 }
 
 // Config is the configuration of one mechanism: a struct value of the
@@ -138,7 +150,17 @@ func New(cfg Config, s Setup) (Mechanism, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s attention: %w", e.Name, err)
 	}
-	return e.New(cfg, s)
+	if s.HeadSize < 0 {
+		return nil, fmt.Errorf("%s attention: head size %d: must be positive, or 0 to take it from the first Forward", e.Name, s.HeadSize)
+	}
+	m, err := e.New(cfg, s)
+	if err != nil {
+		return nil, err
+	}
+	if hs, ok := m.(headSized); ok && s.HeadSize > 0 {
+		hs.setHeadSize(s.HeadSize)
+	}
+	return m, nil
 }
 
 // Option describes one option of a mechanism's Config.

@@ -202,15 +202,16 @@ func (s *sketch) newScratch(n int) sketchScratch {
 	return sketchScratch{a: make([]float32, ab), b: make([]float32, ab), buf: make([]float32, buf)}
 }
 
-// apply computes M for the rows x[i·ldx : i·ldx+in], i < n: the output of
-// every projection into pre ([preW × n]) and Mᵀ into mT ([out × n]).
-func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch) {
+// apply computes M for the n rows of x ([n × in]): the output of every
+// projection into pre ([preW × n]) and Mᵀ into mT ([out × n]).
+func (s *sketch) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 	if s.net != nil {
-		s.net.apply(x, ldx, n, mT, scr)
+		s.net.apply(x, mT, scr)
 		return
 	}
+	n := x.Rows
 	if s.degree == 1 {
-		transposeInto(mT, x, ldx, n, s.in)
+		transposeInto(mat(s.in, n, mT), x)
 		return
 	}
 	r := s.r
@@ -227,7 +228,7 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 					row, sg := buf[t*n:(t+1)*n], signs[t]
 					if j == 0 {
 						for i := range row {
-							row[i] = sg * x[i*ldx+t]
+							row[i] = sg * x.Data[i*x.Stride+t]
 						}
 					} else {
 						copy(row, in[(e*r+t)*n:(e*r+t+1)*n])
@@ -242,10 +243,10 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 			}
 		case j == 0:
 			// Pᵀ = Gᵀ·xᵀ for all level-1 projections at once.
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, lv.n*r, n, lv.in, 1, lv.gT, lv.in, x, ldx, 0, p, n)
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(lv.n*r, lv.in, lv.gT), x, 0, mat(lv.n*r, n, p))
 		default:
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.NoTrans, blas.NoTrans, r, n, r, 1, lv.gT[e*r*r:], r, in[e*r*n:], n, 0, p[e*r*n:], n)
+				blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, lv.gT[e*r*r:]), mat(r, n, in[e*r*n:]), 0, mat(r, n, p[e*r*n:]))
 			}
 		}
 		dst := mT
@@ -260,12 +261,13 @@ func (s *sketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchSc
 
 // output recomputes Mᵀ from the kept pre of apply (or from x at degree 1),
 // bitwise equal to what apply produced.
-func (s *sketch) output(x []float32, ldx, n int, pre, mT []float32) {
+func (s *sketch) output(x blas.General, pre, mT []float32) {
 	if s.net != nil {
 		panic("attention: sketch.output of a learned sketch (the engine reads M from netPass)")
 	}
+	n := x.Rows
 	if s.degree == 1 {
-		transposeInto(mT, x, ldx, n, s.in)
+		transposeInto(mat(s.in, n, mT), x)
 		return
 	}
 	top := &s.levels[len(s.levels)-1]
@@ -282,14 +284,15 @@ func (s *sketch) combine(dst, p []float32, np, n int) {
 	}
 }
 
-// backward computes dx (n rows, leading dimension ldx) from dmT = dMᵀ and
-// the pre of apply; with accumulate it adds to dx instead of overwriting.
-func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+// backward computes dx ([n × in]) from dmT = dMᵀ and the pre of apply;
+// with accumulate it adds to dx instead of overwriting.
+func (s *sketch) backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
 	if s.net != nil {
 		panic("attention: sketch.backward of a learned sketch (the engine runs netPass.backwardEnd)")
 	}
+	n := dx.Rows
 	if s.degree == 1 {
-		transposeAdd(dx, ldx, dmT, n, s.in, accumulate)
+		transposeAdd(dx, mat(s.in, n, dmT), accumulate)
 		return
 	}
 	r, w := s.r, s.r*n
@@ -306,7 +309,7 @@ func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []
 					beta = 1
 				}
 				// dx = dP·G, with dPᵀ stored: dx = (dPᵀ)ᵀ·(Gᵀ).
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, n, lv.in, lv.n*r, 1, d, n, lv.gT, lv.in, beta, dx, ldx)
+				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(lv.n*r, n, d), mat(lv.n*r, lv.in, lv.gT), beta, dx)
 				return
 			}
 			for e := 0; e < lv.n; e++ {
@@ -315,11 +318,11 @@ func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []
 					row, sg := g[t*n:(t+1)*n], signs[t]
 					if e == 0 && !accumulate {
 						for i, v := range row {
-							dx[i*ldx+t] = sg * v
+							dx.Data[i*dx.Stride+t] = sg * v
 						}
 					} else {
 						for i, v := range row {
-							dx[i*ldx+t] += sg * v
+							dx.Data[i*dx.Stride+t] += sg * v
 						}
 					}
 				}
@@ -330,7 +333,7 @@ func (s *sketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []
 		dm := scr.b[:lv.n*w]
 		if s.kind == Gaussian {
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, r, n, r, 1, lv.gT[e*r*r:], r, d[e*w:], n, 0, dm[e*w:], n)
+				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(r, r, lv.gT[e*r*r:]), mat(r, n, d[e*w:]), 0, mat(r, n, dm[e*w:]))
 			}
 		} else {
 			for e := 0; e < lv.n; e++ {
@@ -395,37 +398,46 @@ func fwht(buf []float32, pad, n int) {
 	}
 }
 
-// transposeInto writes the n×c matrix x (leading dimension ldx) transposed
-// into dst ([c × n]).
-func transposeInto(dst, x []float32, ldx, n, c int) {
+// transposeInto writes xᵀ into dst: x is n×c, dst c×n.
+func transposeInto(dst, x blas.General) {
+	n, c := x.Rows, x.Cols
+	if dst.Rows != c || dst.Cols != n {
+		panic(fmt.Sprintf("attention: transposeInto a %d×%d matrix from a %d×%d one", dst.Rows, dst.Cols, n, c))
+	}
 	// In tiles, so that the writes, a column of dst per row of x, stay in
 	// a few cache lines.
 	const tile = 16
+	xd, xs, dd, ds := x.Data, x.Stride, dst.Data, dst.Stride
 	for i0 := 0; i0 < n; i0 += tile {
 		i1 := min(i0+tile, n)
 		for t0 := 0; t0 < c; t0 += tile {
 			t1 := min(t0+tile, c)
 			for i := i0; i < i1; i++ {
-				for t, v := range x[i*ldx+t0 : i*ldx+t1] {
-					dst[(t0+t)*n+i] = v
+				for t, v := range xd[i*xs+t0 : i*xs+t1] {
+					dd[(t0+t)*ds+i] = v
 				}
 			}
 		}
 	}
 }
 
-// transposeAdd writes (or with accumulate adds) srcᵀ, src a [c × n]
-// matrix, into the n×c matrix dst with leading dimension ld.
-func transposeAdd(dst []float32, ld int, src []float32, n, c int, accumulate bool) {
+// transposeAdd writes (or with accumulate adds) srcᵀ into dst: src is
+// c×n, dst n×c.
+func transposeAdd(dst, src blas.General, accumulate bool) {
+	n, c := dst.Rows, dst.Cols
+	if src.Rows != c || src.Cols != n {
+		panic(fmt.Sprintf("attention: transposeAdd into a %d×%d matrix from a %d×%d one", n, c, src.Rows, src.Cols))
+	}
+	sd, ss := src.Data, src.Stride
 	for i := 0; i < n; i++ {
-		row := dst[i*ld : i*ld+c]
+		row := dst.Data[i*dst.Stride : i*dst.Stride+c]
 		if accumulate {
 			for t := range row {
-				row[t] += src[t*n+i]
+				row[t] += sd[t*ss+i]
 			}
 		} else {
 			for t := range row {
-				row[t] = src[t*n+i]
+				row[t] = sd[t*ss+i]
 			}
 		}
 	}

@@ -216,7 +216,7 @@ func (s *learned) transposeWeights() {
 		for _, f := range nets {
 			for i, l := range f.linears() {
 				if l.BF16 == nil {
-					transposeInto(f.wT[i], l.Weight.Value.Data, l.Out, l.In, l.Out)
+					transposeInto(mat(l.Out, l.In, f.wT[i]), mat(l.In, l.Out, l.Weight.Value.Data))
 				}
 			}
 		}
@@ -367,20 +367,20 @@ func (k kept) put(src []float32, off, w, rows int) {
 	}
 }
 
-// forward computes M for rows ≤ c rows of x (leading dimension ldx) in
-// buf, a scratch of capacity c rows, keeping every activation for
-// backward, and returns M: a view of buf, row-major [rows × r].
-func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) []float32 {
-	r := s.r
+// forward computes M for the rows ≤ c rows of x in buf, a scratch of
+// capacity c rows, keeping every activation for backward, and returns M:
+// a view of buf, row-major [rows × r].
+func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float32 {
+	r, rows := s.r, x.Rows
 	var m []float32
 	for j, nets := range s.levels {
 		for e, f := range nets {
-			in, ld := x, ldx
+			in := x
 			if j > 0 {
-				in, _, _ = s.pair(buf, c, rows, j-1, e)
-				ld = r
+				p, _, _ := s.pair(buf, c, rows, j-1, e)
+				in = mat(rows, r, p)
 			}
-			f.forward(in, ld, rows, s.acts(buf, c, rows, j, e), k)
+			f.forward(in, s.acts(buf, c, rows, j, e), k)
 		}
 		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
 		for i := 0; i < len(nets)/2; i++ {
@@ -399,10 +399,10 @@ func (s *learned) forward(x []float32, ldx, rows, c int, buf []float32, k kept) 
 
 // backward takes the gradient dM ([rows × r]) of the M that forward just
 // computed in buf for the rows of x, writes (or with accumulate adds) the
-// gradient of x into dx (leading dimension ldx) and adds the parameter
-// gradients to the flat buffer grads.
-func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, rows, c int, buf, dM, grads []float32) {
-	r, hid := s.r, s.hid
+// gradient of x into dx and adds the parameter gradients to the flat
+// buffer grads.
+func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c int, buf, dM, grads []float32) {
+	r, hid, rows := s.r, s.hid, x.Rows
 	tA, tB := region(buf, c, s.tmp, hid, rows), region(buf, c, s.tmp+hid, hid, rows)
 	tR, tX := region(buf, c, s.tmp+2*hid, r, rows), buf[c*(s.tmp+2*hid+r):]
 	for j := len(s.levels) - 1; j >= 0; j-- {
@@ -423,27 +423,26 @@ func (s *learned) backward(dx []float32, ldx int, accumulate bool, x []float32, 
 			vec.Mul(region(buf, c, s.dy[j]+(2*i+1)*r, r, rows), g, a1.y)
 		}
 		for e, f := range nets {
-			in, din, ld, acc := x, dx, ldx, accumulate || e > 0
+			in, din, acc := x, dx, accumulate || e > 0
 			if j > 0 {
 				m, _, dm := s.pair(buf, c, rows, j-1, e)
-				in, din, ld, acc = m, dm, r, false
+				in, din, acc = mat(rows, r, m), mat(rows, r, dm), false
 			}
 			dy := region(buf, c, s.dy[j]+e*r, r, rows)
-			f.backward(din, ld, acc, in, dy, rows, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
+			f.backward(din, acc, in, dy, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
 		}
 	}
 }
 
-// forward runs f on rows rows of x (leading dimension ldx) into a, saving
-// a2 and y to k or, with k.load, taking them from there instead of
-// computing them.
-func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
-	in, hid := f.in, f.l1.Out
+// forward runs f on the rows of x into a, saving a2 and y to k or, with
+// k.load, taking them from there instead of computing them.
+func (f *sketchNet) forward(x blas.General, a netActs, k kept) {
+	in, hid, rows := f.in, f.l1.Out, x.Rows
 	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
 	for i := 0; i < rows; i++ {
-		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x[i*ldx:i*ldx+in], g, b, f.ln1.Eps)
+		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x.Data[i*x.Stride:i*x.Stride+in], g, b, f.ln1.Eps)
 	}
-	affine(a.a1, a.u0, rows, f.l1)
+	f.l1.Apply(mat(rows, hid, a.a1), mat(rows, in, a.u0))
 	vec.GELU(a.h1, a.a1)
 	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
 	for i := 0; i < rows; i++ {
@@ -453,15 +452,15 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 	if k.load {
 		k.take(a.a2, f.kept, r, rows)
 	} else {
-		affine(a.a2, a.u1, rows, f.l2)
+		f.l2.Apply(mat(rows, r, a.a2), mat(rows, hid, a.u1))
 	}
-	affine(a.a3, a.a2, rows, f.l3)
+	f.l3.Apply(mat(rows, hid, a.a3), mat(rows, r, a.a2))
 	vec.GELU(a.h3, a.a3)
 	if k.load {
 		k.take(a.y, f.kept+r, r, rows)
 		return
 	}
-	affine(a.y, a.h3, rows, f.l4)
+	f.l4.Apply(mat(rows, r, a.y), mat(rows, hid, a.h3))
 	if k.buf != nil {
 		k.put(a.a2, f.kept, r, rows)
 		k.put(a.y, f.kept+r, r, rows)
@@ -469,20 +468,20 @@ func (f *sketchNet) forward(x []float32, ldx, rows int, a netActs, k kept) {
 }
 
 // backward takes dy, the gradient of f's output for the activations a of
-// input x (leading dimension ldx), writes (or with accumulate adds) the
-// gradient of x into dx (same leading dimension) and adds the parameter
-// gradients to g. tA, tB ([rows × hid]) and tX ([rows × in]) are scratch.
-func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []float32, rows int, a netActs, g netGrads, tA, tB, tX []float32) {
-	in, hid, r := f.in, f.l1.Out, f.l2.Out
+// input x, writes (or with accumulate adds) the gradient of x into dx and
+// adds the parameter gradients to g. tA, tB ([rows × hid]) and tX
+// ([rows × in]) are scratch.
+func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, dy []float32, a netActs, g netGrads, tA, tB, tX []float32) {
+	in, hid, r, rows := f.in, f.l1.Out, f.l2.Out, x.Rows
 	// y = h3·W4 + b4
 	dh3 := tA
-	affineBackward(dh3, dy, a.h3, rows, f.l4, f.wT[3], g.w4, g.c4)
+	f.l4.ApplyBackward(mat(rows, hid, dh3), mat(rows, r, dy), mat(rows, hid, a.h3), mat(r, hid, f.wT[3]), mat(hid, r, g.w4), g.c4)
 	vec.GELUBackward(dh3, a.a3, dh3)
 	// a3 = a2·W3 + b3, a2 = u1·W2 + b2
 	da2 := tB[:rows*r]
-	affineBackward(da2, dh3, a.a2, rows, f.l3, f.wT[2], g.w3, g.c3)
+	f.l3.ApplyBackward(mat(rows, r, da2), mat(rows, hid, dh3), mat(rows, r, a.a2), mat(hid, r, f.wT[2]), mat(r, hid, g.w3), g.c3)
 	du1 := tA
-	affineBackward(du1, da2, a.u1, rows, f.l2, f.wT[1], g.w2, g.c2)
+	f.l2.ApplyBackward(mat(rows, hid, du1), mat(rows, r, da2), mat(rows, hid, a.u1), mat(r, hid, f.wT[1]), mat(hid, r, g.w2), g.c2)
 	// u1 = LN2(h1), h1 = GELU(a1)
 	dh1 := tB
 	clear(dh1)
@@ -493,57 +492,24 @@ func (f *sketchNet) backward(dx []float32, ldx int, accumulate bool, x, dy []flo
 	vec.GELUBackward(dh1, a.a1, dh1)
 	// a1 = u0·W1 + b1, u0 = LN1(x)
 	du0 := tX
-	affineBackward(du0, dh1, a.u0, rows, f.l1, f.wT[0], g.w1, g.c1)
+	f.l1.ApplyBackward(mat(rows, in, du0), mat(rows, hid, dh1), mat(rows, in, a.u0), mat(hid, in, f.wT[0]), mat(in, hid, g.w1), g.c1)
 	gain = f.ln1.Gain.Value.Data
 	for i := 0; i < rows; i++ {
-		d := dx[i*ldx : i*ldx+in]
+		d := dx.Data[i*dx.Stride : i*dx.Stride+in]
 		if !accumulate {
 			clear(d)
 		}
-		vec.LayerNormBackward(d, g.g1, g.b1, x[i*ldx:i*ldx+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
+		vec.LayerNormBackward(d, g.g1, g.b1, x.Data[i*x.Stride:i*x.Stride+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
 	}
 }
 
-// affine computes y = x·W + b for rows rows of x ([rows × l.In]), in
-// bf16 when l has bf16 copies of W.
-func affine(y, x []float32, rows int, l *nn.Linear) {
-	b := l.Bias.Value.Data
-	for i := 0; i < rows; i++ {
-		copy(y[i*l.Out:(i+1)*l.Out], b)
-	}
-	if l.BF16 != nil {
-		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, rowMajor(rows, l.In, x), l.BF16.N, 1, rowMajor(rows, l.Out, y))
-		return
-	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x, l.In, l.Weight.Value.Data, l.Out, 1, y, l.Out)
-}
-
-// affineBackward takes dy for y = x·W + b and writes dx = dy·Wᵀ (wT holds
-// Wᵀ), adding xᵀ·dy to dw and the column sums of dy to db (rows in order);
-// in bf16 when l has bf16 copies of W (then of Wᵀ too, read instead of wT).
-func affineBackward(dx, dy, x []float32, rows int, l *nn.Linear, wT, dw, db []float32) {
-	if l.BF16 != nil {
-		blas.GemmBF16Serial(blas.Trans, blas.NoTrans, 1, rowMajor(rows, l.In, x), rowMajor(rows, l.Out, dy), 1, rowMajor(l.In, l.Out, dw))
-	} else {
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, x, l.In, dy, l.Out, 1, dw, l.Out)
-	}
-	for i := 0; i < rows; i++ {
-		vec.Add(db, db, dy[i*l.Out:(i+1)*l.Out])
-	}
-	if l.BF16 != nil {
-		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, rowMajor(rows, l.Out, dy), l.BF16.T, 0, rowMajor(rows, l.In, dx))
-		return
-	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, rows, l.In, l.Out, 1, dy, l.Out, wT, l.In, 0, dx, l.In)
-}
-
-// apply computes Mᵀ ([r × n]) for the n rows of x (leading dimension ldx)
-// chunk by chunk, for sketch.apply; scr.buf holds at least one row.
-func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratch) {
-	c := s.scratchRows(len(scr.buf))
+// apply computes Mᵀ ([r × n]) for the n rows of x chunk by chunk, for
+// sketch.apply; scr.buf holds at least one row.
+func (s *learned) apply(x blas.General, mT []float32, scr *sketchScratch) {
+	c, n := s.scratchRows(len(scr.buf)), x.Rows
 	for lo := 0; lo < n; lo += c {
 		rows := min(c, n-lo)
-		m := s.forward(x[lo*ldx:], ldx, rows, c, scr.buf, kept{})
+		m := s.forward(x.Slice(lo, lo+rows, 0, x.Cols), c, scr.buf, kept{})
 		for i := 0; i < rows; i++ {
 			for t, v := range m[i*s.r : (i+1)*s.r] {
 				mT[t*n+lo+i] = v
@@ -555,20 +521,11 @@ func (s *learned) apply(x []float32, ldx, n int, mT []float32, scr *sketchScratc
 // The mechanism's side: polysketch with a learned sketch (see the top of
 // this file).
 
-// HeadSized is implemented by mechanisms whose parameters depend on the
-// head size h (polysketch with learned sketches). SetHeadSize creates them
-// for heads of size h, so that Params lists them before the first Forward
-// (for an optimizer, or a checkpoint to load into); without it, the first
-// Forward creates them. A later Forward with another head size panics.
-type HeadSized interface {
-	SetHeadSize(h int)
-}
-
 // Params lists the parameters of a learned sketch (see sketch_learned.go
 // for their names and shapes), shared by all heads: nil for random
 // sketches, for degree 2 (nothing to learn), and before the head size is
-// known (SetHeadSize or the first Forward). Backward adds (+=) to their
-// gradients.
+// known (Setup.HeadSize or the first Forward; a later Forward with another
+// head size panics). Backward adds (+=) to their gradients.
 func (a *engine) Params() []*nn.Param {
 	if a.src == nil {
 		return nil
@@ -589,11 +546,6 @@ func (a *engine) RoundWeights() {
 	if a.sk != nil && a.sk.net != nil {
 		a.sk.net.roundWeights()
 	}
-}
-
-// rowMajor returns the rows×cols row-major matrix in data.
-func rowMajor(rows, cols int, data []float32) blas.General {
-	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
 }
 
 // netPass is the projector of a learned sketch: its networks run on all
@@ -664,7 +616,7 @@ func (s *netPass) apply(_ *psWorker, key bool, hd, l int, _, mT []float32) {
 		m = s.ms[1]
 	}
 	at := (hd*L.n + lo) * L.ro
-	transposeInto(mT, m[at:at+rows*L.ro], L.ro, rows, L.ro)
+	transposeInto(mat(L.ro, rows, mT), mat(rows, L.ro, m[at:at+rows*L.ro]))
 }
 
 func (s *netPass) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
@@ -683,7 +635,7 @@ func (s *netPass) backward(_ *psWorker, key bool, hd, l int, _ bool, dmT, _ []fl
 	if dmT == nil {
 		clear(dm)
 	} else {
-		transposeAdd(dm, L.ro, dmT, rows, L.ro, false)
+		transposeAdd(mat(rows, L.ro, dm), mat(L.ro, rows, dmT), false)
 	}
 }
 
@@ -704,7 +656,7 @@ func (s *netPass) forwardItem(w *psWorker, i int) {
 	L := &s.e.L
 	side := i / L.chunks
 	x, _, lo, rows := s.rows(side, i%L.chunks)
-	m := s.net.forward(x[lo*L.h:], L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, false))
+	m := s.net.forward(mat(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false))
 	copy(s.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
 }
 
@@ -731,9 +683,9 @@ func (s *netPass) backwardItem(w *psWorker, g int) {
 	for i := g; i < 2*L.chunks; i += L.groups {
 		side := i / L.chunks
 		x, dx, lo, rows := s.rows(side, i%L.chunks)
-		x, dx = x[lo*L.h:], dx[lo*L.h:]
-		net.forward(x, L.h, rows, L.chunk, w.sks.buf, s.kept(side, lo, true))
-		net.backward(dx, L.h, acc, x, rows, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
+		xv, dxv := mat(rows, L.h, x[lo*L.h:]), mat(rows, L.h, dx[lo*L.h:])
+		net.forward(xv, L.chunk, w.sks.buf, s.kept(side, lo, true))
+		net.backward(dxv, acc, xv, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
 	}
 }
 

@@ -44,7 +44,7 @@ func learnedOptions(c psCase) kernelOptions {
 func newLearnedMech(t testing.TB, c psCase, h int) *polysketchAttn {
 	t.Helper()
 	m := mustNew(t, Polysketch, learnedOptions(c)).(*polysketchAttn)
-	m.SetHeadSize(h)
+	m.setHeadSize(h)
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, p := range m.Params() {
 		for i := range p.Value.Data {
@@ -495,7 +495,7 @@ func TestLearnedParams(t *testing.T) {
 			if ps := m.Params(); ps != nil {
 				t.Fatalf("Params before the head size is known: %d, want none", len(ps))
 			}
-			m.SetHeadSize(h)
+			m.setHeadSize(h)
 			ps := m.Params()
 			var want []string
 			for f, in := range tc.inputs {
@@ -533,12 +533,12 @@ func TestLearnedParams(t *testing.T) {
 			}
 			forward(m, x, x, x)
 			if len(ps) > 0 && m.Params()[0] != ps[0] {
-				t.Error("Forward replaced the parameters SetHeadSize created")
+				t.Error("Forward replaced the parameters setHeadSize created")
 			}
 			// Another seed, other weights.
 			o.Seed++
 			m3 := mustNew(t, Polysketch, o).(*polysketchAttn)
-			m3.SetHeadSize(h)
+			m3.setHeadSize(h)
 			for i, p := range m3.Params() {
 				if strings.HasSuffix(p.Name, ".weight") && p.Value.Data[0] == ps[i].Value.Data[0] {
 					t.Errorf("%s: seed %d and %d give the same first weight", p.Name, o.Seed-1, o.Seed)
@@ -557,7 +557,7 @@ func TestLearnedHeadSizeFixed(t *testing.T) {
 	x := tensor.New(1, 1, 5, 8)
 	defer func() {
 		if recover() == nil {
-			t.Error("Forward with head size 8 after SetHeadSize(6) did not panic")
+			t.Error("Forward with head size 8 after setHeadSize(6) did not panic")
 		}
 	}()
 	forward(m, x, x, x)
@@ -654,15 +654,15 @@ func TestLearnedWorkspace(t *testing.T) {
 	}
 }
 
-// Learned sketches own parameters; size them for the head size before
-// training, so that an optimizer or a checkpoint can take them.
-func ExampleHeadSized() {
+// Learned sketches own parameters; with the head size in Setup, New
+// makes them, so that an optimizer or a checkpoint can take them before
+// training.
+func ExampleSetup() {
 	cfg := PolysketchConfig{Degree: 4, SketchSize: 32, Block: 256, Local: true, Sketch: Gaussian, Learned: true}
-	m, err := New(cfg, Setup{Causal: true, Seed: 1})
+	m, err := New(cfg, Setup{Causal: true, Seed: 1, HeadSize: 64})
 	if err != nil {
 		panic(err)
 	}
-	m.(HeadSized).SetHeadSize(64)
 	ps := m.(Trainable).Params()
 	n := 0
 	for _, p := range ps {

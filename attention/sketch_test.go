@@ -13,9 +13,9 @@ import (
 func sketchRows(s *sketch, x []float32, n int) []float32 {
 	pre, mT := make([]float32, s.preW*n), make([]float32, s.out*n)
 	scr := s.newScratch(n)
-	s.apply(x, s.in, n, pre, mT, &scr)
+	s.apply(mat(n, s.in, x), pre, mT, &scr)
 	m := make([]float32, n*s.out)
-	transposeInto(m, mT, n, s.out, n)
+	transposeInto(mat(n, s.out, m), mat(s.out, n, mT))
 	return m
 }
 
@@ -99,11 +99,11 @@ func featureError(s *sketch, Q, K []float32, n, p int) float64 {
 	phi := func(x []float32) []float32 {
 		pre, mT, tilde := make([]float32, s.preW*n), make([]float32, s.out*n), make([]float32, s.out*n)
 		scr := s.newScratch(n)
-		s.apply(x, s.in, n, pre, mT, &scr)
+		s.apply(mat(n, s.in, x), pre, mT, &scr)
 		phiT := make([]float32, F*n)
 		selfTensor(phiT, mT, tilde, s.out, n)
 		out := make([]float32, n*F)
-		transposeInto(out, phiT, n, F, n)
+		transposeInto(mat(n, F, out), mat(F, n, phiT))
 		return out
 	}
 	pq, pk := phi(Q), phi(K)
@@ -182,7 +182,7 @@ func TestSketchBackward(t *testing.T) {
 				scr := s.newScratch(n)
 				pre, mT, tilde, phiT := make([]float32, s.preW*n), make([]float32, s.out*n), make([]float32, s.out*n), make([]float32, F*n)
 				loss := func() float64 {
-					s.apply(x, h, n, pre, mT, &scr)
+					s.apply(mat(n, h, x), pre, mT, &scr)
 					selfTensor(phiT, mT, tilde, s.out, n)
 					return dot64(phiT, w)
 				}
@@ -191,7 +191,7 @@ func TestSketchBackward(t *testing.T) {
 				selfTensorBackward(dm, w, mT, tilde, make([]float32, n), s.out, n, false)
 				dx := randSlice(rng, n*h) // accumulate onto this
 				base := append([]float32(nil), dx...)
-				s.backward(dx, h, n, true, dm, pre, &scr)
+				s.backward(mat(n, h, dx), true, dm, pre, &scr)
 				for i := range x {
 					const eps = 1e-2
 					orig := x[i]

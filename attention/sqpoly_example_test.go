@@ -39,11 +39,10 @@ func Example_sqpoly() {
 // for another implementation to reproduce its output exactly.
 func Example_sqpolysketch() {
 	cfg := attention.SquareSketchConfig{Degree: 3, SketchSize: 4, Init: "uniform", Coefficients: "0.5 -2 1 3", Frozen: true, Block: 256}
-	m, err := attention.New(cfg, attention.Setup{Causal: true, Seed: 7})
+	m, err := attention.New(cfg, attention.Setup{Causal: true, Seed: 7, HeadSize: 16})
 	if err != nil {
 		panic(err)
 	}
-	m.(attention.HeadSized).SetHeadSize(16)
 	mats := m.(attention.Sketched).SketchMatrices()
 	for _, name := range slices.Sorted(maps.Keys(mats)) {
 		fmt.Println(name, mats[name].Shape)

@@ -128,14 +128,14 @@ func (f frozenSketch) dims() (in, out, preW int)           { return f.s.dims() }
 func (f frozenSketch) scratchSize(n int) (ab, buf int)     { return f.s.scratchSize(n) }
 func (f frozenSketch) floats() int                         { return f.s.floats() }
 func (f frozenSketch) matrices() map[string]*tensor.Tensor { return f.s.matrices() }
-func (f frozenSketch) apply(x []float32, ldx, n int, pre, mT []float32, scr *sketchScratch) {
-	f.s.apply(x, ldx, n, pre, mT, scr)
+func (f frozenSketch) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
+	f.s.apply(x, pre, mT, scr)
 }
-func (f frozenSketch) output(x []float32, ldx, n int, pre, mT []float32) {
-	f.s.output(x, ldx, n, pre, mT)
+func (f frozenSketch) output(x blas.General, pre, mT []float32) {
+	f.s.output(x, pre, mT)
 }
-func (f frozenSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
-	f.s.frozenBackward(dx, ldx, n, accumulate, dmT, pre, scr)
+func (f frozenSketch) backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	f.s.frozenBackward(dx, accumulate, dmT, pre, scr)
 }
 
 // degreeSketch is the projection ψ of SquareSketch: row 0 of Mᵀ is the
@@ -199,9 +199,9 @@ func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
 	return m
 }
 
-func (s *degreeSketch) apply(x []float32, ldx, n int, pre, mT []float32, _ *sketchScratch) {
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, s.w, n, s.h, 1, s.gT, s.h, x, ldx, 0, pre, n)
-	s.output(x, ldx, n, pre, mT)
+func (s *degreeSketch) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(s.w, s.h, s.gT), x, 0, mat(s.w, x.Rows, pre))
+	s.output(x, pre, mT)
 }
 
 // scale returns the factor of degree i's rows: a_i/√r, or 1/√r (keys);
@@ -217,8 +217,8 @@ func (s *degreeSketch) scale(i int) float32 {
 	return f
 }
 
-func (s *degreeSketch) output(_ []float32, _, n int, pre, mT []float32) {
-	r := s.r
+func (s *degreeSketch) output(x blas.General, pre, mT []float32) {
+	r, n := s.r, x.Rows
 	row0 := mT[:n]
 	for j := range row0 {
 		row0[j] = s.scale(0)
@@ -239,17 +239,17 @@ func (s *degreeSketch) output(_ []float32, _, n int, pre, mT []float32) {
 // backward: with ψ_ic = s_i·∏_t P_t (P_t = g_{i,t,c}·x), dP_t = dψ_ic·s_i·
 // ∏_{t'≠t} P_t', and for the queries da_i = Σ dψ_ic·ψ_ic/a_i, computed as
 // Σ dψ_ic·∏_t P_t/√r (no division).
-func (s *degreeSketch) backward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
-	s.backwardOf(dx, ldx, n, accumulate, dmT, pre, scr, s.coef != nil)
+func (s *degreeSketch) backward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	s.backwardOf(dx, accumulate, dmT, pre, scr, s.coef != nil)
 }
 
 // frozenBackward is backward without the coefficients' gradient.
-func (s *degreeSketch) frozenBackward(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
-	s.backwardOf(dx, ldx, n, accumulate, dmT, pre, scr, false)
+func (s *degreeSketch) frozenBackward(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch) {
+	s.backwardOf(dx, accumulate, dmT, pre, scr, false)
 }
 
-func (s *degreeSketch) backwardOf(dx []float32, ldx, n int, accumulate bool, dmT, pre []float32, scr *sketchScratch, train bool) {
-	r := s.r
+func (s *degreeSketch) backwardOf(dx blas.General, accumulate bool, dmT, pre []float32, scr *sketchScratch, train bool) {
+	r, n := s.r, dx.Rows
 	dp, tmp := scr.a[:s.w*n], scr.buf[:n]
 	if train {
 		scr.dparam[0] += vec.Sum(dmT[:n])
@@ -283,5 +283,5 @@ func (s *degreeSketch) backwardOf(dx []float32, ldx, n int, accumulate bool, dmT
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, n, s.h, s.w, 1, dp, n, s.gT, s.h, beta, dx, ldx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(s.w, n, dp), mat(s.w, s.h, s.gT), beta, dx)
 }

@@ -61,11 +61,10 @@ func newSquareSketch(t testing.TB, spec string, causal bool, seed uint64) Mechan
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(cfg, Setup{Causal: causal, Seed: seed})
+	m, err := New(cfg, Setup{Causal: causal, Seed: seed, HeadSize: confh})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.(HeadSized).SetHeadSize(confh)
 	return m
 }
 
@@ -202,11 +201,10 @@ func TestSquareSketchThesisInit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := New(cfg, Setup{Causal: causal, Seed: 8})
+			m, err := New(cfg, Setup{Causal: causal, Seed: 8, HeadSize: h})
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.(HeadSized).SetHeadSize(h)
 			if d := relMax(forward(m, q, k, v).Data, refSquareSketchOf(m, causal, q, k, v)); d > 1e-4 {
 				t.Errorf("p=%d causal=%v: max |o − reference| / max |reference| = %.3g", p, causal, d)
 			}

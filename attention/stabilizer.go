@@ -99,11 +99,11 @@ func (plain) diagBackward(w *psWorker, dw []float32, rows, pow int) {
 func (plain) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, _ int) {
 	switch kind {
 	case scanSum, scanSumKeys:
-		sumStates(st[L.t*L.stateSize:], st, L.t, L.stateSize, lo, hi)
+		sumStates(L.stateSum(st, lo, hi), L.stateCols(st, lo, hi))
 	case scanPrefix:
-		prefixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+		prefixScan(L.stateCols(st, lo, hi), w.run, w.hbuf)
 	case scanSuffix:
-		suffixScan(st, L.t, L.stateSize, lo, hi, w.run, w.hbuf)
+		suffixScan(L.stateCols(st, lo, hi), w.run, w.hbuf)
 	}
 }
 

@@ -6,13 +6,6 @@ import (
 	"runtime"
 )
 
-// General is a row-major float32 matrix view, in the shape of gonum's
-// blas32.General: element (i, j) is Data[i·Stride + j].
-type General struct {
-	Rows, Cols, Stride int
-	Data               []float32
-}
-
 // BF16 is a bfloat16 number: the upper 16 bits of a float32 (sign, the
 // 8 exponent bits, 7 bits of mantissa).
 type BF16 uint16
@@ -154,22 +147,3 @@ func RowBlockBF16(n int) int { return rowBlockBF16 }
 
 // KernelBF16 names the bf16 kernel in use: "amx", "avx512bf16" or "go".
 func KernelBF16() string { return activeBF16.name }
-
-// check panics unless m is a valid view of a rows×cols matrix at least.
-func (m General) check(fn, name string) {
-	if m.Rows < 0 || m.Cols < 0 {
-		panic(fmt.Sprintf("blas: %s: %s is %d×%d: negative dimension", fn, name, m.Rows, m.Cols))
-	}
-	if m.Stride < max(1, m.Cols) {
-		panic(fmt.Sprintf("blas: %s: %s is %d×%d with Stride=%d < %d columns", fn, name, m.Rows, m.Cols, m.Stride, m.Cols))
-	}
-	if sz := need(m.Rows, m.Cols, m.Stride); len(m.Data) < sz {
-		panic(fmt.Sprintf("blas: %s: %s is %d×%d with Stride=%d: len(Data)=%d, want ≥ %d", fn, name, m.Rows, m.Cols, m.Stride, len(m.Data), sz))
-	}
-}
-
-func checkTrans(fn, name string, t Transpose) {
-	if t != NoTrans && t != Trans {
-		panic(fmt.Sprintf("blas: %s: bad %s %q", fn, name, byte(t)))
-	}
-}

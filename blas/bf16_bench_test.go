@@ -29,7 +29,7 @@ func BenchmarkGemmBF16(b *testing.B) {
 		shape := fmt.Sprintf("%dx%dx%d", m, k, n)
 		b.Run("fp32/"+shape, func(b *testing.B) {
 			for b.Loop() {
-				Sgemm(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n)
+				sgemm(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n)
 			}
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 		})
@@ -88,9 +88,9 @@ func BenchmarkGemvBF16(b *testing.B) {
 			for b.Loop() {
 				for _, m := range mats {
 					if serial {
-						SgemmSerial(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
+						sgemmSerial(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
 					} else {
-						Sgemm(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
+						sgemm(NoTrans, NoTrans, 1, m.n, m.k, 1, x, m.k, m.w, m.n, 0, y, m.n)
 					}
 				}
 			}
@@ -130,7 +130,7 @@ func BenchmarkGemmBF16Ratio(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/%dx%dx%d", KernelBF16(), m, k, n), func(b *testing.B) {
 			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
 			runs := []func(){
-				func() { Sgemm(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n) },
+				func() { sgemm(NoTrans, NoTrans, m, n, k, 1, a, k, bb, n, 0, c, n) },
 				func() { GemmBF16(NoTrans, NoTrans, 1, ag, bg, 0, cg) },
 				func() { GemmBF16(NoTrans, NoTrans, 1, ag, pb, 0, cg) },
 			}

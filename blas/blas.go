@@ -1,6 +1,6 @@
-// Package blas is the float32 matrix-multiply core of polysketch: SGEMM in
-// the BLAS calling convention for row-major matrices (Sgemm, SgemmSerial,
-// SgemmBatched).
+// Package blas is the float32 matrix-multiply core of polysketch: SGEMM on
+// row-major matrix views (General, in the shape of gonum's blas32.General:
+// Sgemm, SgemmSerial, SgemmBatched), and products with bf16 inputs.
 //
 // The implementation follows the GotoBLAS/BLIS scheme. op(B) is packed
 // into kc×nc panels made of nr-wide strips and op(A) into mc×kc blocks made
@@ -48,47 +48,46 @@ const (
 	Trans   Transpose = 'T'
 )
 
-// Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices,
-// where op(A) is m×k, op(B) is k×n and C is m×n with leading dimensions
-// lda, ldb, ldc. It uses up to GOMAXPROCS goroutines, splitting C into
-// tiles (never the k sum), so results do not depend on the thread count.
-// When beta is 0, C need not be initialized (NaNs in C are overwritten).
-// When alpha is 0 or k is 0, A and B are not read.
-// Bad shapes or short buffers panic with a message naming them.
-func Sgemm(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	check("Sgemm", tA, tB, m, n, k, a, lda, b, ldb, c, ldc)
-	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrix
+// views, where op(A) is m×k, op(B) is k×n and C is m×n: m and n are c's
+// dimensions, k the columns of op(A). It uses up to GOMAXPROCS
+// goroutines, splitting C into tiles (never the k sum), so results do not
+// depend on the thread count. When beta is 0, C need not be initialized
+// (NaNs in C are overwritten). When alpha is 0 or k is 0, A and B are not
+// read. Bad shapes or short views panic with a message naming them.
+func Sgemm(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
+	m, n, k := checkGemm("Sgemm", tA, tB, a, b, c)
+	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
 	g.run(runtime.GOMAXPROCS(0))
 }
 
 // SgemmSerial is Sgemm on the calling goroutine alone, for callers that
 // already run many independent products in parallel. It does not allocate
 // (packing buffers are pooled) and gives the same bits as Sgemm.
-func SgemmSerial(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	check("SgemmSerial", tA, tB, m, n, k, a, lda, b, ldb, c, ldc)
-	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+func SgemmSerial(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
+	m, n, k := checkGemm("SgemmSerial", tA, tB, a, b, c)
+	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
 	g.serial()
 }
 
 // SgemmBatched computes C[i] = alpha·op(A[i])·op(B[i]) + beta·C[i] for i
-// in [0, batch), where matrix i of each operand starts at offset i·stride
-// of its slice (stride 0 reuses one matrix for every product, as for a
-// shared weight; strideC must then still separate the outputs). Shapes and
-// leading dimensions are those of Sgemm. The work is split over batch
-// entries, or over tiles of each product when the batch is too small to
-// keep GOMAXPROCS goroutines busy.
-func SgemmBatched(tA, tB Transpose, batch, m, n, k int, alpha float32, a []float32, strideA, lda int, b []float32, strideB, ldb int, beta float32, c []float32, strideC, ldc int) {
-	checkBatched(tA, tB, batch, m, n, k, a, strideA, lda, b, strideB, ldb, c, strideC, ldc)
+// in [0, batch), where A[i] is matrix i of the batch a (see Strided), and
+// so on; shapes are those of Sgemm. A Step of 0 reuses one matrix for
+// every product, as for a shared weight; c.Step must then still separate
+// the outputs. The work is split over batch entries, or over tiles of each
+// product when the batch is too small to keep GOMAXPROCS goroutines busy.
+func SgemmBatched(tA, tB Transpose, batch int, alpha float32, a, b Strided, beta float32, c Strided) {
+	m, n, k := checkBatched(tA, tB, batch, a, b, c)
 	if batch == 0 || m == 0 || n == 0 {
 		return
 	}
 	threads := runtime.GOMAXPROCS(0)
-	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, lda: lda, ldb: ldb, beta: beta, ldc: ldc}
+	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, lda: a.Stride, ldb: b.Stride, beta: beta, ldc: c.Stride}
 	at := func(g *gemm, i int) {
 		// A matrix that spans nothing (k = 0) may lie past the slice end.
-		g.a = a[min(i*strideA, len(a)):]
-		g.b = b[min(i*strideB, len(b)):]
-		g.c = c[i*strideC:]
+		g.a = a.Data[min(i*a.Step, len(a.Data)):]
+		g.b = b.Data[min(i*b.Step, len(b.Data)):]
+		g.c = c.Data[i*c.Step:]
 	}
 	// Whole products per goroutine balance well once there are several per
 	// thread (or an exact multiple); otherwise split each product's tiles.
@@ -123,74 +122,21 @@ func stored(t Transpose, r, c int) (int, int) {
 	return r, c
 }
 
-func check(fn string, tA, tB Transpose, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	if err := validate(tA, tB, m, n, k, lda, ldb, ldc); err != "" {
-		panic(fmt.Sprintf("blas: %s(%c%c, m=%d n=%d k=%d): %s", fn, tA, tB, m, n, k, err))
+func checkBatched(tA, tB Transpose, batch int, a, b, c Strided) (m, n, k int) {
+	const fn = "SgemmBatched"
+	checkTrans(fn, "tA", tA)
+	checkTrans(fn, "tB", tB)
+	if batch < 0 {
+		panic(fmt.Sprintf("blas: %s: batch=%d: negative", fn, batch))
 	}
-	ar, ac := stored(tA, m, k)
-	br, bc := stored(tB, k, n)
-	if sz := need(ar, ac, lda); len(a) < sz {
-		panic(fmt.Sprintf("blas: %s(%c%c, m=%d n=%d k=%d): len(a)=%d, want ≥ %d for a %d×%d matrix with lda=%d", fn, tA, tB, m, n, k, len(a), sz, ar, ac, lda))
+	a.check(fn, "a", batch)
+	b.check(fn, "b", batch)
+	c.check(fn, "c", batch)
+	m, n, k = dims(fn, tA, tB, a.General, b.General, c.General)
+	if sz := need(m, n, c.Stride); batch > 1 && sz > 0 && c.Step < sz {
+		panic(fmt.Sprintf("blas: %s: c has Step=%d < %d: the %d×%d outputs with Stride=%d overlap", fn, c.Step, sz, m, n, c.Stride))
 	}
-	if sz := need(br, bc, ldb); len(b) < sz {
-		panic(fmt.Sprintf("blas: %s(%c%c, m=%d n=%d k=%d): len(b)=%d, want ≥ %d for a %d×%d matrix with ldb=%d", fn, tA, tB, m, n, k, len(b), sz, br, bc, ldb))
-	}
-	if sz := need(m, n, ldc); len(c) < sz {
-		panic(fmt.Sprintf("blas: %s(%c%c, m=%d n=%d k=%d): len(c)=%d, want ≥ %d for a %d×%d matrix with ldc=%d", fn, tA, tB, m, n, k, len(c), sz, m, n, ldc))
-	}
-}
-
-// validate checks everything but the buffer lengths; it returns "" when
-// the arguments are consistent.
-func validate(tA, tB Transpose, m, n, k, lda, ldb, ldc int) string {
-	if tA != NoTrans && tA != Trans {
-		return fmt.Sprintf("bad tA %q", byte(tA))
-	}
-	if tB != NoTrans && tB != Trans {
-		return fmt.Sprintf("bad tB %q", byte(tB))
-	}
-	if m < 0 || n < 0 || k < 0 {
-		return "negative dimension"
-	}
-	_, ac := stored(tA, m, k)
-	_, bc := stored(tB, k, n)
-	if lda < max(1, ac) {
-		return fmt.Sprintf("lda=%d < %d columns of A", lda, ac)
-	}
-	if ldb < max(1, bc) {
-		return fmt.Sprintf("ldb=%d < %d columns of B", ldb, bc)
-	}
-	if ldc < max(1, n) {
-		return fmt.Sprintf("ldc=%d < n=%d", ldc, n)
-	}
-	return ""
-}
-
-func checkBatched(tA, tB Transpose, batch, m, n, k int, a []float32, strideA, lda int, b []float32, strideB, ldb int, c []float32, strideC, ldc int) {
-	where := fmt.Sprintf("blas: SgemmBatched(%c%c, batch=%d m=%d n=%d k=%d)", tA, tB, batch, m, n, k)
-	if err := validate(tA, tB, m, n, k, lda, ldb, ldc); err != "" {
-		panic(where + ": " + err)
-	}
-	if batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
-		panic(fmt.Sprintf("%s: negative batch or stride (strides %d, %d, %d)", where, strideA, strideB, strideC))
-	}
-	if batch == 0 {
-		return
-	}
-	ar, ac := stored(tA, m, k)
-	br, bc := stored(tB, k, n)
-	if batch > 1 && m > 0 && n > 0 && strideC < need(m, n, ldc) {
-		panic(fmt.Sprintf("%s: strideC=%d < %d: the %d×%d outputs with ldc=%d overlap", where, strideC, need(m, n, ldc), m, n, ldc))
-	}
-	if sz := need(ar, ac, lda); sz > 0 && len(a) < (batch-1)*strideA+sz {
-		panic(fmt.Sprintf("%s: len(a)=%d, want ≥ %d for %d %d×%d matrices with lda=%d, strideA=%d", where, len(a), (batch-1)*strideA+sz, batch, ar, ac, lda, strideA))
-	}
-	if sz := need(br, bc, ldb); sz > 0 && len(b) < (batch-1)*strideB+sz {
-		panic(fmt.Sprintf("%s: len(b)=%d, want ≥ %d for %d %d×%d matrices with ldb=%d, strideB=%d", where, len(b), (batch-1)*strideB+sz, batch, br, bc, ldb, strideB))
-	}
-	if sz := need(m, n, ldc); sz > 0 && len(c) < (batch-1)*strideC+sz {
-		panic(fmt.Sprintf("%s: len(c)=%d, want ≥ %d for %d %d×%d matrices with ldc=%d, strideC=%d", where, len(c), (batch-1)*strideC+sz, batch, m, n, ldc, strideC))
-	}
+	return m, n, k
 }
 
 // RowBlock returns the most rows of a product n columns wide for which

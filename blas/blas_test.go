@@ -105,6 +105,18 @@ const sentinel = 12345.0
 
 type sgemmFunc func(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 
+// loose adapts a product on views to the (slice, leading dimension) form
+// of the reference and of these tests.
+func loose(f func(tA, tB Transpose, alpha float32, a, b General, beta float32, c General)) sgemmFunc {
+	return func(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+		ar, ac := stored(tA, m, k)
+		br, bc := stored(tB, k, n)
+		f(tA, tB, alpha, General{ar, ac, lda, a}, General{br, bc, ldb, b}, beta, General{m, n, ldc, c})
+	}
+}
+
+var sgemm, sgemmSerial = loose(Sgemm), loose(SgemmSerial)
+
 // check runs f on a copy of p and compares it with the reference.
 func (p *problem) check(t *testing.T, name string, f sgemmFunc) {
 	t.Helper()
@@ -190,8 +202,8 @@ func TestSgemm(t *testing.T) {
 				for _, ab := range scalars {
 					for _, pad := range []int{0, 3} {
 						p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], ab[0], ab[1], pad)
-						p.check(t, "Sgemm", Sgemm)
-						p.check(t, "SgemmSerial", SgemmSerial)
+						p.check(t, "Sgemm", sgemm)
+						p.check(t, "SgemmSerial", sgemmSerial)
 					}
 				}
 			}
@@ -210,7 +222,7 @@ func TestSgemmLarge(t *testing.T) {
 				m, n, k = 181, 45, 270
 			}
 			p := newProblem(rng, tr[0], tr[1], m, n, k, 0.75, 0.5, 2)
-			p.check(t, "Sgemm", Sgemm)
+			p.check(t, "Sgemm", sgemm)
 		}
 	})
 }
@@ -220,12 +232,12 @@ func TestNaNInA(t *testing.T) {
 	a := []float32{float32(math.NaN())}
 	b := []float32{1}
 	c := []float32{2}
-	Sgemm(NoTrans, NoTrans, 1, 1, 1, 0, a, 1, b, 1, 3, c, 1)
+	sgemm(NoTrans, NoTrans, 1, 1, 1, 0, a, 1, b, 1, 3, c, 1)
 	if c[0] != 6 {
 		t.Errorf("alpha=0: C = %v, want 6", c[0])
 	}
 	// But otherwise NaN propagates, as in the reference.
-	Sgemm(NoTrans, NoTrans, 1, 1, 1, 1, a, 1, b, 1, 0, c, 1)
+	sgemm(NoTrans, NoTrans, 1, 1, 1, 1, a, 1, b, 1, 0, c, 1)
 	if !math.IsNaN(float64(c[0])) {
 		t.Errorf("NaN in A: C = %v, want NaN", c[0])
 	}
@@ -243,11 +255,11 @@ func TestDeterminism(t *testing.T) {
 			for _, procs := range []int{1, 2, 3} {
 				runtime.GOMAXPROCS(procs)
 				c := append([]float32(nil), p.c...)
-				Sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+				sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
 				results = append(results, c)
 			}
 			c := append([]float32(nil), p.c...)
-			SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+			sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
 			results = append(results, c)
 			for r := 1; r < len(results); r++ {
 				for i := range c {
@@ -269,7 +281,7 @@ func TestSgemmSerialAllocs(t *testing.T) {
 		for _, tr := range transposes {
 			p := newProblem(rng, tr[0], tr[1], 67, 131, 64, 1, 1, 0)
 			n := testing.AllocsPerRun(20, func() {
-				SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
+				sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
 			})
 			if n != 0 {
 				t.Errorf("%v: %v allocations per call, want 0", p, n)
@@ -292,7 +304,9 @@ func TestSgemmBatched(t *testing.T) {
 					a, b, c = append(a, ps[i].a...), append(b, ps[i].b...), append(c, ps[i].c...)
 				}
 				if batch == 0 {
-					SgemmBatched(tr[0], tr[1], 0, m, n, k, 1, nil, 0, 64, nil, 0, 64, 0, nil, 0, 64)
+					ar, ac := stored(tr[0], m, k)
+					br, bc := stored(tr[1], k, n)
+					SgemmBatched(tr[0], tr[1], 0, 1, Strided{General{ar, ac, 64, nil}, 0}, Strided{General{br, bc, 64, nil}, 0}, 0, Strided{General{m, n, 64, nil}, 0})
 					continue
 				}
 				p := ps[0]
@@ -300,10 +314,12 @@ func TestSgemmBatched(t *testing.T) {
 				for _, procs := range []int{1, 2} {
 					runtime.GOMAXPROCS(procs)
 					got := append([]float32(nil), c...)
-					SgemmBatched(p.tA, p.tB, batch, m, n, k, p.alpha, a, sa, p.lda, b, sb, p.ldb, p.beta, got, sc, p.ldc)
+					ar, ac := stored(p.tA, m, k)
+					br, bc := stored(p.tB, k, n)
+					SgemmBatched(p.tA, p.tB, batch, p.alpha, Strided{General{ar, ac, p.lda, a}, sa}, Strided{General{br, bc, p.ldb, b}, sb}, p.beta, Strided{General{m, n, p.ldc, got}, sc})
 					for i, q := range ps {
 						want := append([]float32(nil), q.c...)
-						Sgemm(q.tA, q.tB, m, n, k, q.alpha, q.a, q.lda, q.b, q.ldb, q.beta, want, q.ldc)
+						sgemm(q.tA, q.tB, m, n, k, q.alpha, q.a, q.lda, q.b, q.ldb, q.beta, want, q.ldc)
 						for j, w := range want {
 							if g := got[i*sc+j]; math.Float32bits(g) != math.Float32bits(w) {
 								t.Fatalf("batch %d of %d, %v: C[%d] = %v, Sgemm gives %v", i, batch, q, j, g, w)
@@ -318,7 +334,7 @@ func TestSgemmBatched(t *testing.T) {
 	a := []float32{1, 2, 3, 4}             // two 1×2 matrices
 	b := []float32{10, 20}                 // one 2×1 matrix
 	c := []float32{float32(math.NaN()), 0} // two 1×1 outputs
-	SgemmBatched(NoTrans, NoTrans, 2, 1, 1, 2, 1, a, 2, 2, b, 0, 1, 0, c, 1, 1)
+	SgemmBatched(NoTrans, NoTrans, 2, 1, Strided{General{1, 2, 2, a}, 2}, Strided{General{2, 1, 1, b}, 0}, 0, Strided{General{1, 1, 1, c}, 1})
 	if c[0] != 50 || c[1] != 110 {
 		t.Errorf("shared B: C = %v, want [50 110]", c)
 	}
@@ -333,20 +349,48 @@ func TestBadInput(t *testing.T) {
 		call func()
 		want string
 	}{
-		{"short a", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(7), 2, buf(6), 3, 0, buf(12), 3) }, "len(a)=7, want ≥ 8 for a 4×2 matrix with lda=2"},
-		{"short b", func() { Sgemm(NoTrans, Trans, 4, 3, 2, 1, buf(8), 2, buf(5), 2, 0, buf(12), 3) }, "len(b)=5, want ≥ 6 for a 3×2 matrix"},
-		{"short c", func() { SgemmSerial(Trans, NoTrans, 4, 3, 2, 1, buf(8), 4, buf(6), 3, 0, buf(13), 4) }, "len(c)=13, want ≥ 15 for a 4×3 matrix with ldc=4"},
-		{"small lda", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(100), 1, buf(100), 3, 0, buf(100), 3) }, "lda=1 < 2 columns of A"},
-		{"small ldb", func() { Sgemm(NoTrans, Trans, 4, 3, 2, 1, buf(100), 2, buf(100), 1, 0, buf(100), 3) }, "ldb=1 < 2 columns of B"},
-		{"small ldc", func() { Sgemm(NoTrans, NoTrans, 4, 3, 2, 1, buf(100), 2, buf(100), 3, 0, buf(100), 2) }, "ldc=2 < n=3"},
-		{"negative", func() { Sgemm(NoTrans, NoTrans, -1, 3, 2, 1, nil, 2, nil, 3, 0, nil, 3) }, "m=-1 n=3 k=2): negative dimension"},
-		{"bad transpose", func() { Sgemm('X', NoTrans, 1, 1, 1, 1, buf(1), 1, buf(1), 1, 0, buf(1), 1) }, "bad tA 'X'"},
+		{"short a", func() {
+			Sgemm(NoTrans, NoTrans, 1, General{4, 2, 2, buf(7)}, General{2, 3, 3, buf(6)}, 0, General{4, 3, 3, buf(12)})
+		}, "a is 4×2 with Stride=2: len(Data)=7, want ≥ 8"},
+		{"short b", func() {
+			Sgemm(NoTrans, Trans, 1, General{4, 2, 2, buf(8)}, General{3, 2, 2, buf(5)}, 0, General{4, 3, 3, buf(12)})
+		}, "b is 3×2 with Stride=2: len(Data)=5, want ≥ 6"},
+		{"short c", func() {
+			SgemmSerial(Trans, NoTrans, 1, General{2, 4, 4, buf(8)}, General{2, 3, 3, buf(6)}, 0, General{4, 3, 4, buf(13)})
+		}, "c is 4×3 with Stride=4: len(Data)=13, want ≥ 15"},
+		{"small stride a", func() {
+			Sgemm(NoTrans, NoTrans, 1, General{4, 2, 1, buf(100)}, General{2, 3, 3, buf(100)}, 0, General{4, 3, 3, buf(100)})
+		}, "a is 4×2 with Stride=1 < 2 columns"},
+		{"small stride b", func() {
+			Sgemm(NoTrans, Trans, 1, General{4, 2, 2, buf(100)}, General{3, 2, 1, buf(100)}, 0, General{4, 3, 3, buf(100)})
+		}, "b is 3×2 with Stride=1 < 2 columns"},
+		{"small stride c", func() {
+			Sgemm(NoTrans, NoTrans, 1, General{4, 2, 2, buf(100)}, General{2, 3, 3, buf(100)}, 0, General{4, 3, 2, buf(100)})
+		}, "c is 4×3 with Stride=2 < 3 columns"},
+		{"negative", func() {
+			Sgemm(NoTrans, NoTrans, 1, General{-1, 2, 2, nil}, General{2, 3, 3, nil}, 0, General{-1, 3, 3, nil})
+		}, "a is -1×2: negative dimension"},
+		{"bad transpose", func() {
+			Sgemm('X', NoTrans, 1, General{1, 1, 1, buf(1)}, General{1, 1, 1, buf(1)}, 0, General{1, 1, 1, buf(1)})
+		}, "bad tA 'X'"},
+		{"mismatch k", func() {
+			Sgemm(NoTrans, Trans, 1, General{4, 2, 2, buf(8)}, General{3, 3, 3, buf(9)}, 0, General{4, 3, 3, buf(12)})
+		}, "Sgemm(NT): op(a) is 4×2, op(b) is 3×3, c is 4×3: shapes do not match"},
+		{"mismatch m", func() {
+			SgemmSerial(Trans, NoTrans, 1, General{2, 4, 4, buf(8)}, General{2, 3, 3, buf(6)}, 0, General{5, 3, 3, buf(15)})
+		}, "SgemmSerial(TN): op(a) is 4×2, op(b) is 2×3, c is 5×3"},
 		{"batched short c", func() {
-			SgemmBatched(NoTrans, NoTrans, 3, 2, 2, 2, 1, buf(12), 4, 2, buf(12), 4, 2, 0, buf(11), 4, 2)
-		}, "len(c)=11, want ≥ 12 for 3 2×2 matrices with ldc=2, strideC=4"},
+			SgemmBatched(NoTrans, NoTrans, 3, 1, Strided{General{2, 2, 2, buf(12)}, 4}, Strided{General{2, 2, 2, buf(12)}, 4}, 0, Strided{General{2, 2, 2, buf(11)}, 4})
+		}, "c is 3 2×2 matrices with Stride=2, Step=4: len(Data)=11, want ≥ 12"},
 		{"batched overlap", func() {
-			SgemmBatched(NoTrans, NoTrans, 3, 2, 2, 2, 1, buf(12), 4, 2, buf(12), 4, 2, 0, buf(12), 3, 2)
-		}, "strideC=3 < 4"},
+			SgemmBatched(NoTrans, NoTrans, 3, 1, Strided{General{2, 2, 2, buf(12)}, 4}, Strided{General{2, 2, 2, buf(12)}, 4}, 0, Strided{General{2, 2, 2, buf(12)}, 3})
+		}, "c has Step=3 < 4: the 2×2 outputs with Stride=2 overlap"},
+		{"batched mismatch", func() {
+			SgemmBatched(NoTrans, NoTrans, 3, 1, Strided{General{2, 2, 2, buf(12)}, 4}, Strided{General{3, 2, 2, buf(18)}, 6}, 0, Strided{General{2, 2, 2, buf(12)}, 4})
+		}, "SgemmBatched(NN): op(a) is 2×2, op(b) is 3×2, c is 2×2"},
+		{"batched negative step", func() {
+			SgemmBatched(NoTrans, NoTrans, 3, 1, Strided{General{2, 2, 2, buf(12)}, -4}, Strided{General{2, 2, 2, buf(12)}, 4}, 0, Strided{General{2, 2, 2, buf(12)}, 4})
+		}, "a has Step=-4: negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -379,7 +423,7 @@ func FuzzSgemm(f *testing.F) {
 		for _, kn := range kernels() {
 			for _, kk := range []*kernel{kn, tiny(kn)} {
 				active = kk
-				p.check(t, kk.name, Sgemm)
+				p.check(t, kk.name, sgemm)
 			}
 		}
 	})
@@ -439,8 +483,8 @@ func TestSgemmSmall(t *testing.T) {
 					p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], ab[0], ab[1], 3*i)
 					g := gemm{kn: kn, tA: p.tA, tB: p.tB, m: p.m, n: p.n, k: p.k}
 					seen[g.form()] = true
-					p.check(t, "Sgemm", Sgemm)
-					p.check(t, "SgemmSerial", SgemmSerial)
+					p.check(t, "Sgemm", sgemm)
+					p.check(t, "SgemmSerial", sgemmSerial)
 				}
 			}
 		}
@@ -465,11 +509,11 @@ func TestSmallDeterminism(t *testing.T) {
 				for _, procs := range []int{1, 2, 3} {
 					runtime.GOMAXPROCS(procs)
 					c := append([]float32(nil), p.c...)
-					Sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+					sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
 					results = append(results, c)
 				}
 				c := append([]float32(nil), p.c...)
-				SgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+				sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
 				results = append(results, c)
 				for r := 1; r < len(results); r++ {
 					for i := range c {
@@ -496,7 +540,7 @@ func TestSmallAllocs(t *testing.T) {
 		for _, s := range [][3]int{{1, 2 * active.sw, 64}, {2, 9, 64}, {9, 2, 64}} {
 			for _, tr := range transposes {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1, 0, 0)
-				for name, f := range map[string]sgemmFunc{"Sgemm": Sgemm, "SgemmSerial": SgemmSerial} {
+				for name, f := range map[string]sgemmFunc{"Sgemm": sgemm, "SgemmSerial": sgemmSerial} {
 					n := testing.AllocsPerRun(20, func() {
 						f(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, p.c, p.ldc)
 					})
@@ -533,11 +577,11 @@ func TestRowBlock(t *testing.T) {
 				}
 				alone := make([]float32, R*n)
 				for i := range R {
-					Sgemm(NoTrans, tB, 1, n, k, 1, a[i*k:], k, b, ldb, 0, alone[i*n:], n)
+					sgemm(NoTrans, tB, 1, n, k, 1, a[i*k:], k, b, ldb, 0, alone[i*n:], n)
 				}
 				for m := 2; m <= RowBlock(n); m++ {
 					c := make([]float32, m*n)
-					Sgemm(NoTrans, tB, m, n, k, 1, a, k, b, ldb, 0, c, n)
+					sgemm(NoTrans, tB, m, n, k, 1, a, k, b, ldb, 0, c, n)
 					for i, v := range c {
 						if math.Float32bits(v) != math.Float32bits(alone[i]) {
 							t.Fatalf("N%c n=%d k=%d: row %d of %d rows: C[%d] = %v, alone %v", tB, n, k, i/n, m, i%n, v, alone[i])

@@ -18,17 +18,21 @@ func ExampleSgemm() {
 		11, 12,
 	}
 	c := make([]float32, 2*2)
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, 2, 2, 3, 1, a, 3, b, 2, 0, c, 2)
+	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1,
+		blas.General{Rows: 2, Cols: 3, Stride: 3, Data: a},
+		blas.General{Rows: 3, Cols: 2, Stride: 2, Data: b},
+		0, blas.General{Rows: 2, Cols: 2, Stride: 2, Data: c})
 	fmt.Println(c)
 
 	// Add Aᵀ·A (3×3) into the left 3 columns of a 3×4 matrix: a strided
-	// view with ldc = 4, and beta = 1 to keep what is there.
+	// view with Stride 4, and beta = 1 to keep what is there.
 	g := []float32{
 		100, 100, 100, -1,
 		100, 100, 100, -1,
 		100, 100, 100, -1,
 	}
-	blas.Sgemm(blas.Trans, blas.NoTrans, 3, 3, 2, 1, a, 3, a, 3, 1, g, 4)
+	av := blas.General{Rows: 2, Cols: 3, Stride: 3, Data: a}
+	blas.Sgemm(blas.Trans, blas.NoTrans, 1, av, av, 1, blas.General{Rows: 3, Cols: 3, Stride: 4, Data: g})
 	fmt.Println(g)
 	// Output:
 	// [58 64 139 154]

@@ -32,7 +32,7 @@ func TestHelperSplit(t *testing.T) {
 			m, n, k := 1+i%2, kn.ww*(2+i%5)+i%3*kn.sw, 256+i
 			p := newProblem(rng, NoTrans, NoTrans, m, n, k, 1.5, float32(i%2), 0)
 			want := append([]float32(nil), p.c...)
-			SgemmSerial(p.tA, p.tB, m, n, k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
+			sgemmSerial(p.tA, p.tB, m, n, k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
 			gs = append(gs, &gemm{kn: kn, tA: NoTrans, tB: NoTrans, m: m, n: n, k: k, alpha: p.alpha, beta: p.beta,
 				a: p.a, lda: p.lda, b: p.b, ldb: p.ldb, c: p.c, ldc: p.ldc})
 			wants = append(wants, want)

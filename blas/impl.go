@@ -7,7 +7,7 @@ type Impl struct {
 	Detail string // the micro-kernel or library build in use
 	// Sgemm has the semantics of the package's Sgemm, on the threads
 	// GOMAXPROCS allows at the time of the call.
-	Sgemm func(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	Sgemm func(tA, tB Transpose, alpha float32, a, b General, beta float32, c General)
 }
 
 // extraImpls are the implementations added by build tags.

@@ -16,12 +16,12 @@ func init() {
 
 // sgemmOpenBLAS is Sgemm computed by OpenBLAS, on as many OpenBLAS threads
 // as GOMAXPROCS.
-func sgemmOpenBLAS(tA, tB Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	check("openblas", tA, tB, m, n, k, a, lda, b, ldb, c, ldc)
-	g := gemm{m: m, n: n, k: k, alpha: alpha, beta: beta, c: c, ldc: ldc}
+func sgemmOpenBLAS(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
+	m, n, k := checkGemm("openblas", tA, tB, a, b, c)
+	g := gemm{m: m, n: n, k: k, alpha: alpha, beta: beta, c: c.Data, ldc: c.Stride}
 	if g.trivial() { // also keeps empty slices away from cgo
 		return
 	}
 	openblas.SetThreads(runtime.GOMAXPROCS(0))
-	openblas.Sgemm(tA == Trans, tB == Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	openblas.Sgemm(tA == Trans, tB == Trans, m, n, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
 }

@@ -312,5 +312,5 @@ func (b *Batch) attendOne(wk *seqWorker, l int, s *Sequence, at, n int) {
 	blk := block{qn: wk.qn[l], kn: wk.kn[l]}
 	blk.heads(&wk.q, &wk.k, &wk.v, rows(&b.qkv, at, at+n, 3*d), wk.rope)
 	s.attn[l].Step(&wk.o, &wk.q, &wk.k, &wk.v)
-	fromHeads(rows(&b.ot, at, at+n, d).Data, d, 0, wk.o.Data, 1, H, n, h)
+	fromHeads(matrix(rows(&b.ot, at, at+n, d), d), &wk.o)
 }

@@ -110,11 +110,11 @@ func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, spans []span, mix f
 // ([B,H,N,h]), normalizes q and k when the mechanism wants it, and turns
 // them by RoPE at rope's offset.
 func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
-	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	d := H * h
-	toHeads(q.Data, qkv.Data, 3*d, 0, B, H, N, h)
-	toHeads(k.Data, qkv.Data, 3*d, d, B, H, N, h)
-	toHeads(v.Data, qkv.Data, 3*d, 2*d, B, H, N, h)
+	d := q.Shape[1] * q.Shape[3]
+	p := matrix(qkv, 3*d)
+	toHeads(q, p.Slice(0, p.Rows, 0, d))
+	toHeads(k, p.Slice(0, p.Rows, d, 2*d))
+	toHeads(v, p.Slice(0, p.Rows, 2*d, 3*d))
 	if b.qn != nil {
 		b.qn.Forward(q, q)
 		b.kn.Forward(k, k)
@@ -157,19 +157,19 @@ func (l *layer) resize(B, N, d, H, h int) {
 // forward updates the residual stream m.x through the layer, using m's
 // shared scratch.
 func (l *layer) forward(m *Model) {
-	B, N, H, h, d := m.batch, m.length, m.cfg.Heads, m.cfg.HeadSize(), m.cfg.Dim
+	d := m.cfg.Dim
 	b := l.block()
 	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, nil, func() {
 		b.heads(&l.q, &l.k, &l.v, &m.qkv, m.rope)
 		l.attn.Forward(&m.o, &l.q, &l.k, &l.v)
-		fromHeads(l.ot.Data, d, 0, m.o.Data, B, H, N, h)
+		fromHeads(matrix(&l.ot, d), &m.o)
 	})
 }
 
 // backward takes m.x = dL/d(layer output) and leaves dL/d(layer input)
 // there, accumulating the parameter gradients.
 func (l *layer) backward(m *Model) {
-	B, N, H, h, d := m.batch, m.length, m.cfg.Heads, m.cfg.HeadSize(), m.cfg.Dim
+	d := m.cfg.Dim
 	if l.post {
 		// x_out = LN₂(a2 + GLU(a2)), a2 = LN₁(x_in + out(Attention(…(x_in)))).
 		l.ln2.Backward(&m.x, &m.x)
@@ -186,7 +186,7 @@ func (l *layer) backward(m *Model) {
 	// Attention sublayer: x_mid = x_in + out(Attention(…(LN₁(x_in)))),
 	// or without LN₁ (post-LayerNorm).
 	l.out.Backward(&m.y, &m.x)
-	toHeads(m.o.Data, m.y.Data, d, 0, B, H, N, h) // backward of fromHeads
+	toHeads(&m.o, matrix(&m.y, d)) // backward of fromHeads
 	l.attn.Backward(&m.dq, &m.dk, &m.dv, &m.o)
 	if m.rope != nil {
 		m.rope.Backward(&m.dq, &m.dq)
@@ -196,9 +196,10 @@ func (l *layer) backward(m *Model) {
 		l.qn.Backward(&m.dq, &m.dq)
 		l.kn.Backward(&m.dk, &m.dk)
 	}
-	fromHeads(m.qkv.Data, 3*d, 0, m.dq.Data, B, H, N, h) // backward of toHeads
-	fromHeads(m.qkv.Data, 3*d, d, m.dk.Data, B, H, N, h)
-	fromHeads(m.qkv.Data, 3*d, 2*d, m.dv.Data, B, H, N, h)
+	p := matrix(&m.qkv, 3*d)
+	fromHeads(p.Slice(0, p.Rows, 0, d), &m.dq) // backward of toHeads
+	fromHeads(p.Slice(0, p.Rows, d, 2*d), &m.dk)
+	fromHeads(p.Slice(0, p.Rows, 2*d, 3*d), &m.dv)
 	l.qkv.Backward(&m.y, &m.qkv)
 	if !l.post {
 		l.ln1.Backward(&m.y, &m.y)

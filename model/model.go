@@ -158,11 +158,6 @@ func New(cfg Config) (*Model, error) {
 			l.qn = nn.NewLayerNorm(name+".attn.qknorm", h, nn.GainBias)
 			l.kn = l.qn.Share()
 		}
-		// A learned sketch has parameters, created for the head size now
-		// so that they can be listed (and loaded) before the first Forward.
-		if hs, ok := attn.(attention.HeadSized); ok {
-			hs.SetHeadSize(h)
-		}
 		if tr, ok := attn.(attention.Trainable); ok {
 			for _, p := range tr.Params() {
 				p.Name = name + ".attn." + p.Name // unique across layers

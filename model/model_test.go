@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -548,7 +549,8 @@ func TestHeads(t *testing.T) {
 		rows[i] = float32(rng.NormFloat64())
 	}
 	heads := make([]float32, B*H*N*h)
-	toHeads(heads, rows, ld, col, B, H, N, h)
+	view := blas.General{Rows: B * N, Cols: H * h, Stride: ld, Data: rows[col:]}
+	toHeads(tensor.From(heads, B, H, N, h), view)
 	// Element (b, i, n, j) comes from row b·N+n, column col + i·h + j.
 	for _, e := range [][4]int{{0, 0, 0, 0}, {1, 2, 4, 3}, {1, 0, 3, 1}} {
 		b, i, n, j := e[0], e[1], e[2], e[3]
@@ -557,7 +559,7 @@ func TestHeads(t *testing.T) {
 		}
 	}
 	back := make([]float32, len(rows))
-	fromHeads(back, ld, col, heads, B, H, N, h)
+	fromHeads(blas.General{Rows: B * N, Cols: H * h, Stride: ld, Data: back[col:]}, tensor.From(heads, B, H, N, h))
 	for r := 0; r < B*N; r++ {
 		for c := 0; c < ld; c++ {
 			want := float32(0)

@@ -27,5 +27,9 @@
 //     gradients, the loss) sum in a fixed order, so results are bitwise
 //     identical whatever the number of threads.
 //
-// A layer is not safe for concurrent use.
+// A layer is not safe for concurrent use, with one exception: Linear's
+// Apply and ApplyBackward run on matrix views (blas.General) on the calling
+// goroutine, keep no state and send gradients to the caller's buffers, so
+// that many goroutines may run one layer on their own rows, as attention's
+// learned sketches do.
 package nn

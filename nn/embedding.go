@@ -93,7 +93,7 @@ func (e *Embedding) Logits(logits, h *tensor.Tensor) {
 		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Dim, h.Data), e.BF16.form("Embedding.Logits", blas.Trans), 0, general(rows, e.Vocab, logits.Data))
 		return
 	}
-	blas.Sgemm(blas.NoTrans, blas.Trans, rows, e.Vocab, e.Dim, 1, h.Data, e.Dim, e.Weight.Value.Data, e.Dim, 0, logits.Data, e.Vocab)
+	blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, e.Dim, h.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Vocab, logits.Data))
 }
 
 // LogitsBackward takes dlogits for the logits of the last Logits call,
@@ -108,7 +108,7 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 	if e.BF16 != nil {
 		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
 	} else {
-		blas.Sgemm(blas.Trans, blas.NoTrans, e.Vocab, e.Dim, rows, 1, dlogits.Data, e.Vocab, e.h.Data, e.Dim, 1, e.Weight.Grad.Data, e.Dim)
+		blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
 	}
 	if dh != nil {
 		checkRows("Embedding.LogitsBackward", "dh", dh, rows, e.Dim)
@@ -116,6 +116,6 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), e.BF16.form("Embedding.LogitsBackward", blas.NoTrans), 0, general(rows, e.Dim, dh.Data))
 			return
 		}
-		blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, e.Dim, e.Vocab, 1, dlogits.Data, e.Vocab, e.Weight.Value.Data, e.Dim, 0, dh.Data, e.Dim)
+		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Dim, dh.Data))
 	}
 }

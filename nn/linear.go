@@ -1,11 +1,13 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // Linear is the affine map y = x·W + b applied to every row of x, with W of
@@ -69,7 +71,7 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), beta, general(rows, l.Out, y.Data))
 		return
 	}
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, rows, l.Out, l.In, 1, x.Data, l.In, l.Weight.Value.Data, l.Out, beta, y.Data, l.Out)
+	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.w(), beta, general(rows, l.Out, y.Data))
 }
 
 // Backward takes dy, the gradient of the loss with respect to the y of the
@@ -90,7 +92,7 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 	if l.BF16 != nil {
 		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
 	} else {
-		blas.Sgemm(blas.Trans, blas.NoTrans, l.In, l.Out, rows, 1, l.x.Data, l.In, dy.Data, l.Out, 1, l.Weight.Grad.Data, l.Out)
+		blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
 	}
 	if l.Bias != nil {
 		l.partial = addColSums(l.Bias.Grad.Data, dy.Data, rows, l.Out, l.partial)
@@ -101,6 +103,73 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.Out, dy.Data), wt, 0, general(rows, l.In, dx.Data))
 			return
 		}
-		blas.Sgemm(blas.NoTrans, blas.Trans, rows, l.In, l.Out, 1, dy.Data, l.Out, l.Weight.Value.Data, l.Out, 0, dx.Data, l.In)
+		blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, l.Out, dy.Data), l.w(), 0, general(rows, l.In, dx.Data))
+	}
+}
+
+// w returns the weight as a view.
+func (l *Linear) w() blas.General { return general(l.In, l.Out, l.Weight.Value.Data) }
+
+// Apply computes y = x·W + b for the rows of x ([rows × In]) into y
+// ([rows × Out]) on the calling goroutine, keeping nothing for a backward
+// pass: for callers that run many small layers in parallel and keep their
+// own activations, as attention's learned sketches do. It gives the bits
+// of Forward.
+func (l *Linear) Apply(y, x blas.General) {
+	l.checkViews("Linear.Apply", x, y)
+	if l.Bias != nil {
+		b := l.Bias.Value.Data
+		for i := 0; i < x.Rows; i++ {
+			copy(y.Data[i*y.Stride:i*y.Stride+l.Out], b)
+		}
+	}
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, x, l.BF16.form("Linear.Apply", blas.NoTrans), l.beta(), y)
+		return
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, x, l.w(), l.beta(), y)
+}
+
+// ApplyBackward takes dy for the y = x·W + b of Apply, adds xᵀ·dy to dw
+// ([In × Out]) and the column sums of dy to db (row by row, in order; nil
+// without bias), and writes dx = dy·Wᵀ (dx may not overlap x or dy), on
+// the calling goroutine. The gradients go to the caller's buffers, not the
+// layer's, so that parallel callers can sum theirs in a fixed order. wT
+// ([Out × In]) is a copy of Wᵀ that the caller keeps current: reading it
+// makes dy·Wᵀ a plain product, which is faster for few rows. With bf16
+// copies of W (l.BF16), the products are bf16 and the copy of Wᵀ is read
+// instead of wT.
+func (l *Linear) ApplyBackward(dx, dy, x, wT, dw blas.General, db []float32) {
+	l.checkViews("Linear.ApplyBackward", x, dy)
+	l.checkViews("Linear.ApplyBackward", dx, dy)
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.Trans, blas.NoTrans, 1, x, dy, 1, dw)
+	} else {
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, x, dy, 1, dw)
+	}
+	if l.Bias != nil {
+		for i := 0; i < dy.Rows; i++ {
+			vec.Add(db, db, dy.Data[i*dy.Stride:i*dy.Stride+l.Out])
+		}
+	}
+	if l.BF16 != nil {
+		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, dy, l.BF16.form("Linear.ApplyBackward", blas.Trans), 0, dx)
+		return
+	}
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, dy, wT, 0, dx)
+}
+
+// beta is the beta of y's product: 1 onto the bias, 0 without one.
+func (l *Linear) beta() float32 {
+	if l.Bias != nil {
+		return 1
+	}
+	return 0
+}
+
+// checkViews panics unless x ([rows × In]) and y ([rows × Out]) fit l.
+func (l *Linear) checkViews(op string, x, y blas.General) {
+	if x.Cols != l.In || y.Cols != l.Out || x.Rows != y.Rows {
+		panic(fmt.Sprintf("nn.%s: %d×%d and %d×%d views for a %d×%d layer", op, x.Rows, x.Cols, y.Rows, y.Cols, l.In, l.Out))
 	}
 }

@@ -112,11 +112,6 @@ func matrix(p *Param) blas.General {
 	return blas.General{Rows: r, Cols: c, Stride: c, Data: p.Value.Data}
 }
 
-// general returns the rows×cols row-major matrix held in data.
-func general(rows, cols int, data []float32) blas.General {
-	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
-}
-
 // MarshalText returns the precision's name, for configurations in JSON.
 func (p Precision) MarshalText() ([]byte, error) {
 	if int(p) >= len(Precisions) {

@@ -75,19 +75,16 @@ func runAttend(args []string, stdout io.Writer) error {
 		return fmt.Errorf("attend: --out %s is the input file; refusing to overwrite it", *out)
 	}
 
-	m, err := attention.New(cfg, attention.Setup{Causal: *causal, Seed: *seed})
+	q, k, v, err := readQKV(*in)
 	if err != nil {
 		return fmt.Errorf("attend: %w", err)
 	}
-	q, k, v, err := readQKV(*in)
+	m, err := attention.New(cfg, attention.Setup{Causal: *causal, Seed: *seed, HeadSize: q.Shape[q.Dims()-1]})
 	if err != nil {
 		return fmt.Errorf("attend: %w", err)
 	}
 	if err := checkMemory(m, as4D(q)); err != nil {
 		return fmt.Errorf("attend: %w", err)
-	}
-	if hs, ok := m.(attention.HeadSized); ok {
-		hs.SetHeadSize(q.Shape[q.Dims()-1])
 	}
 	o := tensor.New(q.Shape...)
 	m.Forward(as4D(o), as4D(q), as4D(k), as4D(v))

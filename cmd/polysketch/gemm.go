@@ -136,7 +136,8 @@ func gemmImpls(bf16 bool) []gemmImpl {
 	var impls []gemmImpl
 	for _, impl := range blas.Impls() {
 		impls = append(impls, gemmImpl{impl.Name, impl.Detail, func(m, n, k int, a, b, c []float32) func() {
-			return func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n) }
+			av, bv, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: k, Cols: n, Stride: n, Data: b}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
+			return func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, 1, av, bv, 0, cv) }
 		}})
 	}
 	if !bf16 {
