@@ -199,22 +199,11 @@ func (g *gemmBF16) run(threads int) {
 		g.runTiles(threads)
 		return
 	}
-	if g.bp != nil && g.m <= g.kn.wideRows && threads > 1 {
-		// Decoding: one or two rows times a weight, bound by reading it.
-		// From cache, a second goroutine costs more to wake than it
-		// saves, and the helper (which stays awake between products)
-		// serves the middle sizes; as in small.go, but bf16 weights take
-		// half the bytes.
-		size := 2 * g.k * g.n // the fp32 sizes of the same bytes ×4
-		nStr := ceilDiv(g.n, nrBF16)
-		if size >= 4*helperMin && size < 4*wideParallelMin && nStr >= 8 {
-			if pairHelper.splitBF16(g, nStr/8*4) {
-				return
-			}
-		}
-		if size < 4*wideParallelMin {
-			threads = 1
-		}
+	if threads > 1 && g.split() {
+		return
+	}
+	if g.bp != nil && g.m <= g.kn.wideRows && 2*g.k*g.n < 4*wideParallelMin {
+		threads = 1 // decoding from cache: not worth waking the others
 	}
 	if threads > 1 && g.m*g.n*g.k >= parallelMin {
 		g.parallel(threads)
@@ -223,6 +212,56 @@ func (g *gemmBF16) run(threads int) {
 	ws := bf16Pool.Get().(*bf16Workspace)
 	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
+	bf16Pool.Put(ws)
+}
+
+// helperMaxBF16 bounds the multiply-adds of the products that split in
+// two with the helper goroutine rather than over GOMAXPROCS goroutines:
+// waking parked goroutines costs microseconds, much of such a product.
+const helperMaxBF16 = 1 << 24
+
+// split computes g in two parts, on the calling goroutine and on the
+// helper (which stays awake between products), when that pays and the
+// helper is free, and reports whether it did:
+//
+//   - decoding, one or two rows by a packed weight, bound by reading it:
+//     split by columns, for weights from 4·helperMin to 4·wideParallelMin
+//     bytes (as in small.go; from cache, a goroutine woken per product
+//     costs more than its half);
+//   - products of parallelMin to helperMaxBF16 multiply-adds: split by
+//     rows.
+func (g *gemmBF16) split() bool {
+	nStr, mStr := ceilDiv(g.n, nrBF16), ceilDiv(g.m, g.kn.mr)
+	if g.bp != nil && g.m <= g.kn.wideRows {
+		size := 2 * g.k * g.n
+		if size < 4*helperMin || size >= 4*wideParallelMin || nStr < 8 {
+			return false
+		}
+		mid := nStr / 8 * 4 // whole groups of 4 strips for the wide kernel
+		return pairHelper.splitBF16(&bf16Part{*g, g.bp, 0, mStr, 0, mid}, &bf16Part{*g, g.bp, 0, mStr, mid, nStr})
+	}
+	if mnk := g.m * g.n * g.k; mnk < parallelMin || mnk >= helperMaxBF16 || mStr < 2 {
+		return false
+	}
+	ws := bf16Pool.Get().(*bf16Workspace)
+	bp := g.packB(ws)
+	ok := pairHelper.splitBF16(&bf16Part{*g, bp, 0, mStr / 2, 0, nStr}, &bf16Part{*g, bp, mStr / 2, mStr, 0, nStr})
+	ws.pb = PackedBF16{}
+	bf16Pool.Put(ws)
+	return ok
+}
+
+// bf16Part is a part of a bf16 product: row strips [r0, r1) by column
+// strips [s0, s1) of g, with op(B) packed in bp.
+type bf16Part struct {
+	g              gemmBF16
+	bp             *PackedBF16
+	r0, r1, s0, s1 int
+}
+
+func (p *bf16Part) run() {
+	ws := bf16Pool.Get().(*bf16Workspace)
+	p.g.item(ws, p.bp, p.r0, p.r1, p.s0, p.s1)
 	bf16Pool.Put(ws)
 }
 
@@ -284,15 +323,6 @@ func (h gemmBF16) parallel(threads int) {
 		g.item(wa, bp, ib*mStr/rb, (ib+1)*mStr/rb, jb*nStr/cb, (jb+1)*nStr/cb)
 		bf16Pool.Put(wa)
 	})
-}
-
-// strips computes columns strips [s0, s1) of C, all rows, on the
-// calling goroutine with a pooled workspace: a half of a product split
-// with the helper.
-func (g *gemmBF16) strips(s0, s1 int) {
-	ws := bf16Pool.Get().(*bf16Workspace)
-	g.item(ws, g.bp, 0, ceilDiv(g.m, g.kn.mr), s0, s1)
-	bf16Pool.Put(ws)
 }
 
 // item computes the rows of row strips [r0, r1) and the columns of

@@ -140,15 +140,16 @@ func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, 
 func packA(kn *bf16Kernel, t Transpose, a General, k, i0, rows int, dst []uint32) (ars, aps int) {
 	kp := ceilDiv(k, 2)
 	if t == NoTrans {
+		ars := rowWords(k)
 		for i := 0; i < rows; i++ {
 			row := a.Data[(i0+i)*a.Stride : (i0+i)*a.Stride+k]
-			d := dst[i*kp : (i+1)*kp]
+			d := dst[i*ars : i*ars+kp]
 			kn.cvt(d, row[:k&^1])
 			if k%2 == 1 {
 				d[kp-1] = uint32(toBF16(row[k-1]))
 			}
 		}
-		return kp, 1
+		return ars, 1
 	}
 	w := ceilDiv(rows, 16) * 16
 	for p := 0; p < k/2; p++ {
@@ -166,8 +167,14 @@ func packA(kn *bf16Kernel, t Transpose, a General, k, i0, rows int, dst []uint32
 	return 1, w
 }
 
+// rowWords is the stride of packA's rows of ceil(k/2) pairs: a whole
+// number of cache lines and one more, so that the rows a tile reads side
+// by side fall in different sets of the L1 cache (at a power-of-two
+// stride, 14 rows would compete for the 8 ways of one set).
+func rowWords(k int) int { return ceilDiv(ceilDiv(k, 2), 16)*16 + 16 }
+
 // packAWords returns the words packA needs for rows rows.
-func packAWords(k, rows int) int { return ceilDiv(k, 2) * ceilDiv(rows, 16) * 16 }
+func packAWords(k, rows int) int { return max(rowWords(k)*rows, ceilDiv(k, 2)*ceilDiv(rows, 16)*16) }
 
 // cvtGo sets dst[i] to the pair (src[2i], src[2i+1]).
 func cvtGo(dst []uint32, src []float32) {

@@ -21,9 +21,8 @@ type helper struct {
 	g     gemm         // the posted half: columns [lo, g.n) of g in form f
 	f     smallForm
 	lo    int
-	bf16  bool     // the posted half is strips [lo, hi) of gb instead
-	gb    gemmBF16 // (see splitBF16)
-	hi    int
+	bf16  bool // the posted half is hb instead (see splitBF16)
+	hb    bf16Part
 	awake atomic.Bool   // the goroutine is spinning, not parked
 	ran   atomic.Int64  // halves the goroutine computed
 	wake  chan struct{} // unparks it
@@ -77,9 +76,9 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 	return true
 }
 
-// splitBF16 is split for a bf16 product of few rows: strips [0, mid)
-// on the calling goroutine, [mid, all) on the helper.
-func (h *helper) splitBF16(g *gemmBF16, mid int) bool {
+// splitBF16 is split for two parts of a bf16 product: first on the
+// calling goroutine, second on the helper when it is free.
+func (h *helper) splitBF16(first, second *bf16Part) bool {
 	if !h.mu.TryLock() {
 		return false
 	}
@@ -88,8 +87,7 @@ func (h *helper) splitBF16(g *gemmBF16, mid int) bool {
 		h.wake = make(chan struct{}, 1)
 		go h.loop()
 	})
-	all := ceilDiv(g.n, nrBF16)
-	h.gb, h.lo, h.hi, h.bf16 = *g, mid, all, true
+	h.hb, h.bf16 = *second, true
 	h.state.Store(halfPosted)
 	if !h.awake.Load() {
 		select {
@@ -97,16 +95,16 @@ func (h *helper) splitBF16(g *gemmBF16, mid int) bool {
 		default:
 		}
 	}
-	g.strips(0, mid)
+	first.run()
 	if h.state.CompareAndSwap(halfPosted, halfIdle) {
-		g.strips(mid, all) // not started: take it back
+		second.run() // not started: take it back
 	} else {
 		for h.state.Load() != halfDone {
 			runtime.Gosched()
 		}
 		h.state.Store(halfIdle)
 	}
-	h.gb = gemmBF16{} // drop the operands
+	h.hb = bf16Part{} // drop the operands
 	return true
 }
 
@@ -117,7 +115,7 @@ func (h *helper) loop() {
 		for spins := 0; ; spins++ {
 			if h.state.CompareAndSwap(halfPosted, halfRunning) {
 				if h.bf16 {
-					h.gb.strips(h.lo, h.hi)
+					h.hb.run()
 				} else {
 					h.g.smallRange(h.f, h.lo, h.g.n)
 				}

@@ -123,6 +123,22 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	bv := zmm[nacc : nacc+nvec]
 	bc := []VecPhysical{Z30, Z31}
 
+	// Warm the C tile while the k loop runs: its rows, often far apart
+	// and not in cache, would otherwise be waited for at the stores.
+	{
+		row := Load(Param("c"), GP64())
+		ldc := Load(Param("ldc"), GP64())
+		SHLQ(U8(2), ldc)
+		for i := 0; i < rows; i++ {
+			for l := 0; l < 2*nstrips; l++ {
+				PREFETCHT0(Mem{Base: row, Disp: 64 * l})
+			}
+			if i < rows-1 {
+				ADDQ(ldc, row)
+			}
+		}
+	}
+
 	TESTQ(kp, kp)
 	JZ(LabelRef(pre + "_store"))
 	Label(pre + "_loop")
