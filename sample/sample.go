@@ -7,10 +7,10 @@
 // The cost follows what is asked, never a sort of the whole vocabulary:
 // greedy is an argmax; plain temperature sampling vectorized passes
 // (maximum, exponentials, sums of blocks) and a scan of one block; top-k
-// a partial selection of k tokens (a heap); the nucleus a selection that
-// partitions the tokens around pivots until the most likely ones of
-// probability top p are found, which alone are sorted (or, for a nucleus
-// of thousands, not even they). Top selects the n most likely tokens with
+// a partial selection of k tokens (a heap); the nucleus one pass adding
+// the weights of equal ranges of (l-max)/T, a walk over them to where
+// probability top p is reached, and a sort of the nucleus alone (or, for a
+// nucleus of thousands, of the tokens of two ranges). Top selects the n most likely tokens with
 // the heap, for logprobs.
 package sample
 
