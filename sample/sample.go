@@ -37,7 +37,8 @@ type Sampler struct {
 	keys  []uint64
 	heap  []int32
 	z     []float32 // every token's (l-top)/T, for the nucleus
-	bk    []uint16  // every token's bucket, for the nucleus
+	cand  []int32   // the nucleus's candidates
+	bk    []uint16  // their buckets
 	mass  []float64 // the buckets' weights
 	cnt   []int32   // and their tokens
 }
@@ -212,35 +213,41 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 	frac := min(s.TopP*(1+nucleusMargin), 1)
 	// Tokens of weight below t weigh at most n·t together, within the
 	// (1-frac)·total outside the nucleus: they all rank after it, and
-	// the buckets cover only the others, -span ≤ (l-top)/T.
+	// only the others are candidates, which the buckets cover:
+	// -span ≤ (l-top)/T, give or take the exponentials' rounding.
 	t := (1 - frac) * total / float64(n) * 0.99
 	span := float32(min(-math.Log(t), zSpan))
 	if math.IsInf(float64(top), 0) || top != top || !(span > 0) {
 		return s.nucleusBySelection(logits)
 	}
+	s.cand = slices.Grow(s.cand[:0], n)[:n]
+	cand, k, t32 := s.cand, 0, float32(t)
+	for i, x := range s.w[:n] {
+		cand[k] = int32(i)
+		if x >= t32 {
+			k++
+		}
+	}
+	cand = cand[:k]
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
 	c := buckets / span
 	mass := slices.Grow(s.mass[:0], buckets)[:buckets]
 	cnt := slices.Grow(s.cnt[:0], buckets)[:buckets]
 	clear(mass)
 	clear(cnt)
-	s.bk = slices.Grow(s.bk[:0], n)[:n]
-	w, bk := s.w[:n], s.bk[:n]
-	for i, l := range logits {
-		z := (l - top) * inv // as weights computes it: monotone in l
-		if -z <= span {
-			b := min(int(-z*c), buckets-1)
-			bk[i] = uint16(b)
-			mass[b] += float64(w[i])
-			cnt[b]++
-		} else {
-			bk[i] = buckets
-		}
+	s.bk = slices.Grow(s.bk[:0], k)[:k]
+	w, bk := s.w[:n], s.bk[:k]
+	for j, id := range cand {
+		z := (logits[id] - top) * inv // as weights computes it: monotone in l
+		b := min(int(-z*c), buckets-1)
+		bk[j] = uint16(b)
+		mass[b] += float64(w[id])
+		cnt[b]++
 	}
 	s.mass, s.cnt = mass, cnt
 	// The candidates: the buckets up to where frac of the total is
 	// reached, the margin covering the rounding.
-	edge, acc, count := buckets, 0.0, 0
+	edge, acc, count := buckets-1, 0.0, 0
 	for b, m := range mass {
 		acc += m
 		count += int(cnt[b])
@@ -249,20 +256,17 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 			break
 		}
 	}
-	if edge == buckets {
-		count = n
-	}
 	if count <= exactNucleus {
 		ids := slices.Grow(s.ids[:0], n)[:n]
-		k := 0
-		for i, b := range bk {
-			ids[k] = int32(i)
+		m := 0
+		for j, b := range bk {
+			ids[m] = cand[j]
 			if int(b) <= edge {
-				k++
+				m++
 			}
 		}
 		s.ids = ids
-		return s.exact(logits, ids[:k], total, top)
+		return s.exact(logits, ids[:m], total, top)
 	}
 	return s.wideBuckets(logits, total)
 }
@@ -323,12 +327,12 @@ func (s *Sampler) wideBuckets(logits []float32, total float64) int32 {
 	return ids[len(ids)-1] // rounding between the two sums: the bucket's last token
 }
 
-// gather appends to dst the tokens of bucket b, in id order.
+// gather appends to dst the candidates of bucket b, in id order.
 func (s *Sampler) gather(dst []int32, b int) []int32 {
 	dst = slices.Grow(dst, int(s.cnt[b]))
-	for i, x := range s.bk {
+	for j, x := range s.bk {
 		if int(x) == b {
-			dst = append(dst, int32(i))
+			dst = append(dst, s.cand[j])
 		}
 	}
 	return dst
