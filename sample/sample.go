@@ -7,10 +7,10 @@
 // The cost follows what is asked, never a sort of the whole vocabulary:
 // greedy is an argmax; plain temperature sampling vectorized passes
 // (maximum, exponentials, sums of blocks) and a scan of one block; top-k
-// a partial selection of k tokens (a heap); the nucleus a selection that
-// partitions the tokens around pivots until the most likely ones of
-// probability top p are found, which alone are sorted (or, for a nucleus
-// of thousands, not even they). Top selects the n most likely tokens with
+// a partial selection of k tokens (a heap); the nucleus one pass adding
+// the weights of equal ranges of (l-max)/T, a walk over them to where
+// probability top p is reached, and a sort of the nucleus alone (or, for a
+// nucleus of thousands, of the tokens of two ranges). Top selects the n most likely tokens with
 // the heap, for logprobs.
 package sample
 
@@ -36,6 +36,11 @@ type Sampler struct {
 	ids   []int32
 	keys  []uint64
 	heap  []int32
+	z     []float32 // every token's (l-top)/T, for the nucleus
+	cand  []int32   // the nucleus's candidates
+	bk    []uint16  // their buckets
+	mass  []float64 // the buckets' weights
+	cnt   []int32   // and their tokens
 }
 
 // New returns a Sampler drawing with rng.
@@ -182,14 +187,165 @@ func (s *Sampler) plain(logits []float32) int32 {
 	return int32(lo + last) // the block's sum, added in another order, reached past its last weight
 }
 
+// buckets is the number of equal ranges of (l-top)/T by which nucleus
+// groups the tokens, few enough to stay in the first-level cache.
+const buckets = 1024
+
+// zSpan is the widest range of (l-top)/T that nucleus's buckets cover:
+// tokens below it weigh less than e^-32 of the most likely each, and are
+// walked only if the nucleus reaches them (by nucleusBySelection).
+const zSpan = 32
+
 // nucleus draws from the smallest set of most likely tokens of
+// probability TopP, as draw does after a sort of the whole vocabulary,
+// without that sort or a selection. Equal ranges of (l-top)/T, which
+// follow the tokens' rank, are the buckets of one pass over the weights
+// that adds their weights (float32, summed in float64). Walking them
+// finds the bucket of the nucleus's edge (with a margin, for the
+// rounding); a nucleus of at most exactNucleus tokens is sorted and
+// weighed exactly (exact), a wider one drawn from the float32 weights by
+// walking the buckets again to the drawn point and sorting only the
+// tokens of the edge's and the draw's buckets. Non-finite logits take
+// nucleusBySelection.
+func (s *Sampler) nucleus(logits []float32) int32 {
+	n := len(logits)
+	total, top := s.weights(logits)
+	frac := min(s.TopP*(1+nucleusMargin), 1)
+	// Tokens of weight below t weigh at most n·t together, within the
+	// (1-frac)·total outside the nucleus: they all rank after it, and
+	// only the others are candidates, which the buckets cover:
+	// -span ≤ (l-top)/T, give or take the exponentials' rounding.
+	t := (1 - frac) * total / float64(n) * 0.99
+	span := float32(min(-math.Log(t), zSpan))
+	if math.IsInf(float64(top), 0) || top != top || !(span > 0) {
+		return s.nucleusBySelection(logits)
+	}
+	s.cand = slices.Grow(s.cand[:0], n)[:n]
+	cand, k, t32 := s.cand, 0, float32(t)
+	for i, x := range s.w[:n] {
+		cand[k] = int32(i)
+		if x >= t32 {
+			k++
+		}
+	}
+	cand = cand[:k]
+	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	c := buckets / span
+	mass := slices.Grow(s.mass[:0], buckets)[:buckets]
+	cnt := slices.Grow(s.cnt[:0], buckets)[:buckets]
+	clear(mass)
+	clear(cnt)
+	s.bk = slices.Grow(s.bk[:0], k)[:k]
+	w, bk := s.w[:n], s.bk[:k]
+	for j, id := range cand {
+		z := (logits[id] - top) * inv // as weights computes it: monotone in l
+		b := min(int(-z*c), buckets-1)
+		bk[j] = uint16(b)
+		mass[b] += float64(w[id])
+		cnt[b]++
+	}
+	s.mass, s.cnt = mass, cnt
+	// The candidates: the buckets up to where frac of the total is
+	// reached, the margin covering the rounding.
+	edge, acc, count := buckets-1, 0.0, 0
+	for b, m := range mass {
+		acc += m
+		count += int(cnt[b])
+		if acc >= frac*total {
+			edge = b
+			break
+		}
+	}
+	if count <= exactNucleus {
+		ids := slices.Grow(s.ids[:0], n)[:n]
+		m := 0
+		for j, b := range bk {
+			ids[m] = cand[j]
+			if int(b) <= edge {
+				m++
+			}
+		}
+		s.ids = ids
+		return s.exact(logits, ids[:m], total, top)
+	}
+	return s.wideBuckets(logits, total)
+}
+
+// wideBuckets draws from a nucleus of many tokens with the buckets of
+// nucleus: the bucket where the weights, in rank order, reach TopP of
+// total holds the nucleus's edge, found among its tokens sorted; the
+// buckets again, walked to the drawn point, give the bucket that holds
+// the drawn token, found among its tokens sorted. The token is the one
+// draw would give but where the draw falls within the weights' rounding
+// (about 1e-6) of the edge of a token or of the nucleus.
+func (s *Sampler) wideBuckets(logits []float32, total float64) int32 {
+	need := s.TopP * total
+	edge, before := -1, 0.0
+	for b, m := range s.mass {
+		if before+m >= need {
+			edge = b
+			break
+		}
+		before += m
+	}
+	if edge < 0 { // the nucleus reaches beyond the buckets' span
+		return s.nucleusBySelection(logits)
+	}
+	ids := s.gather(s.ids[:0], edge)
+	s.sortByRank(logits, ids)
+	k, sum := len(ids), before
+	for i, id := range ids {
+		sum += float64(s.w[id])
+		if sum >= need {
+			k = i + 1
+			break
+		}
+	}
+	u := s.Rand.Float64() * sum
+	d := edge
+	for b, m := range s.mass[:edge] {
+		if u < m {
+			d = b
+			break
+		}
+		u -= m
+	}
+	if d == edge {
+		ids = ids[:k]
+	} else {
+		ids = s.gather(ids[:0], d)
+		s.sortByRank(logits, ids)
+	}
+	s.ids = ids
+	for _, id := range ids {
+		x := float64(s.w[id])
+		if u < x {
+			return id
+		}
+		u -= x
+	}
+	return ids[len(ids)-1] // rounding between the two sums: the bucket's last token
+}
+
+// gather appends to dst the candidates of bucket b, in id order.
+func (s *Sampler) gather(dst []int32, b int) []int32 {
+	dst = slices.Grow(dst, int(s.cnt[b]))
+	for j, x := range s.bk {
+		if int(x) == b {
+			dst = append(dst, s.cand[j])
+		}
+	}
+	return dst
+}
+
+// nucleusBySelection draws from the smallest set of most likely tokens of
 // probability TopP, as draw does after a sort of the whole vocabulary,
 // without that sort. A selection partitions the tokens around pivots by
 // rank, keeping the side where the approximate weights (float32) reach
 // TopP of the total, with a margin, until few candidates are left
 // undecided; only the candidates are sorted and weighed exactly. Should
 // the margin not have covered the rounding, the rest follow.
-func (s *Sampler) nucleus(logits []float32) int32 {
+func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 	total, hi := s.weights(logits)
 	frac := min(s.TopP*(1+nucleusMargin), 1)
 	need := frac * total
@@ -225,6 +381,15 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 	if end > exactNucleus {
 		return s.wideNucleus(logits, ids[:end], total)
 	}
+	return s.exact(logits, ids[:end], total, hi)
+}
+
+// exact draws from the nucleus as draw does after a sort, given the
+// candidates ids (which hold the nucleus) and the total weight: only the
+// candidates are sorted and weighed in float64, and should they fall
+// short of the nucleus (the rounding of the weights behind them), every
+// token is.
+func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32) int32 {
 	rank := func(a, b int32) int {
 		switch {
 		case a == b:
@@ -234,7 +399,7 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		}
 		return 1
 	}
-	cand := s.sortByRank(logits, ids[:end])
+	cand := s.sortByRank(logits, ids)
 	top := float64(hi)
 	s.order, s.probs = s.order[:0], s.probs[:0]
 	var acc float64

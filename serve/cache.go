@@ -74,6 +74,7 @@ type cacheJob struct {
 	fill   bool   // a job that reads tokens for the cache only
 	at     []int  // prompt positions at which to keep a snapshot, ascending
 	answer []byte // the text sent to the client so far (chat)
+	reused int    // prompt tokens restored from a cached state
 }
 
 // cacheMetrics are the cache's Prometheus metrics.
@@ -243,6 +244,7 @@ func (c *prefixCache) resume(j *job) {
 			j.fed = r
 		}
 	}
+	j.cache.reused = r
 	if !j.cache.fill {
 		if r > 0 {
 			c.met.hits.Inc()

@@ -192,33 +192,57 @@ func TestCacheEviction(t *testing.T) {
 // TestCacheChat holds a conversation of three turns: each later turn must
 // resume after the previous turn's prompt and answer (all but the last
 // block boundary's remainder), with the answers a server without cache
-// gives.
+// gives, and usage.prompt_tokens_details.cached_tokens the tokens reused
+// (0 without the cache), streamed or not.
 func TestCacheChat(t *testing.T) {
 	m := testModel(t, testConfig())
 	_, cold := newTest(t, Options{PrefillChunk: cacheChunk}, m)
 	s, warm := newTest(t, Options{PrefillChunk: cacheChunk, CacheMemory: 256 << 20}, m)
-	chat := func(url string, msgs []map[string]string) (string, int) {
-		body, _ := json.Marshal(map[string]any{"messages": msgs, "max_tokens": 20, "seed": 5, "temperature": 0.9})
+	chat := func(url string, msgs []map[string]string, stream bool) (text string, prompt, cached int) {
+		req := map[string]any{"messages": msgs, "max_tokens": 20, "seed": 5, "temperature": 0.9}
+		if stream {
+			req["stream"], req["stream_options"] = true, map[string]bool{"include_usage": true}
+		}
+		body, _ := json.Marshal(req)
 		code, _, b := call(t, "POST", url+"/v1/chat/completions", string(body))
 		if code != http.StatusOK {
 			t.Fatalf("status %d: %s", code, b)
+		}
+		if stream { // the usage chunk is the last before [DONE]
+			for line := range strings.Lines(string(b)) {
+				var c chatCompletion
+				if data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok && strings.Contains(data, `"usage"`) {
+					if err := json.Unmarshal([]byte(data), &c); err != nil {
+						t.Fatal(err)
+					}
+					return "", c.Usage.PromptTokens, c.Usage.PromptTokensDetails.CachedTokens
+				}
+			}
+			t.Fatalf("no usage in the stream: %s", b)
 		}
 		var c chatCompletion
 		if err := json.Unmarshal(b, &c); err != nil {
 			t.Fatal(err)
 		}
-		return *c.Choices[0].Message.Content, c.Usage.PromptTokens
+		return *c.Choices[0].Message.Content, c.Usage.PromptTokens, c.Usage.PromptTokensDetails.CachedTokens
 	}
 	msgs := []map[string]string{{"role": "system", "content": "You write Go."}}
+	var last int // the tokens the last turn's prompt had
 	for turn, q := range []string{"Print hello.", "Now in a loop.", "Thanks."} {
 		msgs = append(msgs, map[string]string{"role": "user", "content": q})
-		want, _ := chat(cold.URL, msgs)
+		want, _, none := chat(cold.URL, msgs, false)
+		if none != 0 {
+			t.Errorf("turn %d without the cache: %d cached tokens, want 0", turn, none)
+		}
 		before := statsOf(t, s)
-		got, prompt := chat(warm.URL, msgs)
+		got, prompt, cached := chat(warm.URL, msgs, false)
 		if got != want {
 			t.Fatalf("turn %d: %q with the cache, %q without", turn, got, want)
 		}
 		after := statsOf(t, s)
+		if reused := after.reused - before.reused; float64(cached) != reused || turn > 0 && cached == 0 {
+			t.Errorf("turn %d: usage says %d cached tokens, the cache reused %v", turn, cached, reused)
+		}
 		if turn > 0 {
 			// Everything but the last block and the new turn comes from the
 			// cache: at least the prompt less the new user line and less a
@@ -230,6 +254,14 @@ func TestCacheChat(t *testing.T) {
 		}
 		msgs = append(msgs, map[string]string{"role": "assistant", "content": got})
 		waitFor(t, func() bool { return idle(s) }) // the fill of the answer
+		last = prompt
+	}
+	// The whole conversation again, streamed: it resumes past the last
+	// turn's prompt, whose answer was read into the cache.
+	before := statsOf(t, s)
+	_, prompt, cached := chat(warm.URL, msgs, true)
+	if reused := statsOf(t, s).reused - before.reused; float64(cached) != reused || cached <= last-cacheChunk {
+		t.Errorf("streamed: usage says %d cached tokens of %d, the cache reused %v; want past the last turn's %d less a block", cached, prompt, reused, last)
 	}
 }
 

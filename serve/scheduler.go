@@ -67,6 +67,7 @@ type event struct {
 	pending   *tokenLogprobs // what logprobs are computed from, by the request's handler
 	finish    string
 	generated int
+	cached    int // prompt tokens its job resumed past, with finish
 	err       error
 }
 
@@ -440,7 +441,7 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 		j.cache.answer = append(j.cache.answer, text...)
 	}
 	if text != "" || finish != "" || lp != nil {
-		j.out.post(event{index: j.index, text: text, pending: lp, finish: finish, generated: j.generated})
+		j.out.post(event{index: j.index, text: text, pending: lp, finish: finish, generated: j.generated, cached: j.cache.reused})
 	}
 	if finish != "" {
 		j.canceled.Store(true)

@@ -573,12 +573,15 @@ type choices struct {
 	logprobs  []*logprobs // nil entries unless asked for
 	finish    []string
 	generated int
+	cached    []int // per prompt, the most any of its choices resumed past
+	n         int   // choices per prompt
 	left      int
 }
 
 func newChoices(rq *request) *choices {
 	n := len(rq.prompts) * rq.set.n
-	c := &choices{text: make([]strings.Builder, n), logprobs: make([]*logprobs, n), finish: make([]string, n), left: n}
+	c := &choices{text: make([]strings.Builder, n), logprobs: make([]*logprobs, n), finish: make([]string, n), left: n,
+		cached: make([]int, len(rq.prompts)), n: rq.set.n}
 	if rq.set.logprobs >= 0 {
 		for i := range c.logprobs {
 			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
@@ -601,6 +604,8 @@ func (c *choices) add(e event) {
 	if e.finish != "" {
 		c.finish[e.index] = e.finish
 		c.generated += e.generated
+		p := e.index / max(c.n, 1)
+		c.cached[p] = max(c.cached[p], e.cached)
 		c.left--
 	}
 }
@@ -609,6 +614,9 @@ func (rq *request) usageOf(c *choices) *usage {
 	u := usage{CompletionTokens: c.generated}
 	for _, t := range rq.tokens {
 		u.PromptTokens += len(t)
+	}
+	for _, r := range c.cached {
+		u.PromptTokensDetails.CachedTokens += r
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return &u
