@@ -166,6 +166,13 @@ func LogSumExp(x []float32) float32 {
 	return m + float32(math.Log(float64(sumExpSub(x, m))))
 }
 
+// SumExp returns Σ e^(x[i]-m), in float32 with the vectorized
+// exponentials of Exp; x is not modified. With m the maximum of x, no term
+// exceeds 1 (a log-sum-exp without a copy of x).
+func SumExp(x []float32, m float32) float32 {
+	return sumExpSub(x, m)
+}
+
 // MeanVar returns the mean and the (biased) variance of x, as layer
 // normalization needs them. It uses the corrected two-pass algorithm, so the
 // variance stays accurate when the mean is large compared to the spread. An

@@ -951,3 +951,27 @@ func TestNoAsmEnv(t *testing.T) {
 		t.Errorf("impls() = %v: the portable kernels must come last", s)
 	}
 }
+
+// TestSumExp compares SumExp, below the maximum and below another value,
+// with the sum computed in float64, on every path.
+func TestSumExp(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			x := fill(rng, a.slice(n), -30, 30)
+			m := math.Inf(-1)
+			for _, v := range x {
+				m = math.Max(m, float64(v))
+			}
+			for _, sub := range []float64{m, 3} {
+				var want float64
+				for _, v := range x {
+					want += math.Exp(float64(v) - sub)
+				}
+				got := SumExp(x, float32(sub))
+				if tol := (8*eps + gamma(n)) * want; math.Abs(float64(got)-want) > tol {
+					t.Errorf("SumExp(x, %g) = %g, want %g ± %g", sub, got, want, tol)
+				}
+			}
+		})
+	})
+}
