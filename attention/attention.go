@@ -169,6 +169,25 @@ func checkBlock(b int) error {
 	if b <= 0 {
 		return fmt.Errorf("--block %d: must be positive", b)
 	}
+	return checkMax("--block", b, maxBlock)
+}
+
+// Upper bounds of the options whose values size buffers, so that a
+// damaged or crafted config.json is refused in one line instead of
+// allocating without end. Each lies far above any useful value.
+const (
+	maxBlock      = 1 << 16
+	maxSketchSize = 1024    // polysketch's features are its square
+	maxFeatures   = 1 << 16 // Performer's random features
+	maxSamples    = 1 << 20 // HyperAttention's sampled columns
+	maxDegree     = 64      // of polynomial weights
+)
+
+// checkMax refuses an option value above max.
+func checkMax(flag string, v, max int) error {
+	if v > max {
+		return fmt.Errorf("%s %d: at most %d", flag, v, max)
+	}
 	return nil
 }
 
@@ -177,7 +196,7 @@ func checkEvenDegree(p int) error {
 	if p < 2 || p%2 != 0 {
 		return fmt.Errorf("--degree %d: polynomial weights need an even degree ≥ 2 (2, 4, 8)", p)
 	}
-	return nil
+	return checkMax("--degree", p, maxDegree)
 }
 
 // Check validates user-supplied q, k, v: equal [B,H,N,h] shapes and finite

@@ -93,6 +93,7 @@ func (c HyperConfig) Validate() error {
 	if c.Samples < 0 {
 		errs = append(errs, fmt.Errorf("--samples %d: must be 0 (blocks only) or positive (256 is the default)", c.Samples))
 	}
+	errs = append(errs, checkMax("--samples", c.Samples, maxSamples))
 	if c.MinLength < 0 {
 		errs = append(errs, fmt.Errorf("--min-length %d: must be 0 or positive (4096 is the default)", c.MinLength))
 	}

@@ -67,6 +67,7 @@ func (c PerformerConfig) Validate() error {
 	if c.Features <= 0 {
 		errs = append(errs, fmt.Errorf("--features %d: must be positive (256 is the default)", c.Features))
 	}
+	errs = append(errs, checkMax("--features", c.Features, maxFeatures))
 	if c.Redraw < 0 {
 		errs = append(errs, fmt.Errorf("--redraw %d: must be 0 (never) or a positive number of steps", c.Redraw))
 	}

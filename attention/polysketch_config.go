@@ -29,6 +29,7 @@ func (c PolysketchConfig) Validate() error {
 	if c.SketchSize <= 0 {
 		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (32 or 64 are the paper's)", c.SketchSize))
 	}
+	errs = append(errs, checkMax("--sketch-size", c.SketchSize, maxSketchSize))
 	switch c.Sketch {
 	case Gaussian, SRHT:
 	default:

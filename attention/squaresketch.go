@@ -60,6 +60,7 @@ func (c SquareSketchConfig) Validate() error {
 	if c.SketchSize <= 0 {
 		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (8 or 16 keep the features few)", c.SketchSize))
 	}
+	errs = append(errs, checkMax("--sketch-size", c.SketchSize, maxSketchSize/4))
 	if c.Init != "uniform" && c.Init != "ones" {
 		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
 	}

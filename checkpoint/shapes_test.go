@@ -76,3 +76,33 @@ func TestLoadRefusesSizesTheFileCannotHold(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadRefusesHugeAttentionOptions: an attention option that sizes
+// buffers (a polysketch's sketch size: its features are the square) set
+// to 2e9 in config.json is refused in one line before anything is
+// allocated, instead of running out of memory.
+func TestLoadRefusesHugeAttentionOptions(t *testing.T) {
+	for _, tc := range []struct {
+		option string
+		value  any
+		want   string
+	}{
+		{"sketch_size", 2e9, "--sketch-size 2000000000: at most 1024"},
+		{"block", 1e12, "--block 1000000000000: at most 65536"},
+		{"degree", 1 << 40, "--degree 1099511627776: at most 64"},
+	} {
+		t.Run(tc.option, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			if err := Save(dir, newCheckpoint(t, 1, 7)); err != nil {
+				t.Fatal(err)
+			}
+			editJSON(t, dir, configFile, func(m map[string]any) {
+				m["model"].(map[string]any)["attention_options"].(map[string]any)[tc.option] = tc.value
+			})
+			_, err := Load(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Load: %v; want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
