@@ -13,7 +13,6 @@ import (
 
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -52,6 +51,7 @@ func runEval(args []string, stdout io.Writer) error {
 		batches  = fs.Int("batches", 100, "batches at most; 0 evaluates everything")
 		cacheDir = fs.String("cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
 		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
+		tokName  = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 	)
 	fs.Var(&listFlag{list: &corpus}, "corpus", "text files, directories or glob patterns, comma-separated or repeated")
 	var af attentionFlags
@@ -88,9 +88,9 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
-	tok, err := tokenizer.Lookup(c.State.Tokenizer)
+	tok, err := checkpointTokenizer(c, dir, *tokName)
 	if err != nil {
-		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("eval: %w", err)
 	}
 	if spec := trainedTask(c); spec != nil {
 		if len(corpus) == 0 {
