@@ -337,9 +337,6 @@ func checkpointTokenizer(c *checkpoint.Checkpoint, dir, arg string) (tokenizer.T
 	} else if tok, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	if v := c.Model.Config().Vocab; tok.VocabSize() > v {
-		return nil, fmt.Errorf("checkpoint %s: its tokenizer %s has %d tokens, its model only %d", dir, tok.Name(), tok.VocabSize(), v)
-	}
 	if arg == "" {
 		return tok, nil
 	}
