@@ -144,6 +144,12 @@ func (t *BPE) Encode(dst []int32, text []byte) []int32 {
 	}
 	start := 0 // of the text not yet encoded
 	for i := 0; i < len(text); {
+		for i < len(text) && len(t.addedByFirst[text[i]]) == 0 {
+			i++
+		}
+		if i == len(text) {
+			break
+		}
 		a := t.addedAt(text[i:])
 		if a == nil {
 			i++
