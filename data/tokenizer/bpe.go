@@ -69,6 +69,7 @@ type step struct {
 	kind    stepKind
 	re      *regexp2.Regexp // for splitRegex
 	literal string          // for splitLiteral
+	digits  int             // for splitLlama: the most digits in a piece
 	removed bool            // matches are dropped rather than kept as pieces
 	invert  bool            // the pattern matches the text between pieces
 }
@@ -77,6 +78,7 @@ type stepKind uint8
 
 const (
 	splitGPT2    stepKind = iota // GPT-2's pattern, by pieceLen
+	splitLlama                   // Llama-3's or Qwen2's pattern, by llamaPieceLen
 	splitRegex                   // Split with a regular expression
 	splitLiteral                 // Split with a string
 	prefixSpace                  // ByteLevel's add_prefix_space
@@ -212,6 +214,12 @@ func (t *BPE) split(dst []int32, s []byte, i int, c *bpeCache) []int32 {
 	case splitGPT2:
 		for len(s) > 0 {
 			p := pieceLen(s)
+			dst = t.split(dst, s[:p], i+1, c)
+			s = s[p:]
+		}
+	case splitLlama:
+		for len(s) > 0 {
+			p := llamaPieceLen(s, st.digits)
 			dst = t.split(dst, s[:p], i+1, c)
 			s = s[p:]
 		}

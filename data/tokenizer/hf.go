@@ -276,6 +276,11 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 			return false, fmt.Errorf("pre-tokenizer Split with behavior %s is not supported: polysketch reads Isolated and Removed", p.Behavior)
 		}
 		switch {
+		case p.Pattern.Regex != nil && (*p.Pattern.Regex == llama3Split || *p.Pattern.Regex == qwen2Split) && !p.Invert && !st.removed:
+			st.kind, st.digits = splitLlama, 3
+			if *p.Pattern.Regex == qwen2Split {
+				st.digits = 1
+			}
 		case p.Pattern.Regex != nil:
 			re, err := regexp2.Compile(*p.Pattern.Regex, regexp2.None)
 			if err != nil {

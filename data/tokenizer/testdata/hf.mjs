@@ -59,7 +59,7 @@ const fixed = [
   "日本語のテキスト、中文文本。한국어", "emoji 😀👍🏽 👨‍👩‍👧 🇫🇷", "\u00a0non\u00a0breaking\u2003em\u3000ideographic",
   "<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>", " <|endoftext|> ", "<|endoftext|", "<<|endoftext|>>",
   "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>\n", "call <tool_call> now",
-  "!!!??? ... --- ===", "a\u2028b\u2029c", "tabs\tand\vvertical\fform", "'''", "'s's's", "x's", "   'll",
+  "!!!??? ... --- ===", "del\x7f \x7fx .\x7f. \x7f٣", "x\r\n\r\n  y", "a \n\n b", ";\n\n", "12345678 123 1234", "a\u2028b\u2029c", "tabs\tand\vvertical\fform", "'''", "'s's's", "x's", "   'll",
 ];
 let seed = 12345;
 function rand(n) {
