@@ -402,3 +402,25 @@ func TestGPT2File(t *testing.T) {
 		t.Errorf("Encode(Hello world<|endoftext|>) = %v, want [15496 995 50256]", got)
 	}
 }
+
+// FuzzParse checks that no file makes Parse panic or a tokenizer it
+// accepts fail to round-trip.
+func FuzzParse(f *testing.F) {
+	good := mustTrain(f, countText(DefaultSpecial, "hello world, hello there"), TrainOptions{VocabSize: 270, Special: DefaultSpecial}).JSON()
+	f.Add(good, []byte("hello <|endoftext|> world"))
+	f.Add(llamaStyle(f, mustTrain(f, countText(nil, "abc abd"), TrainOptions{VocabSize: 260}), llama3Pattern, "NFC", "<x>"), []byte("a\r\n b"))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":2000000000},"merges":[]}}`), []byte("a"))
+	f.Fuzz(func(t *testing.T, file, text []byte) {
+		tok, err := parse(file)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error of more than one line: %v", err)
+			}
+			return
+		}
+		ids := tok.Encode(nil, text)
+		if _, err := tok.Decode(nil, ids); err != nil {
+			t.Errorf("Decode(Encode(%q)): %v", text, err)
+		}
+	})
+}

@@ -177,6 +177,9 @@ func parse(b []byte) (*BPE, error) {
 	for _, a := range f.AddedTokens {
 		size = max(size, a.ID+1)
 	}
+	if n := len(m.Vocab) + len(f.AddedTokens); int(size) > 2*n+1024 {
+		return nil, fmt.Errorf("token id %d is far beyond the file's %d tokens: the ids must number the tokens from 0", size-1, n)
+	}
 	t.tokens = make([][]byte, size)
 	t.vocab = make(map[string]int32, len(m.Vocab))
 	for s, id := range m.Vocab {
