@@ -24,6 +24,7 @@ go build -o "$tmp/polysketch" ./cmd/polysketch || exit 1
 if ! "$tmp/polysketch" tokenizer train --corpus . --vocab-size 2000 --out "$tmp/trained" >"$tmp/train.log" 2>&1; then
   cat "$tmp/train.log"; exit 1
 fi
-# Node resolves the package from the script's directory upward: link it.
+# Node resolves an import from the script's directory upward (not from
+# NODE_PATH, for modules): the script runs beside node_modules.
 cp data/tokenizer/testdata/hf.mjs "$tmp/hf.mjs"
-NODE_PATH="$tmp/node_modules" timeout 600 node "$tmp/hf.mjs" "$tmp/polysketch" "$tmp/trained" "$tmp/work"
+timeout 600 node "$tmp/hf.mjs" "$tmp/polysketch" "$tmp/trained" "$tmp/work"
