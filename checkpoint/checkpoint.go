@@ -3,12 +3,13 @@
 // so that a run stopped at any step continues exactly as if it had not
 // stopped.
 //
-// A checkpoint is a directory of five files:
+// A checkpoint is a directory of five or six files:
 //
 //	model.safetensors      the weights, one F32 tensor per parameter, named as model.Params names them
 //	optimizer.safetensors  the AdamW moments, "<param>.m" and "<param>.v" (absent for weights alone)
 //	config.json            {"model": model.Config, "train": the training settings}
 //	state.json             step, tokenizer, data position, tokens seen, training time
+//	tokenizer.json         the tokenizer, if it came from a file (a Hugging Face tokenizer.json)
 //	manifest.json          format version, and the size and SHA-256 of each file above
 //
 // The weights are plain safetensors, so other ecosystems read them
@@ -52,6 +53,7 @@ const (
 	configFile    = "config.json"
 	stateFile     = "state.json"
 	manifestFile  = "manifest.json"
+	tokenizerFile = "tokenizer.json"
 )
 
 // Checkpoint is a saved training run.
@@ -68,6 +70,11 @@ type Checkpoint struct {
 	Optimizer map[string]*tensor.Tensor
 	// State is the rest of the run's position.
 	State State
+	// TokenizerJSON is the tokenizer.json of the model's tokenizer if it
+	// was read from a file (data/tokenizer.Parse), saved whole so that
+	// the model's ids never depend on a file outside the checkpoint; nil
+	// for a built-in tokenizer, which State.Tokenizer names.
+	TokenizerJSON []byte
 }
 
 // State is where a run stands, saved in state.json.
@@ -179,6 +186,11 @@ func save(dir string, c *Checkpoint) error {
 	if c.Optimizer != nil {
 		meta := map[string]string{"step": strconv.Itoa(c.State.Step)}
 		if err := write(optimizerFile, func(w *hashWriter) error { return safetensors.Encode(w, c.Optimizer, meta) }); err != nil {
+			return err
+		}
+	}
+	if c.TokenizerJSON != nil {
+		if err := write(tokenizerFile, func(w *hashWriter) error { _, err := w.Write(c.TokenizerJSON); return err }); err != nil {
 			return err
 		}
 	}
@@ -315,7 +327,7 @@ func load(dir string) (*Checkpoint, error) {
 	if err := checkWeights(weights, params); err != nil {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
 	}
-	c := &Checkpoint{Model: m, Train: cfg.Train, State: st.State}
+	c := &Checkpoint{Model: m, Train: cfg.Train, State: st.State, TokenizerJSON: files[tokenizerFile]}
 	if b, ok := files[optimizerFile]; ok {
 		opt, meta, err := safetensors.Decode(bytes.NewReader(b), nil)
 		if err != nil {

@@ -550,3 +550,30 @@ func TestDiff(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenizerFile checks that a tokenizer.json saved with a checkpoint
+// comes back unchanged, under the manifest's checksum, and that one saved
+// without comes back nil.
+func TestTokenizerFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	c := newCheckpoint(t, 1, 3)
+	if err := Save(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil || got.TokenizerJSON != nil {
+		t.Fatalf("Load of a checkpoint without a tokenizer file: TokenizerJSON %q, %v; want nil", got.TokenizerJSON, err)
+	}
+	file := []byte(`{"model": {"type": "BPE"}}` + "\n")
+	c.TokenizerJSON = file
+	if err := Save(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = Load(dir); err != nil || !bytes.Equal(got.TokenizerJSON, file) {
+		t.Fatalf("Load: TokenizerJSON %q, %v; want %q", got.TokenizerJSON, err, file)
+	}
+	os.WriteFile(filepath.Join(dir, tokenizerFile), []byte(`{"model": {"type": "BPX"}}`+"\n"), 0o644)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "tokenizer.json: SHA-256 checksum mismatch") {
+		t.Errorf("Load of an edited tokenizer.json: %v, want a checksum mismatch", err)
+	}
+}

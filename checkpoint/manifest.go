@@ -73,7 +73,7 @@ func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err er
 }
 
 // required lists the files every checkpoint has besides the manifest;
-// optimizerFile is optional.
+// optimizerFile and tokenizerFile are optional.
 var required = []string{configFile, stateFile, weightsFile}
 
 // readVerified reads the manifest of dir and every file it lists, checking
@@ -99,7 +99,7 @@ func readVerified(dir string) (map[string][]byte, error) {
 	case man.Version != Version:
 		return nil, fmt.Errorf("%s: format version %d, this program reads version %d", manifestFile, man.Version, Version)
 	}
-	allowed := map[string]bool{optimizerFile: true}
+	allowed := map[string]bool{optimizerFile: true, tokenizerFile: true}
 	for _, name := range required {
 		allowed[name] = true
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/optim"
 )
@@ -404,6 +405,11 @@ func (t *Trainer) save(pos []byte) error {
 	}
 	t.state.Step, t.state.Data = t.opt.Step, pos
 	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state}
+	if tok, err := tokenizer.Lookup(t.state.Tokenizer); err == nil {
+		if f, ok := tok.(*tokenizer.BPE); ok {
+			c.TokenizerJSON = f.JSON() // the ids' meaning travels with the weights
+		}
+	}
 	if err := checkpoint.Save(filepath.Join(t.Dir, CheckpointDir), c); err != nil {
 		return err
 	}

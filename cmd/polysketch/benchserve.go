@@ -167,8 +167,8 @@ func startBenchServer(dir string, seqs int, prec nn.Precision) (string, func(), 
 		if err != nil {
 			return "", nil, err
 		}
-		if tok, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
-			return "", nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		if tok, err = checkpointTokenizer(c, dir, ""); err != nil {
+			return "", nil, err
 		}
 		m = c.Model
 	}

@@ -23,7 +23,7 @@ const benchTrainHelp = `usage: polysketch bench train [flags]
 
 Measures training throughput, tokens per second of whole optimizer steps
 (forward, backward, gradient clipping and AdamW), and peak memory, of a
-byte-level model for each attention mechanism and context length N, with
+byte-level model (or one of --tokenizer's vocabulary) for each attention mechanism and context length N, with
 the same number of tokens in every step: B = --tokens/N sequences of N
 tokens (as the paper's Figure 3 and Table 2 compare mechanisms). The
 defaults are the paper's small model: 4 layers, d_model 256, 4 heads of 64,
@@ -95,6 +95,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
+	tokName := fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
 	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	fs.Usage = func() {
@@ -105,6 +106,11 @@ func benchTrain(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	tok, err := openTokenizer("bench train", *tokName)
+	if err != nil {
+		return err
+	}
+	mc.Vocab = tok.VocabSize()
 	if err := cfg.parse(*ns, &af); err != nil {
 		return fmt.Errorf("bench train: %w", err)
 	}
@@ -154,7 +160,7 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 // config returns the model of mechanism m at context n.
 func (cfg *benchTrainConfig) config(m benchMechanism, n int) model.Config {
 	c := cfg.model
-	c.Vocab, c.Attention, c.Context = 256, m.cfg, n
+	c.Attention, c.Context = m.cfg, n
 	return c
 }
 

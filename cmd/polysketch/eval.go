@@ -13,7 +13,6 @@ import (
 
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
@@ -57,6 +56,7 @@ func runEval(args []string, stdout io.Writer) error {
 		batches  = fs.Int("batches", 100, "batches at most; 0 evaluates everything")
 		cacheDir = fs.String("cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
 		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
+		tokName  = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 	)
 	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated")
 	textField := fs.String("text-field", "", textFieldUsage+"; default: the training corpus's")
@@ -101,9 +101,9 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := inferIn(c.Model, prec); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	tok, err := tokenizer.Lookup(c.State.Tokenizer)
+	tok, err := checkpointTokenizer(c, dir, *tokName)
 	if err != nil {
-		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("eval: %w", err)
 	}
 	if *taskFile != "" && len(corpus) > 0 {
 		return usageError{errors.New("eval: --task and --corpus: score on one or the other")}

@@ -49,6 +49,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
 		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
+		tokName = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 		s       = sample.New(0.8, 0.95, 0, nil)
 	)
 	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
@@ -89,9 +90,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
 	}
-	tok, err := tokenizer.Lookup(c.State.Tokenizer)
+	tok, err := checkpointTokenizer(c, dir, *tokName)
 	if err != nil {
-		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("generate: %w", err)
 	}
 	if spec := trainedTask(c); spec != nil && spec.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, spec.Name, *ckpt)

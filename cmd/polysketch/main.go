@@ -35,6 +35,7 @@ var commands = map[string]command{
 	"generate":   {"sample text from a checkpoint, streaming it token by token", runGenerate},
 	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
 	"serve":      {"serve a checkpoint over the OpenAI HTTP API (completions, chat, streaming)", runServe},
+	"tokenizer":  {"fit a BPE vocabulary to a corpus, encode and decode: tokenizer train | encode | decode", runTokenizer},
 	"experiment": {"rerun a comparison of the seeds: a grid of mechanisms × sizes, its table and plots", runExperiment},
 	"info":       {"describe a checkpoint: model, parameters, tokenizer, step, losses, and whether it verifies", runInfo},
 }

@@ -68,6 +68,7 @@ func runServe(args []string, stdout io.Writer) error {
 		chunk    = fs.Int("prefill-chunk", def.PrefillChunk, "prompt tokens a sequence reads per step, between other sequences' tokens")
 		body     = fs.Int64("max-body", def.MaxBody, "bytes of a request body")
 		kv       = fs.Int64("kv-memory", def.KVMemory>>20, "MiB of KV cache for all sequences of a softmax, flash or polynomial model (0: no limit)")
+		tokName  = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 		key      = fs.String("api-key", "", "bearer token required on /v1/, /tokenize, /detokenize and /metrics (default $POLYSKETCH_API_KEY; none if both are empty)")
 		public   = fs.Bool("metrics-public", false, "serve /metrics without the API key")
 		readTO   = fs.Duration("read-timeout", 30*time.Second, "to read a request (0: none; the headers still have 10s at most)")
@@ -148,10 +149,8 @@ func runServe(args []string, stdout io.Writer) error {
 	c, err := checkpoint.Load(dir)
 	if err == nil {
 		var tok tokenizer.Tokenizer
-		if tok, err = tokenizer.Lookup(c.State.Tokenizer); err == nil {
+		if tok, err = checkpointTokenizer(c, dir, *tokName); err == nil {
 			err = srv.Ready(c.Model, tok)
-		} else {
-			err = fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 	}
 	if err != nil {

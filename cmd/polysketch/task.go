@@ -83,7 +83,7 @@ func (o taskOptions) spec(length int, seed uint64, tok string) (*task.Spec, erro
 	if length > 0 {
 		s.Length = length
 	} else if s.Name == task.File {
-		t, err := tokenizer.Lookup(tok)
+		t, err := tokenizer.Open(tok)
 		if err != nil {
 			return nil, fmt.Errorf("--tokenizer: %w", err)
 		}

@@ -92,7 +92,7 @@ type trainOptions struct {
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
 	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
 	fs.StringVar(&tc.TextField, "text-field", tc.TextField, textFieldUsage)
-	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, "tokenizer: "+strings.Join(tokenizer.Names(), " or "))
+	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
 	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
@@ -187,6 +187,9 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
+		if _, err := checkpointTokenizer(c, ckDir, ""); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
 		// Parse again over the saved configuration: flags given now
 		// override it, and must not change the model or the recipe.
 		smc, stc := c.Model.Config(), saved
@@ -201,6 +204,12 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		}
 		if err := absPaths(stc.Corpus); err != nil {
 			return fmt.Errorf("train: --corpus: %w", err)
+		}
+		if stc.Tokenizer != saved.Tokenizer {
+			// A path to the very tokenizer the checkpoint holds is no change.
+			if t, err := tokenizer.Open(stc.Tokenizer); err == nil && t.Name() == saved.Tokenizer {
+				stc.Tokenizer = saved.Tokenizer
+			}
 		}
 		var bad []string
 		otherMechanism := smc.Attention.Mechanism() != c.Model.Config().Attention.Mechanism()
@@ -231,11 +240,13 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("train: %s already holds a run; pass --resume to continue it, or --force to start over and replace it", o.out)
 	}
 
-	tok, err := tokenizer.Lookup(tc.Tokenizer)
+	tok, err := tokenizer.Open(tc.Tokenizer)
 	if err != nil {
 		return fmt.Errorf("train: --tokenizer: %w", err)
 	}
-	mc.Vocab = tok.VocabSize()
+	// The run records the tokenizer by name, which a file's content
+	// determines, and its checkpoints keep the file itself.
+	tc.Tokenizer, mc.Vocab = tok.Name(), tok.VocabSize()
 	tset, err := taskSet(&mc, tc, tok)
 	if err != nil {
 		return err

@@ -61,3 +61,63 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeBPE measures the encoding throughput of tokenizers read
+// from tokenizer.json files, on the Go source of BenchmarkEncode: a
+// vocabulary of 16k fitted to that text, the same file with Llama-3's
+// split pattern (a regular expression, matched by regexp2), and GPT-2's
+// own tokenizer.json.
+func BenchmarkEncodeBPE(b *testing.B) {
+	text := goSource(b, 4<<20)
+	c := NewCounts(DefaultSpecial)
+	c.Add(text)
+	trained, err := Train(c, TrainOptions{VocabSize: 16384, Special: DefaultSpecial})
+	if err != nil {
+		b.Fatal(err)
+	}
+	llama, err := Parse(llamaStyle(b, trained, llama3Pattern, ""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	gpt2, err := Parse(gpt2File(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tok  Tokenizer
+	}{{"trained-16k", trained}, {"llama3-split-16k", llama}, {"gpt2-file", gpt2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			var dst []int32
+			for b.Loop() {
+				dst = tc.tok.Encode(dst[:0], text)
+			}
+			b.ReportMetric(float64(len(text))/float64(len(dst)), "bytes/token")
+		})
+	}
+}
+
+// BenchmarkCount measures the counting of pieces that tokenizer training
+// starts with, on one core.
+func BenchmarkCount(b *testing.B) {
+	text := goSource(b, 4<<20)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		NewCounts(DefaultSpecial).Add(text)
+	}
+}
+
+// BenchmarkTrain measures the merges of tokenizer training: a vocabulary
+// of 16k from the counts of 4 MB of Go source.
+func BenchmarkTrain(b *testing.B) {
+	text := goSource(b, 4<<20)
+	c := NewCounts(DefaultSpecial)
+	c.Add(text)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, err := Train(c, TrainOptions{VocabSize: 16384, Special: DefaultSpecial}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 // Package tokenizer turns bytes into token ids and back.
 //
-// Two tokenizers are provided: [Byte], one token per byte (vocabulary 256),
+// Two tokenizers are built in: [Byte], one token per byte (vocabulary 256),
 // which accepts any input; and [GPT2], the byte-pair encoding of GPT-2
 // (vocabulary 50257), whose vocabulary and merges come from the
 // github.com/tiktoken-go/tokenizer module, compiled into the binary so that
-// nothing is downloaded at run time. [Lookup] finds one by name, and
+// nothing is downloaded at run time. [BPE] reads any byte-level BPE
+// tokenizer from a Hugging Face tokenizer.json ([Parse], [Open]), such as
+// one that [Train] fits to a corpus. [Lookup] finds one by name, and
 // [EndOfText] gives the token, if any, that separates documents.
 package tokenizer
 
@@ -39,13 +41,17 @@ const Default = "byte"
 // Names lists the names Lookup accepts, Default first.
 func Names() []string { return []string{Default, "gpt2"} }
 
-// Lookup returns the tokenizer with the given name: "byte" or "gpt2".
+// Lookup returns the tokenizer with the given name: "byte", "gpt2", or
+// the name of a tokenizer parsed from a file in this process ([Parse]).
 func Lookup(name string) (Tokenizer, error) {
 	switch name {
 	case "byte":
 		return Byte, nil
 	case "gpt2":
 		return GPT2()
+	}
+	if t, ok := loaded.Load(name); ok {
+		return t.(*BPE), nil
 	}
 	return nil, fmt.Errorf("unknown tokenizer %q: choose one of %s", name, strings.Join(Names(), ", "))
 }
@@ -56,6 +62,9 @@ func Lookup(name string) (Tokenizer, error) {
 // (50256, which Decode turns into the text "<|endoftext|>"); [Byte] does
 // not, as each of its 256 ids is a byte of text and none is left over.
 func EndOfText(t Tokenizer) (id int32, ok bool) {
+	if b, ok := t.(*BPE); ok && !b.hasEndOfText() {
+		return 0, false
+	}
 	e, ok := t.(interface{ EndOfText() int32 })
 	if !ok {
 		return 0, false

@@ -1,0 +1,103 @@
+// Compares polysketch's tokenizers with Hugging Face's JavaScript
+// implementation, @huggingface/tokenizers: for a trained tokenizer.json
+// and for Llama-3- and Qwen2-style files made from it, every string below
+// must encode to the same ids in both (with add_special_tokens false:
+// polysketch never adds a post-processor's tokens). Run by hf.sh:
+//
+//	node hf.mjs POLYSKETCH TOKENIZER_DIR WORK_DIR
+import { Tokenizer } from "@huggingface/tokenizers";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync, mkdirSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+
+const [polysketch, trained, work] = process.argv.slice(2);
+
+// Llama-3's and Qwen2's split patterns, as their tokenizer.json files
+// have them.
+const llama3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const qwen2 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+function variant(base, pattern, extra) {
+  const t = JSON.parse(JSON.stringify(base));
+  t.pre_tokenizer = {
+    type: "Sequence",
+    pretokenizers: [
+      { type: "Split", pattern: { Regex: pattern }, behavior: "Isolated", invert: false },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
+    ],
+  };
+  let next = Math.max(...Object.values(t.model.vocab), ...t.added_tokens.map((a) => a.id)) + 1;
+  for (const [content, special] of extra) {
+    t.added_tokens.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false, normalized: !special, special });
+  }
+  return t;
+}
+
+const base = JSON.parse(readFileSync(join(trained, "tokenizer.json"), "utf8"));
+const llama = variant(base, llama3, [["<|begin_of_text|>", true], ["<|end_of_text|>", true], ["<|eot_id|>", true], ["<|start_header_id|>", true]]);
+llama.model.ignore_merges = true;
+const qwen = variant(base, qwen2, [["<|im_start|>", true], ["<|im_end|>", true], ["<tool_call>", false]]);
+qwen.normalizer = { type: "NFC" };
+qwen.model.merges = qwen.model.merges.map((m) => m.split(" ")); // the newer [a, b] form
+
+const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen };
+
+// The strings: code, prose, Unicode, white space, special tokens, and
+// random mixes of all of them. U+0085 and U+FEFF are left out: \s differs
+// there between JavaScript and the Rust library (and polysketch), which
+// follow Unicode's White_Space.
+const fixed = [
+  "", " ", "  ", "\n", "\n\n\n", "\t\t", " \n ", "a  b", "a   ", "   a", "x\r\ny", "end\n",
+  "Hello world", "hello, World! HELLO?", "don't I'll we've they're she'd it's I'M YOU'LL 'S",
+  "func main() {\n\tfmt.Println(\"héllo, 世界\")\n}\n",
+  "for i := 0; i < len(xs); i++ {\n\t\tsum += xs[i] * 2\n\t}",
+  "if err != nil {\n\treturn nil, fmt.Errorf(\"open %s: %w\", path, err)\n}",
+  "def f(x):\n    return x**2  # square\n\n\nprint(f(3))",
+  "<div class=\"a\">&nbsp;</div>", "SELECT * FROM t WHERE id = 42;",
+  "1234567890 3.14159 1e-9 0x7fff 12,345,678", "٣٤٥ ௫ Ⅻ ½",
+  "naïve café résumé Ångström", "e\u0301 cafe\u0301 A\u030a", "Ελληνικά Русский текст עברית العربية",
+  "日本語のテキスト、中文文本。한국어", "emoji 😀👍🏽 👨‍👩‍👧 🇫🇷", "\u00a0non\u00a0breaking\u2003em\u3000ideographic",
+  "<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>", " <|endoftext|> ", "<|endoftext|", "<<|endoftext|>>",
+  "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>\n", "call <tool_call> now",
+  "!!!??? ... --- ===", "del\x7f \x7fx .\x7f. \x7f٣", "x\r\n\r\n  y", "a \n\n b", ";\n\n", "12345678 123 1234", "a\u2028b\u2029c", "tabs\tand\vvertical\fform", "'''", "'s's's", "x's", "   'll",
+];
+let seed = 12345;
+function rand(n) {
+  seed = (seed * 1103515245 + 12345) % 2147483648;
+  return seed % n;
+}
+const alphabet = [..."abcXYZ019 _-.,;:'\"()[]{}<>/\\|!?@#$%^&*+=~`", " ", " ", " ", "\t", "\n", "\r", "é", "ß", "ñ", "ü", "中", "文", "日",
+  "😀", "🏽", "\u0301", "\u00a0", "\u3000", "ア", "ж", "Ω", "٣", "½", "'s", "'re", "<|endoftext|>", "<|eot_id|>", "<|im_end|>", "func", " the", "  \n"];
+const random = [];
+for (let i = 0; i < 200; i++) {
+  let s = "";
+  for (let n = rand(40); n > 0; n--) s += alphabet[rand(alphabet.length)];
+  random.push(s);
+}
+// Lines of Go source, from the repository.
+const source = [];
+for (const f of readdirSync("data/tokenizer").filter((f) => f.endsWith(".go")).sort()) {
+  const lines = readFileSync(join("data/tokenizer", f), "utf8").split("\n");
+  for (let i = 0; i + 3 < lines.length && source.length < 150; i += 17) source.push(lines.slice(i, i + 3).join("\n"));
+}
+const strings = [...fixed, ...random, ...source];
+
+let failed = 0;
+for (const [name, json] of Object.entries(files)) {
+  const dir = join(work, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(json));
+  const hf = new Tokenizer(json, { clean_up_tokenization_spaces: false });
+  let bad = 0;
+  for (const s of strings) {
+    const want = hf.encode(s, { add_special_tokens: false }).ids;
+    const got = JSON.parse(execFileSync(polysketch, ["tokenizer", "encode", "--tokenizer", dir], { input: s }).toString());
+    if (JSON.stringify(got) !== JSON.stringify(want)) {
+      if (bad < 5) console.log(`${name}: ${JSON.stringify(s)}: polysketch ${JSON.stringify(got)}, @huggingface/tokenizers ${JSON.stringify(want)}`);
+      bad++;
+    }
+  }
+  console.log(`${name}: ${strings.length - bad} of ${strings.length} strings encode to the same ids as @huggingface/tokenizers`);
+  failed += bad;
+}
+process.exit(failed > 0 ? 1 : 0);
