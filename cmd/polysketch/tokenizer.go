@@ -67,7 +67,8 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 		force   = fs.Bool("force", false, "replace a tokenizer.json already in --out")
 		workers = fs.Int("workers", 2, "goroutines counting the corpus's pieces")
 	)
-	fs.Var(&listFlag{list: &corpus}, "corpus", "text files, directories or glob patterns, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
+	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
+	textField := fs.String("text-field", "", textFieldUsage)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), tokenizerTrainHelp)
@@ -103,6 +104,10 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
+	}
+	c.TextField = *textField
+	if note := c.BinaryNote(); note != "" {
+		fmt.Fprintln(stderr, "corpus:", note)
 	}
 	p := newProgress(stderr, 1)
 	p.logf("corpus: %s: %d file(s), %.1f MB", c.Desc, len(c.Files), float64(c.Bytes())/1e6)

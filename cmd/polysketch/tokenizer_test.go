@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,5 +183,43 @@ func TestTrainTokenizerFile(t *testing.T) {
 	_, _, err = runQuiet(t, "eval", "--checkpoint", run)
 	if err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
 		t.Errorf("eval of a checkpoint with an edited tokenizer.json: error %v, want one naming it", err)
+	}
+}
+
+// TestTokenizerTrainRecords: a vocabulary fitted to JSON lines (another
+// text field, gzip-compressed) is the one fitted to the same documents
+// as loose text files.
+func TestTokenizerTrainRecords(t *testing.T) {
+	dir := t.TempDir()
+	docs := []string{"func main() { fmt.Println(\"hello\") }\n", "package tokens\n\nvar x = 42 // the answer\n", "for i := range n { sum += i }\n"}
+	loose := filepath.Join(dir, "loose")
+	if err := os.Mkdir(loose, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lines bytes.Buffer
+	for i, d := range docs {
+		if err := os.WriteFile(filepath.Join(loose, fmt.Sprintf("%d.txt", i)), []byte(d), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]string{"body": d, "text": "not this"})
+		lines.Write(append(b, '\n'))
+	}
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write(lines.Bytes())
+	w.Close()
+	records := filepath.Join(dir, "docs.jsonl.gz")
+	if err := os.WriteFile(records, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trainTokenizer(t, loose, filepath.Join(dir, "a"), "--vocab-size", "300")
+	trainTokenizer(t, records, filepath.Join(dir, "b"), "--vocab-size", "300", "--text-field", "body")
+	a, errA := os.ReadFile(filepath.Join(dir, "a", "tokenizer.json"))
+	b, errB := os.ReadFile(filepath.Join(dir, "b", "tokenizer.json"))
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if !bytes.Equal(a, b) {
+		t.Error("the vocabulary fitted to JSON lines differs from the one fitted to the same text in loose files")
 	}
 }
