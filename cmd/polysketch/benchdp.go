@@ -75,9 +75,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	var opt train.DistOptions
 	asJSON := false
 	fs := newFlags("bench dp", stdout)
-	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
-	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
-	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads")
+	shapeFlags(fs, &mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "tokens per sequence")
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
 	fs.IntVar(&tc.Accum, "accum", tc.Accum, "micro-batches per step, over all ranks (default: the number of ranks)")

@@ -88,9 +88,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	var af attentionFlags
 	af.register(fs, strings.Join(benchTrainSpecs(), ","), true)
 	ns := fs.String("n", "1024,4096,8192,32768", "comma-separated context lengths N")
-	fs.IntVar(&mc.Layers, "layers", 4, "Transformer blocks")
-	fs.IntVar(&mc.Dim, "dim", 256, "model width d")
-	fs.IntVar(&mc.Heads, "heads", 4, "attention heads")
+	shapeFlags(fs, mc)
 	fs.IntVar(&cfg.tokens, "tokens", 32768, "tokens per step: B = tokens/N sequences (at least 1)")
 	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")

@@ -95,9 +95,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
-	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
-	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
-	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
+	shapeFlags(fs, mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "context length N: tokens per training sequence")
 	fs.BoolVar(&mc.PostNorm, "post-norm", mc.PostNorm, "encoders (--bidirectional): LayerNorm after each residual sum, as BERT and the thesis's encoder")
 	fs.StringVar(&mc.Positions, "positions", mc.Positions, "encoders (--bidirectional): positions as rope (sinusoidal plus rotary, the default), sinusoidal or learned")
@@ -595,4 +593,13 @@ func (s seedFlag) Set(v string) error {
 	}
 	s.mc.Seed, s.tc.Seed = n, n
 	return nil
+}
+
+// shapeFlags defines the flags of the model's shape on fs, bound to mc,
+// with its current values as defaults: the one vocabulary of train, bench
+// train and bench dp.
+func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
+	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
+	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
+	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }
