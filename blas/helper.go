@@ -51,11 +51,23 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 		return false
 	}
 	defer h.mu.Unlock()
+	h.g, h.f, h.lo, h.bf16 = *g, f, mid, false
+	h.post()
+	g.smallRange(f, 0, mid)
+	if h.takeBack() {
+		g.smallRange(f, mid, g.n)
+	}
+	h.g = gemm{} // drop the operands
+	return true
+}
+
+// post hands the half set in h's fields to the goroutine (started on
+// first use), waking it if it has parked.
+func (h *helper) post() {
 	h.start.Do(func() {
 		h.wake = make(chan struct{}, 1)
 		go h.loop()
 	})
-	h.g, h.f, h.lo, h.bf16 = *g, f, mid, false
 	h.state.Store(halfPosted)
 	if !h.awake.Load() {
 		select {
@@ -63,17 +75,20 @@ func (h *helper) split(g *gemm, f smallForm, mid int) bool {
 		default:
 		}
 	}
-	g.smallRange(f, 0, mid)
+}
+
+// takeBack ends the posted half once the caller's own is done: it
+// reports true if the goroutine had not started it, which the caller
+// must then compute, and otherwise waits until the goroutine is done.
+func (h *helper) takeBack() bool {
 	if h.state.CompareAndSwap(halfPosted, halfIdle) {
-		g.smallRange(f, mid, g.n) // not started: take it back
-	} else {
-		for h.state.Load() != halfDone {
-			runtime.Gosched()
-		}
-		h.state.Store(halfIdle)
+		return true
 	}
-	h.g = gemm{} // drop the operands
-	return true
+	for h.state.Load() != halfDone {
+		runtime.Gosched()
+	}
+	h.state.Store(halfIdle)
+	return false
 }
 
 // splitBF16 is split for two parts of a bf16 product: first on the
@@ -83,26 +98,11 @@ func (h *helper) splitBF16(first, second *bf16Part) bool {
 		return false
 	}
 	defer h.mu.Unlock()
-	h.start.Do(func() {
-		h.wake = make(chan struct{}, 1)
-		go h.loop()
-	})
 	h.hb, h.bf16 = *second, true
-	h.state.Store(halfPosted)
-	if !h.awake.Load() {
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-	}
+	h.post()
 	first.run()
-	if h.state.CompareAndSwap(halfPosted, halfIdle) {
-		second.run() // not started: take it back
-	} else {
-		for h.state.Load() != halfDone {
-			runtime.Gosched()
-		}
-		h.state.Store(halfIdle)
+	if h.takeBack() {
+		second.run()
 	}
 	h.hb = bf16Part{} // drop the operands
 	return true
