@@ -171,18 +171,7 @@ func (g *gemmBF16) trivial() bool {
 	if g.alpha != 0 && g.k != 0 {
 		return false
 	}
-	for i := 0; i < g.m; i++ {
-		row := g.c.Data[i*g.c.Stride : i*g.c.Stride+g.n]
-		switch g.beta {
-		case 0:
-			clear(row)
-		case 1:
-		default:
-			for j := range row {
-				row[j] *= g.beta
-			}
-		}
-	}
+	scaleC(g.c.Data, g.c.Stride, g.m, g.n, g.beta)
 	return true
 }
 

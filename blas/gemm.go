@@ -52,19 +52,25 @@ func (g *gemm) trivial() bool {
 	if g.alpha != 0 && g.k != 0 {
 		return false
 	}
-	for i := 0; i < g.m; i++ {
-		row := g.c[i*g.ldc : i*g.ldc+g.n]
-		switch g.beta {
+	scaleC(g.c, g.ldc, g.m, g.n, g.beta)
+	return true
+}
+
+// scaleC sets the m×n matrix c (leading dimension ldc) to beta·c, as a
+// product with nothing to add does: beta 0 clears it (NaNs included).
+func scaleC(c []float32, ldc, m, n int, beta float32) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		switch beta {
 		case 0:
 			clear(row)
 		case 1:
 		default:
 			for j := range row {
-				row[j] *= g.beta
+				row[j] *= beta
 			}
 		}
 	}
-	return true
 }
 
 // betaFor returns the beta to apply to the k block starting at pc: the
