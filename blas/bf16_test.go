@@ -283,8 +283,10 @@ func TestPackedBF16(t *testing.T) {
 				if min := 2 * p.k * p.n; pb.Bytes() < min {
 					t.Fatalf("%v: Bytes() = %d < %d", p, pb.Bytes(), min)
 				}
+				// Under the race detector sync.Pool drops buffers on
+				// purpose (see TestSgemmSerialAllocs).
 				allocs := testing.AllocsPerRun(2, func() { pb.Update(p.tB, b) })
-				if allocs != 0 {
+				if allocs != 0 && !raceEnabled {
 					t.Errorf("%v: Update allocates %v times", p, allocs)
 				}
 				fresh := PackBF16(p.tB, b)
