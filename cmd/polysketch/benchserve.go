@@ -172,11 +172,8 @@ func startBenchServer(dir string, seqs int, prec nn.Precision) (string, func(), 
 		}
 		m = c.Model
 	}
-	if err := inferIn(m, prec); err != nil {
-		return "", nil, err
-	}
 	o := serve.DefaultOptions()
-	o.MaxSequences, o.MaxQueue = seqs, 1<<16
+	o.MaxSequences, o.MaxQueue, o.Precision = seqs, 1<<16, prec
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	srv := serve.New(o)
 	if err := srv.Ready(m, tok); err != nil {
