@@ -229,18 +229,50 @@ func Set(cfg Config, name, value string) (Config, error) {
 // option's flag or JSON name, applied over the mechanism's defaults. A
 // boolean option may be given without a value ("polysketch:remat").
 func ParseSpec(spec string) (Config, error) {
-	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
+	cfg, err := ParseSpecFrom(spec, nil)
+	if err != nil {
+		return nil, fmt.Errorf("spec %q: %w", spec, err)
+	}
+	return cfg, nil
+}
+
+// ParseSpecFrom parses spec as ParseSpec does, but applies its options
+// over start(d), where d is the default configuration of the mechanism
+// spec names: start is the caller's own starting point for a mechanism
+// (other defaults, options given elsewhere). A nil start is the identity.
+// The result is validated. Errors do not repeat spec: callers say where
+// it came from.
+func ParseSpecFrom(spec string, start func(Config) (Config, error)) (Config, error) {
+	name, opts := splitSpec(spec)
 	cfg, err := DefaultConfig(name)
 	if err != nil {
 		return nil, err
 	}
+	if start != nil {
+		if cfg, err = start(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if cfg, err = SetSpec(cfg, opts); err != nil {
-		return nil, fmt.Errorf("spec %q: %w", spec, err)
+		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("spec %q: %w", spec, err)
+		return nil, fmt.Errorf("%s attention: %w", cfg.Mechanism(), err)
 	}
 	return cfg, nil
+}
+
+// LookupSpec returns the entry of the mechanism that spec names.
+func LookupSpec(spec string) (Entry, error) {
+	name, _ := splitSpec(spec)
+	return Lookup(name)
+}
+
+// splitSpec is the one place that takes a spec apart: its name, and the
+// options after the first colon.
+func splitSpec(spec string) (name, opts string) {
+	name, opts, _ = strings.Cut(strings.TrimSpace(spec), ":")
+	return name, opts
 }
 
 // SetSpec returns cfg with the options of a spec's tail set
@@ -268,14 +300,24 @@ func SetSpec(cfg Config, opts string) (Config, error) {
 func Spec(cfg Config) string {
 	var b strings.Builder
 	b.WriteString(cfg.Mechanism())
+	for _, o := range Changed(cfg) {
+		fmt.Fprintf(&b, ":%s=%s", o.Flag, o.Default)
+	}
+	return b.String()
+}
+
+// Changed returns the options of cfg that differ from its mechanism's
+// defaults, in field order, with cfg's values as their Default.
+func Changed(cfg Config) []Option {
+	var opts []Option
 	def := OptionsOf(registry[cfg.Mechanism()].Default())
 	for i, o := range OptionsOf(cfg) {
 		if i < len(def) && def[i].Default == o.Default {
 			continue
 		}
-		fmt.Fprintf(&b, ":%s=%s", o.Flag, o.Default)
+		opts = append(opts, o)
 	}
-	return b.String()
+	return opts
 }
 
 // MarshalConfig returns cfg's options as a JSON object.

@@ -30,6 +30,48 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
+// OpenPaths returns the corpus NewCorpus makes of paths, or the Go
+// source tree (GoSource) if there are none, whose records keep their text
+// in field ("" for "text"): the one way every command turns its --corpus
+// into a Corpus.
+func OpenPaths(paths []string, field string) (c *Corpus, err error) {
+	if len(paths) == 0 {
+		c, err = GoSource()
+	} else {
+		c, err = NewCorpus(paths...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.TextField = field
+	return c, nil
+}
+
+// Summary describes c in one line: its paths, files and size.
+func (c *Corpus) Summary() string {
+	files := fmt.Sprintf("%d files", len(c.Files))
+	if len(c.Files) == 1 {
+		files = "1 file"
+	}
+	return fmt.Sprintf("%s: %s, %.1f MB", c.Desc, files, float64(c.Bytes())/1e6)
+}
+
+// LoadPaths is Load of the corpus OpenPaths makes of paths and field. It
+// tells opt.Logf what the corpus holds before reading it.
+func LoadPaths(paths []string, field string, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, err error) {
+	c, err := OpenPaths(paths, field)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opt.Logf != nil {
+		opt.Logf("corpus: %s", c.Summary())
+		if note := c.BinaryNote(); note != "" {
+			opt.Logf("corpus: %s", note)
+		}
+	}
+	return Load(c, tok, opt)
+}
+
 // DefaultValFraction is the share of a corpus held out for validation.
 const DefaultValFraction = 0.05
 

@@ -192,10 +192,10 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 			return p, fmt.Errorf("run %s: %w", r.Name, r.err)
 		}
 		if err := r.Model.Validate(); err != nil {
-			return p, fmt.Errorf("run %s: model: %s", r.Name, oneLine(err))
+			return p, fmt.Errorf("run %s: model: %w", r.Name, err)
 		}
 		if err := r.Train.Validate(); err != nil {
-			return p, fmt.Errorf("run %s: %s", r.Name, oneLine(err))
+			return p, fmt.Errorf("run %s: %w", r.Name, err)
 		}
 	}
 	return p, nil
@@ -231,9 +231,9 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 
 	var trainTokens, valTokens *data.Tokens
 	if e.kind != taskKind {
-		trainTokens, valTokens, err = loadCorpus(o.Corpus, o.CacheDir, logf)
+		trainTokens, valTokens, err = data.LoadPaths(o.Corpus, "", tokenizer.Byte, data.Options{CacheDir: o.CacheDir, Logf: logf})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("corpus: %w", err)
 		}
 		defer trainTokens.Close()
 		defer valTokens.Close()
@@ -397,23 +397,4 @@ func runOne(ctx context.Context, o Options, r Run, trainTokens, valTokens *data.
 	}
 	_, err := t.Run(ctx)
 	return err
-}
-
-// loadCorpus loads the corpus of paths, the Go source tree if none.
-func loadCorpus(paths []string, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
-	var c *data.Corpus
-	if len(paths) == 0 {
-		c, err = data.GoSource()
-	} else {
-		c, err = data.NewCorpus(paths...)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("corpus: %w", err)
-	}
-	return data.Load(c, tokenizer.Byte, data.Options{CacheDir: cacheDir, Logf: logf})
-}
-
-// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }

@@ -3,7 +3,6 @@ package experiment
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/model"
@@ -17,18 +16,13 @@ import (
 // short contexts cross several times; the spec's own options come last.
 // An unknown name or option, or an invalid value, is an error of one line.
 func applyMechanism(mc *model.Config, spec string) error {
-	name, opts, _ := strings.Cut(spec, ":")
-	cfg, err := attention.DefaultConfig(name)
+	cfg, err := attention.ParseSpecFrom(spec, func(cfg attention.Config) (attention.Config, error) {
+		if c, err := attention.Set(cfg, "block", strconv.Itoa(min(64, mc.Context))); err == nil {
+			cfg = c
+		}
+		return cfg, nil
+	})
 	if err != nil {
-		return fmt.Errorf("mechanism %q: %w", spec, err)
-	}
-	if c, err := attention.Set(cfg, "block", strconv.Itoa(min(64, mc.Context))); err == nil {
-		cfg = c
-	}
-	if cfg, err = attention.SetSpec(cfg, opts); err != nil {
-		return fmt.Errorf("mechanism %q: %w", spec, err)
-	}
-	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("mechanism %q: %w", spec, err)
 	}
 	mc.Attention = cfg

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
 	"log"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/polysketch/polysketch/attention"
 
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"

@@ -130,14 +130,24 @@ func LoadCheckpoint(dir string) (*checkpoint.Checkpoint, Config, error) {
 	if err != nil {
 		return nil, Config{}, err
 	}
+	tc, err := recipe(c, dir)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	return c, tc, nil
+}
+
+// recipe decodes the training configuration of checkpoint c, of the run
+// in dir, which it must record.
+func recipe(c *checkpoint.Checkpoint, dir string) (Config, error) {
 	if string(c.Train) == "null" {
-		return nil, Config{}, fmt.Errorf("checkpoint in %s holds no training configuration to resume with", dir)
+		return Config{}, fmt.Errorf("checkpoint in %s holds no training configuration to resume with", dir)
 	}
 	var tc Config
 	if err := checkpoint.DecodeJSON(c.Train, &tc); err != nil {
-		return nil, Config{}, fmt.Errorf("checkpoint in %s: training configuration: %w", dir, err)
+		return Config{}, fmt.Errorf("checkpoint in %s: training configuration: %w", dir, err)
 	}
-	return c, tc, nil
+	return tc, nil
 }
 
 // Resume prepares the run in dir to continue from its checkpoint c (from

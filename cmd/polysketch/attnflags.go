@@ -45,8 +45,7 @@ func (a *attentionFlags) register(fs *flag.FlagSet, def string, list bool) {
 			return fmt.Errorf("want one mechanism of %s", strings.Join(attention.Names(), ", "))
 		}
 		for _, spec := range a.specs {
-			name, _, _ := strings.Cut(spec, ":")
-			if _, err := attention.Lookup(name); err != nil {
+			if _, err := attention.LookupSpec(spec); err != nil {
 				return err
 			}
 		}
@@ -101,25 +100,25 @@ func (a *attentionFlags) given() bool { return a.specs != nil || len(a.opts) > 0
 
 // apply returns the configuration the flags describe over base: base
 // itself when --attention is not given or names base's mechanism, else
-// the defaults of the named mechanism; then the options given. An option
-// the mechanism does not have is an error naming the ones it has.
+// the defaults of the named mechanism; then the option flags, then the
+// spec's own options. An option the mechanism does not have is an error
+// naming the ones it has.
 func (a *attentionFlags) apply(base attention.Config) (attention.Config, error) {
-	if len(a.specs) > 0 {
-		name, _, _ := strings.Cut(a.specs[0], ":")
-		if base == nil || base.Mechanism() != name {
-			base, _ = attention.DefaultConfig(name)
-		}
-	}
-	return a.resolve(base, a.specs0(), true)
-}
-
-// specs0 returns the options part of the single spec, if any.
-func (a *attentionFlags) specs0() string {
 	if len(a.specs) == 0 {
-		return ""
+		cfg, err := attention.ParseSpecFrom(base.Mechanism(), func(attention.Config) (attention.Config, error) {
+			return a.options(base, true)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s", oneLine(err))
+		}
+		return cfg, nil
 	}
-	_, opts, _ := strings.Cut(a.specs[0], ":")
-	return opts
+	return a.parse(a.specs[0], func(d attention.Config) (attention.Config, error) {
+		if base != nil && base.Mechanism() == d.Mechanism() {
+			d = base
+		}
+		return a.options(d, true)
+	})
 }
 
 // configs returns the mechanisms of a list-taking --attention (defs when
@@ -134,12 +133,7 @@ func (a *attentionFlags) configs(defs []string) ([]attention.Config, []string, e
 	var cfgs []attention.Config
 	used := map[string]bool{}
 	for _, spec := range specs {
-		name, opts, _ := strings.Cut(spec, ":")
-		base, err := attention.DefaultConfig(name)
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg, err := a.resolve(base, opts, false)
+		cfg, err := a.parse(spec, func(d attention.Config) (attention.Config, error) { return a.options(d, false) })
 		if err != nil {
 			return nil, nil, err
 		}
@@ -156,16 +150,23 @@ func (a *attentionFlags) configs(defs []string) ([]attention.Config, []string, e
 	return cfgs, specs, nil
 }
 
-// resolve applies the option flags to base (all of them, or with strict
-// unset only those base's mechanism has), then the spec options opts
-// ("k=v:k=v"), and validates the result.
-func (a *attentionFlags) resolve(base attention.Config, opts string, strict bool) (attention.Config, error) {
-	cfg := base
-	var err error
+// parse parses one spec of --attention over start.
+func (a *attentionFlags) parse(spec string, start func(attention.Config) (attention.Config, error)) (attention.Config, error) {
+	cfg, err := attention.ParseSpecFrom(spec, start)
+	if err != nil {
+		return nil, fmt.Errorf("--attention %s: %s", spec, oneLine(err))
+	}
+	return cfg, nil
+}
+
+// options applies the option flags to cfg: all of them, or with strict
+// unset only those cfg's mechanism has.
+func (a *attentionFlags) options(cfg attention.Config, strict bool) (attention.Config, error) {
 	have := map[string]bool{}
 	for _, o := range attention.OptionsOf(cfg) {
 		have[o.Name] = true
 	}
+	var err error
 	for _, o := range a.opts {
 		if !strict && !have[o.name] {
 			continue
@@ -173,12 +174,6 @@ func (a *attentionFlags) resolve(base attention.Config, opts string, strict bool
 		if cfg, err = attention.Set(cfg, o.name, o.value); err != nil {
 			return nil, err
 		}
-	}
-	if cfg, err = attention.SetSpec(cfg, opts); err != nil {
-		return nil, fmt.Errorf("--attention %s:%s: %w", cfg.Mechanism(), opts, err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%s attention: %s", cfg.Mechanism(), oneLine(err))
 	}
 	return cfg, nil
 }
@@ -212,9 +207,13 @@ func (a *attentionFlags) checkSame(saved attention.Config) error {
 // describeAttention names cfg's mechanism and the options that differ
 // from its defaults: "polysketch attention (block=8, learned=true)".
 func describeAttention(cfg attention.Config) string {
+	var opts []string
+	for _, o := range attention.Changed(cfg) {
+		opts = append(opts, o.Flag+"="+o.Default)
+	}
 	s := cfg.Mechanism() + " attention"
-	if _, opts, ok := strings.Cut(attention.Spec(cfg), ":"); ok {
-		s += " (" + strings.ReplaceAll(opts, ":", ", ") + ")"
+	if len(opts) > 0 {
+		s += " (" + strings.Join(opts, ", ") + ")"
 	}
 	return s
 }

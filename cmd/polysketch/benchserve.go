@@ -16,11 +16,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
+	"github.com/polysketch/polysketch/train"
 )
 
 const benchServeHelp = `usage: polysketch bench serve [flags]
@@ -162,15 +162,11 @@ func startBenchServer(dir string, seqs int, prec nn.Precision) (string, func(), 
 			return "", nil, err
 		}
 	} else {
-		dir = checkpointDir(dir)
-		c, err := checkpoint.Load(dir)
+		c, err := train.Open(dir)
 		if err != nil {
 			return "", nil, err
 		}
-		if tok, err = checkpointTokenizer(c, dir, ""); err != nil {
-			return "", nil, err
-		}
-		m = c.Model
+		m, tok = c.Model, c.Tokenizer
 	}
 	o := serve.DefaultOptions()
 	o.MaxSequences, o.MaxQueue, o.Precision = seqs, 1<<16, prec

@@ -6,12 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
 
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
@@ -48,18 +43,19 @@ type evalResult struct {
 
 func runEval(args []string, stdout io.Writer) error {
 	fs := newFlags("eval", stdout)
-	var corpus []string
 	var (
-		ckpt     = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
-		split    = fs.String("split", "", "part of the corpus: val, train or all (default: val of the training corpus, all of a --corpus)")
-		batch    = fs.Int("batch", 8, "sequences per batch")
-		batches  = fs.Int("batches", 100, "batches at most; 0 evaluates everything")
-		cacheDir = fs.String("cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
-		asJSON   = fs.Bool("json", false, "print the result as a JSON object")
-		tokName  = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
+		ck                  checkpointFlags
+		corpus              []string
+		textField, cacheDir string
 	)
-	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated")
-	textField := fs.String("text-field", "", textFieldUsage+"; default: the training corpus's")
+	ck.register(fs)
+	corpusFlags(fs, &corpus, &textField, &cacheDir, "the corpus the checkpoint was trained on", "the training corpus's")
+	var (
+		split   = fs.String("split", "", "part of the corpus: val, train or all (default: val of the training corpus, all of a --corpus)")
+		batch   = fs.Int("batch", 8, "sequences per batch")
+		batches = fs.Int("batches", 100, "batches at most; 0 evaluates everything")
+		asJSON  = fs.Bool("json", false, "print the result as a JSON object")
+	)
 	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
@@ -89,11 +85,11 @@ func runEval(args []string, stdout io.Writer) error {
 		return fmt.Errorf("eval: --batches %d: must not be negative", *batches)
 	}
 
-	dir := checkpointDir(*ckpt)
-	c, err := checkpoint.Load(dir)
+	c, err := ck.open()
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
+	dir, tok := c.Dir, c.Tokenizer
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
 	}
@@ -101,16 +97,13 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := inferIn(c.Model, prec); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	tok, err := checkpointTokenizer(c, dir, *tokName)
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
 	if *taskFile != "" && len(corpus) > 0 {
 		return usageError{errors.New("eval: --task and --corpus: score on one or the other")}
 	}
-	if spec := trainedTask(c); spec != nil {
+	recipe, _ := c.Recipe()
+	if spec := recipe.Task; spec != nil {
 		if len(corpus) == 0 {
-			return evalTask(stdout, dir, c, *spec, *taskFile, tok, *batch, *asJSON)
+			return evalTask(stdout, c, *spec, *taskFile, *batch, *asJSON)
 		}
 		if v := c.Model.Config().Vocab; v != tok.VocabSize() {
 			return fmt.Errorf("eval: checkpoint %s was trained on the task %s, with %d token ids, not on text: drop --corpus to score it on its test examples", dir, spec.Name, v)
@@ -120,13 +113,13 @@ func runEval(args []string, stdout io.Writer) error {
 		return fmt.Errorf("eval: --task: checkpoint %s was trained on a corpus, not a task: drop --task", dir)
 	}
 	if len(corpus) == 0 {
-		corpus = trainedCorpus(c)
-		if *textField == "" {
-			*textField = trainedTextField(c)
+		corpus = recipe.Corpus
+		if textField == "" {
+			textField = recipe.TextField
 		}
 	}
 	p := newProgress(stderr, 1)
-	trainTokens, valTokens, err := loadCorpus(corpus, *textField, tok, *cacheDir, p.logf)
+	trainTokens, valTokens, err := data.LoadPaths(corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf})
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -142,7 +135,7 @@ func runEval(args []string, stdout io.Writer) error {
 		parts = []*data.Tokens{trainTokens, valTokens}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	var sum float64
 	var total train.Eval
@@ -176,36 +169,6 @@ func runEval(args []string, stdout io.Writer) error {
 	_, err = fmt.Fprintf(stdout, "checkpoint %s (step %d) on %s, split %s: loss %.4f nats/token, perplexity %.3f, %.3f bits/token, over %d tokens\n",
 		r.Checkpoint, r.Step, r.Corpus, r.Split, r.Loss, r.Perplexity, r.BitsPerToken, r.Tokens)
 	return err
-}
-
-// checkpointDir returns the checkpoint directory that path names: path
-// itself, or its checkpoint subdirectory if path is a run's directory.
-func checkpointDir(path string) string {
-	if sub := filepath.Join(path, train.CheckpointDir); checkpoint.Exists(sub) {
-		return sub
-	}
-	return path
-}
-
-// trainedCorpus returns the corpus paths the checkpoint was trained on, as
-// its training configuration records them; nil (the Go source tree) if
-// it records none.
-func trainedCorpus(c *checkpoint.Checkpoint) []string {
-	var tc train.Config
-	if json.Unmarshal(c.Train, &tc) == nil {
-		return tc.Corpus
-	}
-	return nil
-}
-
-// trainedTextField returns the text field of the corpus the checkpoint
-// was trained on, "" for the default.
-func trainedTextField(c *checkpoint.Checkpoint) string {
-	var tc train.Config
-	if json.Unmarshal(c.Train, &tc) == nil {
-		return tc.TextField
-	}
-	return ""
 }
 
 func describeCorpus(paths []string) string {

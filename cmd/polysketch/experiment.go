@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/polysketch/polysketch/experiment"
@@ -114,12 +112,8 @@ func runExperiment(args []string, stdout io.Writer) error {
 		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C kills at once
-	}()
 	start := time.Now()
 	_, err = e.Run(ctx, o)
 	p.done()

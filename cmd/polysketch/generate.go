@@ -1,19 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"github.com/polysketch/polysketch/sample"
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/sample"
+
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
@@ -43,13 +39,13 @@ flags:
 
 func runGenerate(args []string, stdout io.Writer) error {
 	fs := newFlags("generate", stdout)
+	var ck checkpointFlags
+	ck.register(fs)
 	var (
-		ckpt    = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
 		prompt  = fs.String("prompt", "func main() {\n", "text to continue")
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
 		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
-		tokName = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 		s       = sample.New(0.8, 0.95, 0, nil)
 	)
 	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
@@ -82,20 +78,16 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return errors.New("generate: --prompt is empty: the model needs at least one token to start from")
 	}
 
-	dir := checkpointDir(*ckpt)
-	c, err := checkpoint.Load(dir)
+	c, err := ck.open()
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
+	dir, tok := c.Dir, c.Tokenizer
 	if err := af.checkSame(c.Model.Config().Attention); err != nil {
 		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
 	}
-	tok, err := checkpointTokenizer(c, dir, *tokName)
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
-	if spec := trainedTask(c); spec != nil && spec.Name != task.File {
-		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, spec.Name, *ckpt)
+	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
+		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}
 	eot, hasEOT := tokenizer.EndOfText(tok)
 	hasEOT = hasEOT && *stopEOT
@@ -122,7 +114,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 	}
 	s.Rand = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	if *echo {
 		if _, err := io.WriteString(stdout, *prompt); err != nil {

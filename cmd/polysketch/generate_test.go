@@ -1,12 +1,13 @@
 package main
 
 import (
-	"github.com/polysketch/polysketch/sample"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/sample"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"

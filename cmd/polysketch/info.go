@@ -46,7 +46,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if dir == "" {
 		return usageError{errors.New("info: name a checkpoint directory: polysketch info DIR")}
 	}
-	ckDir := checkpointDir(dir)
+	ckDir := train.CheckpointIn(dir)
 	if !checkpoint.Exists(ckDir) {
 		return fmt.Errorf("info: %s holds no checkpoint (no manifest.json): pass a run's directory or its checkpoint directory", dir)
 	}

@@ -10,15 +10,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one subcommand: run parses its own flags from args.
@@ -57,7 +60,7 @@ func main() {
 		if errors.Is(err, errReported) { // a rank other than 0, whose failure rank 0 prints
 			os.Exit(1)
 		}
-		fmt.Fprintln(os.Stderr, "polysketch:", err)
+		fmt.Fprintln(os.Stderr, "polysketch:", oneLine(err))
 		os.Exit(exitCode(err))
 	}
 }
@@ -144,6 +147,25 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see -h)", fs.Name(), strings.Join(fs.Args(), " "))}
 	}
 	return nil
+}
+
+// interruptible returns a context that SIGINT or SIGTERM cancels, for a
+// command to stop cleanly (save, answer, report); the first signal also
+// restores the default action, so a second one kills the process at
+// once. stop releases the signals.
+func interruptible() (ctx context.Context, stop context.CancelFunc) {
+	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
+// oneLine joins the lines of a multi-line error (errors.Join) with "; ":
+// every failure reaches the user as one line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
 // writeJSONLine writes v as one line of JSON, the --json output of every

@@ -9,13 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
-	"github.com/polysketch/polysketch/checkpoint"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
 )
@@ -58,8 +54,9 @@ flags:
 func runServe(args []string, stdout io.Writer) error {
 	fs := newFlags("serve", stdout)
 	def := serve.DefaultOptions()
+	var ck checkpointFlags
+	ck.register(fs)
 	var (
-		ckpt     = fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
 		addr     = fs.String("addr", "127.0.0.1:8080", "address to listen on, host:port")
 		name     = fs.String("name", "polysketch", "model id that clients name in requests")
 		seqs     = fs.Int("max-sequences", def.MaxSequences, "sequences decoded at once")
@@ -68,7 +65,6 @@ func runServe(args []string, stdout io.Writer) error {
 		chunk    = fs.Int("prefill-chunk", def.PrefillChunk, "prompt tokens a sequence reads per step, between other sequences' tokens")
 		body     = fs.Int64("max-body", def.MaxBody, "bytes of a request body")
 		kv       = fs.Int64("kv-memory", def.KVMemory>>20, "MiB of KV cache for all sequences of a softmax, flash or polynomial model (0: no limit)")
-		tokName  = fs.String("tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
 		key      = fs.String("api-key", "", "bearer token required on /v1/, /tokenize, /detokenize and /metrics (default $POLYSKETCH_API_KEY; none if both are empty)")
 		public   = fs.Bool("metrics-public", false, "serve /metrics without the API key")
 		readTO   = fs.Duration("read-timeout", 30*time.Second, "to read a request (0: none; the headers still have 10s at most)")
@@ -142,22 +138,18 @@ func runServe(args []string, stdout io.Writer) error {
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(stdout, "polysketch serve: listening on http://%s (the model is loading)\n", ln.Addr())
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	// Load while /health answers 503.
-	dir := checkpointDir(*ckpt)
-	c, err := checkpoint.Load(dir)
+	c, err := ck.open()
 	if err == nil {
-		var tok tokenizer.Tokenizer
-		if tok, err = checkpointTokenizer(c, dir, *tokName); err == nil {
-			err = srv.Ready(c.Model, tok)
-		}
+		err = srv.Ready(c.Model, c.Tokenizer)
 	}
 	if err != nil {
 		hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s, %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), prec, dir, ln.Addr())
+	fmt.Fprintf(stdout, "polysketch serve: ready: %s (attention %s, %s) from %s; try http://%s/\n", *name, attention.Spec(c.Model.Config().Attention), prec, c.Dir, ln.Addr())
 
 	select {
 	case err := <-served:
@@ -165,7 +157,6 @@ func runServe(args []string, stdout io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	stop() // a second signal kills the process
 	fmt.Fprintln(stdout, "polysketch serve: shutting down: finishing the requests in flight")
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
 	defer cancel()

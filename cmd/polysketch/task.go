@@ -1,17 +1,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
@@ -250,16 +247,6 @@ func taskDesc(set *task.Set) string {
 	return fmt.Sprintf("task %s (%d token ids, %s, %d held out for testing)", what, set.Vocab(), train, len(set.Test))
 }
 
-// trainedTask returns the task a checkpoint was trained on, or nil for a
-// corpus (or a checkpoint without a training configuration).
-func trainedTask(c *checkpoint.Checkpoint) *task.Spec {
-	var tc train.Config
-	if len(c.Train) == 0 || checkpoint.DecodeJSON(c.Train, &tc) != nil {
-		return nil
-	}
-	return tc.Task
-}
-
 // taskEvalResult is eval's --json output for a task checkpoint.
 type taskEvalResult struct {
 	Checkpoint string `json:"checkpoint"`
@@ -270,7 +257,8 @@ type taskEvalResult struct {
 
 // evalTask scores a task checkpoint on its task's held-out test examples,
 // or, if file is not "", on all the examples of that task file.
-func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.Spec, file string, tok tokenizer.Tokenizer, batch int, asJSON bool) error {
+func evalTask(stdout io.Writer, c *train.Saved, spec task.Spec, file string, batch int, asJSON bool) error {
+	dir, tok := c.Dir, c.Tokenizer
 	var set *task.Set
 	var err error
 	if file != "" {
@@ -285,7 +273,7 @@ func evalTask(stdout io.Writer, dir string, c *checkpoint.Checkpoint, spec task.
 	if set.Vocab() != c.Model.Config().Vocab {
 		return fmt.Errorf("eval: checkpoint %s: its model has %d token ids, its task %d", dir, c.Model.Config().Vocab, set.Vocab())
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	e, err := train.EvaluateTask(ctx, c.Model, set, batch)
 	if err != nil {

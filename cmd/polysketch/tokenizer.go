@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
@@ -60,6 +59,7 @@ flags:
 func runTokenizerTrain(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer train", stdout)
 	var corpus []string
+	var textField string
 	special := specialFlag{list: tokenizer.DefaultSpecial}
 	var (
 		vocab   = fs.Int("vocab-size", 0, "tokens in the vocabulary: 256 bytes, the merges and the special tokens (required)")
@@ -67,8 +67,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 		force   = fs.Bool("force", false, "replace a tokenizer.json already in --out")
 		workers = fs.Int("workers", 2, "goroutines counting the corpus's pieces")
 	)
-	fs.Var(&listFlag{list: &corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
-	textField := fs.String("text-field", "", textFieldUsage)
+	corpusFlags(fs, &corpus, &textField, nil, "the Go source tree, GOROOT/src", `"text"`)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), tokenizerTrainHelp)
@@ -95,22 +94,15 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 		return fmt.Errorf("tokenizer train: --out %s is a file, not a directory", *out)
 	}
 
-	var c *data.Corpus
-	var err error
-	if len(corpus) == 0 {
-		c, err = data.GoSource()
-	} else {
-		c, err = data.NewCorpus(corpus...)
-	}
+	c, err := data.OpenPaths(corpus, textField)
 	if err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
-	c.TextField = *textField
-	if note := c.BinaryNote(); note != "" {
-		fmt.Fprintln(stderr, "corpus:", note)
-	}
 	p := newProgress(stderr, 1)
-	p.logf("corpus: %s: %d file(s), %.1f MB", c.Desc, len(c.Files), float64(c.Bytes())/1e6)
+	p.logf("corpus: %s", c.Summary())
+	if note := c.BinaryNote(); note != "" {
+		p.logf("corpus: %s", note)
+	}
 
 	start := time.Now()
 	counts := make([]*tokenizer.Counts, *workers)
@@ -321,37 +313,6 @@ func openTokenizer(cmd, arg string) (tokenizer.Tokenizer, error) {
 	tok, err := tokenizer.Open(arg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: --tokenizer: %w", cmd, err)
-	}
-	return tok, nil
-}
-
-// checkpointTokenizer returns the tokenizer of the model in checkpoint c
-// (in dir): the tokenizer.json saved in it, or the built-in tokenizer its
-// state names. arg, the value of a --tokenizer flag, if given, must be
-// the same tokenizer: a model's ids mean nothing in another vocabulary.
-func checkpointTokenizer(c *checkpoint.Checkpoint, dir, arg string) (tokenizer.Tokenizer, error) {
-	var tok tokenizer.Tokenizer
-	var err error
-	if c.TokenizerJSON != nil {
-		if tok, err = tokenizer.Parse(c.TokenizerJSON); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, tokenizer.FileName, err)
-		}
-		if tok.Name() != c.State.Tokenizer {
-			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, tok.Name(), c.State.Tokenizer)
-		}
-	} else if tok, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if arg == "" {
-		return tok, nil
-	}
-	given, err := tokenizer.Open(arg)
-	if err != nil {
-		return nil, fmt.Errorf("--tokenizer: %w", err)
-	}
-	if given.Name() != tok.Name() {
-		return nil, fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
-			arg, given.Name(), given.VocabSize(), dir, tok.Name(), tok.VocabSize())
 	}
 	return tok, nil
 }

@@ -8,11 +8,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
@@ -90,8 +87,7 @@ type trainOptions struct {
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
-	fs.Var(&listFlag{list: &tc.Corpus}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns to train on, comma-separated or repeated (default: the Go source tree, GOROOT/src)")
-	fs.StringVar(&tc.TextField, "text-field", tc.TextField, textFieldUsage)
+	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, "the Go source tree, GOROOT/src", `"text"`)
 	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
@@ -118,13 +114,9 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.StringVar(&o.out, "out", o.out, "directory of the run: checkpoint, metrics.jsonl, loss.png")
 	fs.BoolVar(&o.resume, "resume", o.resume, "continue the run in --out from its checkpoint")
 	fs.BoolVar(&o.force, "force", o.force, "start a new run in --out even if it holds a checkpoint, replacing it")
-	fs.StringVar(&o.cacheDir, "cache-dir", o.cacheDir, "directory for tokenized corpora (default: the user cache directory)")
 	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "steps between progress lines when stderr is not a terminal")
 	taskFlags(fs, &o.task)
 }
-
-// resumable lists the flags a resumed run may change.
-var resumable = []string{"steps", "eval-every", "eval-batches", "save-every", "out", "resume", "force", "cache-dir", "log-every", "precision"}
 
 func runTrain(args []string, stdout io.Writer) (err error) {
 	dr, err := startDist() // under mpirun: this rank's part (dist.go)
@@ -181,11 +173,8 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		if !checkpoint.Exists(ckDir) {
 			return fmt.Errorf("train: no checkpoint in %s to resume; start a new run without --resume", o.out)
 		}
-		c, saved, err := train.LoadCheckpoint(o.out)
+		c, saved, err := train.OpenRun(o.out)
 		if err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		if _, err := checkpointTokenizer(c, ckDir, ""); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
 		// Parse again over the saved configuration: flags given now
@@ -203,30 +192,15 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		if err := absPaths(stc.Corpus); err != nil {
 			return fmt.Errorf("train: --corpus: %w", err)
 		}
-		if stc.Tokenizer != saved.Tokenizer {
-			// A path to the very tokenizer the checkpoint holds is no change.
-			if t, err := tokenizer.Open(stc.Tokenizer); err == nil && t.Name() == saved.Tokenizer {
-				stc.Tokenizer = saved.Tokenizer
+		if changes := c.Changes(saved, smc, stc); len(changes) > 0 {
+			var bad []string
+			for _, ch := range changes {
+				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", strings.ReplaceAll(ch.Field, "_", "-"), ch.Given, ch.Saved))
 			}
-		}
-		var bad []string
-		otherMechanism := smc.Attention.Mechanism() != c.Model.Config().Attention.Mechanism()
-		for _, d := range append(checkpoint.Diff(c.Model.Config(), smc), checkpoint.Diff(saved, stc)...) {
-			field, _, _ := strings.Cut(d, ":")
-			if otherMechanism && strings.HasPrefix(field, "attention_options.") {
-				continue // the mechanism's difference says it all
-			}
-			name := strings.ReplaceAll(strings.TrimPrefix(field, "attention_options."), "_", "-")
-			if !slices.Contains(resumable, name) {
-				saved, given, _ := strings.Cut(strings.TrimPrefix(d, field+": "), " vs ")
-				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", name, given, saved))
-			}
-		}
-		if len(bad) > 0 {
 			return fmt.Errorf("train: --resume: %s in %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
 				o.out, strings.Join(bad, ", "))
 		}
-		mc, tc, resumeFrom = smc, stc, c
+		mc, tc, resumeFrom = smc, stc, c.Checkpoint
 		if err := checkResumedTask(tc.Task, o.task, set); err != nil {
 			return err
 		}
@@ -263,7 +237,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	warnPrecision(dr.output(stderr), tc.Precision)
 	var trainTokens, valTokens *data.Tokens
 	if tset == nil {
-		trainTokens, valTokens, err = loadCorpus(tc.Corpus, tc.TextField, tok, o.cacheDir, p.logf)
+		trainTokens, valTokens, err = data.LoadPaths(tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
 		if err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
@@ -307,12 +281,8 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
 		what, tc.Steps, tc.Batch, mc.Context, accum, on)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C kills at once
-	}()
 	start := time.Now()
 	res, err := t.Run(ctx)
 	p.done()
@@ -416,35 +386,6 @@ func resumeTokens(c *checkpoint.Checkpoint) int64 {
 	return c.State.Tokens
 }
 
-// textFieldUsage documents --text-field.
-const textFieldUsage = "field of JSON-lines records, or column of Parquet files, that holds the text (default \"text\")"
-
-// loadCorpus lists and tokenizes the corpus of paths (the Go source tree
-// if none), whose records keep their text in field, and returns its
-// training and validation splits.
-func loadCorpus(paths []string, field string, tok tokenizer.Tokenizer, cacheDir string, logf func(string, ...any)) (trainTokens, valTokens *data.Tokens, err error) {
-	var c *data.Corpus
-	if len(paths) == 0 {
-		c, err = data.GoSource()
-	} else {
-		c, err = data.NewCorpus(paths...)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	c.TextField = field
-	logf("corpus: %s: %s, %.1f MB", c.Desc, plural(len(c.Files), "file"), float64(c.Bytes())/1e6)
-	if note := c.BinaryNote(); note != "" {
-		logf("corpus: %s", note)
-	}
-	return data.Load(c, tok, data.Options{CacheDir: cacheDir, Logf: logf})
-}
-
-// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
-
 // count formats n with a k or M suffix: 950, 12.3k, 3.21M.
 func count(n int) string {
 	switch v := float64(n); {
@@ -521,35 +462,6 @@ func (p *progress) done() {
 	}
 }
 
-// listFlag is a list of strings given comma-separated or by repeating the
-// flag. The first value given replaces the default; later ones append.
-type listFlag struct {
-	list *[]string
-	set  bool
-}
-
-func (l *listFlag) String() string {
-	if l == nil || l.list == nil {
-		return ""
-	}
-	return strings.Join(*l.list, ",")
-}
-
-func (l *listFlag) Set(s string) error {
-	if !l.set {
-		*l.list, l.set = nil, true
-	}
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			*l.list = append(*l.list, f)
-		}
-	}
-	if len(*l.list) == 0 {
-		return errors.New("empty list")
-	}
-	return nil
-}
-
 // scheduleFlag is train.Config.Schedule, where linear, the default, is
 // stored as "", as checkpoints from before the choice have it.
 type scheduleFlag struct{ s *string }
@@ -593,13 +505,4 @@ func (s seedFlag) Set(v string) error {
 	}
 	s.mc.Seed, s.tc.Seed = n, n
 	return nil
-}
-
-// shapeFlags defines the flags of the model's shape on fs, bound to mc,
-// with its current values as defaults: the one vocabulary of train, bench
-// train and bench dp.
-func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
-	fs.IntVar(&mc.Layers, "layers", mc.Layers, "Transformer blocks")
-	fs.IntVar(&mc.Dim, "dim", mc.Dim, "model width d")
-	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }

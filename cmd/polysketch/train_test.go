@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
 	"io"
 	"math"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/polysketch/polysketch/attention"
 
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/internal/filelock"

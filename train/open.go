@@ -1,0 +1,143 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/model"
+)
+
+// Saved is a checkpoint opened to be used: evaluated, sampled, served or
+// resumed. It holds the tokenizer whose ids the model reads and writes,
+// and the directory it was read from.
+type Saved struct {
+	*checkpoint.Checkpoint
+	Dir       string // the checkpoint's directory
+	Tokenizer tokenizer.Tokenizer
+}
+
+// Open loads the checkpoint that path names: a checkpoint directory, or
+// the directory of a run holding one (CheckpointDir), with its tokenizer:
+// the tokenizer.json saved in it, or the built-in tokenizer its state
+// names. Every command that reads a checkpoint opens it here.
+func Open(path string) (*Saved, error) {
+	dir := CheckpointIn(path)
+	c, err := checkpoint.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Saved{Checkpoint: c, Dir: dir}
+	if c.TokenizerJSON != nil {
+		if s.Tokenizer, err = tokenizer.Parse(c.TokenizerJSON); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %s: %w", dir, tokenizer.FileName, err)
+		}
+		if s.Tokenizer.Name() != c.State.Tokenizer {
+			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
+		}
+	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// CheckpointIn returns the checkpoint directory that path names: path
+// itself, or its CheckpointDir if path is a run's directory.
+func CheckpointIn(path string) string {
+	if sub := filepath.Join(path, CheckpointDir); checkpoint.Exists(sub) {
+		return sub
+	}
+	return path
+}
+
+// CheckTokenizer checks that arg (byte, gpt2, or a tokenizer.json or a
+// directory holding one), when given, names the checkpoint's own
+// tokenizer: a model's ids mean nothing in another vocabulary.
+func (s *Saved) CheckTokenizer(arg string) error {
+	if arg == "" {
+		return nil
+	}
+	given, err := tokenizer.Open(arg)
+	if err != nil {
+		return fmt.Errorf("--tokenizer: %w", err)
+	}
+	if given.Name() != s.Tokenizer.Name() {
+		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
+			arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize())
+	}
+	return nil
+}
+
+// Recipe returns the training configuration the checkpoint records, and
+// false if it records none (weights saved without a run). It reads
+// leniently: a field it does not know is no reason to lose the others.
+func (s *Saved) Recipe() (Config, bool) {
+	var tc Config
+	if len(s.Train) == 0 || string(s.Train) == "null" || json.Unmarshal(s.Train, &tc) != nil {
+		return Config{}, false
+	}
+	return tc, true
+}
+
+// OpenRun opens the checkpoint of the run in dir to resume it: Open, and
+// the training configuration the checkpoint records, which it must.
+func OpenRun(dir string) (*Saved, Config, error) {
+	s, err := Open(filepath.Join(dir, CheckpointDir))
+	if err != nil {
+		return nil, Config{}, err
+	}
+	tc, err := recipe(s.Checkpoint, dir)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	return s, tc, nil
+}
+
+// Resumable names the fields of a run's configuration, by their JSON
+// names, that a resumed run may change: how long it runs, how often it
+// validates and saves, and the number format of its products. Every other
+// field of the model and of the recipe stays as the checkpoint has it, or
+// the run would not continue the one that was saved.
+var Resumable = []string{"steps", "eval_every", "eval_batches", "save_every", "precision"}
+
+// Change is a field of a run's configuration that a resumed run was
+// given with another value than its checkpoint's.
+type Change struct {
+	Field string // the JSON name; an attention option by its own ("block")
+	Saved string
+	Given string
+}
+
+// Changes returns the fields in which mc and tc, the configuration a
+// resumed run is given, differ from the checkpoint's model and from its
+// recipe saved (from OpenRun), other than those Resumable allows: none
+// means the run may resume with them. Another attention mechanism is one
+// change, not one per option; a tokenizer given as a file that is the
+// checkpoint's own tokenizer is no change.
+func (s *Saved) Changes(saved Config, mc model.Config, tc Config) []Change {
+	if tc.Tokenizer != saved.Tokenizer {
+		if t, err := tokenizer.Open(tc.Tokenizer); err == nil && t.Name() == saved.Tokenizer {
+			tc.Tokenizer = saved.Tokenizer
+		}
+	}
+	smc := s.Model.Config()
+	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
+	var out []Change
+	for _, d := range append(checkpoint.Diff(smc, mc), checkpoint.Diff(saved, tc)...) {
+		field, values, _ := strings.Cut(d, ": ")
+		if otherMechanism && strings.HasPrefix(field, "attention_options.") {
+			continue // the mechanism's difference says it all
+		}
+		field = strings.TrimPrefix(field, "attention_options.")
+		if slices.Contains(Resumable, field) {
+			continue
+		}
+		was, given, _ := strings.Cut(values, " vs ")
+		out = append(out, Change{Field: field, Saved: was, Given: given})
+	}
+	return out
+}
