@@ -910,3 +910,38 @@ func TestTokensClose(t *testing.T) {
 		t.Errorf("token file after closing both views: %v, want it closed", err)
 	}
 }
+
+func TestOpenPaths(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.jsonl")
+	if err := os.WriteFile(path, []byte(`{"body": "hello"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := OpenPaths([]string{path}, "body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TextField != "body" || len(c.Files) != 1 {
+		t.Errorf("OpenPaths: field %q, %d files; want body, 1", c.TextField, len(c.Files))
+	}
+	if want := c.Desc + ": 1 file, 0.0 MB"; c.Summary() != want {
+		t.Errorf("Summary: %q, want %q", c.Summary(), want)
+	}
+	if _, err := OpenPaths([]string{filepath.Join(dir, "missing")}, ""); err == nil {
+		t.Error("OpenPaths of a missing file: no error")
+	}
+	var logged []string
+	logf := func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
+	tr, val, err := LoadPaths([]string{path}, "body", tokenizer.Byte, Options{CacheDir: t.TempDir(), Logf: logf, ValFraction: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	defer val.Close()
+	if n := tr.Len() + val.Len(); n < 5 {
+		t.Errorf("LoadPaths: %d tokens of the field's text, want at least 5", n)
+	}
+	if len(logged) == 0 || logged[0] != "corpus: "+c.Summary() {
+		t.Errorf("LoadPaths logged %q first, want the corpus's summary", logged)
+	}
+}
