@@ -129,6 +129,8 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	d.H = H
 	if a.fm.scaled {
 		d.block = make([]float32, bh*d.stateSize)
+		d.ls = a.kproj.(logScaled)
+		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
 	} else {
 		d.pm, d.pv, d.pending = make([]float32, bh*d.b*d.ro), make([]float32, bh*d.b*h), make([]bool, bh)
 		if d.local {
@@ -148,11 +150,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	for _, x := range [][]float32{d.prefix, d.keys, d.vals, d.cm, d.pm, d.pv} {
 		clear(x)
 	}
-	if a.fm.scaled {
-		d.ls = a.kproj.(logScaled)
-		d.ref, d.bref, d.ks = make([]float32, bh), make([]float32, bh), make([]float32, bh*d.b)
-		d.Reset()
-	}
+	d.Reset()
 	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }

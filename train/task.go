@@ -3,7 +3,9 @@ package train
 import (
 	"context"
 	"fmt"
+	"strconv"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/chart"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
@@ -15,6 +17,30 @@ type taskData struct {
 	set  *task.Set
 	draw uint64 // the stream position of the next training example
 	exs  []task.Example
+}
+
+// TaskModel shapes mc for task s: the length and direction of its
+// examples, and, for each of layers, heads, dim and the attention's block
+// that chosen does not name, 003 App. F's model for its tasks (2 layers
+// of 8 heads of 16) with blocks no longer than the examples.
+func TaskModel(mc *model.Config, s *task.Spec, chosen func(field string) bool) {
+	mc.Context, mc.Bidirectional = s.Length, s.Bidirectional
+	if !chosen("layers") {
+		mc.Layers = 2
+	}
+	if !chosen("heads") {
+		mc.Heads = 8
+	}
+	if !chosen("dim") {
+		mc.Dim = 16 * mc.Heads
+	}
+	if !chosen("block") {
+		for _, opt := range attention.OptionsOf(mc.Attention) {
+			if b, err := strconv.Atoi(opt.Default); opt.Name == "block" && err == nil && b > mc.Context {
+				mc.Attention, _ = attention.Set(mc.Attention, "block", strconv.Itoa(mc.Context))
+			}
+		}
+	}
 }
 
 // NewTask prepares a fresh run in dir that trains a model built from mc

@@ -4,13 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
@@ -41,165 +37,60 @@ checkpoint on its test examples, or, with --task FILE, on the examples of
 another task file.
 `
 
-// taskOptions are the flags that choose and shape a task.
-type taskOptions struct {
-	name                      string
-	vocab, count, train, test int
-	bidirectional             bool
+// taskFlags defines the flags that choose and shape a task on fs, bound
+// to o.
+func taskFlags(fs *flag.FlagSet, o *task.Options) {
+	fs.StringVar(&o.Name, "task", o.Name, "train on a task instead of a corpus: "+strings.Join(task.Names(), ", ")+", or a JSON-lines task file")
+	fs.IntVar(&o.Vocab, "task-vocab", o.Vocab, "task alphabet: all ids (selective-copy, mqar), the random tokens (induction-heads) or the digits (reversal); 0: the task's default")
+	fs.IntVar(&o.Count, "task-count", o.Count, "tokens to copy (selective-copy), key-value pairs (mqar) or digits (reversal); 0: the task's default")
+	fs.IntVar(&o.Train, "task-train", o.Train, "distinct training examples, drawn over and over; 0: a fresh one every draw")
+	fs.BoolVar(&o.Bidirectional, "bidirectional", o.Bidirectional, "an encoder-only model (bidirectional attention, a label per position) on the task's encoder form: reversal only, the digits alone")
+	fs.IntVar(&o.Test, "task-test", o.Test, "held-out test examples; 0: the task's default (512; a tenth of a file)")
 }
 
-func taskFlags(fs *flag.FlagSet, o *taskOptions) {
-	fs.StringVar(&o.name, "task", o.name, "train on a task instead of a corpus: "+strings.Join(task.Names(), ", ")+", or a JSON-lines task file")
-	fs.IntVar(&o.vocab, "task-vocab", o.vocab, "task alphabet: all ids (selective-copy, mqar), the random tokens (induction-heads) or the digits (reversal); 0: the task's default")
-	fs.IntVar(&o.count, "task-count", o.count, "tokens to copy (selective-copy), key-value pairs (mqar) or digits (reversal); 0: the task's default")
-	fs.IntVar(&o.train, "task-train", o.train, "distinct training examples, drawn over and over; 0: a fresh one every draw")
-	fs.BoolVar(&o.bidirectional, "bidirectional", o.bidirectional, "an encoder-only model (bidirectional attention, a label per position) on the task's encoder form: reversal only, the digits alone")
-	fs.IntVar(&o.test, "task-test", o.test, "held-out test examples; 0: the task's default (512; a tenth of a file)")
-}
-
-// taskSpec returns the task of the options with defaults filled in:
-// length is the context if given (0 if not: a task file's longest
-// example, read with the tokenizer named tok), seed the run's seed. It
-// returns nil if no task was chosen.
-func (o taskOptions) spec(length int, seed uint64, tok string) (*task.Spec, error) {
-	if o.name == "" {
-		return nil, nil
-	}
-	s, err := task.Default(o.name)
-	if err != nil {
-		if !slices.Contains(task.Names(), o.name) && isFile(o.name) {
-			abs, err := filepath.Abs(o.name)
-			if err != nil {
-				return nil, err
-			}
-			s = task.Spec{Name: task.File, Path: abs}
-		} else {
-			return nil, fmt.Errorf("--task: %w", err)
-		}
-	}
-	if length > 0 {
-		s.Length = length
-	} else if s.Name == task.File {
-		t, err := tokenizer.Open(tok)
-		if err != nil {
-			return nil, fmt.Errorf("--tokenizer: %w", err)
-		}
-		if s.Length, err = task.FileLength(s.Path, t); err != nil {
-			return nil, fmt.Errorf("--task: %w", err)
-		}
-	}
-	for _, f := range []struct {
-		dst *int
-		v   int
-	}{{&s.Vocab, o.vocab}, {&s.Count, o.count}, {&s.Train, o.train}, {&s.Test, o.test}} {
-		if f.v != 0 {
-			*f.dst = f.v
-		}
-	}
-	s.Bidirectional = o.bidirectional
-	switch {
-	case s.Name != task.Reversal:
-	case o.bidirectional && length == 0:
-		s.Length = s.Count
-	case o.bidirectional && o.count == 0:
-		s.Count = length
-	case o.count == 0 && length > 0:
-		s.Count = length / 2 // the digits that fit
-	}
-	s.Seed = seed
-	if s.Name == task.File && s.Test == 0 {
-		n, err := countLines(s.Path)
-		if err != nil {
-			return nil, err
-		}
-		s.Test = max(1, n/10)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("--task: %s", oneLine(err))
-	}
-	return &s, nil
-}
-
-func isFile(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
-}
-
-// countLines counts the lines of a file that are not blank.
-func countLines(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("--task: %w", err)
-	}
-	n := 0
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if strings.TrimSpace(l) != "" {
-			n++
-		}
-	}
-	return n, nil
-}
+// taskFlagNames are the flags of taskFlags.
+var taskFlagNames = []string{"task", "task-vocab", "task-count", "task-train", "task-test", "bidirectional"}
 
 // setTask applies --task to a new run's configurations: the task spec in
-// tc, and the task model's defaults for flags not given.
-func setTask(mc *model.Config, tc *train.Config, o taskOptions, set map[string]bool) error {
+// tc, and the task model's defaults for the flags not given.
+func setTask(mc *model.Config, tc *train.Config, o task.Options, set map[string]bool) error {
 	length := 0
 	if set["context"] {
 		length = mc.Context
 	}
-	s, err := o.spec(length, tc.Seed, tc.Tokenizer)
-	if s == nil || err != nil {
-		return err
+	s, err := o.Spec(length, tc.Seed, tc.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("--task: %s", oneLine(err))
+	}
+	if s == nil {
+		return nil
 	}
 	if len(tc.Corpus) > 0 {
 		return fmt.Errorf("--corpus and --task: train on one or the other")
 	}
 	tc.Task = s
-	mc.Context, mc.Bidirectional = s.Length, s.Bidirectional
-	if !set["layers"] {
-		mc.Layers = 2
-	}
-	if !set["heads"] {
-		mc.Heads = 8
-	}
-	if !set["dim"] {
-		mc.Dim = 16 * mc.Heads
-	}
-	if !set["block"] {
-		for _, opt := range attention.OptionsOf(mc.Attention) {
-			if b, err := strconv.Atoi(opt.Default); opt.Name == "block" && err == nil && b > mc.Context {
-				mc.Attention, _ = attention.Set(mc.Attention, "block", strconv.Itoa(mc.Context))
-			}
-		}
-	}
+	train.TaskModel(mc, s, func(f string) bool { return set[f] })
 	return nil
 }
 
 // checkResumedTask refuses task flags given with --resume that differ from
 // the task the run was trained on.
-func checkResumedTask(saved *task.Spec, o taskOptions, given map[string]bool) error {
-	asked := false
-	for _, f := range []string{"task", "task-vocab", "task-count", "task-train", "task-test", "bidirectional"} {
-		asked = asked || given[f]
-	}
-	if !asked {
+func checkResumedTask(saved *task.Spec, o task.Options, given map[string]bool) error {
+	if !slices.ContainsFunc(taskFlagNames, func(f string) bool { return given[f] }) {
 		return nil
 	}
 	if saved == nil {
 		return fmt.Errorf("train: --resume: the run was trained on a corpus, not a task; drop --task, or start a new run with --force")
 	}
 	if !given["bidirectional"] {
-		o.bidirectional = saved.Bidirectional
+		o.Bidirectional = saved.Bidirectional
 	}
 	if !given["task"] {
-		o.name = saved.Name
-		if saved.Name == task.File {
-			o.name = saved.Path
-		}
+		o.Name = saved.Options().Name
 	}
-	s, err := o.spec(saved.Length, saved.Seed, "")
+	s, err := o.Spec(saved.Length, saved.Seed, "")
 	if err != nil {
-		return fmt.Errorf("train: %w", err)
+		return fmt.Errorf("train: --task: %s", oneLine(err))
 	}
 	if d := checkpoint.Diff(saved, s); len(d) > 0 {
 		return fmt.Errorf("train: --resume: task %s where the checkpoint has another (%s): a resumed run keeps its task; drop those flags, or start a new run with --force",

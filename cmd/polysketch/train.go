@@ -15,6 +15,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/model"
@@ -81,7 +82,7 @@ type trainOptions struct {
 	force    bool
 	cacheDir string
 	logEvery int
-	task     taskOptions
+	task     task.Options
 }
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
