@@ -5,11 +5,14 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -113,6 +116,37 @@ func TestChanges(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Changes: %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTaskModel(t *testing.T) {
+	s := &task.Spec{Name: task.MQAR, Length: 64}
+	tests := []struct {
+		name                      string
+		chosen                    []string
+		layers, heads, dim, block int
+	}{
+		{"nothing chosen: App. F's model, blocks within the examples", nil, 2, 8, 128, 64},
+		{"all chosen", []string{"layers", "heads", "dim", "block"}, 4, 2, 32, 256},
+		{"heads chosen: 16 per head", []string{"heads"}, 2, 2, 32, 64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mc := model.DefaultConfig()
+			mc.Layers, mc.Heads, mc.Dim = 4, 2, 32
+			mc.Attention, _ = attention.Set(mc.Attention, "block", "256")
+			TaskModel(&mc, s, func(f string) bool { return slices.Contains(tt.chosen, f) })
+			var block string
+			for _, o := range attention.OptionsOf(mc.Attention) {
+				if o.Name == "block" {
+					block = o.Default
+				}
+			}
+			if mc.Context != 64 || mc.Layers != tt.layers || mc.Heads != tt.heads || mc.Dim != tt.dim || block != strconv.Itoa(tt.block) {
+				t.Errorf("context %d, %d layers, %d heads, dim %d, block %s; want 64, %d, %d, %d, %d",
+					mc.Context, mc.Layers, mc.Heads, mc.Dim, block, tt.layers, tt.heads, tt.dim, tt.block)
 			}
 		})
 	}
