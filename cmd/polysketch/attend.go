@@ -44,7 +44,7 @@ flags:
 
 // runAttend implements "polysketch attend".
 func runAttend(args []string, stdout io.Writer) error {
-	fs := newFlags("attend", stdout)
+	fs := newFlags("attend", attendHelp, stdout, mechanismList(nil))
 	var af attentionFlags
 	af.register(fs, "polysketch", false)
 	var (
@@ -53,11 +53,6 @@ func runAttend(args []string, stdout io.Writer) error {
 		in     = fs.String("in", "", "input safetensors file with q, k, v (required)")
 		out    = fs.String("out", "", "output safetensors file (required; written atomically)")
 	)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), attendHelp)
-		fs.PrintDefaults()
-		printMechanisms(fs.Output())
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -228,15 +228,16 @@ func defaults(e attention.Entry, base attention.Config) attention.Config {
 	return e.Default()
 }
 
+// mechanismList returns printMechanisms for base, to end a command's help.
+func mechanismList(base attention.Config) func(io.Writer) {
+	return func(w io.Writer) { printMechanisms(w, base) }
+}
+
 // printMechanisms writes the list of mechanisms and their options, for
 // the -h of every command that takes attention flags. A command whose
 // default attention, base, sets options of its mechanism passes it, so
 // that the list shows the defaults the command uses.
-func printMechanisms(w io.Writer, base ...attention.Config) {
-	var b attention.Config
-	if len(base) > 0 {
-		b = base[0]
-	}
+func printMechanisms(w io.Writer, b attention.Config) {
 	fmt.Fprintln(w, "\nattention mechanisms (--attention NAME) and their options:")
 	for _, e := range attention.Entries() {
 		fmt.Fprintf(w, "  %-11s %s\n", e.Name, e.Summary)

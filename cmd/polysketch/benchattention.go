@@ -120,7 +120,7 @@ type benchAttentionConfig struct {
 }
 
 func benchAttention(args []string, stdout io.Writer) error {
-	fs := newFlags("bench attention", stdout)
+	fs := newFlags("bench attention", benchAttentionHelp, stdout, mechanismList(nil))
 	cfg := benchAttentionConfig{memLimit: defaultMemLimit()}
 	var af attentionFlags
 	af.register(fs, strings.Join(benchSpecs(), ","), true)
@@ -135,11 +135,6 @@ func benchAttention(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.reps, "reps", 3, "timed runs per case after the warm-up, at most")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, h, pass, seconds, us_per_token, peak_bytes) instead of a table")
 	fs.StringVar(&cfg.plot, "plot", "", "write a PNG plot of forward+backward µs/token against N to this file")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchAttentionHelp)
-		fs.PrintDefaults()
-		printMechanisms(fs.Output())
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ flags:
 `
 
 func benchCache(args []string, stdout io.Writer) error {
-	fs := newFlags("bench cache", stdout)
+	fs := newFlags("bench cache", benchCacheHelp, stdout)
 	var (
 		parts     = fs.String("parts", "follow-up,memory,shared", "which measurements to run, comma-separated")
 		histories = fs.String("histories", "4096,16384,65536", "history lengths of the follow-up measurement, tokens")
@@ -62,10 +62,6 @@ func benchCache(args []string, stdout io.Writer) error {
 		rounds    = fs.Int("rounds", 2, "rounds of the shared measurement, each without then with the cache")
 		plot      = fs.String("plot", "", "write a PNG of the follow-up times to this file")
 	)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchCacheHelp)
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

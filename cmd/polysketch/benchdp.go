@@ -74,7 +74,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	tc.Accum = k
 	var opt train.DistOptions
 	asJSON := false
-	fs := newFlags("bench dp", stdout)
+	fs := newFlags("bench dp", benchDPHelp, stdout)
 	shapeFlags(fs, &mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "tokens per sequence")
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
@@ -83,10 +83,6 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	fs.BoolVar(&opt.NoOverlap, "no-overlap", false, "send each micro-batch's gradients after its backward pass, not layer by layer")
 	fs.BoolVar(&opt.Allreduce, "allreduce", false, "sum gradients with MPI_Allreduce instead of the fixed-order reduction (not reproducible)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON line")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchDPHelp)
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

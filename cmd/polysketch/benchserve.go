@@ -58,7 +58,7 @@ type benchServeRow struct {
 }
 
 func benchServe(args []string, stdout io.Writer) error {
-	fs := newFlags("bench serve", stdout)
+	fs := newFlags("bench serve", benchServeHelp, stdout)
 	var (
 		url       = fs.String("url", "", "base URL of a running server, as http://127.0.0.1:8080 (default: start one in this process)")
 		ckpt      = fs.String("checkpoint", "", "checkpoint for the in-process server; empty for an untrained default model")
@@ -73,10 +73,6 @@ func benchServe(args []string, stdout io.Writer) error {
 	)
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchServeHelp)
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

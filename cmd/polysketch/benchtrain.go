@@ -81,7 +81,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	if n, _ := mpi.Launched(); n > 1 {
 		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
 	}
-	fs := newFlags("bench train", stdout)
+	fs := newFlags("bench train", benchTrainHelp, stdout, mechanismList(nil))
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
@@ -96,11 +96,6 @@ func benchTrain(args []string, stdout io.Writer) error {
 	tokName := fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
 	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchTrainHelp)
-		fs.PrintDefaults()
-		printMechanisms(fs.Output())
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -42,9 +42,9 @@ type evalResult struct {
 }
 
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlags("eval", stdout)
+	var ck checkpointFlags
+	fs := newFlags("eval", evalHelp, stdout, ck.usage)
 	var (
-		ck                  checkpointFlags
 		corpus              []string
 		textField, cacheDir string
 	)
@@ -59,14 +59,6 @@ func runEval(args []string, stdout io.Writer) error {
 	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
-	var af attentionFlags
-	af.register(fs, "the checkpoint's", false)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), evalHelp)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nAttention flags must match the checkpoint's mechanism and options: the model runs as it was trained.")
-		printMechanisms(fs.Output())
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -90,9 +82,6 @@ func runEval(args []string, stdout io.Writer) error {
 		return fmt.Errorf("eval: %w", err)
 	}
 	dir, tok := c.Dir, c.Tokenizer
-	if err := af.checkSame(c.Model.Config().Attention); err != nil {
-		return fmt.Errorf("eval: checkpoint %s: %w", dir, err)
-	}
 	warnPrecision(stderr, prec)
 	if err := inferIn(c.Model, prec); err != nil {
 		return fmt.Errorf("eval: %w", err)

@@ -32,7 +32,11 @@ versions take seconds):
 `
 
 func runExperiment(args []string, stdout io.Writer) error {
-	fs := newFlags("experiment", stdout)
+	help := experimentHelp
+	for _, e := range experiment.List() {
+		help += fmt.Sprintf("  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
+	}
+	fs := newFlags("experiment", help+"\nflags:\n", stdout)
 	var (
 		dir, cacheDir string
 		quick         bool
@@ -54,15 +58,6 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprint(w, experimentHelp)
-		for _, e := range experiment.List() {
-			fmt.Fprintf(w, "  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
-		}
-		fmt.Fprintln(w, "\nflags:")
-		fs.PrintDefaults()
-	}
 	if len(args) == 0 {
 		return fmt.Errorf("experiment: name one of %s (see 'polysketch experiment -h')", strings.Join(experiment.Names(), ", "))
 	}
@@ -122,7 +117,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("experiment %s: %w", name, err)
+		return fmt.Errorf("experiment %s: %s", name, oneLine(err))
 	}
 	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {

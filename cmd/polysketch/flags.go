@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"strings"
 
 	"github.com/polysketch/polysketch/model"
@@ -24,20 +26,29 @@ func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
 }
 
 // checkpointFlags is the flag group of the commands that use a trained
-// model (eval, generate, serve): which checkpoint, and the tokenizer it
-// must have been trained with, if the user wants that checked.
+// model (eval, generate, serve): which checkpoint, and the tokenizer and
+// attention it must have been trained with, if the user wants that
+// checked: the model runs as it was trained.
 type checkpointFlags struct {
 	path      string
 	tokenizer string
+	attention attentionFlags
 }
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "checkpoint", "run", "checkpoint directory, or the run directory holding it")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
+	f.attention.register(fs, "the checkpoint's", false)
+}
+
+// usage ends the help of a command with the group.
+func (f *checkpointFlags) usage(w io.Writer) {
+	fmt.Fprintln(w, "\nAttention flags must match the checkpoint's mechanism and options: the model runs as it was trained.")
+	printMechanisms(w, nil)
 }
 
 // open loads the checkpoint with its tokenizer, and checks --tokenizer
-// against it.
+// and the attention flags against it.
 func (f *checkpointFlags) open() (*train.Saved, error) {
 	s, err := train.Open(f.path)
 	if err != nil {
@@ -45,6 +56,9 @@ func (f *checkpointFlags) open() (*train.Saved, error) {
 	}
 	if err := s.CheckTokenizer(f.tokenizer); err != nil {
 		return nil, err
+	}
+	if err := f.attention.checkSame(s.Model.Config().Attention); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", s.Dir, err)
 	}
 	return s, nil
 }

@@ -29,6 +29,15 @@ type gemmResult struct {
 	GFLOPS  float64 `json:"gflops"`
 }
 
+const benchGEMMHelp = `usage: polysketch bench gemm [flags]
+
+Measures the GFLOPS of C = A·B for square and attention-shaped sizes, for
+each SGEMM implementation (the pure-Go kernels, and OpenBLAS when built
+with -tags openblas) and in bf16, taking turns on each case.
+
+flags:
+`
+
 // benchGEMM measures C = A·B (no transposes, beta = 0) for each
 // implementation in blas.Impls, and in bf16 (blas.GemmBF16) with B
 // rounded as it is packed on each call ("bf16") and with B packed once,
@@ -36,7 +45,7 @@ type gemmResult struct {
 // case, so that load from other processes hits them alike, and the best
 // of several repetitions counts.
 func benchGEMM(args []string, stdout io.Writer) error {
-	fs := newFlags("bench gemm", stdout)
+	fs := newFlags("bench gemm", benchGEMMHelp, stdout)
 	jsonOut := fs.Bool("json", false, "print JSON lines (impl, kernel, m, n, k, threads, gflops) instead of a table")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "threads per product (GOMAXPROCS, and OpenBLAS's)")
 	minTime := fs.Duration("min-time", 50*time.Millisecond, "minimum time of one repetition of a case")

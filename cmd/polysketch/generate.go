@@ -38,8 +38,8 @@ flags:
 `
 
 func runGenerate(args []string, stdout io.Writer) error {
-	fs := newFlags("generate", stdout)
 	var ck checkpointFlags
+	fs := newFlags("generate", generateHelp, stdout, ck.usage)
 	ck.register(fs)
 	var (
 		prompt  = fs.String("prompt", "func main() {\n", "text to continue")
@@ -54,14 +54,6 @@ func runGenerate(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
-	var af attentionFlags
-	af.register(fs, "the checkpoint's", false)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), generateHelp)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nAttention flags must match the checkpoint's mechanism and options: the model runs as it was trained.")
-		printMechanisms(fs.Output())
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,9 +75,6 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("generate: %w", err)
 	}
 	dir, tok := c.Dir, c.Tokenizer
-	if err := af.checkSame(c.Model.Config().Attention); err != nil {
-		return fmt.Errorf("generate: checkpoint %s: %w", dir, err)
-	}
 	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}

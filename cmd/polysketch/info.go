@@ -30,11 +30,7 @@ flags:
 `
 
 func runInfo(args []string, stdout io.Writer) error {
-	fs := newFlags("info", stdout)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), infoHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("info", infoHelp, stdout)
 	// DIR follows the flags: parse them, then take it.
 	var dir string
 	if len(args) > 0 && !strings.HasPrefix(args[len(args)-1], "-") {

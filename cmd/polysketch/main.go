@@ -121,11 +121,21 @@ func usage(w io.Writer, prefix string, cmds map[string]command) {
 	}
 }
 
-// newFlags returns a flag set that reports errors instead of exiting, so
-// that every failure reaches main as one line.
-func newFlags(name string, stdout io.Writer) *flag.FlagSet {
+// newFlags returns the flag set of the command name, which reports
+// errors instead of exiting, so that every failure reaches main as one
+// line. Its -h prints help (the usage line and what the command does,
+// ending in "flags:"), the flags, then what each of more adds (the
+// mechanisms, the tasks).
+func newFlags(name, help string, stdout io.Writer, more ...func(w io.Writer)) *flag.FlagSet {
 	fs := flag.NewFlagSet("polysketch "+name, flag.ContinueOnError)
 	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), help)
+		fs.PrintDefaults()
+		for _, f := range more {
+			f(fs.Output())
+		}
+	}
 	return fs
 }
 

@@ -11,12 +11,8 @@ import (
 // runMechanisms implements "polysketch mechanisms": the attention registry
 // as a table, the README's table of mechanisms with --markdown.
 func runMechanisms(args []string, stdout io.Writer) error {
-	fs := newFlags("mechanisms", stdout)
+	fs := newFlags("mechanisms", "usage: polysketch mechanisms [--markdown]\n\nLists the attention mechanisms: what each computes, its cost, its options\nwith their defaults, and its properties.\n\nflags:\n", stdout)
 	markdown := fs.Bool("markdown", false, "print the table in Markdown, as the README has it")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: polysketch mechanisms [--markdown]\n\nLists the attention mechanisms: what each computes, its cost, its options\nwith their defaults, and its properties.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -24,7 +20,7 @@ func runMechanisms(args []string, stdout io.Writer) error {
 		_, err := io.WriteString(stdout, mechanismTable())
 		return err
 	}
-	printMechanisms(stdout)
+	printMechanisms(stdout, nil)
 	return nil
 }
 

@@ -52,9 +52,9 @@ flags:
 `
 
 func runServe(args []string, stdout io.Writer) error {
-	fs := newFlags("serve", stdout)
-	def := serve.DefaultOptions()
 	var ck checkpointFlags
+	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (
 		addr     = fs.String("addr", "127.0.0.1:8080", "address to listen on, host:port")
@@ -77,10 +77,6 @@ func runServe(args []string, stdout io.Writer) error {
 	fs.Var(&cacheMem, "cache-memory", "memory for the prefix-state cache, as 512MiB or 2GiB (0: off)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveHelp)
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ flags:
 `
 
 func runTokenizerTrain(args []string, stdout io.Writer) error {
-	fs := newFlags("tokenizer train", stdout)
+	fs := newFlags("tokenizer train", tokenizerTrainHelp, stdout)
 	var corpus []string
 	var textField string
 	special := specialFlag{list: tokenizer.DefaultSpecial}
@@ -69,10 +69,6 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	)
 	corpusFlags(fs, &corpus, &textField, nil, "the Go source tree, GOROOT/src", `"text"`)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), tokenizerTrainHelp)
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -244,12 +240,8 @@ func (s *specialFlag) Set(v string) error {
 }
 
 func runTokenizerEncode(args []string, stdout io.Writer) error {
-	fs := newFlags("tokenizer encode", stdout)
+	fs := newFlags("tokenizer encode", "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n", stdout)
 	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -275,12 +267,8 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 }
 
 func runTokenizerDecode(args []string, stdout io.Writer) error {
-	fs := newFlags("tokenizer decode", stdout)
+	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout.\n\nflags:\n", stdout)
 	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout.\n\nflags:\n")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -129,15 +129,9 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	mc, tc := model.DefaultConfig(), train.DefaultConfig()
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
-	fs := newFlags("train", stdout)
+	fs := newFlags("train", trainHelp, stdout, mechanismList(mc.Attention), func(w io.Writer) { fmt.Fprint(w, taskHelp) })
 	var af attentionFlags
 	trainFlags(fs, &mc, &tc, &o, &af)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), trainHelp)
-		fs.PrintDefaults()
-		printMechanisms(fs.Output(), mc.Attention)
-		fmt.Fprint(fs.Output(), taskHelp)
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -181,7 +175,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		// Parse again over the saved configuration: flags given now
 		// override it, and must not change the model or the recipe.
 		smc, stc := c.Model.Config(), saved
-		fs2 := newFlags("train", io.Discard)
+		fs2 := newFlags("train", "", io.Discard)
 		var af2 attentionFlags
 		trainFlags(fs2, &smc, &stc, &o, &af2)
 		if err := fs2.Parse(args); err != nil {

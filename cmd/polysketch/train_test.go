@@ -508,6 +508,8 @@ func TestEvalGenerateErrors(t *testing.T) {
 		{[]string{"generate", "--checkpoint", softmax, "--block", "4"}, "--block is no option of softmax attention"},
 		{[]string{"generate", "--checkpoint", sketch, "--block", "4", "--local=false"}, "--block 4 where the checkpoint has 8, --local false where the checkpoint has true"},
 		{[]string{"eval", "--checkpoint", sketch, "--sketch-size", "0"}, "--sketch-size 0: must be positive"},
+		{[]string{"serve", "--checkpoint", softmax, "--addr", "127.0.0.1:0", "--attention", "flash"}, "--attention flash: the checkpoint was trained with softmax attention"},
+		{[]string{"serve", "--checkpoint", sketch, "--addr", "127.0.0.1:0", "--tokenizer", "gpt2"}, "--tokenizer gpt2 is gpt2"},
 	}
 	for _, tc := range tests {
 		_, _, err := runQuiet(t, tc.args...)
