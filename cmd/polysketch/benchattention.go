@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -64,6 +63,27 @@ type benchMechanism struct {
 	name   string // the spec it was given as
 	cfg    attention.Config
 	growth float64 // time grows as N^growth: 2 for quadratic mechanisms
+}
+
+// benchMechanisms returns the mechanisms of a list-taking --attention
+// (defs when not given), each once, its time growing as N^quadratic for
+// quadratic mechanisms and as N^linear for linear ones.
+func benchMechanisms(af *attentionFlags, defs []string, quadratic, linear float64) ([]benchMechanism, error) {
+	cfgs, specs, err := af.configs(defs)
+	if err != nil {
+		return nil, err
+	}
+	var ms []benchMechanism
+	for i, c := range cfgs {
+		growth := quadratic
+		if attention.PropertiesOf(c).Linear {
+			growth = linear
+		}
+		if !slices.ContainsFunc(ms, func(m benchMechanism) bool { return m.cfg == c }) {
+			ms = append(ms, benchMechanism{specs[i], c, growth})
+		}
+	}
+	return ms, nil
 }
 
 // specList returns the full specs of ms, for the title of a table.
@@ -150,18 +170,8 @@ func (cfg *benchAttentionConfig) parse(ns string, af *attentionFlags) error {
 	if cfg.ns, err = parseContexts(ns); err != nil {
 		return err
 	}
-	cfgs, specs, err := af.configs(benchSpecs())
-	if err != nil {
+	if cfg.mechanisms, err = benchMechanisms(af, benchSpecs(), 2, 1); err != nil {
 		return err
-	}
-	for i, c := range cfgs {
-		growth := 2.0
-		if attention.PropertiesOf(c).Linear {
-			growth = 1
-		}
-		if !slices.ContainsFunc(cfg.mechanisms, func(m benchMechanism) bool { return m.cfg == c }) {
-			cfg.mechanisms = append(cfg.mechanisms, benchMechanism{specs[i], c, growth})
-		}
 	}
 	switch {
 	case cfg.h <= 0:
@@ -401,47 +411,6 @@ func (s *heapSampler) stop() uint64 {
 	s.wg.Wait()
 	s.sample()
 	return s.peak.Load()
-}
-
-// byteSize is a number of bytes as a flag: 8GiB, 512MiB, 1.5GB, 4096.
-type byteSize int64
-
-var byteUnits = []struct {
-	suffix string
-	scale  float64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
-	{"B", 1},
-}
-
-func (b *byteSize) Set(s string) error {
-	num, scale := strings.TrimSpace(s), 1.0
-	for _, u := range byteUnits {
-		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, scale = strings.TrimSpace(rest), u.scale
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || !(v*scale >= 1) || v*scale > math.MaxInt64/2 {
-		return errors.New("want a positive size such as 8GiB, 512MiB or 1000000")
-	}
-	*b = byteSize(v * scale)
-	return nil
-}
-
-func (b byteSize) String() string {
-	switch v := float64(b); {
-	case v >= 1<<30:
-		return fmt.Sprintf("%.4gGiB", v/(1<<30))
-	case v >= 1<<20:
-		return fmt.Sprintf("%.4gMiB", v/(1<<20))
-	case v >= 1<<10:
-		return fmt.Sprintf("%.4gKiB", v/(1<<10))
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
 // defaultMemLimit is half of physical memory, at most 8 GiB (8 GiB when

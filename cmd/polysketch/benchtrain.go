@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -120,18 +119,9 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	if cfg.ns, err = parseContexts(ns); err != nil {
 		return err
 	}
-	cfgs, specs, err := af.configs(benchTrainSpecs())
-	if err != nil {
+	// At fixed tokens per step, quadratic attention's time grows as N.
+	if cfg.mechanisms, err = benchMechanisms(af, benchTrainSpecs(), 1, 0); err != nil {
 		return err
-	}
-	for i, c := range cfgs {
-		growth := 1.0 // quadratic attention at fixed tokens per step: time ∝ N
-		if attention.PropertiesOf(c).Linear {
-			growth = 0
-		}
-		if !slices.ContainsFunc(cfg.mechanisms, func(m benchMechanism) bool { return m.cfg == c }) {
-			cfg.mechanisms = append(cfg.mechanisms, benchMechanism{specs[i], c, growth})
-		}
 	}
 	switch {
 	case cfg.tokens <= 0:
