@@ -56,6 +56,28 @@ func expectedShapes(cfg model.Config) []paramShape {
 	return out
 }
 
+// ParamCount returns the number of parameters that model.New would
+// create for cfg, computed from the configuration alone, without
+// allocating them, so that a configuration too large to build is still
+// described: saturating at the largest int64 rather than wrapping. A
+// learned sketch's networks are not counted (the attention package sizes
+// them when it builds them); attention.PropertiesOf(cfg.Attention).
+// Trainable says whether there may be any.
+func ParamCount(cfg model.Config) int64 {
+	var n int64
+	for _, p := range expectedShapes(cfg) {
+		size := int64(1)
+		for _, d := range p.shape {
+			size = mul(size, d)
+		}
+		if n > math.MaxInt64-size {
+			return math.MaxInt64
+		}
+		n += size
+	}
+	return n
+}
+
 // mul returns a·b for a, b ≥ 0, saturating at the largest int64.
 func mul(a, b int64) int64 {
 	if a != 0 && b > math.MaxInt64/a {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,10 +31,15 @@ func TestExpectedShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []string
+			var count int64
 			for _, p := range m.Params() {
 				if !strings.Contains(p.Name, ".attn.sketch.") {
 					want = append(want, fmt.Sprint(p.Name, p.Value.Shape))
+					count += int64(p.Value.Len())
 				}
+			}
+			if n := ParamCount(cfg); n != count {
+				t.Errorf("ParamCount %d, model.New's parameters (but a learned sketch's) %d", n, count)
 			}
 			var got []string
 			for _, p := range expectedShapes(cfg) {
@@ -43,6 +49,20 @@ func TestExpectedShapes(t *testing.T) {
 				t.Errorf("expectedShapes\n%q\nmodel.New's parameters\n%q", got, want)
 			}
 		})
+	}
+}
+
+// TestParamCountSaturates: a configuration far too large to build is
+// counted without allocating, and without wrapping.
+func TestParamCountSaturates(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Dim, cfg.Vocab = 2_000_000_000, 2_000_000_000
+	if n := ParamCount(cfg); n != math.MaxInt64 {
+		t.Errorf("ParamCount of dim and vocabulary 2e9: %d, want the largest int64", n)
+	}
+	cfg.Dim, cfg.Vocab = 2_000_000, 50257
+	if n := ParamCount(cfg); n < int64(3*cfg.Dim*cfg.Dim) || n == math.MaxInt64 {
+		t.Errorf("ParamCount of dim 2e6: %d, want at least the qkv weights' 1.2e13, short of saturation", n)
 	}
 }
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/model"
@@ -81,8 +83,25 @@ func runInfo(args []string, stdout io.Writer) error {
 		kind = "encoder"
 	}
 	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
-	if n, err := paramCount(c, mc); err == nil {
+	if c != nil {
+		n := 0
+		for _, p := range c.Model.Params() {
+			n += p.Value.Len()
+		}
 		line("parameters", "%s", exactCount(n))
+	} else if mc.Attention != nil {
+		// Counted from the configuration: a damaged one may describe a
+		// model far too large to build.
+		n := checkpoint.ParamCount(mc)
+		note := "by its configuration"
+		if attention.PropertiesOf(mc.Attention).Trainable {
+			note += ", besides the attention's own"
+		}
+		if n == math.MaxInt64 {
+			line("parameters", "more than 9.2e18 %s", note)
+		} else {
+			line("parameters", "%s %s", exactCount(int(n)), note)
+		}
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
 	line("tokenizer", "%s", state.Tokenizer)
@@ -156,28 +175,6 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("%s: %v", path, err)
 	}
 	return nil
-}
-
-// paramCount returns the number of parameters of the checkpoint's model,
-// or of a model of its configuration if it did not load.
-func paramCount(c *checkpoint.Checkpoint, mc model.Config) (int, error) {
-	var m *model.Model
-	if c != nil {
-		m = c.Model
-	} else {
-		if err := mc.Validate(); err != nil {
-			return 0, err
-		}
-		var err error
-		if m, err = model.New(mc); err != nil {
-			return 0, err
-		}
-	}
-	n := 0
-	for _, p := range m.Params() {
-		n += p.Value.Len()
-	}
-	return n, nil
 }
 
 // lastLosses returns the training loss of the checkpoint's step and the

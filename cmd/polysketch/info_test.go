@@ -90,8 +90,25 @@ func TestInfo(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changed after saving") || exitCode(err) != 1 {
 		t.Errorf("info of a corrupted checkpoint: error %v (exit %d), want a file changed after saving, exit 1", err, exitCode(err))
 	}
-	if !strings.Contains(out, "step           10 of 10") || !strings.Contains(out, "verified       NO: ") {
+	if !strings.Contains(out, "step           10 of 10") || !strings.Contains(out, "verified       NO: ") ||
+		!strings.Contains(out, "by its configuration, besides the attention's own\n") {
 		t.Errorf("info of a corrupted checkpoint printed:\n%s", out)
+	}
+
+	// A damaged configuration that describes a model far too large to
+	// build is described from the configuration alone, never built.
+	cf := filepath.Join(runDir, train.CheckpointDir, "config.json")
+	cb, err := os.ReadFile(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb = []byte(strings.Replace(string(cb), `"dim": 16,`, `"dim": 2000000000,`, 1))
+	if err := os.WriteFile(cf, cb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runQuiet(t, "info", runDir)
+	if err == nil || !strings.Contains(out, "dim 2000000000") || !strings.Contains(out, "parameters     more than 9.2e18 by its configuration") {
+		t.Errorf("info of a configuration of dim 2e9: error %v, printed:\n%s", err, out)
 	}
 
 	broken := filepath.Join(dir, "broken")
