@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/internal/mpi"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
@@ -194,8 +195,7 @@ func predictMemory(c model.Config, B, N int) (int64, error) {
 		return 0, err
 	}
 	d, V, L := int64(c.Dim), int64(c.Vocab), int64(c.Layers)
-	hidden := int64(c.HiddenSize())
-	params := V*d + L*(4*d*d+3*d*hidden+6*d) + 2*d + V
+	params := checkpoint.ParamCount(c)
 	tokens := int64(B) * int64(N)
 	// 40·d floats per layer and token: measured on this model (flash,
 	// N=1024: the attention keeps next to nothing), more than the layers'
