@@ -80,6 +80,19 @@ func DefaultConfig() Config {
 	}
 }
 
+// Derive sets the fields of c that follow from others unless chosen (by
+// their JSON names) says the user set them: min_lr, a tenth of the peak
+// rate, and warmup, at most a tenth of the steps, so that a short run
+// still spends most of its steps at a useful rate.
+func (c *Config) Derive(chosen func(field string) bool) {
+	if !chosen("min_lr") {
+		c.MinLR = c.LR / 10
+	}
+	if !chosen("warmup") {
+		c.Warmup = min(c.Warmup, c.Steps/10)
+	}
+}
+
 // The learning-rate schedules of Config.Schedule (see optim.Schedule).
 const (
 	ScheduleLinear = "linear"

@@ -151,3 +151,24 @@ func TestTaskModel(t *testing.T) {
 		})
 	}
 }
+
+func TestDerive(t *testing.T) {
+	tests := []struct {
+		chosen []string
+		minLR  float64
+		warmup int
+	}{
+		{nil, 1e-4, 5},                           // a tenth of the rate; warm-up within a tenth of 50 steps
+		{[]string{"min_lr"}, 7e-5, 5},            // kept
+		{[]string{"warmup"}, 1e-4, 30},           // kept, though longer than a tenth
+		{[]string{"min_lr", "warmup"}, 7e-5, 30}, // both kept
+	}
+	for _, tt := range tests {
+		c := DefaultConfig()
+		c.LR, c.MinLR, c.Steps, c.Warmup = 1e-3, 7e-5, 50, 30
+		c.Derive(func(f string) bool { return slices.Contains(tt.chosen, f) })
+		if c.MinLR != tt.minLR || c.Warmup != tt.warmup {
+			t.Errorf("Derive with %q chosen: min_lr %g, warmup %d; want %g, %d", tt.chosen, c.MinLR, c.Warmup, tt.minLR, tt.warmup)
+		}
+	}
+}

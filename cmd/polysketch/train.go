@@ -143,12 +143,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	}
 	set := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["min-lr"] {
-		tc.MinLR = tc.LR / 10
-	}
-	if !set["warmup"] {
-		tc.Warmup = min(tc.Warmup, tc.Steps/10)
-	}
+	tc.Derive(func(f string) bool { return set[strings.ReplaceAll(f, "_", "-")] })
 	if err := setTask(&mc, &tc, o.task, set); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
