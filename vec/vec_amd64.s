@@ -1865,6 +1865,263 @@ done:
 	VZEROUPPER
 	RET
 
+// func expScaleAVX2(dst []float32, src []float32, m float32, s float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·expScaleAVX2(SB), NOSPLIT, $0-56
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         dst_len+8(FP), DX
+	VBROADCASTSS m+48(FP), Y0
+	VBROADCASTSS s+52(FP), Y1
+
+loopN:
+	CMPQ         DX, $0x00000010
+	JB           loop1
+	VMOVUPS      (CX), Y2
+	VSUBPS       Y0, Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VMOVUPS      32(CX), Y3
+	VSUBPS       Y0, Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VBROADCASTSS expHi<>+0(SB), Y4
+	VBROADCASTSS expLo<>+0(SB), Y5
+	VMINPS       Y2, Y4, Y2
+	VMAXPS       Y2, Y5, Y2
+	VMINPS       Y3, Y4, Y3
+	VMAXPS       Y3, Y5, Y3
+	VMOVUPS      expMagic<>+0(SB), Y4
+	VFMADD231PS  log2e<>+0(SB), Y2, Y4
+	VSUBPS       expMagic<>+0(SB), Y4, Y6
+	VMOVUPS      expMagic<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VSUBPS       expMagic<>+0(SB), Y5, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y2
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y2
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VMOVUPS      expP4<>+0(SB), Y8
+	VMOVUPS      expP4<>+0(SB), Y9
+	VFMADD213PS  expP3<>+0(SB), Y2, Y8
+	VFMADD213PS  expP3<>+0(SB), Y3, Y9
+	VFMADD213PS  expP2<>+0(SB), Y2, Y8
+	VFMADD213PS  expP2<>+0(SB), Y3, Y9
+	VFMADD213PS  expP1<>+0(SB), Y2, Y8
+	VFMADD213PS  expP1<>+0(SB), Y3, Y9
+	VFMADD213PS  expP0<>+0(SB), Y2, Y8
+	VFMADD213PS  expP0<>+0(SB), Y3, Y9
+	VFMADD213PS  one<>+0(SB), Y2, Y8
+	VFMADD213PS  one<>+0(SB), Y3, Y9
+	VFMADD213PS  one<>+0(SB), Y2, Y8
+	VFMADD213PS  one<>+0(SB), Y3, Y9
+	VPSUBD       expMagic254<>+0(SB), Y4, Y6
+	VPSRAD       $0x01, Y6, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VPSLLD       $0x17, Y6, Y6
+	VPSUBD       Y2, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y6, Y8, Y8
+	VPSUBD       expMagic254<>+0(SB), Y5, Y7
+	VPSRAD       $0x01, Y7, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VPSLLD       $0x17, Y7, Y7
+	VPSUBD       Y2, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y7, Y9, Y9
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      Y9, 32(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, DX
+	JMP          loopN
+
+loop1:
+	CMPQ         DX, $0x00000008
+	JB           tail
+	VMOVUPS      (CX), Y2
+	VSUBPS       Y0, Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VBROADCASTSS expHi<>+0(SB), Y3
+	VBROADCASTSS expLo<>+0(SB), Y4
+	VMINPS       Y2, Y3, Y2
+	VMAXPS       Y2, Y4, Y2
+	VMOVUPS      expMagic<>+0(SB), Y3
+	VFMADD231PS  log2e<>+0(SB), Y2, Y3
+	VSUBPS       expMagic<>+0(SB), Y3, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y4, Y2
+	VFNMADD231PS ln2Lo<>+0(SB), Y4, Y2
+	VMOVUPS      expP4<>+0(SB), Y5
+	VFMADD213PS  expP3<>+0(SB), Y2, Y5
+	VFMADD213PS  expP2<>+0(SB), Y2, Y5
+	VFMADD213PS  expP1<>+0(SB), Y2, Y5
+	VFMADD213PS  expP0<>+0(SB), Y2, Y5
+	VFMADD213PS  one<>+0(SB), Y2, Y5
+	VFMADD213PS  one<>+0(SB), Y2, Y5
+	VPSUBD       expMagic254<>+0(SB), Y3, Y4
+	VPSRAD       $0x01, Y4, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VPSLLD       $0x17, Y4, Y4
+	VPSUBD       Y2, Y4, Y4
+	VMULPS       Y2, Y5, Y5
+	VMULPS       Y4, Y5, Y5
+	VMOVUPS      Y5, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	SUBQ         $0x00000008, DX
+	JMP          loop1
+
+tail:
+	TESTQ        DX, DX
+	JZ           done
+	VMOVD        DX, X2
+	VPBROADCASTD X2, Y2
+	VPCMPGTD     iota<>+0(SB), Y2, Y2
+	VMASKMOVPS   (CX), Y2, Y3
+	VSUBPS       Y0, Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VBROADCASTSS expHi<>+0(SB), Y0
+	VBROADCASTSS expLo<>+0(SB), Y1
+	VMINPS       Y3, Y0, Y3
+	VMAXPS       Y3, Y1, Y3
+	VMOVUPS      expMagic<>+0(SB), Y0
+	VFMADD231PS  log2e<>+0(SB), Y3, Y0
+	VSUBPS       expMagic<>+0(SB), Y0, Y1
+	VFNMADD231PS ln2Hi<>+0(SB), Y1, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y1, Y3
+	VMOVUPS      expP4<>+0(SB), Y4
+	VFMADD213PS  expP3<>+0(SB), Y3, Y4
+	VFMADD213PS  expP2<>+0(SB), Y3, Y4
+	VFMADD213PS  expP1<>+0(SB), Y3, Y4
+	VFMADD213PS  expP0<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VPSUBD       expMagic254<>+0(SB), Y0, Y1
+	VPSRAD       $0x01, Y1, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPSLLD       $0x17, Y1, Y1
+	VPSUBD       Y0, Y1, Y1
+	VMULPS       Y0, Y4, Y4
+	VMULPS       Y1, Y4, Y4
+	VMASKMOVPS   Y4, Y2, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func bandAVX2(dst []int32, x []float32, w []float32, lo float32, hi float32) (n int, above int, weight float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·bandAVX2(SB), NOSPLIT, $0-104
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         dst_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	MOVQ         w_base+48(FP), BX
+	MOVQ         x_len+32(FP), SI
+	MOVQ         SI, DI
+	VBROADCASTSS lo+72(FP), Y0
+	VBROADCASTSS hi+76(FP), Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	XORQ         R8, R8
+
+loop1:
+	CMPQ         SI, $0x00000008
+	JB           tail
+	VMOVUPS      (DX), Y5
+	VMOVUPS      (BX), Y6
+	VCMPPS       $0x1d, Y1, Y5, Y7
+	VCMPPS       $0x1d, Y0, Y5, Y5
+	VANDNPS      Y5, Y7, Y5
+	VPSUBD       Y7, Y4, Y4
+	VANDPS       Y7, Y6, Y6
+	VCVTPS2PD    X6, Y7
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VADDPD       Y7, Y2, Y2
+	VADDPD       Y6, Y3, Y3
+	VMOVMSKPS    Y5, R9
+	TESTL        R9, R9
+	JZ           next1
+	MOVQ         DI, R10
+	SUBQ         SI, R10
+
+bit1:
+	BSFQ R9, R11
+	CMPQ R8, CX
+	JAE  full1
+	ADDQ R10, R11
+	MOVL R11, (AX)(R8*4)
+
+full1:
+	INCQ R8
+	LEAQ -1(R9), R12
+	ANDQ R12, R9
+	JNZ  bit1
+
+next1:
+	ADDQ $0x00000020, DX
+	ADDQ $0x00000020, BX
+	SUBQ $0x00000008, SI
+	JMP  loop1
+
+tail:
+	TESTQ        SI, SI
+	JZ           done
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPCMPGTD     iota<>+0(SB), Y5, Y5
+	VMASKMOVPS   (DX), Y5, Y6
+	VMASKMOVPS   (BX), Y5, Y7
+	VCMPPS       $0x1d, Y1, Y6, Y1
+	VCMPPS       $0x1d, Y0, Y6, Y0
+	VANDNPS      Y0, Y1, Y0
+	VANDPS       Y5, Y1, Y1
+	VANDPS       Y5, Y0, Y0
+	VPSUBD       Y1, Y4, Y4
+	VANDPS       Y1, Y7, Y7
+	VCVTPS2PD    X7, Y1
+	VEXTRACTF128 $0x01, Y7, X5
+	VCVTPS2PD    X5, Y5
+	VADDPD       Y1, Y2, Y2
+	VADDPD       Y5, Y3, Y3
+	VMOVMSKPS    Y0, DX
+	TESTL        DX, DX
+	JZ           nextT
+	MOVQ         DI, BX
+	SUBQ         SI, BX
+
+bitT:
+	BSFQ DX, R13
+	CMPQ R8, CX
+	JAE  fullT
+	ADDQ BX, R13
+	MOVL R13, (AX)(R8*4)
+
+fullT:
+	INCQ R8
+	LEAQ -1(DX), SI
+	ANDQ SI, DX
+	JNZ  bitT
+
+nextT:
+done:
+	VADDPD       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPD       X0, X2, X1
+	VUNPCKHPD    X1, X1, X0
+	VADDSD       X0, X1, X1
+	VEXTRACTI128 $0x01, Y4, X0
+	VPADDD       X0, X4, X0
+	VPSHUFD      $0x4e, X0, X2
+	VPADDD       X2, X0, X0
+	VPSHUFD      $0xb1, X0, X2
+	VPADDD       X2, X0, X0
+	VMOVD        X0, AX
+	MOVQ         R8, n+80(FP)
+	MOVQ         AX, above+88(FP)
+	MOVSD        X1, weight+96(FP)
+	VZEROUPPER
+	RET
+
 // func normAffineAVX2(dst []float32, x []float32, gain []float32, bias []float32, mu float32, rstd float32)
 // Requires: AVX, AVX2, FMA3
 TEXT ·normAffineAVX2(SB), NOSPLIT, $0-104

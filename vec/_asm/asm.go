@@ -37,6 +37,8 @@ func main() {
 	expSubSum(false)
 	sumDev()
 	mulSub()
+	expScale()
+	band()
 	normAffine()
 	layerNormReduce()
 	layerNormDx()
@@ -909,6 +911,131 @@ func mulSub() {
 		ac.store(v, dst)
 	}
 	loop(n, bases(dst, a, b), 4, func(k int) { each(k, step) }, func(m VecVirtual) { step(masked(m), 0) })
+	VZEROUPPER()
+	RET()
+}
+
+// expScale emits expScaleAVX2: the exponentials of (src[i]-m)·s, the
+// subtraction and the product each rounded as in Go, so that the result
+// is Exp's of the scaled value bit for bit.
+func expScale() {
+	TEXT("expScaleAVX2", NOSPLIT, "func(dst, src []float32, m, s float32)")
+	Pragma("noescape")
+	Doc("expScaleAVX2 sets dst[i] = e^((src[i]-m)·s) with AVX2 and FMA; len(src) ≥ len(dst).")
+	dst, src := ptr("dst"), ptr("src")
+	n := Load(Param("dst").Len(), GP64())
+	m, s := scalarParam("m"), scalarParam("s")
+	loop(n, bases(dst, src), 2, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(src.Offset(32*j), xs[j])
+			VSUBPS(m, xs[j], xs[j])
+			VMULPS(s, xs[j], xs[j])
+		}
+		for j, e := range expv(xs) {
+			VMOVUPS(e, dst.Offset(32*j))
+		}
+	}, func(mk VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(src, mk, xv)
+		VSUBPS(m, xv, xv)
+		VMULPS(s, xv, xv)
+		e := expv([]VecVirtual{xv})[0]
+		VMASKMOVPS(e, mk, dst)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// band emits bandAVX2. Each vector compares x with hi and lo: the lanes
+// at or above hi add their weights, widened to float64, into two vectors
+// of four lanes (element i into lane i mod 8, as bandGeneric adds them),
+// and are counted in eight integer lanes; the lanes in the band, rare
+// where band is used, are written out one by one from their mask bits.
+func band() {
+	TEXT("bandAVX2", NOSPLIT, "func(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64)")
+	Pragma("noescape")
+	Doc("bandAVX2 writes to dst the indices of the elements of x in [lo, hi), as many as fit, counts them, and counts and adds (in float64) the weights w[i] of those at or above hi, with AVX2; len(w) ≥ len(x).")
+	d := Load(Param("dst").Base(), GP64())
+	room := Load(Param("dst").Len(), GP64())
+	x, w := ptr("x"), ptr("w")
+	n := Load(Param("x").Len(), GP64())
+	length := GP64()
+	MOVQ(n, length)
+	lo, hi := scalarParam("lo"), scalarParam("hi")
+	acc0, acc1, cnt := YMM(), YMM(), YMM()
+	for _, a := range []VecVirtual{acc0, acc1, cnt} {
+		VXORPS(a, a, a)
+	}
+	count := GP64()
+	XORQ(count, count)
+	step := func(mk VecVirtual, sfx string) {
+		xv, wv, ge, in := YMM(), YMM(), YMM(), YMM()
+		if mk == nil {
+			VMOVUPS(x, xv)
+			VMOVUPS(w, wv)
+		} else {
+			VMASKMOVPS(x, mk, xv)
+			VMASKMOVPS(w, mk, wv)
+		}
+		VCMPPS(U8(0x1d), hi, xv, ge) // x ≥ hi, false for NaN
+		VCMPPS(U8(0x1d), lo, xv, in) // x ≥ lo
+		VANDNPS(in, ge, in)          // lo ≤ x < hi
+		if mk != nil {
+			VANDPS(mk, ge, ge)
+			VANDPS(mk, in, in)
+		}
+		VPSUBD(ge, cnt, cnt) // a true lane is -1
+		VANDPS(ge, wv, wv)
+		l, h, hx := YMM(), YMM(), XMM()
+		VCVTPS2PD(wv.AsX(), l)
+		VEXTRACTF128(U8(1), wv, hx)
+		VCVTPS2PD(hx, h)
+		VADDPD(l, acc0, acc0)
+		VADDPD(h, acc1, acc1)
+		bits := GP64()
+		VMOVMSKPS(in, bits.As32())
+		TESTL(bits.As32(), bits.As32())
+		JZ(LabelRef("next" + sfx))
+		base := GP64() // the index of the vector's first element
+		MOVQ(length, base)
+		SUBQ(n, base)
+		Label("bit" + sfx)
+		j := GP64()
+		BSFQ(bits, j)
+		CMPQ(count, room)
+		JAE(LabelRef("full" + sfx))
+		ADDQ(base, j)
+		MOVL(j.As32(), Mem{Base: d, Index: count, Scale: 4})
+		Label("full" + sfx)
+		INCQ(count)
+		t := GP64()
+		LEAQ(Mem{Base: bits, Disp: -1}, t)
+		ANDQ(t, bits)
+		JNZ(LabelRef("bit" + sfx))
+		Label("next" + sfx)
+	}
+	loop(n, bases(x, w), 1, func(int) { step(nil, "1") }, func(mk VecVirtual) { step(mk, "T") })
+	// The weights: lanes i and i+4 first, then (0+2) + (1+3).
+	VADDPD(acc1, acc0, acc0)
+	hx, lx := XMM(), XMM()
+	VEXTRACTF128(U8(1), acc0, hx)
+	VADDPD(hx, acc0.AsX(), lx)
+	VUNPCKHPD(lx, lx, hx)
+	VADDSD(hx, lx, lx)
+	// The count above: the eight lanes' sum.
+	c, t := XMM(), XMM()
+	VEXTRACTI128(U8(1), cnt, c)
+	VPADDD(c, cnt.AsX(), c)
+	VPSHUFD(U8(0x4e), c, t)
+	VPADDD(t, c, c)
+	VPSHUFD(U8(0xb1), c, t)
+	VPADDD(t, c, c)
+	above := GP32()
+	VMOVD(c, above)
+	Store(count, ReturnIndex(0))
+	Store(above.As64(), ReturnIndex(1))
+	Store(lx, ReturnIndex(2))
 	VZEROUPPER()
 	RET()
 }
