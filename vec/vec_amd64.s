@@ -2021,37 +2021,37 @@ TEXT ·bandAVX2(SB), NOSPLIT, $0-104
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
 	XORQ         R8, R8
 
 loop1:
 	CMPQ         SI, $0x00000008
 	JB           tail
-	VMOVUPS      (DX), Y5
-	VMOVUPS      (BX), Y6
-	VCMPPS       $0x1d, Y1, Y5, Y7
-	VCMPPS       $0x1d, Y0, Y5, Y5
-	VANDNPS      Y5, Y7, Y5
-	VPSUBD       Y7, Y4, Y4
-	VANDPS       Y7, Y6, Y6
-	VCVTPS2PD    X6, Y7
-	VEXTRACTF128 $0x01, Y6, X6
-	VCVTPS2PD    X6, Y6
-	VADDPD       Y7, Y2, Y2
-	VADDPD       Y6, Y3, Y3
-	VMOVMSKPS    Y5, R9
+	VMOVUPS      (DX), Y6
+	VMOVUPS      (BX), Y7
+	VCMPPS       $0x1d, Y1, Y6, Y8
+	VCMPPS       $0x1d, Y0, Y6, Y6
+	VANDNPS      Y6, Y8, Y6
+	VPSUBD       Y8, Y4, Y4
+	VPSUBD       Y6, Y5, Y5
+	VANDPS       Y8, Y7, Y7
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y2, Y2
+	VADDPD       Y7, Y3, Y3
+	VMOVMSKPS    Y6, R9
 	TESTL        R9, R9
 	JZ           next1
 	MOVQ         DI, R10
 	SUBQ         SI, R10
 
 bit1:
-	BSFQ R9, R11
 	CMPQ R8, CX
-	JAE  full1
+	JAE  next1
+	BSFQ R9, R11
 	ADDQ R10, R11
 	MOVL R11, (AX)(R8*4)
-
-full1:
 	INCQ R8
 	LEAQ -1(R9), R12
 	ANDQ R12, R9
@@ -2066,23 +2066,24 @@ next1:
 tail:
 	TESTQ        SI, SI
 	JZ           done
-	VMOVD        SI, X5
-	VPBROADCASTD X5, Y5
-	VPCMPGTD     iota<>+0(SB), Y5, Y5
-	VMASKMOVPS   (DX), Y5, Y6
-	VMASKMOVPS   (BX), Y5, Y7
-	VCMPPS       $0x1d, Y1, Y6, Y1
-	VCMPPS       $0x1d, Y0, Y6, Y0
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	VPCMPGTD     iota<>+0(SB), Y6, Y6
+	VMASKMOVPS   (DX), Y6, Y7
+	VMASKMOVPS   (BX), Y6, Y8
+	VCMPPS       $0x1d, Y1, Y7, Y1
+	VCMPPS       $0x1d, Y0, Y7, Y0
 	VANDNPS      Y0, Y1, Y0
-	VANDPS       Y5, Y1, Y1
-	VANDPS       Y5, Y0, Y0
+	VANDPS       Y6, Y1, Y1
+	VANDPS       Y6, Y0, Y0
 	VPSUBD       Y1, Y4, Y4
-	VANDPS       Y1, Y7, Y7
-	VCVTPS2PD    X7, Y1
-	VEXTRACTF128 $0x01, Y7, X5
-	VCVTPS2PD    X5, Y5
+	VPSUBD       Y0, Y5, Y5
+	VANDPS       Y1, Y8, Y8
+	VCVTPS2PD    X8, Y1
+	VEXTRACTF128 $0x01, Y8, X6
+	VCVTPS2PD    X6, Y6
 	VADDPD       Y1, Y2, Y2
-	VADDPD       Y5, Y3, Y3
+	VADDPD       Y6, Y3, Y3
 	VMOVMSKPS    Y0, DX
 	TESTL        DX, DX
 	JZ           nextT
@@ -2090,13 +2091,11 @@ tail:
 	SUBQ         SI, BX
 
 bitT:
-	BSFQ DX, R13
 	CMPQ R8, CX
-	JAE  fullT
+	JAE  nextT
+	BSFQ DX, R13
 	ADDQ BX, R13
 	MOVL R13, (AX)(R8*4)
-
-fullT:
 	INCQ R8
 	LEAQ -1(DX), SI
 	ANDQ SI, DX
@@ -2109,6 +2108,14 @@ done:
 	VADDPD       X0, X2, X1
 	VUNPCKHPD    X1, X1, X0
 	VADDSD       X0, X1, X1
+	VEXTRACTI128 $0x01, Y5, X0
+	VPADDD       X0, X5, X0
+	VPSHUFD      $0x4e, X0, X2
+	VPADDD       X2, X0, X0
+	VPSHUFD      $0xb1, X0, X2
+	VPADDD       X2, X0, X0
+	VMOVD        X0, AX
+	MOVQ         AX, n+80(FP)
 	VEXTRACTI128 $0x01, Y4, X0
 	VPADDD       X0, X4, X0
 	VPSHUFD      $0x4e, X0, X2
@@ -2116,7 +2123,6 @@ done:
 	VPSHUFD      $0xb1, X0, X2
 	VPADDD       X2, X0, X0
 	VMOVD        X0, AX
-	MOVQ         R8, n+80(FP)
 	MOVQ         AX, above+88(FP)
 	MOVSD        X1, weight+96(FP)
 	VZEROUPPER

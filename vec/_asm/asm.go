@@ -949,9 +949,10 @@ func expScale() {
 
 // band emits bandAVX2. Each vector compares x with hi and lo: the lanes
 // at or above hi add their weights, widened to float64, into two vectors
-// of four lanes (element i into lane i mod 8, as bandGeneric adds them),
-// and are counted in eight integer lanes; the lanes in the band, rare
-// where band is used, are written out one by one from their mask bits.
+// of four lanes (element i into lane i mod 8, as bandGeneric adds them);
+// the lanes of each range are counted in eight integer lanes; and the
+// indices of the lanes in the band are written out one by one from their
+// mask bits, while dst has room (so that a wide band costs no more).
 func band() {
 	TEXT("bandAVX2", NOSPLIT, "func(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64)")
 	Pragma("noescape")
@@ -963,12 +964,12 @@ func band() {
 	length := GP64()
 	MOVQ(n, length)
 	lo, hi := scalarParam("lo"), scalarParam("hi")
-	acc0, acc1, cnt := YMM(), YMM(), YMM()
-	for _, a := range []VecVirtual{acc0, acc1, cnt} {
+	acc0, acc1, cntAbove, cntIn := YMM(), YMM(), YMM(), YMM()
+	for _, a := range []VecVirtual{acc0, acc1, cntAbove, cntIn} {
 		VXORPS(a, a, a)
 	}
-	count := GP64()
-	XORQ(count, count)
+	written := GP64()
+	XORQ(written, written)
 	step := func(mk VecVirtual, sfx string) {
 		xv, wv, ge, in := YMM(), YMM(), YMM(), YMM()
 		if mk == nil {
@@ -985,7 +986,8 @@ func band() {
 			VANDPS(mk, ge, ge)
 			VANDPS(mk, in, in)
 		}
-		VPSUBD(ge, cnt, cnt) // a true lane is -1
+		VPSUBD(ge, cntAbove, cntAbove) // a true lane is -1
+		VPSUBD(in, cntIn, cntIn)
 		VANDPS(ge, wv, wv)
 		l, h, hx := YMM(), YMM(), XMM()
 		VCVTPS2PD(wv.AsX(), l)
@@ -1001,14 +1003,13 @@ func band() {
 		MOVQ(length, base)
 		SUBQ(n, base)
 		Label("bit" + sfx)
+		CMPQ(written, room)
+		JAE(LabelRef("next" + sfx))
 		j := GP64()
 		BSFQ(bits, j)
-		CMPQ(count, room)
-		JAE(LabelRef("full" + sfx))
 		ADDQ(base, j)
-		MOVL(j.As32(), Mem{Base: d, Index: count, Scale: 4})
-		Label("full" + sfx)
-		INCQ(count)
+		MOVL(j.As32(), Mem{Base: d, Index: written, Scale: 4})
+		INCQ(written)
 		t := GP64()
 		LEAQ(Mem{Base: bits, Disp: -1}, t)
 		ANDQ(t, bits)
@@ -1023,19 +1024,23 @@ func band() {
 	VADDPD(hx, acc0.AsX(), lx)
 	VUNPCKHPD(lx, lx, hx)
 	VADDSD(hx, lx, lx)
-	// The count above: the eight lanes' sum.
+	Store(hsumInt(cntIn).As64(), ReturnIndex(0))
+	Store(hsumInt(cntAbove).As64(), ReturnIndex(1))
+	Store(lx, ReturnIndex(2))
+	VZEROUPPER()
+	RET()
+}
+
+// hsumInt returns the sum of the eight int32 lanes of v in a register.
+func hsumInt(v VecVirtual) GPVirtual {
 	c, t := XMM(), XMM()
-	VEXTRACTI128(U8(1), cnt, c)
-	VPADDD(c, cnt.AsX(), c)
+	VEXTRACTI128(U8(1), v, c)
+	VPADDD(c, v.AsX(), c)
 	VPSHUFD(U8(0x4e), c, t)
 	VPADDD(t, c, c)
 	VPSHUFD(U8(0xb1), c, t)
 	VPADDD(t, c, c)
-	above := GP32()
-	VMOVD(c, above)
-	Store(count, ReturnIndex(0))
-	Store(above.As64(), ReturnIndex(1))
-	Store(lx, ReturnIndex(2))
-	VZEROUPPER()
-	RET()
+	r := GP32()
+	VMOVD(c, r)
+	return r
 }
