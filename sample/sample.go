@@ -40,7 +40,11 @@ type Sampler struct {
 	cand  []int32   // the nucleus's candidates
 	bk    []uint16  // their buckets
 	mass  []float64 // the buckets' weights
-	cnt   []int32   // and their tokens
+	band  []int32   // the tokens of a range of logits, for cross
+	bx    []float32 // their logits
+	bw    []float32 // and weights
+	small []int32
+	est   estimate
 }
 
 // New returns a Sampler drawing with rng.
@@ -143,10 +147,7 @@ func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	// (l - top)/T ≤ 0 overflows only to -Inf, whose weight is 0; 1/T is
 	// kept finite, or 0·(1/T) would be NaN for the largest logit.
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
-	for i, l := range logits {
-		s.w[i] = (l - top) * inv
-	}
-	vec.Exp(s.w, s.w)
+	vec.ExpScale(s.w, logits, top, inv)
 	s.sums = s.sums[:0]
 	for lo := 0; lo < n; lo += block {
 		b := float64(vec.Sum(s.w[lo:min(lo+block, n)]))
@@ -188,7 +189,7 @@ func (s *Sampler) plain(logits []float32) int32 {
 }
 
 // buckets is the number of equal ranges of (l-top)/T by which nucleus
-// groups the tokens, few enough to stay in the first-level cache.
+// groups the candidates, few enough to stay in the first-level cache.
 const buckets = 1024
 
 // zSpan is the widest range of (l-top)/T that nucleus's buckets cover:
@@ -196,17 +197,21 @@ const buckets = 1024
 // walked only if the nucleus reaches them (by nucleusBySelection).
 const zSpan = 32
 
+// fewCandidates is the most candidates (tokens that may be in the
+// nucleus) that nucleus groups in buckets; more, as a flat distribution
+// has, are left to wide.
+const fewCandidates = 4096
+
 // nucleus draws from the smallest set of most likely tokens of
 // probability TopP, as draw does after a sort of the whole vocabulary,
-// without that sort or a selection. Equal ranges of (l-top)/T, which
-// follow the tokens' rank, are the buckets of one pass over the weights
-// that adds their weights (float32, summed in float64). Walking them
-// finds the bucket of the nucleus's edge (with a margin, for the
-// rounding); a nucleus of at most exactNucleus tokens is sorted and
-// weighed exactly (exact), a wider one drawn from the float32 weights by
-// walking the buckets again to the drawn point and sorting only the
-// tokens of the edge's and the draw's buckets. Non-finite logits take
-// nucleusBySelection.
+// without that sort. Tokens of weight below a threshold cannot be in the
+// nucleus; the others, the candidates, are found by one vectorized pass
+// (vec.Band). When they are few, equal ranges of (l-top)/T, which follow
+// the tokens' rank, are the buckets of one pass over the candidates that
+// adds their weights (float32, summed in float64); walking them finds the
+// bucket of the nucleus's edge (with a margin, for the rounding), and the
+// candidates up to it are sorted and weighed exactly (exact). More
+// candidates are left to wide. Non-finite logits take nucleusBySelection.
 func (s *Sampler) nucleus(logits []float32) int32 {
 	n := len(logits)
 	total, top := s.weights(logits)
@@ -220,21 +225,21 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 	if math.IsInf(float64(top), 0) || top != top || !(span > 0) {
 		return s.nucleusBySelection(logits)
 	}
-	s.cand = slices.Grow(s.cand[:0], n)[:n]
-	cand, k, t32 := s.cand, 0, float32(t)
-	for i, x := range s.w[:n] {
-		cand[k] = int32(i)
-		if x >= t32 {
-			k++
-		}
-	}
-	cand = cand[:k]
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	// A sample of the tokens tells when there are far too many
+	// candidates to collect (a flat distribution's).
+	if s.est.sample(logits, s.w, top, inv, span, total, float32(t)) > 2*fewCandidates {
+		return s.wide(logits, total)
+	}
+	s.cand = slices.Grow(s.cand[:0], fewCandidates)[:fewCandidates]
+	k, _, _ := vec.Band(s.cand, s.w[:n], s.w[:n], float32(t), float32(math.Inf(1)))
+	if k > fewCandidates {
+		return s.wide(logits, total)
+	}
+	cand := s.cand[:k]
 	c := buckets / span
 	mass := slices.Grow(s.mass[:0], buckets)[:buckets]
-	cnt := slices.Grow(s.cnt[:0], buckets)[:buckets]
 	clear(mass)
-	clear(cnt)
 	s.bk = slices.Grow(s.bk[:0], k)[:k]
 	w, bk := s.w[:n], s.bk[:k]
 	for j, id := range cand {
@@ -242,101 +247,147 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		b := min(int(-z*c), buckets-1)
 		bk[j] = uint16(b)
 		mass[b] += float64(w[id])
-		cnt[b]++
 	}
-	s.mass, s.cnt = mass, cnt
+	s.mass = mass
 	// The candidates: the buckets up to where frac of the total is
 	// reached, the margin covering the rounding.
-	edge, acc, count := buckets-1, 0.0, 0
+	edge, acc := buckets-1, 0.0
 	for b, m := range mass {
 		acc += m
-		count += int(cnt[b])
 		if acc >= frac*total {
 			edge = b
 			break
 		}
 	}
-	if count <= exactNucleus {
-		ids := slices.Grow(s.ids[:0], n)[:n]
-		m := 0
-		for j, b := range bk {
-			ids[m] = cand[j]
-			if int(b) <= edge {
-				m++
-			}
+	ids := slices.Grow(s.ids[:0], n)[:n]
+	m := 0
+	for j, b := range bk {
+		ids[m] = cand[j]
+		if int(b) <= edge {
+			m++
 		}
-		s.ids = ids
-		return s.exact(logits, ids[:m], total, top)
-	}
-	return s.wideBuckets(logits, total)
-}
-
-// wideBuckets draws from a nucleus of many tokens with the buckets of
-// nucleus: the bucket where the weights, in rank order, reach TopP of
-// total holds the nucleus's edge, found among its tokens sorted; the
-// buckets again, walked to the drawn point, give the bucket that holds
-// the drawn token, found among its tokens sorted. The token is the one
-// draw would give but where the draw falls within the weights' rounding
-// (about 1e-6) of the edge of a token or of the nucleus.
-func (s *Sampler) wideBuckets(logits []float32, total float64) int32 {
-	need := s.TopP * total
-	edge, before := -1, 0.0
-	for b, m := range s.mass {
-		if before+m >= need {
-			edge = b
-			break
-		}
-		before += m
-	}
-	if edge < 0 { // the nucleus reaches beyond the buckets' span
-		return s.nucleusBySelection(logits)
-	}
-	ids := s.gather(s.ids[:0], edge)
-	s.sortByRank(logits, ids)
-	k, sum := len(ids), before
-	for i, id := range ids {
-		sum += float64(s.w[id])
-		if sum >= need {
-			k = i + 1
-			break
-		}
-	}
-	u := s.Rand.Float64() * sum
-	d := edge
-	for b, m := range s.mass[:edge] {
-		if u < m {
-			d = b
-			break
-		}
-		u -= m
-	}
-	if d == edge {
-		ids = ids[:k]
-	} else {
-		ids = s.gather(ids[:0], d)
-		s.sortByRank(logits, ids)
 	}
 	s.ids = ids
-	for _, id := range ids {
-		x := float64(s.w[id])
-		if u < x {
-			return id
-		}
-		u -= x
-	}
-	return ids[len(ids)-1] // rounding between the two sums: the bucket's last token
+	return s.exact(logits, ids[:m], total, top)
 }
 
-// gather appends to dst the candidates of bucket b, in id order.
-func (s *Sampler) gather(dst []int32, b int) []int32 {
-	dst = slices.Grow(dst, int(s.cnt[b]))
-	for j, x := range s.bk {
-		if int(x) == b {
-			dst = append(dst, s.cand[j])
+// wide draws from a nucleus among many candidates (a flat distribution,
+// as an untrained model's). What the draw needs is two tokens: the edge,
+// where the weights in rank order reach TopP of the total, and the token
+// where the drawn point falls; cross finds each without ordering the
+// others. A nucleus of at most exactNucleus tokens is then sorted and
+// weighed exactly (exact); a wider one is drawn from the float32
+// weights: the token is the one draw would give but where the draw falls
+// within the weights' rounding (about 1e-6) of the edge of a token or of
+// the nucleus.
+func (s *Sampler) wide(logits []float32, total float64) int32 {
+	top := s.est.top
+	e, sum, m := s.cross(logits, s.TopP*total, false)
+	if m <= exactNucleus {
+		// The candidates up to where frac of the total is reached, the
+		// margin covering the rounding.
+		e1, _, _ := s.cross(logits, min(s.TopP*(1+nucleusMargin), 1)*total, false)
+		n := len(logits)
+		ids := slices.Grow(s.ids[:0], n)[:n]
+		k, _, _ := vec.Band(ids, logits, s.w[:n], logits[e1], float32(math.Inf(1)))
+		s.ids = ids
+		return s.exact(logits, ids[:k], total, top)
+	}
+	u := s.Rand.Float64() * sum
+	d, _, _ := s.cross(logits, u, true)
+	if better(logits, e, d) { // rounding between the sums: the edge
+		return e
+	}
+	return d
+}
+
+// cross returns the token at which the weights, added in rank order,
+// reach need (pass it, if strict), with the sum of the weights through it
+// and the number of tokens through it. The estimate of the weights'
+// distribution gives a range of logits that should hold that token; one
+// vectorized pass (vec.Band) checks it, with the exact weight of the
+// tokens above it, and collects the tokens in it (a wider range follows
+// if the estimate missed). Their logits and weights, copied side by side,
+// are halved by value with more such passes, each over them alone, until
+// at most crossFew are left; a selection (rankCut) finds the token among
+// those.
+func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, float64, int) {
+	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
+	inf := float32(math.Inf(1))
+	n := len(logits)
+	w := s.w[:n]
+	lo, hi := s.est.bounds(need)
+	s.band = slices.Grow(s.band[:0], n)[:n]
+	var m, above int
+	var weight, bandWeight float64
+	var xs, ws []float32
+	for pass := 0; ; pass++ {
+		if pass == 3 { // the estimate and its two widenings missed (rounding): every token
+			lo, hi = -inf, inf
+		}
+		m, above, weight = vec.Band(s.band, logits, w, lo, hi)
+		xs = slices.Grow(s.bx[:0], m)[:m]
+		ws = slices.Grow(s.bw[:0], m)[:m]
+		bandWeight = 0
+		for j, id := range s.band[:m] {
+			xs[j], ws[j] = logits[id], w[id]
+			bandWeight += float64(ws[j])
+		}
+		s.bx, s.bw = xs, ws
+		switch {
+		case pass >= 3:
+		case hi < inf && reached(weight): // above the range
+			lo, hi = hi, inf
+			continue
+		case lo > -inf && !reached(weight+bandWeight): // below it
+			lo, hi = -inf, lo
+			continue
+		}
+		break
+	}
+	if m == 0 {
+		panic("sample: no token has a logit that is not NaN") // nucleus excludes NaN before
+	}
+	// Halve [a, b) while it holds more than crossFew: the tokens at or
+	// above b weigh fb (those above the range included), count cb of the
+	// range's.
+	a, b := vec.Max(xs), vec.Max(xs)
+	for _, x := range xs {
+		a = min(a, x)
+	}
+	b = math.Nextafter32(b, inf)
+	fb, cb, count := weight, 0, m
+	for count > crossFew {
+		mid := float32(float64(a)/2 + float64(b)/2)
+		if !(a < mid && mid < b) {
+			break // ties: no value between a and b
+		}
+		_, c, wm := vec.Band(nil, xs, ws, mid, mid)
+		if reached(weight + wm) {
+			count, a = c-cb, mid
+		} else {
+			count, b, fb, cb = count-(c-cb), mid, weight+wm, c
 		}
 	}
-	return dst
+	s.small = slices.Grow(s.small[:0], count)[:count]
+	k, _, _ := vec.Band(s.small, xs, ws, a, b)
+	ids := s.small[:k]
+	for j, i := range ids {
+		ids[j] = s.band[i]
+	}
+	if k == 0 { // rounding between the sums left the range empty: the band's tokens
+		ids, fb, cb = s.band[:m], weight, 0
+	}
+	r := s.rankCut(logits, ids, need-fb, strict)
+	sum := fb
+	for _, id := range ids[:r] {
+		sum += float64(w[id])
+	}
+	return ids[r-1], sum, above + cb + r
 }
+
+// crossFew is how many tokens cross leaves to rankCut.
+const crossFew = 64
 
 // nucleusBySelection draws from the smallest set of most likely tokens of
 // probability TopP, as draw does after a sort of the whole vocabulary,
@@ -629,4 +680,92 @@ func (s *Sampler) top(dst []int32, logits []float32, k int, below int32) []int32
 // by id), and returns the extended slice; s's scratch is reused.
 func (s *Sampler) Top(dst []int32, logits []float32, n int) []int32 {
 	return s.top(dst, logits, min(n, len(logits)), -1)
+}
+
+// estimate is the distribution of the weights over the logits, as a
+// sample of the tokens (one in sampleStride) shows it: their weights
+// added in sampleBuckets equal ranges of (l-top)/T, as nucleus's
+// buckets, with their squares for the sample's variance.
+type estimate struct {
+	w, q        [sampleBuckets]float64
+	sw, sq      float64 // the sums of w and q
+	total       float64 // the weight of all tokens
+	top, inv, c float32 // the largest logit, 1/T and buckets per unit of (l-top)/T
+}
+
+const (
+	sampleStride  = 16
+	sampleBuckets = 256
+)
+
+// sample fills e from the logits and their weights w; total is the sum
+// of w, top the largest logit, inv 1/T, and the buckets span (l-top)/T
+// from 0 to -span (the last holding all below). It returns the number of
+// tokens of weight t or more that the sample suggests.
+func (e *estimate) sample(logits, w []float32, top, inv, span float32, total float64, t float32) int {
+	clear(e.w[:])
+	clear(e.q[:])
+	e.total, e.top, e.inv, e.c = total, top, inv, sampleBuckets/span
+	heavy := 0
+	for i := 0; i < len(logits); i += sampleStride {
+		b, f := sampleBuckets-1, -(logits[i]-top)*inv*e.c
+		if f < sampleBuckets-1 { // not -Inf's +Inf
+			b = int(f)
+		}
+		x := float64(w[i])
+		e.w[b] += x
+		e.q[b] += x * x
+		if w[i] >= t {
+			heavy++
+		}
+	}
+	e.sw, e.sq = 0, 0
+	for b := range e.w {
+		e.sw += e.w[b]
+		e.sq += e.q[b]
+	}
+	return heavy * sampleStride
+}
+
+// bounds returns a range of logits [lo, hi) that should hold the token
+// where the weights in rank order reach need: the boundaries of buckets
+// where the sample's estimate of that sum is below need, or above it, by
+// four standard deviations of the estimate. The estimate through a
+// bucket is the sample's weight up to it, or the total less the sample's
+// weight after it, whichever varies less.
+func (e *estimate) bounds(need float64) (lo, hi float32) {
+	const sd = 4
+	S := float64(sampleStride)
+	hiB, loB := -1, sampleBuckets-1
+	var hw, hq float64
+	for b := range sampleBuckets - 1 {
+		hw += e.w[b]
+		hq += e.q[b]
+		est, v := S*hw, S*S*hq
+		if tv := S * S * (e.sq - hq); tv < v {
+			est, v = e.total-S*(e.sw-hw), tv
+		}
+		d := sd*math.Sqrt(v) + 1e-3*e.total
+		if est+d < need {
+			hiB = b
+		}
+		if est-d >= need {
+			loB = b
+			break
+		}
+	}
+	inf := float32(math.Inf(1))
+	lo, hi = -inf, inf
+	if hiB >= 0 {
+		hi = e.edge(hiB)
+	}
+	if loB < sampleBuckets-1 {
+		lo = e.edge(loB)
+	}
+	return lo, hi
+}
+
+// edge returns the logit at the lower edge of bucket b.
+func (e *estimate) edge(b int) float32 {
+	return e.top - float32(b+1)/e.c/e.inv
 }
