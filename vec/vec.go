@@ -102,8 +102,8 @@ func ExpScale(dst, src []float32, m, s float32) {
 
 // Band splits the elements of x in three ranges, for a selection by value
 // that needs to look at few of them: it writes to dst the indices i, in
-// order, of the elements in [lo, hi), as many as dst holds, and returns
-// how many there are, n; of the elements at or above hi it returns the
+// order, of the elements in [lo, hi), as many as dst holds (the rest of
+// dst may be overwritten), and returns how many there are, n; of the elements at or above hi it returns the
 // count and the sum of their weights w[i], added in float64 (which every
 // path adds in the same order, so that the sum is the same bits on every
 // path). NaN is in no range. len(x) must be below 2³¹.

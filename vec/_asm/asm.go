@@ -997,11 +997,35 @@ func band() {
 		VADDPD(h, acc1, acc1)
 		bits := GP64()
 		VMOVMSKPS(in, bits.As32())
-		TESTL(bits.As32(), bits.As32())
-		JZ(LabelRef("next" + sfx))
 		base := GP64() // the index of the vector's first element
 		MOVQ(length, base)
 		SUBQ(n, base)
+		// With room for eight, the lanes' indices are packed by a
+		// permutation from a table and stored at once, without a branch
+		// on the data (a band's lanes come at random).
+		left := GP64()
+		MOVQ(room, left)
+		SUBQ(written, left)
+		CMPQ(left, U8(8))
+		JB(LabelRef("few" + sfx))
+		idx, perm := YMM(), YMM()
+		VMOVD(base.As32(), idx.AsX())
+		VPBROADCASTD(idx.AsX(), idx)
+		VPADDD(iota(), idx, idx)
+		tb, off := GP64(), GP64()
+		LEAQ(compressTable(), tb)
+		MOVQ(bits, off)
+		SHLQ(U8(5), off)
+		VMOVDQU(Mem{Base: tb, Index: off, Scale: 1}, perm)
+		VPERMD(idx, perm, idx)
+		VMOVDQU(idx, Mem{Base: d, Index: written, Scale: 4})
+		LEAQ(popTable(), tb)
+		MOVBQZX(Mem{Base: tb, Index: bits, Scale: 1}, off)
+		ADDQ(off, written)
+		JMP(LabelRef("next" + sfx))
+		Label("few" + sfx)
+		TESTL(bits.As32(), bits.As32())
+		JZ(LabelRef("next" + sfx))
 		Label("bit" + sfx)
 		CMPQ(written, room)
 		JAE(LabelRef("next" + sfx))
@@ -1044,3 +1068,45 @@ func hsumInt(v VecVirtual) GPVirtual {
 	VMOVD(c, r)
 	return r
 }
+
+// compressTable holds, for each mask of eight lanes, the positions of its
+// set bits in order (then zeros): the permutation that packs those lanes.
+func compressTable() Mem {
+	if compressMem == nil {
+		m := GLOBL("compress", RODATA|NOPTR)
+		for mask := range 256 {
+			k := 0
+			for lane := range 8 {
+				if mask>>lane&1 != 0 {
+					DATA(32*mask+4*k, U32(lane))
+					k++
+				}
+			}
+			for ; k < 8; k++ {
+				DATA(32*mask+4*k, U32(0))
+			}
+		}
+		compressMem = &m
+	}
+	return *compressMem
+}
+
+var compressMem *Mem
+
+// popTable holds the number of set bits of each byte.
+func popTable() Mem {
+	if popMem == nil {
+		m := GLOBL("popcount", RODATA|NOPTR)
+		for b := range 256 {
+			c := 0
+			for x := b; x != 0; x &= x - 1 {
+				c++
+			}
+			DATA(b, U8(c))
+		}
+		popMem = &m
+	}
+	return *popMem
+}
+
+var popMem *Mem
