@@ -317,6 +317,9 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	n := len(logits)
 	w := s.w[:n]
 	lo, hi := s.est.bounds(need)
+	if missBounds != nil {
+		lo, hi = missBounds(lo, hi)
+	}
 	s.band = slices.Grow(s.band[:0], n)[:n]
 	var m, above int
 	var weight, bandWeight float64
@@ -385,6 +388,11 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	}
 	return ids[r-1], sum, above + cb + r
 }
+
+// missBounds, when set (by a test), replaces the range of logits that
+// cross checks first, so that the widenings that follow a missed estimate
+// are tried.
+var missBounds func(lo, hi float32) (float32, float32)
 
 // crossFew is how many tokens cross leaves to rankCut.
 const crossFew = 64
