@@ -2015,131 +2015,122 @@ TEXT ·bandAVX2(SB), NOSPLIT, $0-104
 	MOVQ         x_base+24(FP), DX
 	MOVQ         w_base+48(FP), BX
 	MOVQ         x_len+32(FP), SI
-	MOVQ         SI, DI
 	VBROADCASTSS lo+72(FP), Y0
 	VBROADCASTSS hi+76(FP), Y1
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
-	XORQ         R8, R8
+	VMOVDQU      iota<>+0(SB), Y6
+	XORQ         DI, DI
+	MOVQ         CX, R8
+	SUBQ         $0x08, R8
+	LEAQ         compress<>+0(SB), R9
+	LEAQ         popcount<>+0(SB), R10
 
 loop1:
 	CMPQ         SI, $0x00000008
 	JB           tail
-	VMOVUPS      (DX), Y6
-	VMOVUPS      (BX), Y7
-	VCMPPS       $0x1d, Y1, Y6, Y8
-	VCMPPS       $0x1d, Y0, Y6, Y6
-	VANDNPS      Y6, Y8, Y6
-	VPSUBD       Y8, Y4, Y4
-	VPSUBD       Y6, Y5, Y5
-	VANDPS       Y8, Y7, Y7
-	VCVTPS2PD    X7, Y8
-	VEXTRACTF128 $0x01, Y7, X7
-	VCVTPS2PD    X7, Y7
-	VADDPD       Y8, Y2, Y2
-	VADDPD       Y7, Y3, Y3
-	VMOVMSKPS    Y6, R9
-	MOVQ         DI, R10
-	SUBQ         SI, R10
-	MOVQ         CX, R11
-	SUBQ         R8, R11
-	CMPQ         R11, $0x08
-	JB           few1
-	VMOVD        R10, X6
-	VPBROADCASTD X6, Y6
-	VPADDD       iota<>+0(SB), Y6, Y6
-	LEAQ         compress<>+0(SB), R10
-	MOVQ         R9, R11
-	SHLQ         $0x05, R11
-	VMOVDQU      (R10)(R11*1), Y7
-	VPERMD       Y6, Y7, Y6
-	VMOVDQU      Y6, (AX)(R8*4)
-	LEAQ         popcount<>+0(SB), R10
-	MOVBQZX      (R10)(R9*1), R11
-	ADDQ         R11, R8
+	VMOVUPS      (DX), Y7
+	VMOVUPS      (BX), Y8
+	VCMPPS       $0x1d, Y1, Y7, Y9
+	VCMPPS       $0x1d, Y0, Y7, Y7
+	VANDNPS      Y7, Y9, Y7
+	VPSUBD       Y9, Y4, Y4
+	VPSUBD       Y7, Y5, Y5
+	VANDPS       Y9, Y8, Y8
+	VCVTPS2PD    X8, Y9
+	VEXTRACTF128 $0x01, Y8, X8
+	VCVTPS2PD    X8, Y8
+	VADDPD       Y9, Y2, Y2
+	VADDPD       Y8, Y3, Y3
+	VMOVMSKPS    Y7, R11
+	CMPQ         DI, R8
+	JG           few1
+	MOVQ         R11, R12
+	SHLQ         $0x05, R12
+	VMOVDQU      (R9)(R12*1), Y7
+	VPERMD       Y6, Y7, Y7
+	VMOVDQU      Y7, (AX)(DI*4)
+	MOVBQZX      (R10)(R11*1), R12
+	ADDQ         R12, DI
 	JMP          next1
 
 few1:
-	TESTL R9, R9
+	TESTL R11, R11
 	JZ    next1
+	VMOVD X6, R12
 
 bit1:
-	CMPQ R8, CX
+	CMPQ DI, CX
 	JAE  next1
-	BSFQ R9, R12
-	ADDQ R10, R12
-	MOVL R12, (AX)(R8*4)
-	INCQ R8
-	LEAQ -1(R9), R11
-	ANDQ R11, R9
+	BSFQ R11, R13
+	ADDQ R12, R13
+	MOVL R13, (AX)(DI*4)
+	INCQ DI
+	LEAQ -1(R11), R15
+	ANDQ R15, R11
 	JNZ  bit1
 
 next1:
-	ADDQ $0x00000020, DX
-	ADDQ $0x00000020, BX
-	SUBQ $0x00000008, SI
-	JMP  loop1
+	VPADDD eight<>+0(SB), Y6, Y6
+	ADDQ   $0x00000020, DX
+	ADDQ   $0x00000020, BX
+	SUBQ   $0x00000008, SI
+	JMP    loop1
 
 tail:
 	TESTQ        SI, SI
 	JZ           done
-	VMOVD        SI, X6
-	VPBROADCASTD X6, Y6
-	VPCMPGTD     iota<>+0(SB), Y6, Y6
-	VMASKMOVPS   (DX), Y6, Y7
-	VMASKMOVPS   (BX), Y6, Y8
-	VCMPPS       $0x1d, Y1, Y7, Y1
-	VCMPPS       $0x1d, Y0, Y7, Y0
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
+	VPCMPGTD     iota<>+0(SB), Y7, Y7
+	VMASKMOVPS   (DX), Y7, Y8
+	VMASKMOVPS   (BX), Y7, Y9
+	VCMPPS       $0x1d, Y1, Y8, Y1
+	VCMPPS       $0x1d, Y0, Y8, Y0
 	VANDNPS      Y0, Y1, Y0
-	VANDPS       Y6, Y1, Y1
-	VANDPS       Y6, Y0, Y0
+	VANDPS       Y7, Y1, Y1
+	VANDPS       Y7, Y0, Y0
 	VPSUBD       Y1, Y4, Y4
 	VPSUBD       Y0, Y5, Y5
-	VANDPS       Y1, Y8, Y8
-	VCVTPS2PD    X8, Y1
-	VEXTRACTF128 $0x01, Y8, X6
-	VCVTPS2PD    X6, Y6
+	VANDPS       Y1, Y9, Y9
+	VCVTPS2PD    X9, Y1
+	VEXTRACTF128 $0x01, Y9, X7
+	VCVTPS2PD    X7, Y7
 	VADDPD       Y1, Y2, Y2
-	VADDPD       Y6, Y3, Y3
+	VADDPD       Y7, Y3, Y3
 	VMOVMSKPS    Y0, DX
-	MOVQ         DI, BX
-	SUBQ         SI, BX
-	MOVQ         CX, SI
-	SUBQ         R8, SI
-	CMPQ         SI, $0x08
-	JB           fewT
-	VMOVD        BX, X0
-	VPBROADCASTD X0, Y0
-	VPADDD       iota<>+0(SB), Y0, Y0
-	LEAQ         compress<>+0(SB), CX
-	MOVQ         DX, BX
-	SHLQ         $0x05, BX
-	VMOVDQU      (CX)(BX*1), Y1
-	VPERMD       Y0, Y1, Y0
-	VMOVDQU      Y0, (AX)(R8*4)
-	LEAQ         popcount<>+0(SB), CX
-	MOVBQZX      (CX)(DX*1), BX
-	ADDQ         BX, R8
+	CMPQ         DI, R8
+	JG           fewT
+	MOVQ         DX, CX
+	SHLQ         $0x05, CX
+	VMOVDQU      (R9)(CX*1), Y0
+	VPERMD       Y6, Y0, Y0
+	VMOVDQU      Y0, (AX)(DI*4)
+	MOVBQZX      (R10)(DX*1), CX
+	ADDQ         CX, DI
 	JMP          nextT
 
 fewT:
 	TESTL DX, DX
 	JZ    nextT
+	VMOVD X6, BX
 
 bitT:
-	CMPQ R8, CX
+	CMPQ DI, CX
 	JAE  nextT
-	BSFQ DX, R13
-	ADDQ BX, R13
-	MOVL R13, (AX)(R8*4)
-	INCQ R8
+	BSFQ DX, R14
+	ADDQ BX, R14
+	MOVL R14, (AX)(DI*4)
+	INCQ DI
 	LEAQ -1(DX), SI
 	ANDQ SI, DX
 	JNZ  bitT
 
 nextT:
+	VPADDD eight<>+0(SB), Y6, Y6
+
 done:
 	VADDPD       Y3, Y2, Y2
 	VEXTRACTF128 $0x01, Y2, X0
@@ -4473,6 +4464,16 @@ DATA popcount<>+253(SB)/1, $0x07
 DATA popcount<>+254(SB)/1, $0x07
 DATA popcount<>+255(SB)/1, $0x08
 GLOBL popcount<>(SB), RODATA|NOPTR, $256
+
+DATA eight<>+0(SB)/4, $0x00000008
+DATA eight<>+4(SB)/4, $0x00000008
+DATA eight<>+8(SB)/4, $0x00000008
+DATA eight<>+12(SB)/4, $0x00000008
+DATA eight<>+16(SB)/4, $0x00000008
+DATA eight<>+20(SB)/4, $0x00000008
+DATA eight<>+24(SB)/4, $0x00000008
+DATA eight<>+28(SB)/4, $0x00000008
+GLOBL eight<>(SB), RODATA|NOPTR, $32
 
 // func normAffineAVX2(dst []float32, x []float32, gain []float32, bias []float32, mu float32, rstd float32)
 // Requires: AVX, AVX2, FMA3

@@ -961,15 +961,19 @@ func band() {
 	room := Load(Param("dst").Len(), GP64())
 	x, w := ptr("x"), ptr("w")
 	n := Load(Param("x").Len(), GP64())
-	length := GP64()
-	MOVQ(n, length)
 	lo, hi := scalarParam("lo"), scalarParam("hi")
-	acc0, acc1, cntAbove, cntIn := YMM(), YMM(), YMM(), YMM()
+	acc0, acc1, cntAbove, cntIn, iv := YMM(), YMM(), YMM(), YMM(), YMM()
 	for _, a := range []VecVirtual{acc0, acc1, cntAbove, cntIn} {
 		VXORPS(a, a, a)
 	}
-	written := GP64()
+	VMOVDQU(iota(), iv) // the indices of the vector's elements
+	written, limit := GP64(), GP64()
 	XORQ(written, written)
+	MOVQ(room, limit)
+	SUBQ(U8(8), limit) // room for eight more while written ≤ limit
+	tbC, tbP := GP64(), GP64()
+	LEAQ(compressTable(), tbC)
+	LEAQ(popTable(), tbP)
 	step := func(mk VecVirtual, sfx string) {
 		xv, wv, ge, in := YMM(), YMM(), YMM(), YMM()
 		if mk == nil {
@@ -997,35 +1001,25 @@ func band() {
 		VADDPD(h, acc1, acc1)
 		bits := GP64()
 		VMOVMSKPS(in, bits.As32())
-		base := GP64() // the index of the vector's first element
-		MOVQ(length, base)
-		SUBQ(n, base)
 		// With room for eight, the lanes' indices are packed by a
 		// permutation from a table and stored at once, without a branch
 		// on the data (a band's lanes come at random).
-		left := GP64()
-		MOVQ(room, left)
-		SUBQ(written, left)
-		CMPQ(left, U8(8))
-		JB(LabelRef("few" + sfx))
-		idx, perm := YMM(), YMM()
-		VMOVD(base.As32(), idx.AsX())
-		VPBROADCASTD(idx.AsX(), idx)
-		VPADDD(iota(), idx, idx)
-		tb, off := GP64(), GP64()
-		LEAQ(compressTable(), tb)
+		CMPQ(written, limit)
+		JG(LabelRef("few" + sfx))
+		perm, off := YMM(), GP64()
 		MOVQ(bits, off)
 		SHLQ(U8(5), off)
-		VMOVDQU(Mem{Base: tb, Index: off, Scale: 1}, perm)
-		VPERMD(idx, perm, idx)
-		VMOVDQU(idx, Mem{Base: d, Index: written, Scale: 4})
-		LEAQ(popTable(), tb)
-		MOVBQZX(Mem{Base: tb, Index: bits, Scale: 1}, off)
+		VMOVDQU(Mem{Base: tbC, Index: off, Scale: 1}, perm)
+		VPERMD(iv, perm, perm)
+		VMOVDQU(perm, Mem{Base: d, Index: written, Scale: 4})
+		MOVBQZX(Mem{Base: tbP, Index: bits, Scale: 1}, off)
 		ADDQ(off, written)
 		JMP(LabelRef("next" + sfx))
 		Label("few" + sfx)
 		TESTL(bits.As32(), bits.As32())
 		JZ(LabelRef("next" + sfx))
+		base := GP64() // the index of the vector's first element
+		VMOVD(iv.AsX(), base.As32())
 		Label("bit" + sfx)
 		CMPQ(written, room)
 		JAE(LabelRef("next" + sfx))
@@ -1039,6 +1033,7 @@ func band() {
 		ANDQ(t, bits)
 		JNZ(LabelRef("bit" + sfx))
 		Label("next" + sfx)
+		VPADDD(splatBits("eight", 8), iv, iv)
 	}
 	loop(n, bases(x, w), 1, func(int) { step(nil, "1") }, func(mk VecVirtual) { step(mk, "T") })
 	// The weights: lanes i and i+4 first, then (0+2) + (1+3).
