@@ -7,11 +7,15 @@
 // The cost follows what is asked, never a sort of the whole vocabulary:
 // greedy is an argmax; plain temperature sampling vectorized passes
 // (maximum, exponentials, sums of blocks) and a scan of one block; top-k
-// a partial selection of k tokens (a heap); the nucleus one pass adding
-// the weights of equal ranges of (l-max)/T, a walk over them to where
-// probability top p is reached, and a sort of the nucleus alone (or, for a
-// nucleus of thousands, of the tokens of two ranges). Top selects the n most likely tokens with
-// the heap, for logprobs.
+// a partial selection of k tokens (a heap); the nucleus a vectorized
+// pass that collects the tokens that can be in it and, when they are few,
+// a pass over them adding the weights of equal ranges of (l-max)/T, a
+// walk to where probability top p is reached, and a sort of the nucleus
+// alone; when they are many (a flat distribution), a sample of the tokens
+// that guesses the logits of the nucleus's edge and of the drawn point,
+// and for each a vectorized pass that collects the tokens near it, whose
+// range is halved until few are left to order. Top selects the n most
+// likely tokens with the heap, for logprobs.
 package sample
 
 import (
@@ -36,7 +40,6 @@ type Sampler struct {
 	ids   []int32
 	keys  []uint64
 	heap  []int32
-	z     []float32 // every token's (l-top)/T, for the nucleus
 	cand  []int32   // the nucleus's candidates
 	bk    []uint16  // their buckets
 	mass  []float64 // the buckets' weights
@@ -226,15 +229,21 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		return s.nucleusBySelection(logits)
 	}
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
-	// A sample of the tokens tells when there are far too many
-	// candidates to collect (a flat distribution's).
-	if s.est.sample(logits, s.w, top, inv, span, total, float32(t)) > 2*fewCandidates {
-		return s.wide(logits, total)
+	// A few tokens tell when there are far too many candidates to
+	// collect (a flat distribution's).
+	heavy := 0
+	for i := 0; i < n; i += 128 {
+		if s.w[i] >= float32(t) {
+			heavy++
+		}
+	}
+	if heavy*128 > 4*fewCandidates {
+		return s.wide(logits, total, top, inv, span)
 	}
 	s.cand = slices.Grow(s.cand[:0], fewCandidates)[:fewCandidates]
 	k, _, _ := vec.Band(s.cand, s.w[:n], s.w[:n], float32(t), float32(math.Inf(1)))
 	if k > fewCandidates {
-		return s.wide(logits, total)
+		return s.wide(logits, total, top, inv, span)
 	}
 	cand := s.cand[:k]
 	c := buckets / span
@@ -280,8 +289,8 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 // weights: the token is the one draw would give but where the draw falls
 // within the weights' rounding (about 1e-6) of the edge of a token or of
 // the nucleus.
-func (s *Sampler) wide(logits []float32, total float64) int32 {
-	top := s.est.top
+func (s *Sampler) wide(logits []float32, total float64, top, inv, span float32) int32 {
+	s.est.sample(logits, s.w, top, inv, span, total)
 	e, sum, m := s.cross(logits, s.TopP*total, false)
 	if m <= exactNucleus {
 		// The candidates up to where frac of the total is reached, the
@@ -354,7 +363,7 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	// Halve [a, b) while it holds more than crossFew: the tokens at or
 	// above b weigh fb (those above the range included), count cb of the
 	// range's.
-	a, b := vec.Max(xs), vec.Max(xs)
+	a, b := xs[0], vec.Max(xs)
 	for _, x := range xs {
 		a = min(a, x)
 	}
@@ -702,19 +711,17 @@ type estimate struct {
 }
 
 const (
-	sampleStride  = 16
+	sampleStride  = 32
 	sampleBuckets = 256
 )
 
 // sample fills e from the logits and their weights w; total is the sum
 // of w, top the largest logit, inv 1/T, and the buckets span (l-top)/T
-// from 0 to -span (the last holding all below). It returns the number of
-// tokens of weight t or more that the sample suggests.
-func (e *estimate) sample(logits, w []float32, top, inv, span float32, total float64, t float32) int {
+// from 0 to -span (the last holding all below).
+func (e *estimate) sample(logits, w []float32, top, inv, span float32, total float64) {
 	clear(e.w[:])
 	clear(e.q[:])
 	e.total, e.top, e.inv, e.c = total, top, inv, sampleBuckets/span
-	heavy := 0
 	for i := 0; i < len(logits); i += sampleStride {
 		b, f := sampleBuckets-1, -(logits[i]-top)*inv*e.c
 		if f < sampleBuckets-1 { // not -Inf's +Inf
@@ -723,16 +730,12 @@ func (e *estimate) sample(logits, w []float32, top, inv, span float32, total flo
 		x := float64(w[i])
 		e.w[b] += x
 		e.q[b] += x * x
-		if w[i] >= t {
-			heavy++
-		}
 	}
 	e.sw, e.sq = 0, 0
 	for b := range e.w {
 		e.sw += e.w[b]
 		e.sq += e.q[b]
 	}
-	return heavy * sampleStride
 }
 
 // bounds returns a range of logits [lo, hi) that should hold the token
