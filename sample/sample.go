@@ -141,7 +141,8 @@ func (s *Sampler) walk(keep int) int32 {
 const block = 256
 
 // weights fills s.w with e^((l-top)/T) for every logit l, in float32
-// with vectorized exponentials, and s.sums with the sums of its blocks;
+// with vectorized exponentials, and s.sums with the sums of its blocks
+// (both in one pass);
 // it returns their total and top, the largest logit.
 func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	top = vec.Max(logits)
@@ -150,10 +151,10 @@ func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	// (l - top)/T ≤ 0 overflows only to -Inf, whose weight is 0; 1/T is
 	// kept finite, or 0·(1/T) would be NaN for the largest logit.
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
-	vec.ExpScale(s.w, logits, top, inv)
 	s.sums = s.sums[:0]
 	for lo := 0; lo < n; lo += block {
-		b := float64(vec.Sum(s.w[lo:min(lo+block, n)]))
+		hi := min(lo+block, n)
+		b := float64(vec.ExpScale(s.w[lo:hi], logits[lo:hi], top, inv))
 		s.sums = append(s.sums, b)
 		total += b
 	}
@@ -340,12 +341,11 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 		m, above, weight = vec.Band(s.band, logits, w, lo, hi)
 		xs = slices.Grow(s.bx[:0], m)[:m]
 		ws = slices.Grow(s.bw[:0], m)[:m]
-		bandWeight = 0
 		for j, id := range s.band[:m] {
 			xs[j], ws[j] = logits[id], w[id]
-			bandWeight += float64(ws[j])
 		}
 		s.bx, s.bw = xs, ws
+		_, _, bandWeight = vec.Band(nil, xs, ws, -inf, -inf) // all of them
 		switch {
 		case pass >= 3:
 		case hi < inf && reached(weight): // above the range
@@ -363,11 +363,16 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	// Halve [a, b) while it holds more than crossFew: the tokens at or
 	// above b weigh fb (those above the range included), count cb of the
 	// range's.
-	a, b := xs[0], vec.Max(xs)
-	for _, x := range xs {
-		a = min(a, x)
+	a, b := lo, hi
+	if a == -inf {
+		a = xs[0]
+		for _, x := range xs {
+			a = min(a, x)
+		}
 	}
-	b = math.Nextafter32(b, inf)
+	if b == inf {
+		b = math.Nextafter32(vec.Max(xs), inf)
+	}
 	fb, cb, count := weight, 0, m
 	for count > crossFew {
 		mid := float32(float64(a)/2 + float64(b)/2)

@@ -7,12 +7,13 @@ import (
 	"testing"
 )
 
-// TestExpScale: ExpScale is Exp of the scaled values, bit for bit, on
-// every path, every length and both alignments, with special values.
+// TestExpScale: ExpScale is Exp of the scaled values, and its sum Sum of
+// them, bit for bit, on every path, every length and both alignments,
+// with special values.
 func TestExpScale(t *testing.T) {
 	paths(t, func(t *testing.T) {
 		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
-			src := fill(rng, a.slice(n), -30, 5)
+			src := fill(rng, a.slice(n), -3, 5) // weights of one magnitude: their sum shows its order
 			specials := []float32{0, inf, ninf, nan, 3e38, -3e38}
 			for i := range src {
 				if rng.IntN(8) == 0 {
@@ -21,7 +22,10 @@ func TestExpScale(t *testing.T) {
 			}
 			for _, ms := range [][2]float32{{5, 1.25}, {0, 1}, {-2, 3e38}, {1, 1e-30}} {
 				dst := a.slice(n)
-				ExpScale(dst, src, ms[0], ms[1])
+				sum := ExpScale(dst, src, ms[0], ms[1])
+				if want := Sum(dst); !same(sum, want) && !(sum != sum && want != want) {
+					t.Fatalf("m=%v s=%v: ExpScale's sum %v, Sum of its result %v", ms[0], ms[1], sum, want)
+				}
 				want := make([]float32, n)
 				for i, v := range src {
 					want[i] = (v - ms[0]) * ms[1]
@@ -35,6 +39,22 @@ func TestExpScale(t *testing.T) {
 			}
 			ExpScale(src, src, 1, 2) // in place
 		})
+	})
+}
+
+// TestExpScaleSum: ExpScale's sum is Sum's of its result, bit for bit,
+// at every length up to 512 (each remainder after the loops over four
+// vectors and one), where the order of the additions shows.
+func TestExpScaleSum(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 7))
+		for n := range 513 {
+			src := fill(rng, make([]float32, n), -3, 5)
+			dst := make([]float32, n)
+			if sum, want := ExpScale(dst, src, 5, 1.25), Sum(dst); !same(sum, want) {
+				t.Fatalf("n=%d: ExpScale's sum %v, Sum of its result %v", n, sum, want)
+			}
+		}
 	})
 }
 

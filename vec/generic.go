@@ -403,13 +403,14 @@ const (
 	tanhQ4    = -0.00570498733
 )
 
-// expScaleGeneric sets dst[i] = e^((src[i]-m)·s).
-func expScaleGeneric(dst, src []float32, m, s float32) {
+// expScaleGeneric sets dst[i] = e^((src[i]-m)·s) and returns their sum.
+func expScaleGeneric(dst, src []float32, m, s float32) float32 {
 	src = src[:len(dst)]
 	for i, v := range src {
 		dst[i] = (v - m) * s
 	}
 	expInto(dst, dst)
+	return sumGeneric(dst)
 }
 
 // bandGeneric is Band. The weights above hi are added as bandAVX2 adds

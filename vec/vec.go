@@ -91,13 +91,14 @@ func Exp(dst, src []float32) {
 
 // ExpScale computes dst[i] = e^((src[i]-m)·s), the difference and the
 // product rounded to float32 before Exp's exponential, so that it equals
-// Exp of the scaled values bit for bit; dst may alias src. With m the
-// maximum of src and s = 1/T, these are the weights of softmax(src/T).
-func ExpScale(dst, src []float32, m, s float32) {
+// Exp of the scaled values bit for bit, and returns their sum, the same
+// bits as Sum(dst); dst may alias src. With m the maximum of src and
+// s = 1/T, these are the weights of softmax(src/T) and their total.
+func ExpScale(dst, src []float32, m, s float32) float32 {
 	if len(dst) != len(src) {
 		panic2("ExpScale", "dst", len(dst), "src", len(src))
 	}
-	expScale(dst, src, m, s)
+	return expScale(dst, src, m, s)
 }
 
 // Band splits the elements of x in three ranges, for a selection by value

@@ -169,12 +169,11 @@ func mulSub(dst, a, b []float32, c float32) {
 	mulSubGeneric(dst, a, b, c)
 }
 
-func expScale(dst, src []float32, m, s float32) {
+func expScale(dst, src []float32, m, s float32) float32 {
 	if use >= implAVX2 {
-		expScaleAVX2(dst, src, m, s)
-		return
+		return expScaleAVX2(dst, src, m, s)
 	}
-	expScaleGeneric(dst, src, m, s)
+	return expScaleGeneric(dst, src, m, s)
 }
 
 func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {

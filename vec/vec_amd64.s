@@ -1865,105 +1865,166 @@ done:
 	VZEROUPPER
 	RET
 
-// func expScaleAVX2(dst []float32, src []float32, m float32, s float32)
-// Requires: AVX, AVX2, FMA3
-TEXT ·expScaleAVX2(SB), NOSPLIT, $0-56
+// func expScaleAVX2(dst []float32, src []float32, m float32, s float32) float32
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·expScaleAVX2(SB), NOSPLIT, $0-60
 	MOVQ         dst_base+0(FP), AX
 	MOVQ         src_base+24(FP), CX
 	MOVQ         dst_len+8(FP), DX
 	VBROADCASTSS m+48(FP), Y0
 	VBROADCASTSS s+52(FP), Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
 
 loopN:
-	CMPQ         DX, $0x00000010
+	CMPQ         DX, $0x00000020
 	JB           loop1
-	VMOVUPS      (CX), Y2
-	VSUBPS       Y0, Y2, Y2
-	VMULPS       Y1, Y2, Y2
-	VMOVUPS      32(CX), Y3
-	VSUBPS       Y0, Y3, Y3
-	VMULPS       Y1, Y3, Y3
-	VBROADCASTSS expHi<>+0(SB), Y4
-	VBROADCASTSS expLo<>+0(SB), Y5
-	VMINPS       Y2, Y4, Y2
-	VMAXPS       Y2, Y5, Y2
-	VMINPS       Y3, Y4, Y3
-	VMAXPS       Y3, Y5, Y3
-	VMOVUPS      expMagic<>+0(SB), Y4
-	VFMADD231PS  log2e<>+0(SB), Y2, Y4
-	VSUBPS       expMagic<>+0(SB), Y4, Y6
-	VMOVUPS      expMagic<>+0(SB), Y5
-	VFMADD231PS  log2e<>+0(SB), Y3, Y5
-	VSUBPS       expMagic<>+0(SB), Y5, Y7
-	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y2
-	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y2
-	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
-	VMOVUPS      expP4<>+0(SB), Y8
-	VMOVUPS      expP4<>+0(SB), Y9
-	VFMADD213PS  expP3<>+0(SB), Y2, Y8
-	VFMADD213PS  expP3<>+0(SB), Y3, Y9
-	VFMADD213PS  expP2<>+0(SB), Y2, Y8
-	VFMADD213PS  expP2<>+0(SB), Y3, Y9
-	VFMADD213PS  expP1<>+0(SB), Y2, Y8
-	VFMADD213PS  expP1<>+0(SB), Y3, Y9
-	VFMADD213PS  expP0<>+0(SB), Y2, Y8
-	VFMADD213PS  expP0<>+0(SB), Y3, Y9
-	VFMADD213PS  one<>+0(SB), Y2, Y8
-	VFMADD213PS  one<>+0(SB), Y3, Y9
-	VFMADD213PS  one<>+0(SB), Y2, Y8
-	VFMADD213PS  one<>+0(SB), Y3, Y9
-	VPSUBD       expMagic254<>+0(SB), Y4, Y6
-	VPSRAD       $0x01, Y6, Y2
-	VPSLLD       $0x17, Y2, Y2
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMULPS       Y1, Y6, Y6
+	VMOVUPS      32(CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VBROADCASTSS expHi<>+0(SB), Y8
+	VBROADCASTSS expLo<>+0(SB), Y9
+	VMINPS       Y6, Y8, Y6
+	VMAXPS       Y6, Y9, Y6
+	VMINPS       Y7, Y8, Y7
+	VMAXPS       Y7, Y9, Y7
+	VMOVUPS      expMagic<>+0(SB), Y8
+	VFMADD231PS  log2e<>+0(SB), Y6, Y8
+	VSUBPS       expMagic<>+0(SB), Y8, Y10
+	VMOVUPS      expMagic<>+0(SB), Y9
+	VFMADD231PS  log2e<>+0(SB), Y7, Y9
+	VSUBPS       expMagic<>+0(SB), Y9, Y11
+	VFNMADD231PS ln2Hi<>+0(SB), Y10, Y6
+	VFNMADD231PS ln2Lo<>+0(SB), Y10, Y6
+	VFNMADD231PS ln2Hi<>+0(SB), Y11, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y11, Y7
+	VMOVUPS      expP4<>+0(SB), Y12
+	VMOVUPS      expP4<>+0(SB), Y13
+	VFMADD213PS  expP3<>+0(SB), Y6, Y12
+	VFMADD213PS  expP3<>+0(SB), Y7, Y13
+	VFMADD213PS  expP2<>+0(SB), Y6, Y12
+	VFMADD213PS  expP2<>+0(SB), Y7, Y13
+	VFMADD213PS  expP1<>+0(SB), Y6, Y12
+	VFMADD213PS  expP1<>+0(SB), Y7, Y13
+	VFMADD213PS  expP0<>+0(SB), Y6, Y12
+	VFMADD213PS  expP0<>+0(SB), Y7, Y13
+	VFMADD213PS  one<>+0(SB), Y6, Y12
+	VFMADD213PS  one<>+0(SB), Y7, Y13
+	VFMADD213PS  one<>+0(SB), Y6, Y12
+	VFMADD213PS  one<>+0(SB), Y7, Y13
+	VPSUBD       expMagic254<>+0(SB), Y8, Y10
+	VPSRAD       $0x01, Y10, Y6
 	VPSLLD       $0x17, Y6, Y6
-	VPSUBD       Y2, Y6, Y6
-	VMULPS       Y2, Y8, Y8
-	VMULPS       Y6, Y8, Y8
-	VPSUBD       expMagic254<>+0(SB), Y5, Y7
-	VPSRAD       $0x01, Y7, Y2
-	VPSLLD       $0x17, Y2, Y2
-	VPSLLD       $0x17, Y7, Y7
-	VPSUBD       Y2, Y7, Y7
-	VMULPS       Y2, Y9, Y9
-	VMULPS       Y7, Y9, Y9
-	VMOVUPS      Y8, (AX)
-	VMOVUPS      Y9, 32(AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, DX
+	VPSLLD       $0x17, Y10, Y10
+	VPSUBD       Y6, Y10, Y10
+	VMULPS       Y6, Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VPSUBD       expMagic254<>+0(SB), Y9, Y11
+	VPSRAD       $0x01, Y11, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPSLLD       $0x17, Y11, Y11
+	VPSUBD       Y6, Y11, Y11
+	VMULPS       Y6, Y13, Y13
+	VMULPS       Y11, Y13, Y13
+	VMOVUPS      Y12, (AX)
+	VADDPS       Y12, Y2, Y2
+	VMOVUPS      Y13, 32(AX)
+	VADDPS       Y13, Y3, Y3
+	VMOVUPS      64(CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMULPS       Y1, Y6, Y6
+	VMOVUPS      96(CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
+	VBROADCASTSS expHi<>+0(SB), Y8
+	VBROADCASTSS expLo<>+0(SB), Y9
+	VMINPS       Y6, Y8, Y6
+	VMAXPS       Y6, Y9, Y6
+	VMINPS       Y7, Y8, Y7
+	VMAXPS       Y7, Y9, Y7
+	VMOVUPS      expMagic<>+0(SB), Y8
+	VFMADD231PS  log2e<>+0(SB), Y6, Y8
+	VSUBPS       expMagic<>+0(SB), Y8, Y10
+	VMOVUPS      expMagic<>+0(SB), Y9
+	VFMADD231PS  log2e<>+0(SB), Y7, Y9
+	VSUBPS       expMagic<>+0(SB), Y9, Y11
+	VFNMADD231PS ln2Hi<>+0(SB), Y10, Y6
+	VFNMADD231PS ln2Lo<>+0(SB), Y10, Y6
+	VFNMADD231PS ln2Hi<>+0(SB), Y11, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y11, Y7
+	VMOVUPS      expP4<>+0(SB), Y12
+	VMOVUPS      expP4<>+0(SB), Y13
+	VFMADD213PS  expP3<>+0(SB), Y6, Y12
+	VFMADD213PS  expP3<>+0(SB), Y7, Y13
+	VFMADD213PS  expP2<>+0(SB), Y6, Y12
+	VFMADD213PS  expP2<>+0(SB), Y7, Y13
+	VFMADD213PS  expP1<>+0(SB), Y6, Y12
+	VFMADD213PS  expP1<>+0(SB), Y7, Y13
+	VFMADD213PS  expP0<>+0(SB), Y6, Y12
+	VFMADD213PS  expP0<>+0(SB), Y7, Y13
+	VFMADD213PS  one<>+0(SB), Y6, Y12
+	VFMADD213PS  one<>+0(SB), Y7, Y13
+	VFMADD213PS  one<>+0(SB), Y6, Y12
+	VFMADD213PS  one<>+0(SB), Y7, Y13
+	VPSUBD       expMagic254<>+0(SB), Y8, Y10
+	VPSRAD       $0x01, Y10, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPSLLD       $0x17, Y10, Y10
+	VPSUBD       Y6, Y10, Y10
+	VMULPS       Y6, Y12, Y12
+	VMULPS       Y10, Y12, Y12
+	VPSUBD       expMagic254<>+0(SB), Y9, Y11
+	VPSRAD       $0x01, Y11, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPSLLD       $0x17, Y11, Y11
+	VPSUBD       Y6, Y11, Y11
+	VMULPS       Y6, Y13, Y13
+	VMULPS       Y11, Y13, Y13
+	VMOVUPS      Y12, 64(AX)
+	VADDPS       Y12, Y4, Y4
+	VMOVUPS      Y13, 96(AX)
+	VADDPS       Y13, Y5, Y5
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000080, CX
+	SUBQ         $0x00000020, DX
 	JMP          loopN
 
 loop1:
 	CMPQ         DX, $0x00000008
 	JB           tail
-	VMOVUPS      (CX), Y2
-	VSUBPS       Y0, Y2, Y2
-	VMULPS       Y1, Y2, Y2
-	VBROADCASTSS expHi<>+0(SB), Y3
-	VBROADCASTSS expLo<>+0(SB), Y4
-	VMINPS       Y2, Y3, Y2
-	VMAXPS       Y2, Y4, Y2
-	VMOVUPS      expMagic<>+0(SB), Y3
-	VFMADD231PS  log2e<>+0(SB), Y2, Y3
-	VSUBPS       expMagic<>+0(SB), Y3, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y4, Y2
-	VFNMADD231PS ln2Lo<>+0(SB), Y4, Y2
-	VMOVUPS      expP4<>+0(SB), Y5
-	VFMADD213PS  expP3<>+0(SB), Y2, Y5
-	VFMADD213PS  expP2<>+0(SB), Y2, Y5
-	VFMADD213PS  expP1<>+0(SB), Y2, Y5
-	VFMADD213PS  expP0<>+0(SB), Y2, Y5
-	VFMADD213PS  one<>+0(SB), Y2, Y5
-	VFMADD213PS  one<>+0(SB), Y2, Y5
-	VPSUBD       expMagic254<>+0(SB), Y3, Y4
-	VPSRAD       $0x01, Y4, Y2
-	VPSLLD       $0x17, Y2, Y2
-	VPSLLD       $0x17, Y4, Y4
-	VPSUBD       Y2, Y4, Y4
-	VMULPS       Y2, Y5, Y5
-	VMULPS       Y4, Y5, Y5
-	VMOVUPS      Y5, (AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMULPS       Y1, Y6, Y6
+	VBROADCASTSS expHi<>+0(SB), Y7
+	VBROADCASTSS expLo<>+0(SB), Y8
+	VMINPS       Y6, Y7, Y6
+	VMAXPS       Y6, Y8, Y6
+	VMOVUPS      expMagic<>+0(SB), Y7
+	VFMADD231PS  log2e<>+0(SB), Y6, Y7
+	VSUBPS       expMagic<>+0(SB), Y7, Y8
+	VFNMADD231PS ln2Hi<>+0(SB), Y8, Y6
+	VFNMADD231PS ln2Lo<>+0(SB), Y8, Y6
+	VMOVUPS      expP4<>+0(SB), Y9
+	VFMADD213PS  expP3<>+0(SB), Y6, Y9
+	VFMADD213PS  expP2<>+0(SB), Y6, Y9
+	VFMADD213PS  expP1<>+0(SB), Y6, Y9
+	VFMADD213PS  expP0<>+0(SB), Y6, Y9
+	VFMADD213PS  one<>+0(SB), Y6, Y9
+	VFMADD213PS  one<>+0(SB), Y6, Y9
+	VPSUBD       expMagic254<>+0(SB), Y7, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPSLLD       $0x17, Y8, Y8
+	VPSUBD       Y6, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VADDPS       Y9, Y2, Y2
 	ADDQ         $0x00000020, AX
 	ADDQ         $0x00000020, CX
 	SUBQ         $0x00000008, DX
@@ -1972,38 +2033,50 @@ loop1:
 tail:
 	TESTQ        DX, DX
 	JZ           done
-	VMOVD        DX, X2
-	VPBROADCASTD X2, Y2
-	VPCMPGTD     iota<>+0(SB), Y2, Y2
-	VMASKMOVPS   (CX), Y2, Y3
-	VSUBPS       Y0, Y3, Y3
-	VMULPS       Y1, Y3, Y3
+	VMOVD        DX, X6
+	VPBROADCASTD X6, Y6
+	VPCMPGTD     iota<>+0(SB), Y6, Y6
+	VMASKMOVPS   (CX), Y6, Y7
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y1, Y7, Y7
 	VBROADCASTSS expHi<>+0(SB), Y0
 	VBROADCASTSS expLo<>+0(SB), Y1
-	VMINPS       Y3, Y0, Y3
-	VMAXPS       Y3, Y1, Y3
+	VMINPS       Y7, Y0, Y7
+	VMAXPS       Y7, Y1, Y7
 	VMOVUPS      expMagic<>+0(SB), Y0
-	VFMADD231PS  log2e<>+0(SB), Y3, Y0
+	VFMADD231PS  log2e<>+0(SB), Y7, Y0
 	VSUBPS       expMagic<>+0(SB), Y0, Y1
-	VFNMADD231PS ln2Hi<>+0(SB), Y1, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y1, Y3
-	VMOVUPS      expP4<>+0(SB), Y4
-	VFMADD213PS  expP3<>+0(SB), Y3, Y4
-	VFMADD213PS  expP2<>+0(SB), Y3, Y4
-	VFMADD213PS  expP1<>+0(SB), Y3, Y4
-	VFMADD213PS  expP0<>+0(SB), Y3, Y4
-	VFMADD213PS  one<>+0(SB), Y3, Y4
-	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y1, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y1, Y7
+	VMOVUPS      expP4<>+0(SB), Y8
+	VFMADD213PS  expP3<>+0(SB), Y7, Y8
+	VFMADD213PS  expP2<>+0(SB), Y7, Y8
+	VFMADD213PS  expP1<>+0(SB), Y7, Y8
+	VFMADD213PS  expP0<>+0(SB), Y7, Y8
+	VFMADD213PS  one<>+0(SB), Y7, Y8
+	VFMADD213PS  one<>+0(SB), Y7, Y8
 	VPSUBD       expMagic254<>+0(SB), Y0, Y1
 	VPSRAD       $0x01, Y1, Y0
 	VPSLLD       $0x17, Y0, Y0
 	VPSLLD       $0x17, Y1, Y1
 	VPSUBD       Y0, Y1, Y1
-	VMULPS       Y0, Y4, Y4
-	VMULPS       Y1, Y4, Y4
-	VMASKMOVPS   Y4, Y2, (AX)
+	VMULPS       Y0, Y8, Y8
+	VMULPS       Y1, Y8, Y8
+	VMASKMOVPS   Y8, Y6, (AX)
+	VANDPS       Y6, Y8, Y8
+	VADDPS       Y8, Y3, Y3
 
 done:
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	MOVSS        X0, ret+56(FP)
 	VZEROUPPER
 	RET
 

@@ -917,23 +917,34 @@ func mulSub() {
 
 // expScale emits expScaleAVX2: the exponentials of (src[i]-m)·s, the
 // subtraction and the product each rounded as in Go, so that the result
-// is Exp's of the scaled value bit for bit.
+// is Exp's of the scaled value bit for bit, and their sum, added in the
+// order of sumAVX2 (four accumulators for four vectors at a time, one
+// vector at a time into the first, the tail into the second), so that it
+// is Sum's of the result bit for bit. The four vectors are computed two
+// at a time, for the registers.
 func expScale() {
-	TEXT("expScaleAVX2", NOSPLIT, "func(dst, src []float32, m, s float32)")
+	TEXT("expScaleAVX2", NOSPLIT, "func(dst, src []float32, m, s float32) float32")
 	Pragma("noescape")
-	Doc("expScaleAVX2 sets dst[i] = e^((src[i]-m)·s) with AVX2 and FMA; len(src) ≥ len(dst).")
+	Doc("expScaleAVX2 sets dst[i] = e^((src[i]-m)·s) and returns their sum as sumAVX2 adds them, with AVX2 and FMA; len(src) ≥ len(dst).")
 	dst, src := ptr("dst"), ptr("src")
 	n := Load(Param("dst").Len(), GP64())
 	m, s := scalarParam("m"), scalarParam("s")
-	loop(n, bases(dst, src), 2, func(k int) {
-		xs := regs(k)
-		for j := range xs {
-			VMOVUPS(src.Offset(32*j), xs[j])
-			VSUBPS(m, xs[j], xs[j])
-			VMULPS(s, xs[j], xs[j])
-		}
-		for j, e := range expv(xs) {
-			VMOVUPS(e, dst.Offset(32*j))
+	acc := regs(4)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	loop(n, bases(dst, src), 4, func(k int) {
+		for j0 := 0; j0 < k; j0 += 2 {
+			xs := regs(min(2, k-j0))
+			for j := range xs {
+				VMOVUPS(src.Offset(32*(j0+j)), xs[j])
+				VSUBPS(m, xs[j], xs[j])
+				VMULPS(s, xs[j], xs[j])
+			}
+			for j, e := range expv(xs) {
+				VMOVUPS(e, dst.Offset(32*(j0+j)))
+				VADDPS(e, acc[j0+j], acc[j0+j])
+			}
 		}
 	}, func(mk VecVirtual) {
 		xv := YMM()
@@ -942,7 +953,13 @@ func expScale() {
 		VMULPS(s, xv, xv)
 		e := expv([]VecVirtual{xv})[0]
 		VMASKMOVPS(e, mk, dst)
+		VANDPS(mk, e, e) // the masked-off lanes hold e^(-m·s); sumAVX2 loads zeros there
+		VADDPS(e, acc[1], acc[1])
 	})
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	Store(hsum(acc[0]), ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }
