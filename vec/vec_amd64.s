@@ -2084,125 +2084,216 @@ done:
 // Requires: AVX, AVX2, SSE2
 TEXT ·bandAVX2(SB), NOSPLIT, $0-104
 	MOVQ         dst_base+0(FP), AX
-	MOVQ         dst_len+8(FP), CX
-	MOVQ         x_base+24(FP), DX
-	MOVQ         w_base+48(FP), BX
-	MOVQ         x_len+32(FP), SI
+	MOVQ         x_base+24(FP), CX
+	MOVQ         w_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
 	VBROADCASTSS lo+72(FP), Y0
 	VBROADCASTSS hi+76(FP), Y1
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VMOVDQU      iota<>+0(SB), Y6
+	VMOVDQU      iota<>+0(SB), Y5
+	LEAQ         compress<>+0(SB), SI
 	XORQ         DI, DI
-	MOVQ         CX, R8
+	MOVQ         dst_len+8(FP), R8
 	SUBQ         $0x08, R8
-	LEAQ         compress<>+0(SB), R9
-	LEAQ         popcount<>+0(SB), R10
+
+loopN:
+	CMPQ         BX, $0x00000010
+	JB           loop1
+	VMOVUPS      (CX), Y6
+	VMOVUPS      (DX), Y7
+	VCMPPS       $0x1d, Y1, Y6, Y8
+	VCMPPS       $0x1d, Y0, Y6, Y6
+	VANDNPS      Y6, Y8, Y6
+	VPSUBD       Y8, Y4, Y4
+	VANDPS       Y8, Y7, Y7
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y2, Y2
+	VADDPD       Y7, Y3, Y3
+	VMOVMSKPS    Y6, R9
+	CMPQ         DI, R8
+	JG           few2_0
+	MOVQ         R9, R10
+	SHLQ         $0x05, R10
+	VMOVDQU      (SI)(R10*1), Y6
+	VPERMD       Y5, Y6, Y6
+	VMOVDQU      Y6, (AX)(DI*4)
+	ADDQ         8192(SI)(R9*8), DI
+	JMP          next2_0
+
+few2_0:
+	MOVQ  DI, R10
+	ADDQ  8192(SI)(R9*8), DI
+	TESTL R9, R9
+	JZ    next2_0
+	VMOVD X5, R15
+
+bit2_0:
+	CMPQ  dst_len+8(FP), R10
+	JBE   next2_0
+	BSFQ  R9, R11
+	BTRQ  R11, R9
+	ADDQ  R15, R11
+	MOVL  R11, (AX)(R10*4)
+	INCQ  R10
+	TESTQ R9, R9
+	JNZ   bit2_0
+
+next2_0:
+	VPADDD       eight<>+0(SB), Y5, Y5
+	VMOVUPS      32(CX), Y6
+	VMOVUPS      32(DX), Y7
+	VCMPPS       $0x1d, Y1, Y6, Y8
+	VCMPPS       $0x1d, Y0, Y6, Y6
+	VANDNPS      Y6, Y8, Y6
+	VPSUBD       Y8, Y4, Y4
+	VANDPS       Y8, Y7, Y7
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y2, Y2
+	VADDPD       Y7, Y3, Y3
+	VMOVMSKPS    Y6, R9
+	CMPQ         DI, R8
+	JG           few2_1
+	MOVQ         R9, R10
+	SHLQ         $0x05, R10
+	VMOVDQU      (SI)(R10*1), Y6
+	VPERMD       Y5, Y6, Y6
+	VMOVDQU      Y6, (AX)(DI*4)
+	ADDQ         8192(SI)(R9*8), DI
+	JMP          next2_1
+
+few2_1:
+	MOVQ  DI, R10
+	ADDQ  8192(SI)(R9*8), DI
+	TESTL R9, R9
+	JZ    next2_1
+	VMOVD X5, R15
+
+bit2_1:
+	CMPQ  dst_len+8(FP), R10
+	JBE   next2_1
+	BSFQ  R9, R12
+	BTRQ  R12, R9
+	ADDQ  R15, R12
+	MOVL  R12, (AX)(R10*4)
+	INCQ  R10
+	TESTQ R9, R9
+	JNZ   bit2_1
+
+next2_1:
+	VPADDD eight<>+0(SB), Y5, Y5
+	ADDQ   $0x00000040, CX
+	ADDQ   $0x00000040, DX
+	SUBQ   $0x00000010, BX
+	JMP    loopN
 
 loop1:
-	CMPQ         SI, $0x00000008
+	CMPQ         BX, $0x00000008
 	JB           tail
+	VMOVUPS      (CX), Y6
 	VMOVUPS      (DX), Y7
-	VMOVUPS      (BX), Y8
-	VCMPPS       $0x1d, Y1, Y7, Y9
-	VCMPPS       $0x1d, Y0, Y7, Y7
-	VANDNPS      Y7, Y9, Y7
-	VPSUBD       Y9, Y4, Y4
-	VPSUBD       Y7, Y5, Y5
-	VANDPS       Y9, Y8, Y8
-	VCVTPS2PD    X8, Y9
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VADDPD       Y9, Y2, Y2
-	VADDPD       Y8, Y3, Y3
-	VMOVMSKPS    Y7, R11
+	VCMPPS       $0x1d, Y1, Y6, Y8
+	VCMPPS       $0x1d, Y0, Y6, Y6
+	VANDNPS      Y6, Y8, Y6
+	VPSUBD       Y8, Y4, Y4
+	VANDPS       Y8, Y7, Y7
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y2, Y2
+	VADDPD       Y7, Y3, Y3
+	VMOVMSKPS    Y6, R9
 	CMPQ         DI, R8
-	JG           few1
-	MOVQ         R11, R12
-	SHLQ         $0x05, R12
-	VMOVDQU      (R9)(R12*1), Y7
-	VPERMD       Y6, Y7, Y7
-	VMOVDQU      Y7, (AX)(DI*4)
-	MOVBQZX      (R10)(R11*1), R12
-	ADDQ         R12, DI
-	JMP          next1
+	JG           few1_0
+	MOVQ         R9, R10
+	SHLQ         $0x05, R10
+	VMOVDQU      (SI)(R10*1), Y6
+	VPERMD       Y5, Y6, Y6
+	VMOVDQU      Y6, (AX)(DI*4)
+	ADDQ         8192(SI)(R9*8), DI
+	JMP          next1_0
 
-few1:
-	TESTL R11, R11
-	JZ    next1
-	VMOVD X6, R12
+few1_0:
+	MOVQ  DI, R10
+	ADDQ  8192(SI)(R9*8), DI
+	TESTL R9, R9
+	JZ    next1_0
+	VMOVD X5, R11
 
-bit1:
-	CMPQ DI, CX
-	JAE  next1
-	BSFQ R11, R13
-	ADDQ R12, R13
-	MOVL R13, (AX)(DI*4)
-	INCQ DI
-	LEAQ -1(R11), R15
-	ANDQ R15, R11
-	JNZ  bit1
+bit1_0:
+	CMPQ  dst_len+8(FP), R10
+	JBE   next1_0
+	BSFQ  R9, R13
+	BTRQ  R13, R9
+	ADDQ  R11, R13
+	MOVL  R13, (AX)(R10*4)
+	INCQ  R10
+	TESTQ R9, R9
+	JNZ   bit1_0
 
-next1:
-	VPADDD eight<>+0(SB), Y6, Y6
+next1_0:
+	VPADDD eight<>+0(SB), Y5, Y5
+	ADDQ   $0x00000020, CX
 	ADDQ   $0x00000020, DX
-	ADDQ   $0x00000020, BX
-	SUBQ   $0x00000008, SI
+	SUBQ   $0x00000008, BX
 	JMP    loop1
 
 tail:
-	TESTQ        SI, SI
+	TESTQ        BX, BX
 	JZ           done
-	VMOVD        SI, X7
-	VPBROADCASTD X7, Y7
-	VPCMPGTD     iota<>+0(SB), Y7, Y7
-	VMASKMOVPS   (DX), Y7, Y8
-	VMASKMOVPS   (BX), Y7, Y9
-	VCMPPS       $0x1d, Y1, Y8, Y1
-	VCMPPS       $0x1d, Y0, Y8, Y0
+	VMOVD        BX, X6
+	VPBROADCASTD X6, Y6
+	VPCMPGTD     iota<>+0(SB), Y6, Y6
+	VMASKMOVPS   (CX), Y6, Y7
+	VMASKMOVPS   (DX), Y6, Y8
+	VCMPPS       $0x1d, Y1, Y7, Y1
+	VCMPPS       $0x1d, Y0, Y7, Y0
 	VANDNPS      Y0, Y1, Y0
-	VANDPS       Y7, Y1, Y1
-	VANDPS       Y7, Y0, Y0
+	VANDPS       Y6, Y1, Y1
+	VANDPS       Y6, Y0, Y0
 	VPSUBD       Y1, Y4, Y4
-	VPSUBD       Y0, Y5, Y5
-	VANDPS       Y1, Y9, Y9
-	VCVTPS2PD    X9, Y1
-	VEXTRACTF128 $0x01, Y9, X7
-	VCVTPS2PD    X7, Y7
+	VANDPS       Y1, Y8, Y8
+	VCVTPS2PD    X8, Y1
+	VEXTRACTF128 $0x01, Y8, X6
+	VCVTPS2PD    X6, Y6
 	VADDPD       Y1, Y2, Y2
-	VADDPD       Y7, Y3, Y3
-	VMOVMSKPS    Y0, DX
+	VADDPD       Y6, Y3, Y3
+	VMOVMSKPS    Y0, CX
 	CMPQ         DI, R8
 	JG           fewT
-	MOVQ         DX, CX
-	SHLQ         $0x05, CX
-	VMOVDQU      (R9)(CX*1), Y0
-	VPERMD       Y6, Y0, Y0
+	MOVQ         CX, DX
+	SHLQ         $0x05, DX
+	VMOVDQU      (SI)(DX*1), Y0
+	VPERMD       Y5, Y0, Y0
 	VMOVDQU      Y0, (AX)(DI*4)
-	MOVBQZX      (R10)(DX*1), CX
-	ADDQ         CX, DI
+	ADDQ         8192(SI)(CX*8), DI
 	JMP          nextT
 
 fewT:
-	TESTL DX, DX
+	MOVQ  DI, DX
+	ADDQ  8192(SI)(CX*8), DI
+	TESTL CX, CX
 	JZ    nextT
-	VMOVD X6, BX
+	VMOVD X5, BX
 
 bitT:
-	CMPQ DI, CX
-	JAE  nextT
-	BSFQ DX, R14
-	ADDQ BX, R14
-	MOVL R14, (AX)(DI*4)
-	INCQ DI
-	LEAQ -1(DX), SI
-	ANDQ SI, DX
-	JNZ  bitT
+	CMPQ  dst_len+8(FP), DX
+	JBE   nextT
+	BSFQ  CX, R14
+	BTRQ  R14, CX
+	ADDQ  BX, R14
+	MOVL  R14, (AX)(DX*4)
+	INCQ  DX
+	TESTQ CX, CX
+	JNZ   bitT
 
 nextT:
-	VPADDD eight<>+0(SB), Y6, Y6
+	VPADDD eight<>+0(SB), Y5, Y5
 
 done:
 	VADDPD       Y3, Y2, Y2
@@ -2210,14 +2301,7 @@ done:
 	VADDPD       X0, X2, X1
 	VUNPCKHPD    X1, X1, X0
 	VADDSD       X0, X1, X1
-	VEXTRACTI128 $0x01, Y5, X0
-	VPADDD       X0, X5, X0
-	VPSHUFD      $0x4e, X0, X2
-	VPADDD       X2, X0, X0
-	VPSHUFD      $0xb1, X0, X2
-	VPADDD       X2, X0, X0
-	VMOVD        X0, AX
-	MOVQ         AX, n+80(FP)
+	MOVQ         DI, n+80(FP)
 	VEXTRACTI128 $0x01, Y4, X0
 	VPADDD       X0, X4, X0
 	VPSHUFD      $0x4e, X0, X2
@@ -4278,265 +4362,263 @@ DATA compress<>+8176(SB)/4, $0x00000004
 DATA compress<>+8180(SB)/4, $0x00000005
 DATA compress<>+8184(SB)/4, $0x00000006
 DATA compress<>+8188(SB)/4, $0x00000007
-GLOBL compress<>(SB), RODATA|NOPTR, $8192
-
-DATA popcount<>+0(SB)/1, $0x00
-DATA popcount<>+1(SB)/1, $0x01
-DATA popcount<>+2(SB)/1, $0x01
-DATA popcount<>+3(SB)/1, $0x02
-DATA popcount<>+4(SB)/1, $0x01
-DATA popcount<>+5(SB)/1, $0x02
-DATA popcount<>+6(SB)/1, $0x02
-DATA popcount<>+7(SB)/1, $0x03
-DATA popcount<>+8(SB)/1, $0x01
-DATA popcount<>+9(SB)/1, $0x02
-DATA popcount<>+10(SB)/1, $0x02
-DATA popcount<>+11(SB)/1, $0x03
-DATA popcount<>+12(SB)/1, $0x02
-DATA popcount<>+13(SB)/1, $0x03
-DATA popcount<>+14(SB)/1, $0x03
-DATA popcount<>+15(SB)/1, $0x04
-DATA popcount<>+16(SB)/1, $0x01
-DATA popcount<>+17(SB)/1, $0x02
-DATA popcount<>+18(SB)/1, $0x02
-DATA popcount<>+19(SB)/1, $0x03
-DATA popcount<>+20(SB)/1, $0x02
-DATA popcount<>+21(SB)/1, $0x03
-DATA popcount<>+22(SB)/1, $0x03
-DATA popcount<>+23(SB)/1, $0x04
-DATA popcount<>+24(SB)/1, $0x02
-DATA popcount<>+25(SB)/1, $0x03
-DATA popcount<>+26(SB)/1, $0x03
-DATA popcount<>+27(SB)/1, $0x04
-DATA popcount<>+28(SB)/1, $0x03
-DATA popcount<>+29(SB)/1, $0x04
-DATA popcount<>+30(SB)/1, $0x04
-DATA popcount<>+31(SB)/1, $0x05
-DATA popcount<>+32(SB)/1, $0x01
-DATA popcount<>+33(SB)/1, $0x02
-DATA popcount<>+34(SB)/1, $0x02
-DATA popcount<>+35(SB)/1, $0x03
-DATA popcount<>+36(SB)/1, $0x02
-DATA popcount<>+37(SB)/1, $0x03
-DATA popcount<>+38(SB)/1, $0x03
-DATA popcount<>+39(SB)/1, $0x04
-DATA popcount<>+40(SB)/1, $0x02
-DATA popcount<>+41(SB)/1, $0x03
-DATA popcount<>+42(SB)/1, $0x03
-DATA popcount<>+43(SB)/1, $0x04
-DATA popcount<>+44(SB)/1, $0x03
-DATA popcount<>+45(SB)/1, $0x04
-DATA popcount<>+46(SB)/1, $0x04
-DATA popcount<>+47(SB)/1, $0x05
-DATA popcount<>+48(SB)/1, $0x02
-DATA popcount<>+49(SB)/1, $0x03
-DATA popcount<>+50(SB)/1, $0x03
-DATA popcount<>+51(SB)/1, $0x04
-DATA popcount<>+52(SB)/1, $0x03
-DATA popcount<>+53(SB)/1, $0x04
-DATA popcount<>+54(SB)/1, $0x04
-DATA popcount<>+55(SB)/1, $0x05
-DATA popcount<>+56(SB)/1, $0x03
-DATA popcount<>+57(SB)/1, $0x04
-DATA popcount<>+58(SB)/1, $0x04
-DATA popcount<>+59(SB)/1, $0x05
-DATA popcount<>+60(SB)/1, $0x04
-DATA popcount<>+61(SB)/1, $0x05
-DATA popcount<>+62(SB)/1, $0x05
-DATA popcount<>+63(SB)/1, $0x06
-DATA popcount<>+64(SB)/1, $0x01
-DATA popcount<>+65(SB)/1, $0x02
-DATA popcount<>+66(SB)/1, $0x02
-DATA popcount<>+67(SB)/1, $0x03
-DATA popcount<>+68(SB)/1, $0x02
-DATA popcount<>+69(SB)/1, $0x03
-DATA popcount<>+70(SB)/1, $0x03
-DATA popcount<>+71(SB)/1, $0x04
-DATA popcount<>+72(SB)/1, $0x02
-DATA popcount<>+73(SB)/1, $0x03
-DATA popcount<>+74(SB)/1, $0x03
-DATA popcount<>+75(SB)/1, $0x04
-DATA popcount<>+76(SB)/1, $0x03
-DATA popcount<>+77(SB)/1, $0x04
-DATA popcount<>+78(SB)/1, $0x04
-DATA popcount<>+79(SB)/1, $0x05
-DATA popcount<>+80(SB)/1, $0x02
-DATA popcount<>+81(SB)/1, $0x03
-DATA popcount<>+82(SB)/1, $0x03
-DATA popcount<>+83(SB)/1, $0x04
-DATA popcount<>+84(SB)/1, $0x03
-DATA popcount<>+85(SB)/1, $0x04
-DATA popcount<>+86(SB)/1, $0x04
-DATA popcount<>+87(SB)/1, $0x05
-DATA popcount<>+88(SB)/1, $0x03
-DATA popcount<>+89(SB)/1, $0x04
-DATA popcount<>+90(SB)/1, $0x04
-DATA popcount<>+91(SB)/1, $0x05
-DATA popcount<>+92(SB)/1, $0x04
-DATA popcount<>+93(SB)/1, $0x05
-DATA popcount<>+94(SB)/1, $0x05
-DATA popcount<>+95(SB)/1, $0x06
-DATA popcount<>+96(SB)/1, $0x02
-DATA popcount<>+97(SB)/1, $0x03
-DATA popcount<>+98(SB)/1, $0x03
-DATA popcount<>+99(SB)/1, $0x04
-DATA popcount<>+100(SB)/1, $0x03
-DATA popcount<>+101(SB)/1, $0x04
-DATA popcount<>+102(SB)/1, $0x04
-DATA popcount<>+103(SB)/1, $0x05
-DATA popcount<>+104(SB)/1, $0x03
-DATA popcount<>+105(SB)/1, $0x04
-DATA popcount<>+106(SB)/1, $0x04
-DATA popcount<>+107(SB)/1, $0x05
-DATA popcount<>+108(SB)/1, $0x04
-DATA popcount<>+109(SB)/1, $0x05
-DATA popcount<>+110(SB)/1, $0x05
-DATA popcount<>+111(SB)/1, $0x06
-DATA popcount<>+112(SB)/1, $0x03
-DATA popcount<>+113(SB)/1, $0x04
-DATA popcount<>+114(SB)/1, $0x04
-DATA popcount<>+115(SB)/1, $0x05
-DATA popcount<>+116(SB)/1, $0x04
-DATA popcount<>+117(SB)/1, $0x05
-DATA popcount<>+118(SB)/1, $0x05
-DATA popcount<>+119(SB)/1, $0x06
-DATA popcount<>+120(SB)/1, $0x04
-DATA popcount<>+121(SB)/1, $0x05
-DATA popcount<>+122(SB)/1, $0x05
-DATA popcount<>+123(SB)/1, $0x06
-DATA popcount<>+124(SB)/1, $0x05
-DATA popcount<>+125(SB)/1, $0x06
-DATA popcount<>+126(SB)/1, $0x06
-DATA popcount<>+127(SB)/1, $0x07
-DATA popcount<>+128(SB)/1, $0x01
-DATA popcount<>+129(SB)/1, $0x02
-DATA popcount<>+130(SB)/1, $0x02
-DATA popcount<>+131(SB)/1, $0x03
-DATA popcount<>+132(SB)/1, $0x02
-DATA popcount<>+133(SB)/1, $0x03
-DATA popcount<>+134(SB)/1, $0x03
-DATA popcount<>+135(SB)/1, $0x04
-DATA popcount<>+136(SB)/1, $0x02
-DATA popcount<>+137(SB)/1, $0x03
-DATA popcount<>+138(SB)/1, $0x03
-DATA popcount<>+139(SB)/1, $0x04
-DATA popcount<>+140(SB)/1, $0x03
-DATA popcount<>+141(SB)/1, $0x04
-DATA popcount<>+142(SB)/1, $0x04
-DATA popcount<>+143(SB)/1, $0x05
-DATA popcount<>+144(SB)/1, $0x02
-DATA popcount<>+145(SB)/1, $0x03
-DATA popcount<>+146(SB)/1, $0x03
-DATA popcount<>+147(SB)/1, $0x04
-DATA popcount<>+148(SB)/1, $0x03
-DATA popcount<>+149(SB)/1, $0x04
-DATA popcount<>+150(SB)/1, $0x04
-DATA popcount<>+151(SB)/1, $0x05
-DATA popcount<>+152(SB)/1, $0x03
-DATA popcount<>+153(SB)/1, $0x04
-DATA popcount<>+154(SB)/1, $0x04
-DATA popcount<>+155(SB)/1, $0x05
-DATA popcount<>+156(SB)/1, $0x04
-DATA popcount<>+157(SB)/1, $0x05
-DATA popcount<>+158(SB)/1, $0x05
-DATA popcount<>+159(SB)/1, $0x06
-DATA popcount<>+160(SB)/1, $0x02
-DATA popcount<>+161(SB)/1, $0x03
-DATA popcount<>+162(SB)/1, $0x03
-DATA popcount<>+163(SB)/1, $0x04
-DATA popcount<>+164(SB)/1, $0x03
-DATA popcount<>+165(SB)/1, $0x04
-DATA popcount<>+166(SB)/1, $0x04
-DATA popcount<>+167(SB)/1, $0x05
-DATA popcount<>+168(SB)/1, $0x03
-DATA popcount<>+169(SB)/1, $0x04
-DATA popcount<>+170(SB)/1, $0x04
-DATA popcount<>+171(SB)/1, $0x05
-DATA popcount<>+172(SB)/1, $0x04
-DATA popcount<>+173(SB)/1, $0x05
-DATA popcount<>+174(SB)/1, $0x05
-DATA popcount<>+175(SB)/1, $0x06
-DATA popcount<>+176(SB)/1, $0x03
-DATA popcount<>+177(SB)/1, $0x04
-DATA popcount<>+178(SB)/1, $0x04
-DATA popcount<>+179(SB)/1, $0x05
-DATA popcount<>+180(SB)/1, $0x04
-DATA popcount<>+181(SB)/1, $0x05
-DATA popcount<>+182(SB)/1, $0x05
-DATA popcount<>+183(SB)/1, $0x06
-DATA popcount<>+184(SB)/1, $0x04
-DATA popcount<>+185(SB)/1, $0x05
-DATA popcount<>+186(SB)/1, $0x05
-DATA popcount<>+187(SB)/1, $0x06
-DATA popcount<>+188(SB)/1, $0x05
-DATA popcount<>+189(SB)/1, $0x06
-DATA popcount<>+190(SB)/1, $0x06
-DATA popcount<>+191(SB)/1, $0x07
-DATA popcount<>+192(SB)/1, $0x02
-DATA popcount<>+193(SB)/1, $0x03
-DATA popcount<>+194(SB)/1, $0x03
-DATA popcount<>+195(SB)/1, $0x04
-DATA popcount<>+196(SB)/1, $0x03
-DATA popcount<>+197(SB)/1, $0x04
-DATA popcount<>+198(SB)/1, $0x04
-DATA popcount<>+199(SB)/1, $0x05
-DATA popcount<>+200(SB)/1, $0x03
-DATA popcount<>+201(SB)/1, $0x04
-DATA popcount<>+202(SB)/1, $0x04
-DATA popcount<>+203(SB)/1, $0x05
-DATA popcount<>+204(SB)/1, $0x04
-DATA popcount<>+205(SB)/1, $0x05
-DATA popcount<>+206(SB)/1, $0x05
-DATA popcount<>+207(SB)/1, $0x06
-DATA popcount<>+208(SB)/1, $0x03
-DATA popcount<>+209(SB)/1, $0x04
-DATA popcount<>+210(SB)/1, $0x04
-DATA popcount<>+211(SB)/1, $0x05
-DATA popcount<>+212(SB)/1, $0x04
-DATA popcount<>+213(SB)/1, $0x05
-DATA popcount<>+214(SB)/1, $0x05
-DATA popcount<>+215(SB)/1, $0x06
-DATA popcount<>+216(SB)/1, $0x04
-DATA popcount<>+217(SB)/1, $0x05
-DATA popcount<>+218(SB)/1, $0x05
-DATA popcount<>+219(SB)/1, $0x06
-DATA popcount<>+220(SB)/1, $0x05
-DATA popcount<>+221(SB)/1, $0x06
-DATA popcount<>+222(SB)/1, $0x06
-DATA popcount<>+223(SB)/1, $0x07
-DATA popcount<>+224(SB)/1, $0x03
-DATA popcount<>+225(SB)/1, $0x04
-DATA popcount<>+226(SB)/1, $0x04
-DATA popcount<>+227(SB)/1, $0x05
-DATA popcount<>+228(SB)/1, $0x04
-DATA popcount<>+229(SB)/1, $0x05
-DATA popcount<>+230(SB)/1, $0x05
-DATA popcount<>+231(SB)/1, $0x06
-DATA popcount<>+232(SB)/1, $0x04
-DATA popcount<>+233(SB)/1, $0x05
-DATA popcount<>+234(SB)/1, $0x05
-DATA popcount<>+235(SB)/1, $0x06
-DATA popcount<>+236(SB)/1, $0x05
-DATA popcount<>+237(SB)/1, $0x06
-DATA popcount<>+238(SB)/1, $0x06
-DATA popcount<>+239(SB)/1, $0x07
-DATA popcount<>+240(SB)/1, $0x04
-DATA popcount<>+241(SB)/1, $0x05
-DATA popcount<>+242(SB)/1, $0x05
-DATA popcount<>+243(SB)/1, $0x06
-DATA popcount<>+244(SB)/1, $0x05
-DATA popcount<>+245(SB)/1, $0x06
-DATA popcount<>+246(SB)/1, $0x06
-DATA popcount<>+247(SB)/1, $0x07
-DATA popcount<>+248(SB)/1, $0x05
-DATA popcount<>+249(SB)/1, $0x06
-DATA popcount<>+250(SB)/1, $0x06
-DATA popcount<>+251(SB)/1, $0x07
-DATA popcount<>+252(SB)/1, $0x06
-DATA popcount<>+253(SB)/1, $0x07
-DATA popcount<>+254(SB)/1, $0x07
-DATA popcount<>+255(SB)/1, $0x08
-GLOBL popcount<>(SB), RODATA|NOPTR, $256
+DATA compress<>+8192(SB)/8, $0x0000000000000000
+DATA compress<>+8200(SB)/8, $0x0000000000000001
+DATA compress<>+8208(SB)/8, $0x0000000000000001
+DATA compress<>+8216(SB)/8, $0x0000000000000002
+DATA compress<>+8224(SB)/8, $0x0000000000000001
+DATA compress<>+8232(SB)/8, $0x0000000000000002
+DATA compress<>+8240(SB)/8, $0x0000000000000002
+DATA compress<>+8248(SB)/8, $0x0000000000000003
+DATA compress<>+8256(SB)/8, $0x0000000000000001
+DATA compress<>+8264(SB)/8, $0x0000000000000002
+DATA compress<>+8272(SB)/8, $0x0000000000000002
+DATA compress<>+8280(SB)/8, $0x0000000000000003
+DATA compress<>+8288(SB)/8, $0x0000000000000002
+DATA compress<>+8296(SB)/8, $0x0000000000000003
+DATA compress<>+8304(SB)/8, $0x0000000000000003
+DATA compress<>+8312(SB)/8, $0x0000000000000004
+DATA compress<>+8320(SB)/8, $0x0000000000000001
+DATA compress<>+8328(SB)/8, $0x0000000000000002
+DATA compress<>+8336(SB)/8, $0x0000000000000002
+DATA compress<>+8344(SB)/8, $0x0000000000000003
+DATA compress<>+8352(SB)/8, $0x0000000000000002
+DATA compress<>+8360(SB)/8, $0x0000000000000003
+DATA compress<>+8368(SB)/8, $0x0000000000000003
+DATA compress<>+8376(SB)/8, $0x0000000000000004
+DATA compress<>+8384(SB)/8, $0x0000000000000002
+DATA compress<>+8392(SB)/8, $0x0000000000000003
+DATA compress<>+8400(SB)/8, $0x0000000000000003
+DATA compress<>+8408(SB)/8, $0x0000000000000004
+DATA compress<>+8416(SB)/8, $0x0000000000000003
+DATA compress<>+8424(SB)/8, $0x0000000000000004
+DATA compress<>+8432(SB)/8, $0x0000000000000004
+DATA compress<>+8440(SB)/8, $0x0000000000000005
+DATA compress<>+8448(SB)/8, $0x0000000000000001
+DATA compress<>+8456(SB)/8, $0x0000000000000002
+DATA compress<>+8464(SB)/8, $0x0000000000000002
+DATA compress<>+8472(SB)/8, $0x0000000000000003
+DATA compress<>+8480(SB)/8, $0x0000000000000002
+DATA compress<>+8488(SB)/8, $0x0000000000000003
+DATA compress<>+8496(SB)/8, $0x0000000000000003
+DATA compress<>+8504(SB)/8, $0x0000000000000004
+DATA compress<>+8512(SB)/8, $0x0000000000000002
+DATA compress<>+8520(SB)/8, $0x0000000000000003
+DATA compress<>+8528(SB)/8, $0x0000000000000003
+DATA compress<>+8536(SB)/8, $0x0000000000000004
+DATA compress<>+8544(SB)/8, $0x0000000000000003
+DATA compress<>+8552(SB)/8, $0x0000000000000004
+DATA compress<>+8560(SB)/8, $0x0000000000000004
+DATA compress<>+8568(SB)/8, $0x0000000000000005
+DATA compress<>+8576(SB)/8, $0x0000000000000002
+DATA compress<>+8584(SB)/8, $0x0000000000000003
+DATA compress<>+8592(SB)/8, $0x0000000000000003
+DATA compress<>+8600(SB)/8, $0x0000000000000004
+DATA compress<>+8608(SB)/8, $0x0000000000000003
+DATA compress<>+8616(SB)/8, $0x0000000000000004
+DATA compress<>+8624(SB)/8, $0x0000000000000004
+DATA compress<>+8632(SB)/8, $0x0000000000000005
+DATA compress<>+8640(SB)/8, $0x0000000000000003
+DATA compress<>+8648(SB)/8, $0x0000000000000004
+DATA compress<>+8656(SB)/8, $0x0000000000000004
+DATA compress<>+8664(SB)/8, $0x0000000000000005
+DATA compress<>+8672(SB)/8, $0x0000000000000004
+DATA compress<>+8680(SB)/8, $0x0000000000000005
+DATA compress<>+8688(SB)/8, $0x0000000000000005
+DATA compress<>+8696(SB)/8, $0x0000000000000006
+DATA compress<>+8704(SB)/8, $0x0000000000000001
+DATA compress<>+8712(SB)/8, $0x0000000000000002
+DATA compress<>+8720(SB)/8, $0x0000000000000002
+DATA compress<>+8728(SB)/8, $0x0000000000000003
+DATA compress<>+8736(SB)/8, $0x0000000000000002
+DATA compress<>+8744(SB)/8, $0x0000000000000003
+DATA compress<>+8752(SB)/8, $0x0000000000000003
+DATA compress<>+8760(SB)/8, $0x0000000000000004
+DATA compress<>+8768(SB)/8, $0x0000000000000002
+DATA compress<>+8776(SB)/8, $0x0000000000000003
+DATA compress<>+8784(SB)/8, $0x0000000000000003
+DATA compress<>+8792(SB)/8, $0x0000000000000004
+DATA compress<>+8800(SB)/8, $0x0000000000000003
+DATA compress<>+8808(SB)/8, $0x0000000000000004
+DATA compress<>+8816(SB)/8, $0x0000000000000004
+DATA compress<>+8824(SB)/8, $0x0000000000000005
+DATA compress<>+8832(SB)/8, $0x0000000000000002
+DATA compress<>+8840(SB)/8, $0x0000000000000003
+DATA compress<>+8848(SB)/8, $0x0000000000000003
+DATA compress<>+8856(SB)/8, $0x0000000000000004
+DATA compress<>+8864(SB)/8, $0x0000000000000003
+DATA compress<>+8872(SB)/8, $0x0000000000000004
+DATA compress<>+8880(SB)/8, $0x0000000000000004
+DATA compress<>+8888(SB)/8, $0x0000000000000005
+DATA compress<>+8896(SB)/8, $0x0000000000000003
+DATA compress<>+8904(SB)/8, $0x0000000000000004
+DATA compress<>+8912(SB)/8, $0x0000000000000004
+DATA compress<>+8920(SB)/8, $0x0000000000000005
+DATA compress<>+8928(SB)/8, $0x0000000000000004
+DATA compress<>+8936(SB)/8, $0x0000000000000005
+DATA compress<>+8944(SB)/8, $0x0000000000000005
+DATA compress<>+8952(SB)/8, $0x0000000000000006
+DATA compress<>+8960(SB)/8, $0x0000000000000002
+DATA compress<>+8968(SB)/8, $0x0000000000000003
+DATA compress<>+8976(SB)/8, $0x0000000000000003
+DATA compress<>+8984(SB)/8, $0x0000000000000004
+DATA compress<>+8992(SB)/8, $0x0000000000000003
+DATA compress<>+9000(SB)/8, $0x0000000000000004
+DATA compress<>+9008(SB)/8, $0x0000000000000004
+DATA compress<>+9016(SB)/8, $0x0000000000000005
+DATA compress<>+9024(SB)/8, $0x0000000000000003
+DATA compress<>+9032(SB)/8, $0x0000000000000004
+DATA compress<>+9040(SB)/8, $0x0000000000000004
+DATA compress<>+9048(SB)/8, $0x0000000000000005
+DATA compress<>+9056(SB)/8, $0x0000000000000004
+DATA compress<>+9064(SB)/8, $0x0000000000000005
+DATA compress<>+9072(SB)/8, $0x0000000000000005
+DATA compress<>+9080(SB)/8, $0x0000000000000006
+DATA compress<>+9088(SB)/8, $0x0000000000000003
+DATA compress<>+9096(SB)/8, $0x0000000000000004
+DATA compress<>+9104(SB)/8, $0x0000000000000004
+DATA compress<>+9112(SB)/8, $0x0000000000000005
+DATA compress<>+9120(SB)/8, $0x0000000000000004
+DATA compress<>+9128(SB)/8, $0x0000000000000005
+DATA compress<>+9136(SB)/8, $0x0000000000000005
+DATA compress<>+9144(SB)/8, $0x0000000000000006
+DATA compress<>+9152(SB)/8, $0x0000000000000004
+DATA compress<>+9160(SB)/8, $0x0000000000000005
+DATA compress<>+9168(SB)/8, $0x0000000000000005
+DATA compress<>+9176(SB)/8, $0x0000000000000006
+DATA compress<>+9184(SB)/8, $0x0000000000000005
+DATA compress<>+9192(SB)/8, $0x0000000000000006
+DATA compress<>+9200(SB)/8, $0x0000000000000006
+DATA compress<>+9208(SB)/8, $0x0000000000000007
+DATA compress<>+9216(SB)/8, $0x0000000000000001
+DATA compress<>+9224(SB)/8, $0x0000000000000002
+DATA compress<>+9232(SB)/8, $0x0000000000000002
+DATA compress<>+9240(SB)/8, $0x0000000000000003
+DATA compress<>+9248(SB)/8, $0x0000000000000002
+DATA compress<>+9256(SB)/8, $0x0000000000000003
+DATA compress<>+9264(SB)/8, $0x0000000000000003
+DATA compress<>+9272(SB)/8, $0x0000000000000004
+DATA compress<>+9280(SB)/8, $0x0000000000000002
+DATA compress<>+9288(SB)/8, $0x0000000000000003
+DATA compress<>+9296(SB)/8, $0x0000000000000003
+DATA compress<>+9304(SB)/8, $0x0000000000000004
+DATA compress<>+9312(SB)/8, $0x0000000000000003
+DATA compress<>+9320(SB)/8, $0x0000000000000004
+DATA compress<>+9328(SB)/8, $0x0000000000000004
+DATA compress<>+9336(SB)/8, $0x0000000000000005
+DATA compress<>+9344(SB)/8, $0x0000000000000002
+DATA compress<>+9352(SB)/8, $0x0000000000000003
+DATA compress<>+9360(SB)/8, $0x0000000000000003
+DATA compress<>+9368(SB)/8, $0x0000000000000004
+DATA compress<>+9376(SB)/8, $0x0000000000000003
+DATA compress<>+9384(SB)/8, $0x0000000000000004
+DATA compress<>+9392(SB)/8, $0x0000000000000004
+DATA compress<>+9400(SB)/8, $0x0000000000000005
+DATA compress<>+9408(SB)/8, $0x0000000000000003
+DATA compress<>+9416(SB)/8, $0x0000000000000004
+DATA compress<>+9424(SB)/8, $0x0000000000000004
+DATA compress<>+9432(SB)/8, $0x0000000000000005
+DATA compress<>+9440(SB)/8, $0x0000000000000004
+DATA compress<>+9448(SB)/8, $0x0000000000000005
+DATA compress<>+9456(SB)/8, $0x0000000000000005
+DATA compress<>+9464(SB)/8, $0x0000000000000006
+DATA compress<>+9472(SB)/8, $0x0000000000000002
+DATA compress<>+9480(SB)/8, $0x0000000000000003
+DATA compress<>+9488(SB)/8, $0x0000000000000003
+DATA compress<>+9496(SB)/8, $0x0000000000000004
+DATA compress<>+9504(SB)/8, $0x0000000000000003
+DATA compress<>+9512(SB)/8, $0x0000000000000004
+DATA compress<>+9520(SB)/8, $0x0000000000000004
+DATA compress<>+9528(SB)/8, $0x0000000000000005
+DATA compress<>+9536(SB)/8, $0x0000000000000003
+DATA compress<>+9544(SB)/8, $0x0000000000000004
+DATA compress<>+9552(SB)/8, $0x0000000000000004
+DATA compress<>+9560(SB)/8, $0x0000000000000005
+DATA compress<>+9568(SB)/8, $0x0000000000000004
+DATA compress<>+9576(SB)/8, $0x0000000000000005
+DATA compress<>+9584(SB)/8, $0x0000000000000005
+DATA compress<>+9592(SB)/8, $0x0000000000000006
+DATA compress<>+9600(SB)/8, $0x0000000000000003
+DATA compress<>+9608(SB)/8, $0x0000000000000004
+DATA compress<>+9616(SB)/8, $0x0000000000000004
+DATA compress<>+9624(SB)/8, $0x0000000000000005
+DATA compress<>+9632(SB)/8, $0x0000000000000004
+DATA compress<>+9640(SB)/8, $0x0000000000000005
+DATA compress<>+9648(SB)/8, $0x0000000000000005
+DATA compress<>+9656(SB)/8, $0x0000000000000006
+DATA compress<>+9664(SB)/8, $0x0000000000000004
+DATA compress<>+9672(SB)/8, $0x0000000000000005
+DATA compress<>+9680(SB)/8, $0x0000000000000005
+DATA compress<>+9688(SB)/8, $0x0000000000000006
+DATA compress<>+9696(SB)/8, $0x0000000000000005
+DATA compress<>+9704(SB)/8, $0x0000000000000006
+DATA compress<>+9712(SB)/8, $0x0000000000000006
+DATA compress<>+9720(SB)/8, $0x0000000000000007
+DATA compress<>+9728(SB)/8, $0x0000000000000002
+DATA compress<>+9736(SB)/8, $0x0000000000000003
+DATA compress<>+9744(SB)/8, $0x0000000000000003
+DATA compress<>+9752(SB)/8, $0x0000000000000004
+DATA compress<>+9760(SB)/8, $0x0000000000000003
+DATA compress<>+9768(SB)/8, $0x0000000000000004
+DATA compress<>+9776(SB)/8, $0x0000000000000004
+DATA compress<>+9784(SB)/8, $0x0000000000000005
+DATA compress<>+9792(SB)/8, $0x0000000000000003
+DATA compress<>+9800(SB)/8, $0x0000000000000004
+DATA compress<>+9808(SB)/8, $0x0000000000000004
+DATA compress<>+9816(SB)/8, $0x0000000000000005
+DATA compress<>+9824(SB)/8, $0x0000000000000004
+DATA compress<>+9832(SB)/8, $0x0000000000000005
+DATA compress<>+9840(SB)/8, $0x0000000000000005
+DATA compress<>+9848(SB)/8, $0x0000000000000006
+DATA compress<>+9856(SB)/8, $0x0000000000000003
+DATA compress<>+9864(SB)/8, $0x0000000000000004
+DATA compress<>+9872(SB)/8, $0x0000000000000004
+DATA compress<>+9880(SB)/8, $0x0000000000000005
+DATA compress<>+9888(SB)/8, $0x0000000000000004
+DATA compress<>+9896(SB)/8, $0x0000000000000005
+DATA compress<>+9904(SB)/8, $0x0000000000000005
+DATA compress<>+9912(SB)/8, $0x0000000000000006
+DATA compress<>+9920(SB)/8, $0x0000000000000004
+DATA compress<>+9928(SB)/8, $0x0000000000000005
+DATA compress<>+9936(SB)/8, $0x0000000000000005
+DATA compress<>+9944(SB)/8, $0x0000000000000006
+DATA compress<>+9952(SB)/8, $0x0000000000000005
+DATA compress<>+9960(SB)/8, $0x0000000000000006
+DATA compress<>+9968(SB)/8, $0x0000000000000006
+DATA compress<>+9976(SB)/8, $0x0000000000000007
+DATA compress<>+9984(SB)/8, $0x0000000000000003
+DATA compress<>+9992(SB)/8, $0x0000000000000004
+DATA compress<>+10000(SB)/8, $0x0000000000000004
+DATA compress<>+10008(SB)/8, $0x0000000000000005
+DATA compress<>+10016(SB)/8, $0x0000000000000004
+DATA compress<>+10024(SB)/8, $0x0000000000000005
+DATA compress<>+10032(SB)/8, $0x0000000000000005
+DATA compress<>+10040(SB)/8, $0x0000000000000006
+DATA compress<>+10048(SB)/8, $0x0000000000000004
+DATA compress<>+10056(SB)/8, $0x0000000000000005
+DATA compress<>+10064(SB)/8, $0x0000000000000005
+DATA compress<>+10072(SB)/8, $0x0000000000000006
+DATA compress<>+10080(SB)/8, $0x0000000000000005
+DATA compress<>+10088(SB)/8, $0x0000000000000006
+DATA compress<>+10096(SB)/8, $0x0000000000000006
+DATA compress<>+10104(SB)/8, $0x0000000000000007
+DATA compress<>+10112(SB)/8, $0x0000000000000004
+DATA compress<>+10120(SB)/8, $0x0000000000000005
+DATA compress<>+10128(SB)/8, $0x0000000000000005
+DATA compress<>+10136(SB)/8, $0x0000000000000006
+DATA compress<>+10144(SB)/8, $0x0000000000000005
+DATA compress<>+10152(SB)/8, $0x0000000000000006
+DATA compress<>+10160(SB)/8, $0x0000000000000006
+DATA compress<>+10168(SB)/8, $0x0000000000000007
+DATA compress<>+10176(SB)/8, $0x0000000000000005
+DATA compress<>+10184(SB)/8, $0x0000000000000006
+DATA compress<>+10192(SB)/8, $0x0000000000000006
+DATA compress<>+10200(SB)/8, $0x0000000000000007
+DATA compress<>+10208(SB)/8, $0x0000000000000006
+DATA compress<>+10216(SB)/8, $0x0000000000000007
+DATA compress<>+10224(SB)/8, $0x0000000000000007
+DATA compress<>+10232(SB)/8, $0x0000000000000008
+GLOBL compress<>(SB), RODATA|NOPTR, $10240
 
 DATA eight<>+0(SB)/4, $0x00000008
 DATA eight<>+4(SB)/4, $0x00000008

@@ -172,6 +172,15 @@ func paramAddr(name string) Mem {
 	return b.Addr
 }
 
+// lenAddr returns the stack slot of a slice argument's length.
+func lenAddr(name string) Mem {
+	b, err := Param(name).Len().Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
 func ptr(name string) Mem { return Mem{Base: Load(Param(name).Base(), GP64())} }
 
 func regs(k int) []VecVirtual {
@@ -966,36 +975,38 @@ func expScale() {
 
 // band emits bandAVX2. Each vector compares x with hi and lo: the lanes
 // at or above hi add their weights, widened to float64, into two vectors
-// of four lanes (element i into lane i mod 8, as bandGeneric adds them);
-// the lanes of each range are counted in eight integer lanes; and the
-// indices of the lanes in the band are written out one by one from their
-// mask bits, while dst has room (so that a wide band costs no more).
+// of four lanes (element i into lane i mod 8, as bandGeneric adds them),
+// and are counted in eight integer lanes; the indices of the lanes in the
+// band are packed by a permutation from a table and stored at once while
+// dst has room for eight more, without a branch on the data (a band's
+// lanes come at random), then written one by one while it has room for
+// any, and counted from a table of bit counts throughout. The loop takes
+// two vectors at a time.
 func band() {
 	TEXT("bandAVX2", NOSPLIT, "func(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64)")
 	Pragma("noescape")
 	Doc("bandAVX2 writes to dst the indices of the elements of x in [lo, hi), as many as fit, counts them, and counts and adds (in float64) the weights w[i] of those at or above hi, with AVX2; len(w) ≥ len(x).")
 	d := Load(Param("dst").Base(), GP64())
-	room := Load(Param("dst").Len(), GP64())
+	room := lenAddr("dst") // in memory: the registers are all taken
 	x, w := ptr("x"), ptr("w")
 	n := Load(Param("x").Len(), GP64())
 	lo, hi := scalarParam("lo"), scalarParam("hi")
-	acc0, acc1, cntAbove, cntIn, iv := YMM(), YMM(), YMM(), YMM(), YMM()
-	for _, a := range []VecVirtual{acc0, acc1, cntAbove, cntIn} {
+	acc0, acc1, cntAbove, iv := YMM(), YMM(), YMM(), YMM()
+	for _, a := range []VecVirtual{acc0, acc1, cntAbove} {
 		VXORPS(a, a, a)
 	}
 	VMOVDQU(iota(), iv) // the indices of the vector's elements
-	written, limit := GP64(), GP64()
-	XORQ(written, written)
+	tb := GP64()
+	LEAQ(compressTable(), tb)
+	count, limit := GP64(), GP64()
+	XORQ(count, count)
 	MOVQ(room, limit)
-	SUBQ(U8(8), limit) // room for eight more while written ≤ limit
-	tbC, tbP := GP64(), GP64()
-	LEAQ(compressTable(), tbC)
-	LEAQ(popTable(), tbP)
-	step := func(mk VecVirtual, sfx string) {
+	SUBQ(U8(8), limit) // room for eight more while count ≤ limit
+	step := func(mk VecVirtual, j int, sfx string) {
 		xv, wv, ge, in := YMM(), YMM(), YMM(), YMM()
 		if mk == nil {
-			VMOVUPS(x, xv)
-			VMOVUPS(w, wv)
+			VMOVUPS(x.Offset(32*j), xv)
+			VMOVUPS(w.Offset(32*j), wv)
 		} else {
 			VMASKMOVPS(x, mk, xv)
 			VMASKMOVPS(w, mk, wv)
@@ -1008,7 +1019,6 @@ func band() {
 			VANDPS(mk, in, in)
 		}
 		VPSUBD(ge, cntAbove, cntAbove) // a true lane is -1
-		VPSUBD(in, cntIn, cntIn)
 		VANDPS(ge, wv, wv)
 		l, h, hx := YMM(), YMM(), XMM()
 		VCVTPS2PD(wv.AsX(), l)
@@ -1018,41 +1028,44 @@ func band() {
 		VADDPD(h, acc1, acc1)
 		bits := GP64()
 		VMOVMSKPS(in, bits.As32())
-		// With room for eight, the lanes' indices are packed by a
-		// permutation from a table and stored at once, without a branch
-		// on the data (a band's lanes come at random).
-		CMPQ(written, limit)
+		pop := Mem{Base: tb, Index: bits, Scale: 8, Disp: popCounts} // the count of bits
+		CMPQ(count, limit)
 		JG(LabelRef("few" + sfx))
 		perm, off := YMM(), GP64()
 		MOVQ(bits, off)
 		SHLQ(U8(5), off)
-		VMOVDQU(Mem{Base: tbC, Index: off, Scale: 1}, perm)
+		VMOVDQU(Mem{Base: tb, Index: off, Scale: 1}, perm)
 		VPERMD(iv, perm, perm)
-		VMOVDQU(perm, Mem{Base: d, Index: written, Scale: 4})
-		MOVBQZX(Mem{Base: tbP, Index: bits, Scale: 1}, off)
-		ADDQ(off, written)
+		VMOVDQU(perm, Mem{Base: d, Index: count, Scale: 4})
+		ADDQ(pop, count)
 		JMP(LabelRef("next" + sfx))
 		Label("few" + sfx)
+		at := GP64()
+		MOVQ(count, at)
+		ADDQ(pop, count)
 		TESTL(bits.As32(), bits.As32())
 		JZ(LabelRef("next" + sfx))
 		base := GP64() // the index of the vector's first element
 		VMOVD(iv.AsX(), base.As32())
 		Label("bit" + sfx)
-		CMPQ(written, room)
-		JAE(LabelRef("next" + sfx))
-		j := GP64()
-		BSFQ(bits, j)
-		ADDQ(base, j)
-		MOVL(j.As32(), Mem{Base: d, Index: written, Scale: 4})
-		INCQ(written)
-		t := GP64()
-		LEAQ(Mem{Base: bits, Disp: -1}, t)
-		ANDQ(t, bits)
+		CMPQ(room, at)
+		JBE(LabelRef("next" + sfx))
+		i := GP64()
+		BSFQ(bits, i)
+		BTRQ(i, bits)
+		ADDQ(base, i)
+		MOVL(i.As32(), Mem{Base: d, Index: at, Scale: 4})
+		INCQ(at)
+		TESTQ(bits, bits)
 		JNZ(LabelRef("bit" + sfx))
 		Label("next" + sfx)
 		VPADDD(splatBits("eight", 8), iv, iv)
 	}
-	loop(n, bases(x, w), 1, func(int) { step(nil, "1") }, func(mk VecVirtual) { step(mk, "T") })
+	loop(n, bases(x, w), 2, func(k int) {
+		for j := range k {
+			step(nil, j, fmt.Sprintf("%d_%d", k, j))
+		}
+	}, func(mk VecVirtual) { step(mk, 0, "T") })
 	// The weights: lanes i and i+4 first, then (0+2) + (1+3).
 	VADDPD(acc1, acc0, acc0)
 	hx, lx := XMM(), XMM()
@@ -1060,7 +1073,7 @@ func band() {
 	VADDPD(hx, acc0.AsX(), lx)
 	VUNPCKHPD(lx, lx, hx)
 	VADDSD(hx, lx, lx)
-	Store(hsumInt(cntIn).As64(), ReturnIndex(0))
+	Store(count, ReturnIndex(0))
 	Store(hsumInt(cntAbove).As64(), ReturnIndex(1))
 	Store(lx, ReturnIndex(2))
 	VZEROUPPER()
@@ -1082,7 +1095,9 @@ func hsumInt(v VecVirtual) GPVirtual {
 }
 
 // compressTable holds, for each mask of eight lanes, the positions of its
-// set bits in order (then zeros): the permutation that packs those lanes.
+// set bits in order (then zeros): the permutation that packs those lanes;
+// and from popCounts on, each mask's number of set bits, eight bytes each
+// for an addition from memory (one table, one register for its address).
 func compressTable() Mem {
 	if compressMem == nil {
 		m := GLOBL("compress", RODATA|NOPTR)
@@ -1094,31 +1109,23 @@ func compressTable() Mem {
 					k++
 				}
 			}
-			for ; k < 8; k++ {
-				DATA(32*mask+4*k, U32(0))
+			for j := k; j < 8; j++ {
+				DATA(32*mask+4*j, U32(0))
 			}
+		}
+		for mask := range 256 {
+			c := 0
+			for b := mask; b != 0; b &= b - 1 {
+				c++
+			}
+			DATA(popCounts+8*mask, U64(c))
 		}
 		compressMem = &m
 	}
 	return *compressMem
 }
 
+// popCounts is where compressTable's counts start.
+const popCounts = 256 * 32
+
 var compressMem *Mem
-
-// popTable holds the number of set bits of each byte.
-func popTable() Mem {
-	if popMem == nil {
-		m := GLOBL("popcount", RODATA|NOPTR)
-		for b := range 256 {
-			c := 0
-			for x := b; x != 0; x &= x - 1 {
-				c++
-			}
-			DATA(b, U8(c))
-		}
-		popMem = &m
-	}
-	return *popMem
-}
-
-var popMem *Mem
