@@ -251,6 +251,32 @@ func TestCrossMisses(t *testing.T) {
 	}
 }
 
+// TestWideNucleusMasked: a flat distribution with masked tokens (logit
+// -Inf, weight 0), whose nucleus may reach them when p is 1 or nearly,
+// draws the reference's tokens and never a masked one.
+func TestWideNucleusMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	logits := make([]float32, 50257)
+	for i := range logits {
+		logits[i] = float32(0.3 * rng.NormFloat64())
+		if i%7 == 0 {
+			logits[i] = float32(math.Inf(-1))
+		}
+	}
+	order := sorted(logits)
+	for _, p := range []float64{0.3, 0.999999} {
+		s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(7, 8))}
+		ref := s
+		ref.Rand = rand.New(rand.NewPCG(7, 8))
+		for i := range 40 {
+			got, want := s.Next(logits), referenceSorted(&ref, logits, order)
+			if got != want || math.IsInf(float64(logits[got]), -1) {
+				t.Fatalf("p=%v: draw %d is token %d (logit %v), the reference's %d", p, i, got, logits[got], want)
+			}
+		}
+	}
+}
+
 // TestTop compares Top with the first n of a full sort.
 func TestTop(t *testing.T) {
 	var s Sampler
