@@ -1031,10 +1031,8 @@ func band() {
 		pop := Mem{Base: tb, Index: bits, Scale: 8, Disp: popCounts} // the count of bits
 		CMPQ(count, limit)
 		JG(LabelRef("few" + sfx))
-		perm, off := YMM(), GP64()
-		MOVQ(bits, off)
-		SHLQ(U8(5), off)
-		VMOVDQU(Mem{Base: tb, Index: off, Scale: 1}, perm)
+		perm := YMM()
+		VPMOVZXBD(Mem{Base: tb, Index: bits, Scale: 8}, perm)
 		VPERMD(iv, perm, perm)
 		VMOVDQU(perm, Mem{Base: d, Index: count, Scale: 4})
 		ADDQ(pop, count)
@@ -1095,23 +1093,23 @@ func hsumInt(v VecVirtual) GPVirtual {
 }
 
 // compressTable holds, for each mask of eight lanes, the positions of its
-// set bits in order (then zeros): the permutation that packs those lanes;
-// and from popCounts on, each mask's number of set bits, eight bytes each
-// for an addition from memory (one table, one register for its address).
+// set bits in order (then zeros), a byte each: the permutation that packs
+// those lanes; and from popCounts on, each mask's number of set bits,
+// eight bytes each for an addition from memory (one table, one register
+// for its address).
 func compressTable() Mem {
 	if compressMem == nil {
 		m := GLOBL("compress", RODATA|NOPTR)
 		for mask := range 256 {
+			var perm uint64
 			k := 0
 			for lane := range 8 {
 				if mask>>lane&1 != 0 {
-					DATA(32*mask+4*k, U32(lane))
+					perm |= uint64(lane) << (8 * k)
 					k++
 				}
 			}
-			for j := k; j < 8; j++ {
-				DATA(32*mask+4*j, U32(0))
-			}
+			DATA(8*mask, U64(perm))
 		}
 		for mask := range 256 {
 			c := 0
@@ -1126,6 +1124,6 @@ func compressTable() Mem {
 }
 
 // popCounts is where compressTable's counts start.
-const popCounts = 256 * 32
+const popCounts = 256 * 8
 
 var compressMem *Mem
