@@ -47,6 +47,8 @@ type Sampler struct {
 	bx    []float32 // their logits
 	bw    []float32 // and weights
 	small []int32
+	last  lastRange
+	p64   []float64 // exact's weights, by token
 	est   estimate
 }
 
@@ -292,15 +294,27 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 // the nucleus.
 func (s *Sampler) wide(logits []float32, total float64, top, inv, span float32) int32 {
 	s.est.sample(logits, s.w, top, inv, span, total)
+	s.last.valid = false
 	e, sum, m := s.cross(logits, s.TopP*total, false)
 	if m <= exactNucleus {
 		// The candidates up to where frac of the total is reached, the
-		// margin covering the rounding.
+		// margin covering the rounding (most often from cross's range
+		// again).
 		e1, _, _ := s.cross(logits, min(s.TopP*(1+nucleusMargin), 1)*total, false)
-		n := len(logits)
+		n, inf := len(logits), float32(math.Inf(1))
 		ids := slices.Grow(s.ids[:0], n)[:n]
-		k, _, _ := vec.Band(ids, logits, s.w[:n], logits[e1], float32(math.Inf(1)))
 		s.ids = ids
+		var k int
+		if b := &s.last; b.valid && b.hi == inf && logits[e1] >= b.lo {
+			// cross's range held every token from its bottom up: they
+			// are among its tokens.
+			k, _, _ = vec.Band(ids, s.bx[:b.m], s.bw[:b.m], logits[e1], inf)
+			for j, i := range ids[:k] {
+				ids[j] = s.band[i]
+			}
+		} else {
+			k, _, _ = vec.Band(ids, logits, s.w[:n], logits[e1], inf)
+		}
 		return s.exact(logits, ids[:k], total, top)
 	}
 	u := s.Rand.Float64() * sum
@@ -326,37 +340,20 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	inf := float32(math.Inf(1))
 	n := len(logits)
 	w := s.w[:n]
-	lo, hi := s.est.bounds(need)
-	if missBounds != nil {
-		lo, hi = missBounds(lo, hi)
+	last := &s.last
+	if !last.valid || reached(last.weight) || !reached(last.weight+last.bandWeight) {
+		// The last call's range (if any) does not hold this token.
+		lo, hi, few := s.est.bounds(need)
+		if few { // few tokens rank above the range: take them in too
+			hi = inf
+		}
+		if missBounds != nil {
+			lo, hi = missBounds(lo, hi)
+		}
+		s.collect(logits, reached, lo, hi)
 	}
-	s.band = slices.Grow(s.band[:0], n)[:n]
-	var m, above int
-	var weight, bandWeight float64
-	var xs, ws []float32
-	for pass := 0; ; pass++ {
-		if pass == 3 { // the estimate and its two widenings missed (rounding): every token
-			lo, hi = -inf, inf
-		}
-		m, above, weight = vec.Band(s.band, logits, w, lo, hi)
-		xs = slices.Grow(s.bx[:0], m)[:m]
-		ws = slices.Grow(s.bw[:0], m)[:m]
-		for j, id := range s.band[:m] {
-			xs[j], ws[j] = logits[id], w[id]
-		}
-		s.bx, s.bw = xs, ws
-		_, _, bandWeight = vec.Band(nil, xs, ws, -inf, -inf) // all of them
-		switch {
-		case pass >= 3:
-		case hi < inf && reached(weight): // above the range
-			lo, hi = hi, inf
-			continue
-		case lo > -inf && !reached(weight+bandWeight): // below it
-			lo, hi = -inf, lo
-			continue
-		}
-		break
-	}
+	lo, hi, m, above, weight := last.lo, last.hi, last.m, last.above, last.weight
+	xs, ws := s.bx[:m], s.bw[:m]
 	if m == 0 {
 		panic("sample: no token has a logit that is not NaN") // nucleus excludes NaN before
 	}
@@ -394,13 +391,61 @@ func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, flo
 	}
 	if k == 0 { // rounding between the sums left the range empty: the band's tokens
 		ids, fb, cb = s.band[:m], weight, 0
+		s.last.valid = false // their order is rankCut's now
 	}
-	r := s.rankCut(logits, ids, need-fb, strict)
+	r := rankCut(s, logits, w, ids, need-fb, strict)
 	sum := fb
 	for _, id := range ids[:r] {
 		sum += float64(w[id])
 	}
 	return ids[r-1], sum, above + cb + r
+}
+
+// lastRange is what cross's last pass over the vocabulary found: the
+// tokens of [lo, hi) are s.band[:m], with their logits and weights in
+// s.bx and s.bw; above of them are at or above hi and weigh weight, the
+// range's weigh bandWeight.
+type lastRange struct {
+	valid              bool
+	lo, hi             float32
+	m, above           int
+	weight, bandWeight float64
+}
+
+// collect passes over the vocabulary with vec.Band for the tokens of
+// [lo, hi), copies their logits and weights side by side, and widens the
+// range when the token where reached turns true is not in it: above it
+// when reached already is at hi, below when not even at lo. It records
+// the range in s.last.
+func (s *Sampler) collect(logits []float32, reached func(float64) bool, lo, hi float32) {
+	inf := float32(math.Inf(1))
+	n := len(logits)
+	w := s.w[:n]
+	s.band = slices.Grow(s.band[:0], n)[:n]
+	for pass := 0; ; pass++ {
+		if pass == 3 { // the estimate and its two widenings missed (rounding): every token
+			lo, hi = -inf, inf
+		}
+		m, above, weight := vec.Band(s.band, logits, w, lo, hi)
+		xs := slices.Grow(s.bx[:0], m)[:m]
+		ws := slices.Grow(s.bw[:0], m)[:m]
+		for j, id := range s.band[:m] {
+			xs[j], ws[j] = logits[id], w[id]
+		}
+		s.bx, s.bw = xs, ws
+		_, _, bandWeight := vec.Band(nil, xs, ws, -inf, -inf) // all of them
+		s.last = lastRange{true, lo, hi, m, above, weight, bandWeight}
+		switch {
+		case pass >= 3:
+		case hi < inf && reached(weight): // above the range
+			lo, hi = hi, inf
+			continue
+		case lo > -inf && !reached(weight+bandWeight): // below it
+			lo, hi = -inf, lo
+			continue
+		}
+		return
+	}
 }
 
 // missBounds, when set (by a test), replaces the range of logits that
@@ -439,7 +484,7 @@ func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 	// than exactNucleus are in, wideNucleus takes over.
 	lo, end := 0, len(ids)
 	for end-lo > 64 && need > 0 && lo <= exactNucleus {
-		p, mass := s.partition(logits, ids[lo:end])
+		p, mass := partition(logits, s.w, ids[lo:end])
 		p += lo
 		if mass >= need {
 			end = p
@@ -459,9 +504,10 @@ func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 
 // exact draws from the nucleus as draw does after a sort, given the
 // candidates ids (which hold the nucleus) and the total weight: only the
-// candidates are sorted and weighed in float64, and should they fall
-// short of the nucleus (the rounding of the weights behind them), every
-// token is.
+// candidates are weighed in float64 and sorted (more than exactSort,
+// selected by rank: the same tokens but where a sum's rounding in another
+// order decides, about 10⁻¹⁶), and should they fall short of the nucleus
+// (the rounding of the weights behind them), every token is.
 func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32) int32 {
 	rank := func(a, b int32) int {
 		switch {
@@ -472,8 +518,31 @@ func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32
 		}
 		return 1
 	}
-	cand := s.sortByRank(logits, ids)
 	top := float64(hi)
+	if len(ids) > exactSort {
+		// Many candidates: their weights, in float64 as below, and two
+		// selections by rank instead of a sort, for the edge where the
+		// weights reach TopP of the total and for the drawn point.
+		p64 := slices.Grow(s.p64[:0], len(logits))[:len(logits)]
+		s.p64 = p64
+		var sum float64
+		for _, id := range ids {
+			p := math.Exp((float64(logits[id]) - top) / s.Temperature)
+			p64[id] = p
+			sum += p
+		}
+		if need := s.TopP * total; sum >= need {
+			k := rankCut(s, logits, p64, ids, need, false)
+			sum = 0
+			for _, id := range ids[:k] {
+				sum += p64[id]
+			}
+			u := s.Rand.Float64() * sum
+			return ids[rankCut(s, logits, p64, ids[:k], u, true)-1]
+		}
+		// The margin fell short: the walk below orders every token.
+	}
+	cand := s.sortByRank(logits, ids)
 	s.order, s.probs = s.order[:0], s.probs[:0]
 	var acc float64
 	for i := 0; i < len(logits); i++ {
@@ -499,6 +568,10 @@ func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32
 	return s.walk(len(s.order))
 }
 
+// exactSort is the most candidates that exact sorts; more are selected
+// by rank (rankCut), which costs less than a sort of thousands.
+const exactSort = 256
+
 // exactNucleus is the most candidates of a nucleus that nucleus sorts and
 // weighs exactly; a wider one (a flat distribution, as an untrained
 // model's) is drawn from the float32 weights by wideNucleus.
@@ -512,40 +585,41 @@ const exactNucleus = 4096
 // weights' rounding (about 1e-6) of the edge of a token or of the
 // nucleus.
 func (s *Sampler) wideNucleus(logits []float32, ids []int32, total float64) int32 {
-	k := s.rankCut(logits, ids, s.TopP*total, false)
+	k := rankCut(s, logits, s.w, ids, s.TopP*total, false)
 	var sum float64
 	for _, id := range ids[:k] {
 		sum += float64(s.w[id])
 	}
 	u := s.Rand.Float64() * sum
-	return ids[s.rankCut(logits, ids[:k], u, true)-1]
+	return ids[rankCut(s, logits, s.w, ids[:k], u, true)-1]
 }
 
-// rankCut returns the smallest k such that the weights of the k tokens
-// of ids ranking first sum to need or more (more than need if strict),
-// or len(ids) if none does; it reorders ids so that those k come first,
-// the k-th last of them.
-func (s *Sampler) rankCut(logits []float32, ids []int32, need float64, strict bool) int {
+// rankCut returns the smallest k such that the weights w[id] of the k
+// tokens of ids ranking first sum to need or more (more than need if
+// strict), or len(ids) if none does; it reorders ids so that those k come
+// first, the k-th last of them. w is indexed by token: s.w, or exact's
+// float64 weights.
+func rankCut[W float32 | float64](s *Sampler, logits []float32, w []W, ids []int32, need float64, strict bool) int {
 	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
 	lo, end := 0, len(ids)
 	for end-lo > 64 {
-		p, mass := s.partition(logits, ids[lo:end])
+		p, mass := partition(logits, w, ids[lo:end])
 		p += lo
 		if reached(mass) {
 			end = p
 			continue
 		}
 		need -= mass
-		if reached(float64(s.w[ids[p]])) {
+		if reached(float64(w[ids[p]])) {
 			return p + 1
 		}
-		need -= float64(s.w[ids[p]])
+		need -= float64(w[ids[p]])
 		lo = p + 1
 	}
 	s.sortByRank(logits, ids[lo:end])
 	var acc float64
 	for i := lo; i < end; i++ {
-		acc += float64(s.w[ids[i]])
+		acc += float64(w[ids[i]])
 		if reached(acc) {
 			return i + 1
 		}
@@ -585,8 +659,8 @@ func (s *Sampler) sortByRank(logits []float32, ids []int32) []int32 {
 
 // partition reorders ids around a pivot chosen among three: those
 // ranking before it first, then the pivot, then those after; it returns
-// the pivot's index and the weight of the tokens before it.
-func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
+// the pivot's index and the weight w[id] of the tokens before it.
+func partition[W float32 | float64](logits []float32, w []W, ids []int32) (int, float64) {
 	a, b, c := 0, len(ids)/2, len(ids)-1
 	if better(logits, ids[b], ids[a]) {
 		a, b = b, a
@@ -615,7 +689,7 @@ func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
 			b = 1
 		}
 		ids[i], ids[k] = ids[k], id
-		mass += float64(s.w[id]) * float64(b)
+		mass += float64(w[id]) * float64(b)
 		k += b
 	}
 	ids[k], ids[last] = ids[last], ids[k]
@@ -723,9 +797,10 @@ func (s *Sampler) Top(dst []int32, logits []float32, n int) []int32 {
 // buckets, with their squares for the sample's variance.
 type estimate struct {
 	w, q        [sampleBuckets]float64
-	sw, sq      float64 // the sums of w and q
-	total       float64 // the weight of all tokens
-	top, inv, c float32 // the largest logit, 1/T and buckets per unit of (l-top)/T
+	n           [sampleBuckets]int32 // the sampled tokens
+	sw, sq      float64              // the sums of w and q
+	total       float64              // the weight of all tokens
+	top, inv, c float32              // the largest logit, 1/T and buckets per unit of (l-top)/T
 }
 
 const (
@@ -739,6 +814,7 @@ const (
 func (e *estimate) sample(logits, w []float32, top, inv, span float32, total float64) {
 	clear(e.w[:])
 	clear(e.q[:])
+	clear(e.n[:])
 	e.total, e.top, e.inv, e.c = total, top, inv, sampleBuckets/span
 	for i := 0; i < len(logits); i += sampleStride {
 		b, f := sampleBuckets-1, -(logits[i]-top)*inv*e.c
@@ -748,6 +824,7 @@ func (e *estimate) sample(logits, w []float32, top, inv, span float32, total flo
 		x := float64(w[i])
 		e.w[b] += x
 		e.q[b] += x * x
+		e.n[b]++
 	}
 	e.sw, e.sq = 0, 0
 	for b := range e.w {
@@ -762,15 +839,18 @@ func (e *estimate) sample(logits, w []float32, top, inv, span float32, total flo
 // three standard deviations of the estimate and 2·10⁻⁴ of the total (a
 // miss costs cross another pass, not a wrong token). The estimate through
 // a bucket is the sample's weight up to it, or the total less the
-// sample's weight after it, whichever varies less.
-func (e *estimate) bounds(need float64) (lo, hi float32) {
+// sample's weight after it, whichever varies less. few reports that the
+// sample suggests at most exactNucleus tokens at or above lo.
+func (e *estimate) bounds(need float64) (lo, hi float32, few bool) {
 	const sd = 3
 	S := float64(sampleStride)
 	hiB, loB := -1, sampleBuckets-1
 	var hw, hq float64
+	count := 0 // the sampled tokens up to bucket b
 	for b := range sampleBuckets - 1 {
 		hw += e.w[b]
 		hq += e.q[b]
+		count += int(e.n[b])
 		est, v := S*hw, S*S*hq
 		if tv := S * S * (e.sq - hq); tv < v {
 			est, v = e.total-S*(e.sw-hw), tv
@@ -792,7 +872,7 @@ func (e *estimate) bounds(need float64) (lo, hi float32) {
 	if loB < sampleBuckets-1 {
 		lo = e.edge(loB)
 	}
-	return lo, hi
+	return lo, hi, count*sampleStride <= exactNucleus
 }
 
 // edge returns the logit at the lower edge of bucket b.
