@@ -46,10 +46,10 @@ type Sampler struct {
 	band  []int32   // the tokens of a range of logits, for cross
 	bx    []float32 // their logits
 	bw    []float32 // and weights
-	small []int32
-	last  lastRange
+	small []int32   // the few of them left by cross's halvings
+	last  lastRange // the range band holds
 	p64   []float64 // exact's weights, by token
-	est   estimate
+	est   estimate  // the sample that guesses cross's ranges
 }
 
 // New returns a Sampler drawing with rng.
