@@ -214,6 +214,69 @@ func TestWideNucleus(t *testing.T) {
 	}
 }
 
+// TestCrossMisses: when the range of logits that the sample suggests
+// misses the token sought (forced here: a range above it, below it, empty,
+// or reversed), the wider ranges that follow still give the reference's
+// tokens, for nuclei wide and narrow among many candidates.
+func TestCrossMisses(t *testing.T) {
+	defer func() { missBounds = nil }()
+	inf := float32(math.Inf(1))
+	misses := map[string]func(lo, hi float32) (float32, float32){
+		"above":    func(lo, hi float32) (float32, float32) { return 3, inf },
+		"below":    func(lo, hi float32) (float32, float32) { return -inf, -3 },
+		"empty":    func(lo, hi float32) (float32, float32) { return 0.1, 0.1 },
+		"reversed": func(lo, hi float32) (float32, float32) { return hi, lo },
+		"all":      func(lo, hi float32) (float32, float32) { return -inf, inf },
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	logits := make([]float32, 50257)
+	for i := range logits {
+		logits[i] = float32(0.5 * rng.NormFloat64())
+	}
+	order := sorted(logits)
+	for name, miss := range misses {
+		missBounds = miss
+		// T=1: a nucleus of tens of thousands; T=0.15: of about a thousand
+		// among more than fewCandidates candidates.
+		for _, temp := range []float64{1, 0.15} {
+			s := Sampler{Temperature: temp, TopP: 0.9, Rand: rand.New(rand.NewPCG(5, 6))}
+			ref := s
+			ref.Rand = rand.New(rand.NewPCG(5, 6))
+			for i := range 10 {
+				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+					t.Fatalf("%s, T=%v: draw %d is token %d, the reference's %d", name, temp, i, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestWideNucleusMasked: a flat distribution with masked tokens (logit
+// -Inf, weight 0), whose nucleus may reach them when p is 1 or nearly,
+// draws the reference's tokens and never a masked one.
+func TestWideNucleusMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	logits := make([]float32, 50257)
+	for i := range logits {
+		logits[i] = float32(0.3 * rng.NormFloat64())
+		if i%7 == 0 {
+			logits[i] = float32(math.Inf(-1))
+		}
+	}
+	order := sorted(logits)
+	for _, p := range []float64{0.3, 0.999999} {
+		s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(7, 8))}
+		ref := s
+		ref.Rand = rand.New(rand.NewPCG(7, 8))
+		for i := range 40 {
+			got, want := s.Next(logits), referenceSorted(&ref, logits, order)
+			if got != want || math.IsInf(float64(logits[got]), -1) {
+				t.Fatalf("p=%v: draw %d is token %d (logit %v), the reference's %d", p, i, got, logits[got], want)
+			}
+		}
+	}
+}
+
 // TestTop compares Top with the first n of a full sort.
 func TestTop(t *testing.T) {
 	var s Sampler

@@ -7,11 +7,15 @@
 // The cost follows what is asked, never a sort of the whole vocabulary:
 // greedy is an argmax; plain temperature sampling vectorized passes
 // (maximum, exponentials, sums of blocks) and a scan of one block; top-k
-// a partial selection of k tokens (a heap); the nucleus one pass adding
-// the weights of equal ranges of (l-max)/T, a walk over them to where
-// probability top p is reached, and a sort of the nucleus alone (or, for a
-// nucleus of thousands, of the tokens of two ranges). Top selects the n most likely tokens with
-// the heap, for logprobs.
+// a partial selection of k tokens (a heap); the nucleus a vectorized
+// pass that collects the tokens that can be in it and, when they are few,
+// a pass over them adding the weights of equal ranges of (l-max)/T, a
+// walk to where probability top p is reached, and a sort of the nucleus
+// alone; when they are many (a flat distribution), a sample of the tokens
+// that guesses the logits of the nucleus's edge and of the drawn point,
+// and for each a vectorized pass that collects the tokens near it, whose
+// range is halved until few are left to order. Top selects the n most
+// likely tokens with the heap, for logprobs.
 package sample
 
 import (
@@ -36,11 +40,16 @@ type Sampler struct {
 	ids   []int32
 	keys  []uint64
 	heap  []int32
-	z     []float32 // every token's (l-top)/T, for the nucleus
 	cand  []int32   // the nucleus's candidates
 	bk    []uint16  // their buckets
 	mass  []float64 // the buckets' weights
-	cnt   []int32   // and their tokens
+	band  []int32   // the tokens of a range of logits, for cross
+	bx    []float32 // their logits
+	bw    []float32 // and weights
+	small []int32   // the few of them left by cross's halvings
+	last  lastRange // the range band holds
+	p64   []float64 // exact's weights, by token
+	est   estimate  // the sample that guesses cross's ranges
 }
 
 // New returns a Sampler drawing with rng.
@@ -134,7 +143,8 @@ func (s *Sampler) walk(keep int) int32 {
 const block = 256
 
 // weights fills s.w with e^((l-top)/T) for every logit l, in float32
-// with vectorized exponentials, and s.sums with the sums of its blocks;
+// with vectorized exponentials, and s.sums with the sums of its blocks
+// (both in one pass);
 // it returns their total and top, the largest logit.
 func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	top = vec.Max(logits)
@@ -143,13 +153,10 @@ func (s *Sampler) weights(logits []float32) (total float64, top float32) {
 	// (l - top)/T ≤ 0 overflows only to -Inf, whose weight is 0; 1/T is
 	// kept finite, or 0·(1/T) would be NaN for the largest logit.
 	inv := float32(min(1/s.Temperature, math.MaxFloat32))
-	for i, l := range logits {
-		s.w[i] = (l - top) * inv
-	}
-	vec.Exp(s.w, s.w)
 	s.sums = s.sums[:0]
 	for lo := 0; lo < n; lo += block {
-		b := float64(vec.Sum(s.w[lo:min(lo+block, n)]))
+		hi := min(lo+block, n)
+		b := float64(vec.ExpScale(s.w[lo:hi], logits[lo:hi], top, inv))
 		s.sums = append(s.sums, b)
 		total += b
 	}
@@ -188,7 +195,7 @@ func (s *Sampler) plain(logits []float32) int32 {
 }
 
 // buckets is the number of equal ranges of (l-top)/T by which nucleus
-// groups the tokens, few enough to stay in the first-level cache.
+// groups the candidates, few enough to stay in the first-level cache.
 const buckets = 1024
 
 // zSpan is the widest range of (l-top)/T that nucleus's buckets cover:
@@ -196,17 +203,21 @@ const buckets = 1024
 // walked only if the nucleus reaches them (by nucleusBySelection).
 const zSpan = 32
 
+// fewCandidates is the most candidates (tokens that may be in the
+// nucleus) that nucleus groups in buckets; more, as a flat distribution
+// has, are left to wide.
+const fewCandidates = 4096
+
 // nucleus draws from the smallest set of most likely tokens of
 // probability TopP, as draw does after a sort of the whole vocabulary,
-// without that sort or a selection. Equal ranges of (l-top)/T, which
-// follow the tokens' rank, are the buckets of one pass over the weights
-// that adds their weights (float32, summed in float64). Walking them
-// finds the bucket of the nucleus's edge (with a margin, for the
-// rounding); a nucleus of at most exactNucleus tokens is sorted and
-// weighed exactly (exact), a wider one drawn from the float32 weights by
-// walking the buckets again to the drawn point and sorting only the
-// tokens of the edge's and the draw's buckets. Non-finite logits take
-// nucleusBySelection.
+// without that sort. Tokens of weight below a threshold cannot be in the
+// nucleus; the others, the candidates, are found by one vectorized pass
+// (vec.Band). When they are few, equal ranges of (l-top)/T, which follow
+// the tokens' rank, are the buckets of one pass over the candidates that
+// adds their weights (float32, summed in float64); walking them finds the
+// bucket of the nucleus's edge (with a margin, for the rounding), and the
+// candidates up to it are sorted and weighed exactly (exact). More
+// candidates are left to wide. Non-finite logits take nucleusBySelection.
 func (s *Sampler) nucleus(logits []float32) int32 {
 	n := len(logits)
 	total, top := s.weights(logits)
@@ -220,21 +231,27 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 	if math.IsInf(float64(top), 0) || top != top || !(span > 0) {
 		return s.nucleusBySelection(logits)
 	}
-	s.cand = slices.Grow(s.cand[:0], n)[:n]
-	cand, k, t32 := s.cand, 0, float32(t)
-	for i, x := range s.w[:n] {
-		cand[k] = int32(i)
-		if x >= t32 {
-			k++
+	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	// A few tokens tell when there are far too many candidates to
+	// collect (a flat distribution's).
+	heavy := 0
+	for i := 0; i < n; i += 128 {
+		if s.w[i] >= float32(t) {
+			heavy++
 		}
 	}
-	cand = cand[:k]
-	inv := float32(min(1/s.Temperature, math.MaxFloat32))
+	if heavy*128 > 4*fewCandidates {
+		return s.wide(logits, total, top, inv, span)
+	}
+	s.cand = slices.Grow(s.cand[:0], fewCandidates)[:fewCandidates]
+	k, _, _ := vec.Band(s.cand, s.w[:n], s.w[:n], float32(t), float32(math.Inf(1)))
+	if k > fewCandidates {
+		return s.wide(logits, total, top, inv, span)
+	}
+	cand := s.cand[:k]
 	c := buckets / span
 	mass := slices.Grow(s.mass[:0], buckets)[:buckets]
-	cnt := slices.Grow(s.cnt[:0], buckets)[:buckets]
 	clear(mass)
-	clear(cnt)
 	s.bk = slices.Grow(s.bk[:0], k)[:k]
 	w, bk := s.w[:n], s.bk[:k]
 	for j, id := range cand {
@@ -242,101 +259,202 @@ func (s *Sampler) nucleus(logits []float32) int32 {
 		b := min(int(-z*c), buckets-1)
 		bk[j] = uint16(b)
 		mass[b] += float64(w[id])
-		cnt[b]++
 	}
-	s.mass, s.cnt = mass, cnt
+	s.mass = mass
 	// The candidates: the buckets up to where frac of the total is
 	// reached, the margin covering the rounding.
-	edge, acc, count := buckets-1, 0.0, 0
+	edge, acc := buckets-1, 0.0
 	for b, m := range mass {
 		acc += m
-		count += int(cnt[b])
 		if acc >= frac*total {
 			edge = b
 			break
 		}
 	}
-	if count <= exactNucleus {
-		ids := slices.Grow(s.ids[:0], n)[:n]
-		m := 0
-		for j, b := range bk {
-			ids[m] = cand[j]
-			if int(b) <= edge {
-				m++
-			}
+	ids := slices.Grow(s.ids[:0], n)[:n]
+	m := 0
+	for j, b := range bk {
+		ids[m] = cand[j]
+		if int(b) <= edge {
+			m++
 		}
-		s.ids = ids
-		return s.exact(logits, ids[:m], total, top)
-	}
-	return s.wideBuckets(logits, total)
-}
-
-// wideBuckets draws from a nucleus of many tokens with the buckets of
-// nucleus: the bucket where the weights, in rank order, reach TopP of
-// total holds the nucleus's edge, found among its tokens sorted; the
-// buckets again, walked to the drawn point, give the bucket that holds
-// the drawn token, found among its tokens sorted. The token is the one
-// draw would give but where the draw falls within the weights' rounding
-// (about 1e-6) of the edge of a token or of the nucleus.
-func (s *Sampler) wideBuckets(logits []float32, total float64) int32 {
-	need := s.TopP * total
-	edge, before := -1, 0.0
-	for b, m := range s.mass {
-		if before+m >= need {
-			edge = b
-			break
-		}
-		before += m
-	}
-	if edge < 0 { // the nucleus reaches beyond the buckets' span
-		return s.nucleusBySelection(logits)
-	}
-	ids := s.gather(s.ids[:0], edge)
-	s.sortByRank(logits, ids)
-	k, sum := len(ids), before
-	for i, id := range ids {
-		sum += float64(s.w[id])
-		if sum >= need {
-			k = i + 1
-			break
-		}
-	}
-	u := s.Rand.Float64() * sum
-	d := edge
-	for b, m := range s.mass[:edge] {
-		if u < m {
-			d = b
-			break
-		}
-		u -= m
-	}
-	if d == edge {
-		ids = ids[:k]
-	} else {
-		ids = s.gather(ids[:0], d)
-		s.sortByRank(logits, ids)
 	}
 	s.ids = ids
-	for _, id := range ids {
-		x := float64(s.w[id])
-		if u < x {
-			return id
-		}
-		u -= x
-	}
-	return ids[len(ids)-1] // rounding between the two sums: the bucket's last token
+	return s.exact(logits, ids[:m], total, top)
 }
 
-// gather appends to dst the candidates of bucket b, in id order.
-func (s *Sampler) gather(dst []int32, b int) []int32 {
-	dst = slices.Grow(dst, int(s.cnt[b]))
-	for j, x := range s.bk {
-		if int(x) == b {
-			dst = append(dst, s.cand[j])
+// wide draws from a nucleus among many candidates (a flat distribution,
+// as an untrained model's). What the draw needs is two tokens: the edge,
+// where the weights in rank order reach TopP of the total, and the token
+// where the drawn point falls; cross finds each without ordering the
+// others. A nucleus of at most exactNucleus tokens is then sorted and
+// weighed exactly (exact); a wider one is drawn from the float32
+// weights: the token is the one draw would give but where the draw falls
+// within the weights' rounding (about 1e-6) of the edge of a token or of
+// the nucleus.
+func (s *Sampler) wide(logits []float32, total float64, top, inv, span float32) int32 {
+	s.est.sample(logits, s.w, top, inv, span, total)
+	s.last.valid = false
+	e, sum, m := s.cross(logits, s.TopP*total, false)
+	if m <= exactNucleus {
+		// The candidates up to where frac of the total is reached, the
+		// margin covering the rounding (most often from cross's range
+		// again).
+		e1, _, _ := s.cross(logits, min(s.TopP*(1+nucleusMargin), 1)*total, false)
+		n, inf := len(logits), float32(math.Inf(1))
+		ids := slices.Grow(s.ids[:0], n)[:n]
+		s.ids = ids
+		var k int
+		if b := &s.last; b.valid && b.hi == inf && logits[e1] >= b.lo {
+			// cross's range held every token from its bottom up: they
+			// are among its tokens.
+			k, _, _ = vec.Band(ids, s.bx[:b.m], s.bw[:b.m], logits[e1], inf)
+			for j, i := range ids[:k] {
+				ids[j] = s.band[i]
+			}
+		} else {
+			k, _, _ = vec.Band(ids, logits, s.w[:n], logits[e1], inf)
+		}
+		return s.exact(logits, ids[:k], total, top)
+	}
+	u := s.Rand.Float64() * sum
+	d, _, _ := s.cross(logits, u, true)
+	if better(logits, e, d) { // rounding between the sums: the edge
+		return e
+	}
+	return d
+}
+
+// cross returns the token at which the weights, added in rank order,
+// reach need (pass it, if strict), with the sum of the weights through it
+// and the number of tokens through it. The estimate of the weights'
+// distribution gives a range of logits that should hold that token; one
+// vectorized pass (vec.Band) checks it, with the exact weight of the
+// tokens above it, and collects the tokens in it (a wider range follows
+// if the estimate missed). Their logits and weights, copied side by side,
+// are halved by value with more such passes, each over them alone, until
+// at most crossFew are left; a selection (rankCut) finds the token among
+// those.
+func (s *Sampler) cross(logits []float32, need float64, strict bool) (int32, float64, int) {
+	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
+	inf := float32(math.Inf(1))
+	n := len(logits)
+	w := s.w[:n]
+	last := &s.last
+	if !last.valid || reached(last.weight) || !reached(last.weight+last.bandWeight) {
+		// The last call's range (if any) does not hold this token.
+		lo, hi, few := s.est.bounds(need)
+		if few { // few tokens rank above the range: take them in too
+			hi = inf
+		}
+		if missBounds != nil {
+			lo, hi = missBounds(lo, hi)
+		}
+		s.collect(logits, reached, lo, hi)
+	}
+	lo, hi, m, above, weight := last.lo, last.hi, last.m, last.above, last.weight
+	xs, ws := s.bx[:m], s.bw[:m]
+	if m == 0 {
+		panic("sample: no token has a logit that is not NaN") // nucleus excludes NaN before
+	}
+	// Halve [a, b) while it holds more than crossFew: the tokens at or
+	// above b weigh fb (those above the range included), count cb of the
+	// range's.
+	a, b := lo, hi
+	if a == -inf {
+		a = xs[0]
+		for _, x := range xs {
+			a = min(a, x)
 		}
 	}
-	return dst
+	if b == inf {
+		b = math.Nextafter32(vec.Max(xs), inf)
+	}
+	fb, cb, count := weight, 0, m
+	for count > crossFew {
+		mid := float32(float64(a)/2 + float64(b)/2)
+		if !(a < mid && mid < b) {
+			break // ties: no value between a and b
+		}
+		_, c, wm := vec.Band(nil, xs, ws, mid, mid)
+		if reached(weight + wm) {
+			count, a = c-cb, mid
+		} else {
+			count, b, fb, cb = count-(c-cb), mid, weight+wm, c
+		}
+	}
+	s.small = slices.Grow(s.small[:0], count)[:count]
+	k, _, _ := vec.Band(s.small, xs, ws, a, b)
+	ids := s.small[:k]
+	for j, i := range ids {
+		ids[j] = s.band[i]
+	}
+	if k == 0 { // rounding between the sums left the range empty: the band's tokens
+		ids, fb, cb = s.band[:m], weight, 0
+		s.last.valid = false // their order is rankCut's now
+	}
+	r := rankCut(s, logits, w, ids, need-fb, strict)
+	sum := fb
+	for _, id := range ids[:r] {
+		sum += float64(w[id])
+	}
+	return ids[r-1], sum, above + cb + r
 }
+
+// lastRange is what cross's last pass over the vocabulary found: the
+// tokens of [lo, hi) are s.band[:m], with their logits and weights in
+// s.bx and s.bw; above of them are at or above hi and weigh weight, the
+// range's weigh bandWeight.
+type lastRange struct {
+	valid              bool
+	lo, hi             float32
+	m, above           int
+	weight, bandWeight float64
+}
+
+// collect passes over the vocabulary with vec.Band for the tokens of
+// [lo, hi), copies their logits and weights side by side, and widens the
+// range when the token where reached turns true is not in it: above it
+// when reached already is at hi, below when not even at lo. It records
+// the range in s.last.
+func (s *Sampler) collect(logits []float32, reached func(float64) bool, lo, hi float32) {
+	inf := float32(math.Inf(1))
+	n := len(logits)
+	w := s.w[:n]
+	s.band = slices.Grow(s.band[:0], n)[:n]
+	for pass := 0; ; pass++ {
+		if pass == 3 { // the estimate and its two widenings missed (rounding): every token
+			lo, hi = -inf, inf
+		}
+		m, above, weight := vec.Band(s.band, logits, w, lo, hi)
+		xs := slices.Grow(s.bx[:0], m)[:m]
+		ws := slices.Grow(s.bw[:0], m)[:m]
+		for j, id := range s.band[:m] {
+			xs[j], ws[j] = logits[id], w[id]
+		}
+		s.bx, s.bw = xs, ws
+		_, _, bandWeight := vec.Band(nil, xs, ws, -inf, -inf) // all of them
+		s.last = lastRange{true, lo, hi, m, above, weight, bandWeight}
+		switch {
+		case pass >= 3:
+		case hi < inf && reached(weight): // above the range
+			lo, hi = hi, inf
+			continue
+		case lo > -inf && !reached(weight+bandWeight): // below it
+			lo, hi = -inf, lo
+			continue
+		}
+		return
+	}
+}
+
+// missBounds, when set (by a test), replaces the range of logits that
+// cross checks first, so that the widenings that follow a missed estimate
+// are tried.
+var missBounds func(lo, hi float32) (float32, float32)
+
+// crossFew is how many tokens cross leaves to rankCut.
+const crossFew = 64
 
 // nucleusBySelection draws from the smallest set of most likely tokens of
 // probability TopP, as draw does after a sort of the whole vocabulary,
@@ -366,7 +484,7 @@ func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 	// than exactNucleus are in, wideNucleus takes over.
 	lo, end := 0, len(ids)
 	for end-lo > 64 && need > 0 && lo <= exactNucleus {
-		p, mass := s.partition(logits, ids[lo:end])
+		p, mass := partition(logits, s.w, ids[lo:end])
 		p += lo
 		if mass >= need {
 			end = p
@@ -386,9 +504,10 @@ func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 
 // exact draws from the nucleus as draw does after a sort, given the
 // candidates ids (which hold the nucleus) and the total weight: only the
-// candidates are sorted and weighed in float64, and should they fall
-// short of the nucleus (the rounding of the weights behind them), every
-// token is.
+// candidates are weighed in float64 and sorted (more than exactSort,
+// selected by rank: the same tokens but where a sum's rounding in another
+// order decides, about 10⁻¹⁶), and should they fall short of the nucleus
+// (the rounding of the weights behind them), every token is.
 func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32) int32 {
 	rank := func(a, b int32) int {
 		switch {
@@ -399,8 +518,31 @@ func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32
 		}
 		return 1
 	}
-	cand := s.sortByRank(logits, ids)
 	top := float64(hi)
+	if len(ids) > exactSort {
+		// Many candidates: their weights, in float64 as below, and two
+		// selections by rank instead of a sort, for the edge where the
+		// weights reach TopP of the total and for the drawn point.
+		p64 := slices.Grow(s.p64[:0], len(logits))[:len(logits)]
+		s.p64 = p64
+		var sum float64
+		for _, id := range ids {
+			p := math.Exp((float64(logits[id]) - top) / s.Temperature)
+			p64[id] = p
+			sum += p
+		}
+		if need := s.TopP * total; sum >= need {
+			k := rankCut(s, logits, p64, ids, need, false)
+			sum = 0
+			for _, id := range ids[:k] {
+				sum += p64[id]
+			}
+			u := s.Rand.Float64() * sum
+			return ids[rankCut(s, logits, p64, ids[:k], u, true)-1]
+		}
+		// The margin fell short: the walk below orders every token.
+	}
+	cand := s.sortByRank(logits, ids)
 	s.order, s.probs = s.order[:0], s.probs[:0]
 	var acc float64
 	for i := 0; i < len(logits); i++ {
@@ -426,6 +568,10 @@ func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32
 	return s.walk(len(s.order))
 }
 
+// exactSort is the most candidates that exact sorts; more are selected
+// by rank (rankCut), which costs less than a sort of thousands.
+const exactSort = 256
+
 // exactNucleus is the most candidates of a nucleus that nucleus sorts and
 // weighs exactly; a wider one (a flat distribution, as an untrained
 // model's) is drawn from the float32 weights by wideNucleus.
@@ -439,40 +585,41 @@ const exactNucleus = 4096
 // weights' rounding (about 1e-6) of the edge of a token or of the
 // nucleus.
 func (s *Sampler) wideNucleus(logits []float32, ids []int32, total float64) int32 {
-	k := s.rankCut(logits, ids, s.TopP*total, false)
+	k := rankCut(s, logits, s.w, ids, s.TopP*total, false)
 	var sum float64
 	for _, id := range ids[:k] {
 		sum += float64(s.w[id])
 	}
 	u := s.Rand.Float64() * sum
-	return ids[s.rankCut(logits, ids[:k], u, true)-1]
+	return ids[rankCut(s, logits, s.w, ids[:k], u, true)-1]
 }
 
-// rankCut returns the smallest k such that the weights of the k tokens
-// of ids ranking first sum to need or more (more than need if strict),
-// or len(ids) if none does; it reorders ids so that those k come first,
-// the k-th last of them.
-func (s *Sampler) rankCut(logits []float32, ids []int32, need float64, strict bool) int {
+// rankCut returns the smallest k such that the weights w[id] of the k
+// tokens of ids ranking first sum to need or more (more than need if
+// strict), or len(ids) if none does; it reorders ids so that those k come
+// first, the k-th last of them. w is indexed by token: s.w, or exact's
+// float64 weights.
+func rankCut[W float32 | float64](s *Sampler, logits []float32, w []W, ids []int32, need float64, strict bool) int {
 	reached := func(acc float64) bool { return acc > need || !strict && acc == need }
 	lo, end := 0, len(ids)
 	for end-lo > 64 {
-		p, mass := s.partition(logits, ids[lo:end])
+		p, mass := partition(logits, w, ids[lo:end])
 		p += lo
 		if reached(mass) {
 			end = p
 			continue
 		}
 		need -= mass
-		if reached(float64(s.w[ids[p]])) {
+		if reached(float64(w[ids[p]])) {
 			return p + 1
 		}
-		need -= float64(s.w[ids[p]])
+		need -= float64(w[ids[p]])
 		lo = p + 1
 	}
 	s.sortByRank(logits, ids[lo:end])
 	var acc float64
 	for i := lo; i < end; i++ {
-		acc += float64(s.w[ids[i]])
+		acc += float64(w[ids[i]])
 		if reached(acc) {
 			return i + 1
 		}
@@ -512,8 +659,8 @@ func (s *Sampler) sortByRank(logits []float32, ids []int32) []int32 {
 
 // partition reorders ids around a pivot chosen among three: those
 // ranking before it first, then the pivot, then those after; it returns
-// the pivot's index and the weight of the tokens before it.
-func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
+// the pivot's index and the weight w[id] of the tokens before it.
+func partition[W float32 | float64](logits []float32, w []W, ids []int32) (int, float64) {
 	a, b, c := 0, len(ids)/2, len(ids)-1
 	if better(logits, ids[b], ids[a]) {
 		a, b = b, a
@@ -542,7 +689,7 @@ func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
 			b = 1
 		}
 		ids[i], ids[k] = ids[k], id
-		mass += float64(s.w[id]) * float64(b)
+		mass += float64(w[id]) * float64(b)
 		k += b
 	}
 	ids[k], ids[last] = ids[last], ids[k]
@@ -554,6 +701,10 @@ func (s *Sampler) partition(logits []float32, ids []int32) (int, float64) {
 func better(logits []float32, a, b int32) bool {
 	return logits[a] > logits[b] || logits[a] == logits[b] && a < b
 }
+
+// topChunk is how many logits top skips at once when their maximum is
+// below the heap's root.
+const topChunk = 256
 
 // top appends to dst the k tokens that rank first among those ranking
 // after token below (all tokens if below is -1), best first, and returns
@@ -569,48 +720,57 @@ func (s *Sampler) top(dst []int32, logits []float32, k int, below int32) []int32
 		bl = logits[below]
 	}
 	thr := float32(math.Inf(-1)) // the root's logit once the heap is full
-	for i, l := range logits {
-		if l < thr || l > bl {
+	for lo := 0; lo < len(logits); lo += topChunk {
+		chunk := logits[lo:min(lo+topChunk, len(logits))]
+		if len(h) == k && vec.Max(chunk) < thr {
+			// Nothing at or above the root, as most chunks once the heap
+			// holds good tokens: a vectorized maximum instead of a
+			// comparison each.
 			continue
 		}
-		id := int32(i)
-		if l == bl && id <= below {
-			continue // ranks before below, or is it
-		}
-		if len(h) < k {
-			h = append(h, id)
-			for c := len(h) - 1; c > 0; { // sift up
-				p := (c - 1) / 2
+		for j, l := range chunk {
+			if l < thr || l > bl {
+				continue
+			}
+			id := int32(lo + j)
+			if l == bl && id <= below {
+				continue // ranks before below, or is it
+			}
+			if len(h) < k {
+				h = append(h, id)
+				for c := len(h) - 1; c > 0; { // sift up
+					p := (c - 1) / 2
+					if !better(logits, h[p], h[c]) {
+						break
+					}
+					h[p], h[c] = h[c], h[p]
+					c = p
+				}
+				if len(h) == k {
+					thr = logits[h[0]]
+				}
+				continue
+			}
+			if !better(logits, id, h[0]) {
+				continue
+			}
+			h[0] = id
+			for p := 0; ; { // sift down
+				c := 2*p + 1
+				if c >= len(h) {
+					break
+				}
+				if c+1 < len(h) && better(logits, h[c], h[c+1]) {
+					c++
+				}
 				if !better(logits, h[p], h[c]) {
 					break
 				}
 				h[p], h[c] = h[c], h[p]
-				c = p
+				p = c
 			}
-			if len(h) == k {
-				thr = logits[h[0]]
-			}
-			continue
+			thr = logits[h[0]]
 		}
-		if !better(logits, id, h[0]) {
-			continue
-		}
-		h[0] = id
-		for p := 0; ; { // sift down
-			c := 2*p + 1
-			if c >= len(h) {
-				break
-			}
-			if c+1 < len(h) && better(logits, h[c], h[c+1]) {
-				c++
-			}
-			if !better(logits, h[p], h[c]) {
-				break
-			}
-			h[p], h[c] = h[c], h[p]
-			p = c
-		}
-		thr = logits[h[0]]
 	}
 	slices.SortFunc(h, func(a, b int32) int {
 		switch {
@@ -629,4 +789,93 @@ func (s *Sampler) top(dst []int32, logits []float32, k int, below int32) []int32
 // by id), and returns the extended slice; s's scratch is reused.
 func (s *Sampler) Top(dst []int32, logits []float32, n int) []int32 {
 	return s.top(dst, logits, min(n, len(logits)), -1)
+}
+
+// estimate is the distribution of the weights over the logits, as a
+// sample of the tokens (one in sampleStride) shows it: their weights
+// added in sampleBuckets equal ranges of (l-top)/T, as nucleus's
+// buckets, with their squares for the sample's variance.
+type estimate struct {
+	w, q        [sampleBuckets]float64
+	n           [sampleBuckets]int32 // the sampled tokens
+	sw, sq      float64              // the sums of w and q
+	total       float64              // the weight of all tokens
+	top, inv, c float32              // the largest logit, 1/T and buckets per unit of (l-top)/T
+}
+
+const (
+	sampleStride  = 32
+	sampleBuckets = 256
+)
+
+// sample fills e from the logits and their weights w; total is the sum
+// of w, top the largest logit, inv 1/T, and the buckets span (l-top)/T
+// from 0 to -span (the last holding all below).
+func (e *estimate) sample(logits, w []float32, top, inv, span float32, total float64) {
+	clear(e.w[:])
+	clear(e.q[:])
+	clear(e.n[:])
+	e.total, e.top, e.inv, e.c = total, top, inv, sampleBuckets/span
+	for i := 0; i < len(logits); i += sampleStride {
+		b, f := sampleBuckets-1, -(logits[i]-top)*inv*e.c
+		if f < sampleBuckets-1 { // not -Inf's +Inf
+			b = int(f)
+		}
+		x := float64(w[i])
+		e.w[b] += x
+		e.q[b] += x * x
+		e.n[b]++
+	}
+	e.sw, e.sq = 0, 0
+	for b := range e.w {
+		e.sw += e.w[b]
+		e.sq += e.q[b]
+	}
+}
+
+// bounds returns a range of logits [lo, hi) that should hold the token
+// where the weights in rank order reach need: the boundaries of buckets
+// where the sample's estimate of that sum is below need, or above it, by
+// three standard deviations of the estimate and 2·10⁻⁴ of the total (a
+// miss costs cross another pass, not a wrong token). The estimate through
+// a bucket is the sample's weight up to it, or the total less the
+// sample's weight after it, whichever varies less. few reports that the
+// sample suggests at most exactNucleus tokens at or above lo.
+func (e *estimate) bounds(need float64) (lo, hi float32, few bool) {
+	const sd = 3
+	S := float64(sampleStride)
+	hiB, loB := -1, sampleBuckets-1
+	var hw, hq float64
+	count := 0 // the sampled tokens up to bucket b
+	for b := range sampleBuckets - 1 {
+		hw += e.w[b]
+		hq += e.q[b]
+		count += int(e.n[b])
+		est, v := S*hw, S*S*hq
+		if tv := S * S * (e.sq - hq); tv < v {
+			est, v = e.total-S*(e.sw-hw), tv
+		}
+		d := sd*math.Sqrt(v) + 2e-4*e.total
+		if est+d < need {
+			hiB = b
+		}
+		if est-d >= need {
+			loB = b
+			break
+		}
+	}
+	inf := float32(math.Inf(1))
+	lo, hi = -inf, inf
+	if hiB >= 0 {
+		hi = e.edge(hiB)
+	}
+	if loB < sampleBuckets-1 {
+		lo = e.edge(loB)
+	}
+	return lo, hi, count*sampleStride <= exactNucleus
+}
+
+// edge returns the logit at the lower edge of bucket b.
+func (e *estimate) edge(b int) float32 {
+	return e.top - float32(b+1)/e.c/e.inv
 }

@@ -54,3 +54,26 @@ func ExampleGELU() {
 	// [-0.0036 -0.1588 0.0000 0.8412 2.9964]
 	// [-0.0116 -0.0830 0.5000 1.0830 1.0116]
 }
+
+// The weights of softmax(logits/T) at T = 0.5 and their total, from the
+// largest logit.
+func ExampleExpScale() {
+	logits := []float32{1, 3, 2, 3}
+	w := make([]float32, len(logits))
+	total := vec.ExpScale(w, logits, vec.Max(logits), 1/0.5)
+	fmt.Printf("%.4f %.3f\n", w, total)
+	// Output:
+	// [0.0183 1.0000 0.1353 1.0000] 2.154
+}
+
+// A look at the tokens near a cut by value: those with logits in [0, 2),
+// and the count and weight of those at or above 2.
+func ExampleBand() {
+	logits := []float32{2.5, -1, 0.5, 1.5, 3, 0}
+	weights := []float32{0.5, 0.01, 0.05, 0.2, 1, 0.02}
+	in := make([]int32, len(logits))
+	n, above, weight := vec.Band(in, logits, weights, 0, 2)
+	fmt.Println(in[:n], above, weight)
+	// Output:
+	// [2 3 5] 2 1.5
+}

@@ -402,3 +402,35 @@ const (
 	tanhQ3    = 0.020639088
 	tanhQ4    = -0.00570498733
 )
+
+// expScaleGeneric sets dst[i] = e^((src[i]-m)·s) and returns their sum.
+func expScaleGeneric(dst, src []float32, m, s float32) float32 {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = (v - m) * s
+	}
+	expInto(dst, dst)
+	return sumGeneric(dst)
+}
+
+// bandGeneric is Band. The weights above hi are added as bandAVX2 adds
+// them, element i into lane i mod 8, the lanes i and i+4 together, then
+// (0+2) + (1+3): the same bits.
+func bandGeneric(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {
+	w = w[:len(x)]
+	var acc [8]float64
+	for i, v := range x {
+		switch {
+		case v >= hi:
+			above++
+			acc[i&7] += float64(w[i])
+		case v >= lo:
+			if n < len(dst) {
+				dst[n] = int32(i)
+			}
+			n++
+		}
+	}
+	s0, s1, s2, s3 := acc[0]+acc[4], acc[1]+acc[5], acc[2]+acc[6], acc[3]+acc[7]
+	return n, above, (s0 + s2) + (s1 + s3)
+}

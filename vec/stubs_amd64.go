@@ -79,6 +79,16 @@ func sumDevAVX2(x []float32, mu float32) (s float32, q float32)
 //go:noescape
 func mulSubAVX2(dst []float32, a []float32, b []float32, c float32)
 
+// expScaleAVX2 sets dst[i] = e^((src[i]-m)·s) and returns their sum as sumAVX2 adds them, with AVX2 and FMA; len(src) ≥ len(dst).
+//
+//go:noescape
+func expScaleAVX2(dst []float32, src []float32, m float32, s float32) float32
+
+// bandAVX2 writes to dst the indices of the elements of x in [lo, hi), as many as fit, counts them, and counts and adds (in float64) the weights w[i] of those at or above hi, with AVX2; len(w) ≥ len(x).
+//
+//go:noescape
+func bandAVX2(dst []int32, x []float32, w []float32, lo float32, hi float32) (n int, above int, weight float64)
+
 // normAffineAVX2 computes dst[i] = (x[i]-mu)·rstd·gain[i] + bias[i] with AVX2 and FMA.
 //
 //go:noescape

@@ -89,6 +89,32 @@ func Exp(dst, src []float32) {
 	exp(dst, src)
 }
 
+// ExpScale computes dst[i] = e^((src[i]-m)·s), the difference and the
+// product rounded to float32 before Exp's exponential, so that it equals
+// Exp of the scaled values bit for bit, and returns their sum, the same
+// bits as Sum(dst); dst may alias src. With m the maximum of src and
+// s = 1/T, these are the weights of softmax(src/T) and their total.
+func ExpScale(dst, src []float32, m, s float32) float32 {
+	if len(dst) != len(src) {
+		panic2("ExpScale", "dst", len(dst), "src", len(src))
+	}
+	return expScale(dst, src, m, s)
+}
+
+// Band splits the elements of x in three ranges, for a selection by value
+// that needs to look at few of them: it writes to dst the indices i, in
+// order, of the elements in [lo, hi), as many as dst holds (the rest of
+// dst may be overwritten), and returns how many there are, n; of the elements at or above hi it returns the
+// count and the sum of their weights w[i], added in float64 (which every
+// path adds in the same order, so that the sum is the same bits on every
+// path). NaN is in no range. len(x) must be below 2³¹.
+func Band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {
+	if len(x) != len(w) {
+		panic2("Band", "x", len(x), "w", len(w))
+	}
+	return band(dst, x, w, lo, hi)
+}
+
 // Tanh computes dst[i] = tanh(src[i]); dst may alias src. The relative error
 // is below 3e-7; tanh(±Inf) = ±1.
 func Tanh(dst, src []float32) {

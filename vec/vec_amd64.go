@@ -168,3 +168,17 @@ func mulSub(dst, a, b []float32, c float32) {
 	}
 	mulSubGeneric(dst, a, b, c)
 }
+
+func expScale(dst, src []float32, m, s float32) float32 {
+	if use >= implAVX2 {
+		return expScaleAVX2(dst, src, m, s)
+	}
+	return expScaleGeneric(dst, src, m, s)
+}
+
+func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {
+	if use >= implAVX2 {
+		return bandAVX2(dst, x, w, lo, hi)
+	}
+	return bandGeneric(dst, x, w, lo, hi)
+}

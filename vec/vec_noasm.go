@@ -34,3 +34,9 @@ func layerNormDx(dx, x, gain, dy []float32, mu, rstd, a, b float32) {
 }
 
 func mulSub(dst, a, b []float32, c float32) { mulSubGeneric(dst, a, b, c) }
+
+func expScale(dst, src []float32, m, s float32) float32 { return expScaleGeneric(dst, src, m, s) }
+
+func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {
+	return bandGeneric(dst, x, w, lo, hi)
+}

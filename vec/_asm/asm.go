@@ -37,6 +37,8 @@ func main() {
 	expSubSum(false)
 	sumDev()
 	mulSub()
+	expScale()
+	band()
 	normAffine()
 	layerNormReduce()
 	layerNormDx()
@@ -164,6 +166,15 @@ func loop(n Register, ptrs []Register, unroll int, body func(k int), tail func(m
 // paramAddr returns the stack slot of a scalar argument.
 func paramAddr(name string) Mem {
 	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+// lenAddr returns the stack slot of a slice argument's length.
+func lenAddr(name string) Mem {
+	b, err := Param(name).Len().Resolve()
 	if err != nil {
 		panic(err)
 	}
@@ -912,3 +923,207 @@ func mulSub() {
 	VZEROUPPER()
 	RET()
 }
+
+// expScale emits expScaleAVX2: the exponentials of (src[i]-m)·s, the
+// subtraction and the product each rounded as in Go, so that the result
+// is Exp's of the scaled value bit for bit, and their sum, added in the
+// order of sumAVX2 (four accumulators for four vectors at a time, one
+// vector at a time into the first, the tail into the second), so that it
+// is Sum's of the result bit for bit. The four vectors are computed two
+// at a time, for the registers.
+func expScale() {
+	TEXT("expScaleAVX2", NOSPLIT, "func(dst, src []float32, m, s float32) float32")
+	Pragma("noescape")
+	Doc("expScaleAVX2 sets dst[i] = e^((src[i]-m)·s) and returns their sum as sumAVX2 adds them, with AVX2 and FMA; len(src) ≥ len(dst).")
+	dst, src := ptr("dst"), ptr("src")
+	n := Load(Param("dst").Len(), GP64())
+	m, s := scalarParam("m"), scalarParam("s")
+	acc := regs(4)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	loop(n, bases(dst, src), 4, func(k int) {
+		for j0 := 0; j0 < k; j0 += 2 {
+			xs := regs(min(2, k-j0))
+			for j := range xs {
+				VMOVUPS(src.Offset(32*(j0+j)), xs[j])
+				VSUBPS(m, xs[j], xs[j])
+				VMULPS(s, xs[j], xs[j])
+			}
+			for j, e := range expv(xs) {
+				VMOVUPS(e, dst.Offset(32*(j0+j)))
+				VADDPS(e, acc[j0+j], acc[j0+j])
+			}
+		}
+	}, func(mk VecVirtual) {
+		xv := YMM()
+		VMASKMOVPS(src, mk, xv)
+		VSUBPS(m, xv, xv)
+		VMULPS(s, xv, xv)
+		e := expv([]VecVirtual{xv})[0]
+		VMASKMOVPS(e, mk, dst)
+		VANDPS(mk, e, e) // the masked-off lanes hold e^(-m·s); sumAVX2 loads zeros there
+		VADDPS(e, acc[1], acc[1])
+	})
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	Store(hsum(acc[0]), ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// band emits bandAVX2. Each vector compares x with hi and lo: the lanes
+// at or above hi add their weights, widened to float64, into two vectors
+// of four lanes (element i into lane i mod 8, as bandGeneric adds them),
+// and are counted in eight integer lanes; the indices of the lanes in the
+// band are packed by a permutation from a table and stored at once while
+// dst has room for eight more, without a branch on the data (a band's
+// lanes come at random), then written one by one while it has room for
+// any, and counted from a table of bit counts throughout. The loop takes
+// two vectors at a time.
+func band() {
+	TEXT("bandAVX2", NOSPLIT, "func(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64)")
+	Pragma("noescape")
+	Doc("bandAVX2 writes to dst the indices of the elements of x in [lo, hi), as many as fit, counts them, and counts and adds (in float64) the weights w[i] of those at or above hi, with AVX2; len(w) ≥ len(x).")
+	d := Load(Param("dst").Base(), GP64())
+	room := lenAddr("dst") // in memory: the registers are all taken
+	x, w := ptr("x"), ptr("w")
+	n := Load(Param("x").Len(), GP64())
+	lo, hi := scalarParam("lo"), scalarParam("hi")
+	acc0, acc1, cntAbove, iv := YMM(), YMM(), YMM(), YMM()
+	for _, a := range []VecVirtual{acc0, acc1, cntAbove} {
+		VXORPS(a, a, a)
+	}
+	VMOVDQU(iota(), iv) // the indices of the vector's elements
+	tb := GP64()
+	LEAQ(compressTable(), tb)
+	count, limit := GP64(), GP64()
+	XORQ(count, count)
+	MOVQ(room, limit)
+	SUBQ(U8(8), limit) // room for eight more while count ≤ limit
+	step := func(mk VecVirtual, j int, sfx string) {
+		xv, wv, ge, in := YMM(), YMM(), YMM(), YMM()
+		if mk == nil {
+			VMOVUPS(x.Offset(32*j), xv)
+			VMOVUPS(w.Offset(32*j), wv)
+		} else {
+			VMASKMOVPS(x, mk, xv)
+			VMASKMOVPS(w, mk, wv)
+		}
+		VCMPPS(U8(0x1d), hi, xv, ge) // x ≥ hi, false for NaN
+		VCMPPS(U8(0x1d), lo, xv, in) // x ≥ lo
+		VANDNPS(in, ge, in)          // lo ≤ x < hi
+		if mk != nil {
+			VANDPS(mk, ge, ge)
+			VANDPS(mk, in, in)
+		}
+		VPSUBD(ge, cntAbove, cntAbove) // a true lane is -1
+		VANDPS(ge, wv, wv)
+		l, h, hx := YMM(), YMM(), XMM()
+		VCVTPS2PD(wv.AsX(), l)
+		VEXTRACTF128(U8(1), wv, hx)
+		VCVTPS2PD(hx, h)
+		VADDPD(l, acc0, acc0)
+		VADDPD(h, acc1, acc1)
+		bits := GP64()
+		VMOVMSKPS(in, bits.As32())
+		pop := Mem{Base: tb, Index: bits, Scale: 8, Disp: popCounts} // the count of bits
+		CMPQ(count, limit)
+		JG(LabelRef("few" + sfx))
+		perm := YMM()
+		VPMOVZXBD(Mem{Base: tb, Index: bits, Scale: 8}, perm)
+		VPERMD(iv, perm, perm)
+		VMOVDQU(perm, Mem{Base: d, Index: count, Scale: 4})
+		ADDQ(pop, count)
+		JMP(LabelRef("next" + sfx))
+		Label("few" + sfx)
+		at := GP64()
+		MOVQ(count, at)
+		ADDQ(pop, count)
+		TESTL(bits.As32(), bits.As32())
+		JZ(LabelRef("next" + sfx))
+		base := GP64() // the index of the vector's first element
+		VMOVD(iv.AsX(), base.As32())
+		Label("bit" + sfx)
+		CMPQ(room, at)
+		JBE(LabelRef("next" + sfx))
+		i := GP64()
+		BSFQ(bits, i)
+		BTRQ(i, bits)
+		ADDQ(base, i)
+		MOVL(i.As32(), Mem{Base: d, Index: at, Scale: 4})
+		INCQ(at)
+		TESTQ(bits, bits)
+		JNZ(LabelRef("bit" + sfx))
+		Label("next" + sfx)
+		VPADDD(splatBits("eight", 8), iv, iv)
+	}
+	loop(n, bases(x, w), 2, func(k int) {
+		for j := range k {
+			step(nil, j, fmt.Sprintf("%d_%d", k, j))
+		}
+	}, func(mk VecVirtual) { step(mk, 0, "T") })
+	// The weights: lanes i and i+4 first, then (0+2) + (1+3).
+	VADDPD(acc1, acc0, acc0)
+	hx, lx := XMM(), XMM()
+	VEXTRACTF128(U8(1), acc0, hx)
+	VADDPD(hx, acc0.AsX(), lx)
+	VUNPCKHPD(lx, lx, hx)
+	VADDSD(hx, lx, lx)
+	Store(count, ReturnIndex(0))
+	Store(hsumInt(cntAbove).As64(), ReturnIndex(1))
+	Store(lx, ReturnIndex(2))
+	VZEROUPPER()
+	RET()
+}
+
+// hsumInt returns the sum of the eight int32 lanes of v in a register.
+func hsumInt(v VecVirtual) GPVirtual {
+	c, t := XMM(), XMM()
+	VEXTRACTI128(U8(1), v, c)
+	VPADDD(c, v.AsX(), c)
+	VPSHUFD(U8(0x4e), c, t)
+	VPADDD(t, c, c)
+	VPSHUFD(U8(0xb1), c, t)
+	VPADDD(t, c, c)
+	r := GP32()
+	VMOVD(c, r)
+	return r
+}
+
+// compressTable holds, for each mask of eight lanes, the positions of its
+// set bits in order (then zeros), a byte each: the permutation that packs
+// those lanes; and from popCounts on, each mask's number of set bits,
+// eight bytes each for an addition from memory (one table, one register
+// for its address).
+func compressTable() Mem {
+	if compressMem == nil {
+		m := GLOBL("compress", RODATA|NOPTR)
+		for mask := range 256 {
+			var perm uint64
+			k := 0
+			for lane := range 8 {
+				if mask>>lane&1 != 0 {
+					perm |= uint64(lane) << (8 * k)
+					k++
+				}
+			}
+			DATA(8*mask, U64(perm))
+		}
+		for mask := range 256 {
+			c := 0
+			for b := mask; b != 0; b &= b - 1 {
+				c++
+			}
+			DATA(popCounts+8*mask, U64(c))
+		}
+		compressMem = &m
+	}
+	return *compressMem
+}
+
+// popCounts is where compressTable's counts start.
+const popCounts = 256 * 8
+
+var compressMem *Mem
