@@ -101,6 +101,7 @@ type Plan struct {
 	Quick      bool     `json:"quick"`
 	Seed       uint64   `json:"seed"`
 	Corpus     []string `json:"corpus,omitempty"`
+	TextField  string   `json:"text_field,omitempty"`
 	Runs       []Run    `json:"runs"`
 }
 
@@ -115,8 +116,13 @@ type Options struct {
 	Seed  uint64 // the seed of every run (the noise rows add one)
 	// Corpus is the corpus of the lm and speed experiments: files,
 	// directories and globs; empty means the Go source tree.
-	Corpus   []string
-	CacheDir string // tokenized corpora; "" means the default
+	Corpus    []string
+	TextField string // the field of the corpus's records that holds the text; "" for "text"
+	CacheDir  string // tokenized corpora; "" means the default
+	// Tokenizer is the vocabulary of the lm and speed experiments' models
+	// and corpus; nil means bytes. The task experiments keep their own
+	// token ids.
+	Tokenizer tokenizer.Tokenizer
 	// TaskFile is the task file of the experiment task (see task.ReadFile;
 	// byte tokens), whose examples are Context tokens long.
 	TaskFile string
@@ -185,7 +191,15 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 		p.Runs[i].Train.Precision = o.Precision
 	}
 	if e.kind != taskKind {
-		p.Corpus = o.Corpus
+		p.Corpus, p.TextField = o.Corpus, o.TextField
+	}
+	if tok := o.Tokenizer; tok != nil && tok.Name() != tokenizer.Byte.Name() {
+		if e.kind == taskKind {
+			return Plan{}, errors.New("its runs train on their tasks' own token ids; a tokenizer applies to lm and speed")
+		}
+		for i := range p.Runs {
+			p.Runs[i].Train.Tokenizer, p.Runs[i].Model.Vocab = tok.Name(), tok.VocabSize()
+		}
 	}
 	for _, r := range p.Runs {
 		if r.err != nil {
@@ -231,7 +245,11 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 
 	var trainTokens, valTokens *data.Tokens
 	if e.kind != taskKind {
-		trainTokens, valTokens, err = data.LoadPaths(o.Corpus, "", tokenizer.Byte, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		tok := o.Tokenizer
+		if tok == nil {
+			tok = tokenizer.Byte
+		}
+		trainTokens, valTokens, err = data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -343,5 +344,41 @@ func TestSteps(t *testing.T) {
 	o.Steps = -1
 	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "--steps -1") {
 		t.Errorf("steps -1: %v", err)
+	}
+}
+
+// TestTokenizer runs the lm grid on GPT-2's tokens: every run's model has
+// its vocabulary and records it, the table says what its perplexities are
+// of, and a task experiment refuses a tokenizer.
+func TestTokenizer(t *testing.T) {
+	e, _ := Lookup("lm")
+	o := quickOptions(t, t.TempDir())
+	gpt2, err := tokenizer.GPT2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Tokenizer = gpt2
+	plan, err := e.Plan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range plan.Runs {
+		if r.Model.Vocab != 50257 || r.Train.Tokenizer != "gpt2" {
+			t.Fatalf("run %s: vocabulary %d, tokenizer %q; want 50257, gpt2", r.Name, r.Model.Vocab, r.Train.Tokenizer)
+		}
+	}
+	if _, err := e.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	table, err := os.ReadFile(filepath.Join(o.Dir, TableFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(table), "validation perplexity (gpt2 tokens)") {
+		t.Errorf("table does not name its tokens:\n%s", table)
+	}
+	mqar, _ := Lookup("mqar")
+	if _, err := mqar.Plan(o); err == nil || !strings.Contains(err.Error(), "applies to lm and speed") {
+		t.Errorf("mqar with a tokenizer: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/train"
 )
@@ -87,7 +88,7 @@ func (e *Experiment) report(dir string, plan Plan, rs []Result, logf func(string
 	if err := write(filepath.Join(dir, TableFile), []byte(e.Table(plan, rs))); err != nil {
 		return err
 	}
-	for _, c := range e.charts(rs) {
+	for _, c := range e.charts(plan, rs) {
 		if err := chart.Write(filepath.Join(dir, c.file), &c.Chart); err != nil {
 			logf("plot: %v", err) // the table and results hold the same numbers
 		}
@@ -116,7 +117,7 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 	var b strings.Builder
 	what := map[kind]string{
 		taskKind:  "exact match on the held-out test examples (every answer token right)",
-		lmKind:    "validation perplexity (bytes)",
+		lmKind:    "validation perplexity (" + tokens(plan) + ")",
 		speedKind: "training steps per second",
 	}[e.kind]
 	switch e.measure {
@@ -157,6 +158,15 @@ func (e *Experiment) Table(plan Plan, rs []Result) string {
 	return b.String()
 }
 
+// tokens names the tokens the plan's runs read: "bytes", or "gpt2
+// tokens" and the like.
+func tokens(plan Plan) string {
+	if len(plan.Runs) == 0 || plan.Runs[0].Train.Tokenizer == "" || plan.Runs[0].Train.Tokenizer == tokenizer.Byte.Name() {
+		return "bytes"
+	}
+	return plan.Runs[0].Train.Tokenizer + " tokens"
+}
+
 func (e *Experiment) cell(r Result) string {
 	switch e.kind {
 	case taskKind:
@@ -183,7 +193,7 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // charts returns the plots of rs: a task's exact match and a language
 // model's validation loss against step, one chart per size; training
 // speed against context length.
-func (e *Experiment) charts(rs []Result) []namedChart {
+func (e *Experiment) charts(plan Plan, rs []Result) []namedChart {
 	if e.kind == speedKind {
 		c := namedChart{file: "speed.png", Chart: chart.Chart{
 			Title: "training speed", X: chart.Axis{Label: "context length", Log: 2},
@@ -204,7 +214,7 @@ func (e *Experiment) charts(rs []Result) []namedChart {
 	for _, r := range rs {
 		name, label, title := "exact-", "exact match", "test exact match, "
 		if e.kind == lmKind {
-			name, label, title = "val-loss-", "validation loss (nats per byte)", "validation loss, "
+			name, label, title = "val-loss-", "validation loss (nats per "+strings.TrimSuffix(tokens(plan), "s")+")", "validation loss, "
 		}
 		file := name + unsafeName.ReplaceAllString(r.Column, "") + ".png"
 		i := slices.IndexFunc(out, func(c namedChart) bool { return c.file == file })

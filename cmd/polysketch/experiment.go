@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/experiment"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
@@ -39,6 +40,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs := newFlags("experiment", help+"\nflags:\n", stdout)
 	var (
 		dir, cacheDir string
+		textField     string
 		quick         bool
 		seed          uint64 = 1
 		corpus        []string
@@ -51,8 +53,8 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
-	fs.Var(&listFlag{list: &corpus}, "corpus", "lm and speed: text files, directories or globs (default: the Go source tree)")
-	fs.StringVar(&cacheDir, "cache-dir", "", "directory for tokenized corpora (default: the user cache directory)")
+	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
+	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
@@ -83,6 +85,10 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
 	}
+	tok, err := openTokenizer("experiment", *tokName)
+	if err != nil {
+		return err
+	}
 	if taskFile != "" {
 		if taskFile, err = filepath.Abs(taskFile); err != nil {
 			return fmt.Errorf("experiment: --task: %w", err)
@@ -99,12 +105,15 @@ func runExperiment(args []string, stdout io.Writer) error {
 		if prec != nn.FP32 {
 			dir += "-" + prec.String()
 		}
+		if tok.Name() != tokenizer.Byte.Name() {
+			dir += "-" + tok.Name()
+		}
 	}
 	warnPrecision(stderr, prec)
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()
