@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/data"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 	"github.com/polysketch/polysketch/vec"
@@ -83,9 +82,15 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	fs.BoolVar(&opt.NoOverlap, "no-overlap", false, "send each micro-batch's gradients after its backward pass, not layer by layer")
 	fs.BoolVar(&opt.Allreduce, "allreduce", false, "sum gradients with MPI_Allreduce instead of the fixed-order reduction (not reproducible)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON line")
+	tokName := vocabFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	tok, err := openTokenizer("bench dp", *tokName)
+	if err != nil {
+		return err
+	}
+	mc.Vocab = tok.VocabSize()
 	steps := tc.Steps
 	tc.Steps += 2 // a warm-up step first, and a last one that validates and saves
 	tc.Warmup, tc.EvalEvery, tc.SaveEvery, tc.EvalBatches = 0, 0, 0, 1
@@ -99,7 +104,8 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("bench dp: --accum %d is not a multiple of the %d ranks", tc.Accum, k)
 	}
 
-	// Random bytes: the same on every rank, so the start-up check passes.
+	// Random printable text: the same on every rank, so the start-up
+	// check passes.
 	dir, err := os.MkdirTemp("", "polysketch-bench-dp-")
 	if err != nil {
 		return err
@@ -117,13 +123,13 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	trainTokens, valTokens, err := data.Load(c, tokenizer.Byte, data.Options{CacheDir: dir})
+	trainTokens, valTokens, err := data.Load(c, tok, data.Options{CacheDir: dir})
 	if err != nil {
 		return err
 	}
 	defer trainTokens.Close()
 	defer valTokens.Close()
-	tc.Tokenizer, tc.Corpus = tokenizer.Byte.Name(), nil
+	tc.Tokenizer, tc.Corpus = tok.Name(), nil
 	out := filepath.Join(dir, "run")
 	var t *train.Trainer
 	if dr == nil {

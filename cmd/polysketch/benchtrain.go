@@ -93,7 +93,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.IntVar(&cfg.steps, "steps", 2, "timed steps per case after the warm-up, at most")
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
-	tokName := fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
+	tokName := vocabFlag(fs)
 	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	if err := parseFlags(fs, args); err != nil {

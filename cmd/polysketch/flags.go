@@ -25,6 +25,13 @@ func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }
 
+// vocabFlag defines --tokenizer for the benchmarks that train a model
+// (bench train, bench dp), whose output layer's cost grows with the
+// vocabulary's size; open the value with openTokenizer.
+func vocabFlag(fs *flag.FlagSet) *string {
+	return fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
+}
+
 // checkpointFlags is the flag group of the commands that use a trained
 // model (eval, generate, serve): which checkpoint, and the tokenizer and
 // attention it must have been trained with, if the user wants that
