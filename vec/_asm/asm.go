@@ -246,12 +246,7 @@ func dot() {
 		VMASKMOVPS(y, m, yv)
 		VFMADD231PS(yv, xv, acc[1])
 	})
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
-	Store(hsum(acc[0]), ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	returnSum(acc)
 }
 
 func axpy() {
@@ -358,6 +353,13 @@ func sum() {
 		VMASKMOVPS(x, m, xv)
 		VADDPS(xv, acc[1], acc[1])
 	})
+	returnSum(acc)
+}
+
+// returnSum returns the sum of four accumulators, added in pairs (0+1,
+// 2+3, then both) and then across the lanes: one order for every kernel
+// that sums, so that their results agree bit for bit.
+func returnSum(acc []VecVirtual) {
 	VADDPS(acc[1], acc[0], acc[0])
 	VADDPS(acc[3], acc[2], acc[2])
 	VADDPS(acc[2], acc[0], acc[0])
@@ -965,12 +967,7 @@ func expScale() {
 		VANDPS(mk, e, e) // the masked-off lanes hold e^(-m·s); sumAVX2 loads zeros there
 		VADDPS(e, acc[1], acc[1])
 	})
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
-	Store(hsum(acc[0]), ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	returnSum(acc)
 }
 
 // band emits bandAVX2. Each vector compares x with hi and lo: the lanes
