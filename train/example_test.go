@@ -84,3 +84,51 @@ func Example() {
 	// stopped at step 4 true
 	// finished at step 10 with 10 lines of metrics, validated: true
 }
+
+// A resumed run keeps its model and recipe: Changes lists what a new
+// configuration would change that Resumable does not allow.
+func ExampleSaved_Changes() {
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 100)
+	if err := os.WriteFile(filepath.Join(dir, "fox.txt"), []byte(text), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+	mc := model.DefaultConfig()
+	mc.Dim, mc.Layers, mc.Heads, mc.Context = 16, 1, 2, 16
+	tc := train.DefaultConfig()
+	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 2, 0, 2, 1
+	run := filepath.Join(dir, "run")
+	t, err := train.New(run, mc, tc, trainTokens, valTokens)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := t.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	t.Close()
+
+	// Open the run to resume it for 8 more steps, at another peak rate.
+	saved, recipe, err := train.OpenRun(run)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("step", saved.State.Step, "of", recipe.Steps, "with the", saved.Tokenizer.Name(), "tokenizer")
+	more := recipe
+	more.Steps, more.LR = 10, 1e-3
+	for _, c := range saved.Changes(recipe, saved.Model.Config(), more) {
+		fmt.Printf("%s: saved %s, given %s\n", c.Field, c.Saved, c.Given)
+	}
+	// Output:
+	// step 2 of 2 with the byte tokenizer
+	// lr: saved 0.002, given 0.001
+}

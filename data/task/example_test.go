@@ -53,3 +53,19 @@ func ExampleRead() {
 	// [1 2 3 4 0 0] [-1 -1 4 5 -1 -1]
 	// error: file:3: want both "input" and "target"
 }
+
+// Options name a task as a user does, and Spec fills in its defaults:
+// here a reversal whose digits are those that fit 40 tokens.
+func ExampleOptions_Spec() {
+	s, err := task.Options{Name: task.Reversal}.Spec(40, 1, "byte")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s: %d digits of %d, %d tokens, %d held out\n", s.Name, s.Count, s.Vocab, s.Length, s.Test)
+	_, err = task.Options{Name: "no-such-task"}.Spec(0, 1, "byte")
+	fmt.Println(err)
+	// Output:
+	// reversal: 20 digits of 10, 40 tokens, 512 held out
+	// unknown task "no-such-task": choose one of selective-copy, induction-heads, mqar, reversal, or give a JSON-lines task file
+}
