@@ -187,7 +187,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 			for _, ch := range changes {
 				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", strings.ReplaceAll(ch.Field, "_", "-"), ch.Given, ch.Saved))
 			}
-			return fmt.Errorf("train: --resume: %s in %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
+			return fmt.Errorf("train: --resume of %s: %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
 				o.out, strings.Join(bad, ", "))
 		}
 		mc, tc, resumeFrom = smc, stc, c.Checkpoint
