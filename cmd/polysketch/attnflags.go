@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,11 +106,14 @@ func (a *attentionFlags) given() bool { return a.specs != nil || len(a.opts) > 0
 // naming the ones it has.
 func (a *attentionFlags) apply(base attention.Config) (attention.Config, error) {
 	if len(a.specs) == 0 {
+		if base == nil {
+			return nil, errors.New("no attention mechanism: give --attention")
+		}
 		cfg, err := attention.ParseSpecFrom(base.Mechanism(), func(attention.Config) (attention.Config, error) {
 			return a.options(base, true)
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%s", oneLine(err))
+			return nil, errors.New(oneLine(err))
 		}
 		return cfg, nil
 	}
