@@ -509,15 +509,6 @@ func (s *Sampler) nucleusBySelection(logits []float32) int32 {
 // order decides, about 10⁻¹⁶), and should they fall short of the nucleus
 // (the rounding of the weights behind them), every token is.
 func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32) int32 {
-	rank := func(a, b int32) int {
-		switch {
-		case a == b:
-			return 0
-		case better(logits, a, b):
-			return -1
-		}
-		return 1
-	}
 	top := float64(hi)
 	if len(ids) > exactSort {
 		// Many candidates: their weights, in float64 as below, and two
@@ -551,7 +542,7 @@ func (s *Sampler) exact(logits []float32, ids []int32, total float64, hi float32
 			for j := range all {
 				all[j] = int32(j)
 			}
-			slices.SortFunc(all, rank)
+			slices.SortFunc(all, byRank(logits))
 			s.order, s.probs, acc, cand = s.order[:0], s.probs[:0], 0, all
 			i = -1
 			continue
@@ -702,6 +693,19 @@ func better(logits []float32, a, b int32) bool {
 	return logits[a] > logits[b] || logits[a] == logits[b] && a < b
 }
 
+// byRank returns the comparison of token ids by better, for sorting.
+func byRank(logits []float32) func(a, b int32) int {
+	return func(a, b int32) int {
+		switch {
+		case a == b:
+			return 0
+		case better(logits, a, b):
+			return -1
+		}
+		return 1
+	}
+}
+
 // topChunk is how many logits top skips at once when their maximum is
 // below the heap's root.
 const topChunk = 256
@@ -772,15 +776,7 @@ func (s *Sampler) top(dst []int32, logits []float32, k int, below int32) []int32
 			thr = logits[h[0]]
 		}
 	}
-	slices.SortFunc(h, func(a, b int32) int {
-		switch {
-		case a == b:
-			return 0
-		case better(logits, a, b):
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(h, byRank(logits))
 	s.heap = h
 	return append(dst, h...)
 }
