@@ -17,18 +17,25 @@ import (
 	"github.com/polysketch/polysketch/train"
 )
 
-// Train a tiny model on a text file for a few steps, stop it, and resume
-// it from its checkpoint.
-func Example() {
+// foxDir returns a new temporary directory holding fox.txt, a few
+// kilobytes of text to train on.
+func foxDir() string {
 	dir, err := os.MkdirTemp("", "example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
 	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 100)
 	if err := os.WriteFile(filepath.Join(dir, "fox.txt"), []byte(text), 0o644); err != nil {
 		log.Fatal(err)
 	}
+	return dir
+}
+
+// Train a tiny model on a text file for a few steps, stop it, and resume
+// it from its checkpoint.
+func Example() {
+	dir := foxDir()
+	defer os.RemoveAll(dir)
 	corpus, err := data.NewCorpus(filepath.Join(dir, "fox.txt"))
 	if err != nil {
 		log.Fatal(err)
@@ -88,15 +95,8 @@ func Example() {
 // A resumed run keeps its model and recipe: Changes lists what a new
 // configuration would change that Resumable does not allow.
 func ExampleSaved_Changes() {
-	dir, err := os.MkdirTemp("", "example")
-	if err != nil {
-		log.Fatal(err)
-	}
+	dir := foxDir()
 	defer os.RemoveAll(dir)
-	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 100)
-	if err := os.WriteFile(filepath.Join(dir, "fox.txt"), []byte(text), 0o644); err != nil {
-		log.Fatal(err)
-	}
 	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
