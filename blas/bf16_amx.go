@@ -1,7 +1,5 @@
 package blas
 
-import "github.com/polysketch/polysketch/internal/parallel"
-
 // Products of more than RowBlockBF16 rows on a kernel with AMX tiles
 // (prefill, training) run through tiles: blocks of 32 rows of A by
 // strips of packed B, each 32×32 block of C in four tile registers.
@@ -77,11 +75,8 @@ func (h gemmBF16) runTiles(threads int) {
 	want := 3 * threads
 	rb := min(blocks, want)
 	cb := min(nStr, ceilDiv(want, rb))
-	parallel.Workers(rb*cb, threads, func(it int) {
-		ib, jb := it/cb, it%cb
-		wa := bf16Pool.Get().(*bf16Workspace)
-		g.tileItem(wa, bp, ib*blocks/rb, (ib+1)*blocks/rb, jb*nStr/cb, (jb+1)*nStr/cb)
-		bf16Pool.Put(wa)
+	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
+		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})
 }
 

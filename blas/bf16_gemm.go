@@ -306,11 +306,20 @@ func (h gemmBF16) parallel(threads int) {
 		rb = min(want, mStr)
 		cb = min(ceilDiv(want, rb), nStr)
 	}
+	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
+		g.item(ws, bp, r0, r1, s0, s1)
+	})
+}
+
+// bf16Grid runs item on up to threads goroutines over rb×cb items of C: the
+// row units [0, rows) in rb even parts by the strips [0, nStr) in cb,
+// each item with a workspace of its own.
+func bf16Grid(threads, rows, rb, nStr, cb int, item func(ws *bf16Workspace, r0, r1, s0, s1 int)) {
 	parallel.Workers(rb*cb, threads, func(it int) {
 		ib, jb := it/cb, it%cb
-		wa := bf16Pool.Get().(*bf16Workspace)
-		g.item(wa, bp, ib*mStr/rb, (ib+1)*mStr/rb, jb*nStr/cb, (jb+1)*nStr/cb)
-		bf16Pool.Put(wa)
+		ws := bf16Pool.Get().(*bf16Workspace)
+		item(ws, ib*rows/rb, (ib+1)*rows/rb, jb*nStr/cb, (jb+1)*nStr/cb)
+		bf16Pool.Put(ws)
 	})
 }
 
