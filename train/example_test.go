@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
-
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"

@@ -8,11 +8,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/polysketch/polysketch/sample"
-
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/sample"
 )
 
 const generateHelp = `usage: polysketch generate [flags]

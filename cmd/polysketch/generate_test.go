@@ -7,12 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/polysketch/polysketch/sample"
-
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/sample"
 	"github.com/polysketch/polysketch/tensor"
 )
 

@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
-
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/train"
