@@ -13,9 +13,24 @@ import (
 // encode to the same JSON give none. It panics if a or b cannot be encoded
 // as JSON, which configurations always can.
 func Diff(a, b any) []string {
-	va, vb := toJSONValue(a), toJSONValue(b)
 	var out []string
-	diffValues("", va, vb, &out)
+	for _, d := range Differences(a, b) {
+		out = append(out, fmt.Sprintf("%s: %s vs %s", d.Path, d.A, d.B))
+	}
+	return out
+}
+
+// Difference is one field in which two configurations differ: its path,
+// and its value on each side as JSON ("missing" where a side lacks it).
+type Difference struct {
+	Path string
+	A, B string
+}
+
+// Differences is Diff as values, for callers that act on each field.
+func Differences(a, b any) []Difference {
+	var out []Difference
+	diffValues("", toJSONValue(a), toJSONValue(b), &out)
 	return out
 }
 
@@ -31,7 +46,7 @@ func toJSONValue(v any) any {
 	return out
 }
 
-func diffValues(path string, a, b any, out *[]string) {
+func diffValues(path string, a, b any, out *[]Difference) {
 	ma, okA := a.(map[string]any)
 	mb, okB := b.(map[string]any)
 	if okA && okB {
@@ -57,7 +72,7 @@ func diffValues(path string, a, b any, out *[]string) {
 		return
 	}
 	if !reflect.DeepEqual(a, b) {
-		*out = append(*out, fmt.Sprintf("%s: %s vs %s", path, show(a), show(b)))
+		*out = append(*out, Difference{path, show(a), show(b)})
 	}
 }
 

@@ -127,17 +127,15 @@ func (s *Saved) Changes(saved Config, mc model.Config, tc Config) []Change {
 	smc := s.Model.Config()
 	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
 	var out []Change
-	for _, d := range append(checkpoint.Diff(smc, mc), checkpoint.Diff(saved, tc)...) {
-		field, values, _ := strings.Cut(d, ": ")
-		if otherMechanism && strings.HasPrefix(field, "attention_options.") {
+	for _, d := range append(checkpoint.Differences(smc, mc), checkpoint.Differences(saved, tc)...) {
+		if otherMechanism && strings.HasPrefix(d.Path, "attention_options.") {
 			continue // the mechanism's difference says it all
 		}
-		field = strings.TrimPrefix(field, "attention_options.")
+		field := strings.TrimPrefix(d.Path, "attention_options.")
 		if slices.Contains(Resumable, field) {
 			continue
 		}
-		was, given, _ := strings.Cut(values, " vs ")
-		out = append(out, Change{Field: field, Saved: was, Given: given})
+		out = append(out, Change{Field: field, Saved: d.A, Given: d.B})
 	}
 	return out
 }

@@ -106,6 +106,14 @@ func TestChanges(t *testing.T) {
 		{"mechanism", func(mc *model.Config, _ *Config) { mc.Attention = flash }, []Change{
 			{"attention", `"polysketch"`, `"flash"`}}},
 	}
+	// Values holding the separators of checkpoint.Diff's lines.
+	odd := saved
+	odd.Corpus = []string{"/d/a vs b: c"}
+	mc, given := s.Model.Config(), saved
+	given.Corpus = []string{"/d/e"}
+	if got, want := s.Changes(odd, mc, given), []Change{{"corpus", `["/d/a vs b: c"]`, `["/d/e"]`}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Changes with a corpus path holding \" vs \": %+v, want %+v", got, want)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mc, tc := s.Model.Config(), saved
