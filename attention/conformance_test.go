@@ -70,7 +70,7 @@ func refExact(kind Kind, p int) func(m Mechanism, causal bool, q, k, v *tensor.T
 // refPolysketchOf is the float64 reference of polysketch, random or
 // learned, for m's own sketch.
 func refPolysketchOf(m Mechanism, causal bool, q, k, v *tensor.Tensor) []float64 {
-	a := m.(*polysketchAttn)
+	a := m.(*engine)
 	o := a.opts
 	o.Causal = causal
 	if o.Learned {

@@ -20,7 +20,7 @@ import "github.com/polysketch/polysketch/vec"
 // cumsumFeatures computes the row-major features of block l's keys and
 // queries into w.fk and w.fq (with the sketches in w.preK, w.preQ and
 // M in w.mk, w.mq, w.tk, w.tq for the backward pass).
-func (a *engine) cumsumFeatures(w *psWorker, hd, l int) {
+func (a *engine) cumsumFeatures(w *engineWorker, hd, l int) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	F := L.F
@@ -46,7 +46,7 @@ func cumsumAdd(S, s, fk, vi []float32, h int) {
 	vec.Add(s, s, fk)
 }
 
-func (a *engine) cumsumForward(w *psWorker, hd int) {
+func (a *engine) cumsumForward(w *engineWorker, hd int) {
 	L := &a.L
 	F, h := L.F, L.h
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]
@@ -72,7 +72,7 @@ func (a *engine) cumsumForward(w *psWorker, hd int) {
 // logScales.cumKey) the state and the suffix sums are kept relative to
 // running maxima, which the stabilizer rescales between positions, and
 // key j's gradients carry its factor ks; for other maps ks is 1.
-func (a *engine) cumsumBackward(w *psWorker, hd int) {
+func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 	L := &a.L
 	F, h, ro := L.F, L.h, L.ro
 	S, s := w.run[:F*h], w.run[F*h:F*h+F]

@@ -82,7 +82,7 @@ type engine struct {
 	src   projector  // of proj and kproj (nil before the first)
 	stab  stabilizer // fm's: plain, or logScales when fm.scaled
 
-	L psLayout // sizes for the last Forward's shape
+	L engineLayout // sizes for the last Forward's shape
 
 	// Inputs and outputs of the call in progress, and the output gradient.
 	q, k, v, o     []float32
@@ -99,17 +99,17 @@ type engine struct {
 	dmk        []float32 // [bh × n × ro]: gradient of M(K) from sketched diagonal blocks
 
 	pool    workPool
-	cv      carver   // of carve
-	counted psWorker // the workers of a carve that only counts
+	cv      carver       // of carve
+	counted engineWorker // the workers of a carve that only counts
 	// Steps of the phases, bound once so that running them allocates nothing.
-	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *psWorker, i int)
-	stepScan, stepStreamFwd, stepStreamBwd               func(w *psWorker, i int)
-	stepCumFwd, stepCumBwd                               func(w *psWorker, i int)
+	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *engineWorker, i int)
+	stepScan, stepStreamFwd, stepStreamBwd               func(w *engineWorker, i int)
+	stepCumFwd, stepCumBwd                               func(w *engineWorker, i int)
 	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
-// psLayout is the shape of one problem and everything sized from it.
-type psLayout struct {
+// engineLayout is the shape of one problem and everything sized from it.
+type engineLayout struct {
 	bh, n, h  int
 	plan      blocks
 	t, bs     int // blocks per head, rows of the largest block
@@ -120,7 +120,7 @@ type psLayout struct {
 	workers   int
 	causal    bool
 	sketched  bool // causal diagonal blocks use sketched weights
-	mode      psMode
+	mode      engineMode
 	// A learned sketch runs on chunks of rows of q, then of k; see
 	// netPass.
 	chunk  int // rows per chunk
@@ -128,12 +128,12 @@ type psLayout struct {
 	groups int // partial sums of the parameter gradients
 }
 
-type psMode int
+type engineMode int
 
 const (
-	modeBlocks psMode = iota // phases over all blocks; keeps states for Backward
-	modeStream               // Remat: each head streams over its blocks
-	modeCumSum               // per-token prefix sums
+	modeBlocks engineMode = iota // phases over all blocks; keeps states for Backward
+	modeStream                   // Remat: each head streams over its blocks
+	modeCumSum                   // per-token prefix sums
 )
 
 // newEngine returns the engine of mechanism kind with feature map fm.
@@ -207,9 +207,9 @@ func (a *engine) setHeadSize(h int) {
 
 // layout computes the sizes for inputs [B,H,N,h] with the given number of
 // workers, projection p and its projector src, into L.
-func (a *engine) layout(L *psLayout, B, H, N, h, workers int, p projection, src projector) {
+func (a *engine) layout(L *engineLayout, B, H, N, h, workers int, p projection, src projector) {
 	o := a.opts
-	*L = psLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
+	*L = engineLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
@@ -237,7 +237,7 @@ func (a *engine) layout(L *psLayout, B, H, N, h, workers int, p projection, src 
 
 // carve lays the buffers of layout L out in mem, or with mem nil only
 // counts them; it returns the number of floats.
-func (a *engine) carve(L *psLayout, p projection, src projector, mem []float32) int {
+func (a *engine) carve(L *engineLayout, p projection, src projector, mem []float32) int {
 	c := &a.cv // the engine's, so that the strategies' carving allocates nothing
 	*c = carver{mem: mem}
 	take := c.take
@@ -294,7 +294,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h), a.src)
 	for len(a.pool.workers) < a.L.workers {
-		a.pool.workers = append(a.pool.workers, new(psWorker))
+		a.pool.workers = append(a.pool.workers, new(engineWorker))
 	}
 	size := a.carve(&a.L, a.proj, a.src, nil)
 	if cap(a.mem) < size {
@@ -328,7 +328,7 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 	if kp != nil && kp != p {
 		floats += kp.floats()
 	}
-	var L psLayout
+	var L engineLayout
 	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
 	return int64(a.carve(&L, p, src, nil)+floats) * 4
 }
@@ -415,7 +415,7 @@ func (a *engine) scan(kind int) {
 	a.pool.run(a.L.bh*chunks, a.stepScan)
 }
 
-func (a *engine) scanItem(w *psWorker, i int) {
+func (a *engine) scanItem(w *engineWorker, i int) {
 	L := &a.L
 	chunks := (L.stateSize + scanChunk - 1) / scanChunk
 	hd, ch := i/chunks, i%chunks
@@ -440,7 +440,7 @@ func (a *engine) pre(p []float32, hd, l int) []float32 {
 	return p[at : at+rows*L.preW]
 }
 
-func (a *engine) prepareItem(w *psWorker, i int) {
+func (a *engine) prepareItem(w *engineWorker, i int) {
 	L := &a.L
 	hd, l := i/L.t, i%L.t
 	var state []float32
@@ -453,7 +453,7 @@ func (a *engine) prepareItem(w *psWorker, i int) {
 	a.queriesPrep(w, hd, l, a.pre(a.preQ, hd, l), a.o)
 }
 
-func (a *engine) finishItem(w *psWorker, i int) {
+func (a *engine) finishItem(w *engineWorker, i int) {
 	L := &a.L
 	hd, l := i/L.t, i%L.t
 	var z []float32
@@ -466,7 +466,7 @@ func (a *engine) finishItem(w *psWorker, i int) {
 	a.finish(w, hd, l, a.pre(a.preQ, hd, l), z, a.o)
 }
 
-func (a *engine) bwdQueriesItem(w *psWorker, i int) {
+func (a *engine) bwdQueriesItem(w *engineWorker, i int) {
 	L := &a.L
 	hd, l := i/L.t, i%L.t
 	var z, g []float32
@@ -483,7 +483,7 @@ func (a *engine) bwdQueriesItem(w *psWorker, i int) {
 	a.bwdQueries(w, hd, l, a.pre(a.preQ, hd, l), z, g, false)
 }
 
-func (a *engine) bwdKeysItem(w *psWorker, i int) {
+func (a *engine) bwdKeysItem(w *engineWorker, i int) {
 	L := &a.L
 	hd, l := i/L.t, i%L.t
 	var u []float32
@@ -508,7 +508,7 @@ func (a *engine) rows(x []float32, hd, l int) []float32 {
 
 // sumKeyStates adds every block's key state of head hd to w.run (which
 // callers clear): the whole state a non-causal query sees.
-func (a *engine) sumKeyStates(w *psWorker, hd int) {
+func (a *engine) sumKeyStates(w *engineWorker, hd int) {
 	A := negInf
 	for l := 0; l < a.L.t; l++ {
 		a.keysPrep(w, hd, l, w.preK, w.hbuf)
@@ -517,7 +517,7 @@ func (a *engine) sumKeyStates(w *psWorker, hd int) {
 	a.stab.keyTotal(hd, A)
 }
 
-func (a *engine) streamForward(w *psWorker, hd int) {
+func (a *engine) streamForward(w *engineWorker, hd int) {
 	L := &a.L
 	clear(w.run)
 	if !L.causal {
@@ -549,7 +549,7 @@ func (a *engine) streamForward(w *psWorker, hd int) {
 	}
 }
 
-func (a *engine) streamBackward(w *psWorker, hd int) {
+func (a *engine) streamBackward(w *engineWorker, hd int) {
 	L := &a.L
 	clear(w.run)
 	if !L.causal {
@@ -614,7 +614,7 @@ func (a *engine) streamBackward(w *psWorker, hd int) {
 
 // skApply computes Mᵀ of block l of head hd, of the keys (key) or the
 // queries, into mT, keeping the projection's pre (see projector).
-func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+func (a *engine) skApply(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	a.src.apply(w, key, hd, l, pre, mT)
 	if key {
 		_, rows := a.L.plan.span(l)
@@ -623,7 +623,7 @@ func (a *engine) skApply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 }
 
 // skOutput is skApply from the kept pre: the same bits.
-func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+func (a *engine) skOutput(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	a.src.output(w, key, hd, l, pre, mT)
 	if key {
 		_, rows := a.L.plan.span(l)
@@ -634,18 +634,18 @@ func (a *engine) skOutput(w *psWorker, key bool, hd, l int, pre, mT []float32) {
 // skBackward takes dmT = dMᵀ of block l of head hd (nil: zero) to the
 // projector, which writes (or with accumulate adds) the gradient of the
 // keys (key) or queries into dk or dq, or keeps it.
-func (a *engine) skBackward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
+func (a *engine) skBackward(w *engineWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
 	a.src.backward(w, key, hd, l, accumulate, dmT, pre)
 }
 
 // sketchKeys computes the sketch of block l's keys into pre and w.mk.
-func (a *engine) sketchKeys(w *psWorker, hd, l int, pre []float32) {
+func (a *engine) sketchKeys(w *engineWorker, hd, l int, pre []float32) {
 	a.skApply(w, true, hd, l, pre, w.mk)
 }
 
 // keysPrep sketches block l's keys and, if state is not nil, computes the
 // block's state H_l = φ(K_l)ᵀV_l and z_l = φ(K_l)ᵀ1 into it.
-func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
+func (a *engine) keysPrep(w *engineWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	a.sketchKeys(w, hd, l, pre)
@@ -666,7 +666,7 @@ func (a *engine) keysPrep(w *psWorker, hd, l int, pre, state []float32) {
 // queriesPrep sketches block l's queries into pre and w.mq, sets the
 // denominators to c (fm.one) plus the diagonal block's row sums, and, if o is not
 // nil, the block's outputs to its diagonal block's weighted values.
-func (a *engine) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
+func (a *engine) queriesPrep(w *engineWorker, hd, l int, pre, o []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
@@ -687,7 +687,7 @@ func (a *engine) queriesPrep(w *psWorker, hd, l int, pre, o []float32) {
 // localWeights computes S and W = lt(S^p) of block l's diagonal block into
 // w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local, else
 // S = M(Q_l)·M(K_l)ᵀ (from w.mq and w.mk) and p = fm.diagPow().
-func (a *engine) localWeights(w *psWorker, hd, l int) {
+func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	L := &a.L
 	_, rows := L.plan.span(l)
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
@@ -703,7 +703,7 @@ func (a *engine) localWeights(w *psWorker, hd, l int) {
 
 // finish adds the cross-block terms with prefix state z (nil for none) to
 // the denominators of block l and, if o is not nil, computes its outputs.
-func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
+func (a *engine) finish(w *engineWorker, hd, l int, pre, z, o []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	F, h := L.F, L.h
@@ -749,7 +749,7 @@ func (a *engine) finish(w *psWorker, hd, l int, pre, z, o []float32) {
 }
 
 // loadGrad sets w.g to dO/D for block l: the gradient of its numerators.
-func (a *engine) loadGrad(w *psWorker, hd, l int) {
+func (a *engine) loadGrad(w *engineWorker, hd, l int) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	h := L.h
@@ -769,7 +769,7 @@ func (a *engine) loadGrad(w *psWorker, hd, l int) {
 // The gradient of the denominator D_i needs dO_i·o_i, which it gets without
 // o: dO_i·o_i = g_i·num_i = (g_i·Z_lᵀ)·φ(q_i) + Σ_j W_ij (g_i·v_j), both
 // already at hand as dφ(q_i) and dW.
-func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weightsValid bool) {
+func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, weightsValid bool) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	F, h, ro := L.F, L.h, L.ro
@@ -859,7 +859,7 @@ func (a *engine) bwdQueries(w *psWorker, hd, l int, pre, z, g []float32, weights
 
 // queryState writes G = φ(Q_l)ᵀ·g and γ = φ(Q_l)ᵀ·gd into state, from
 // phi = Φ(Q_l)ᵀ, w.g and w.gd.
-func (a *engine) queryState(w *psWorker, phi []float32, rows int, state []float32) {
+func (a *engine) queryState(w *engineWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, w.g), 0, mat(F, h, state))
@@ -871,7 +871,7 @@ func (a *engine) queryState(w *psWorker, phi []float32, rows int, state []float3
 
 // queryStateAgain recomputes block l's G_l and γ_l into state (streaming),
 // from the kept denominators and denominator gradients.
-func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
+func (a *engine) queryStateAgain(w *engineWorker, hd, l int, pre, state []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	a.skApply(w, false, hd, l, pre, w.mq)
@@ -885,7 +885,7 @@ func (a *engine) queryStateAgain(w *psWorker, hd, l int, pre, state []float32) {
 
 // bwdKeys computes block l's dk and adds to its dv, with suffix state u
 // (nil for none): dV_l += φ(K_l)·U_l, dφ(K_l) = V_l·U_lᵀ + 1·u_lᵀ.
-func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
+func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 	L := &a.L
 	lo, rows := L.plan.span(l)
 	F, h, ro := L.F, L.h, L.ro
@@ -922,8 +922,8 @@ func (a *engine) bwdKeys(w *psWorker, hd, l int, pre, u []float32) {
 	a.skBackward(w, true, hd, l, L.causal && !L.sketched, dm, pre)
 }
 
-// psWorker is one goroutine's scratch for one block of up to bs rows.
-type psWorker struct {
+// engineWorker is one goroutine's scratch for one block of up to bs rows.
+type engineWorker struct {
 	mq, mk, tq, tk []float32 // Mᵀ of queries and keys and √2·Mᵀ: [ro × bs]
 	dmq, dmk       []float32 // their gradients
 	phi, dphi      []float32 // Φᵀ and its gradient: [F × bs]
@@ -942,7 +942,7 @@ type psWorker struct {
 
 // carve takes the worker's buffers for layout L from c, with a sketch
 // scratch for scratchRows rows.
-func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *featureMap, stab stabilizer, c *carver) {
+func (w *engineWorker) carve(L *engineLayout, p projection, scratchRows int, fm *featureMap, stab stabilizer, c *carver) {
 	take := c.take
 	bs, ro, F := L.bs, L.ro, L.F
 	w.mq, w.mk = take(ro*bs), take(ro*bs)
@@ -985,11 +985,11 @@ func (w *psWorker) carve(L *psLayout, p projection, scratchRows int, fm *feature
 // with its own worker scratch, taking items in order from a shared counter.
 // Which goroutine runs an item never changes its result.
 type workPool struct {
-	workers []*psWorker
+	workers []*engineWorker
 	active  int
 	items   int
 	next    atomic.Int64
-	step    func(w *psWorker, i int)
+	step    func(w *engineWorker, i int)
 	body    func(wi int)
 }
 
@@ -1006,7 +1006,7 @@ func (p *workPool) init() {
 	}
 }
 
-func (p *workPool) run(items int, step func(w *psWorker, i int)) {
+func (p *workPool) run(items int, step func(w *engineWorker, i int)) {
 	if items == 0 {
 		return
 	}

@@ -51,7 +51,7 @@ func (s *logScales) bind(a *engine) {
 	}
 }
 
-func (s *logScales) carve(L *psLayout, c *carver) {
+func (s *logScales) carve(L *engineLayout, c *carver) {
 	ref := c.take(L.bh * L.n)
 	bmax, pmax := c.take(L.bh*(L.t+1)), c.take(L.bh*(L.t+1))
 	if c.keep() {
@@ -62,7 +62,7 @@ func (s *logScales) carve(L *psLayout, c *carver) {
 // carveWorker takes the key scales, query cross and diagonal factors and
 // log-scales of the block's keys ([bs] each), and a state for the suffix
 // sums when streaming.
-func (s *logScales) carveWorker(w *psWorker, L *psLayout, c *carver) {
+func (s *logScales) carveWorker(w *engineWorker, L *engineLayout, c *carver) {
 	bs := L.bs
 	w.ks, w.cs, w.fs, w.skeys = c.take(bs), c.take(bs), c.take(bs), c.take(bs)
 	if L.mode == modeStream && L.causal {
@@ -78,13 +78,13 @@ func (s *logScales) maxes(hd int) (bmax, pmax []float32) {
 
 // keysProjected copies the log-scales of a block's keys from their pre
 // into w.skeys.
-func (s *logScales) keysProjected(w *psWorker, pre []float32, rows int) {
+func (s *logScales) keysProjected(w *engineWorker, pre []float32, rows int) {
 	copy(w.skeys[:rows], s.ls.logScale(pre, rows))
 }
 
 // keyBlock records m_l, the maximum log-scale of block l's keys: H_l is
 // relative to it.
-func (s *logScales) keyBlock(w *psWorker, hd, l, rows int) float32 {
+func (s *logScales) keyBlock(w *engineWorker, hd, l, rows int) float32 {
 	ml := vec.Max(w.skeys[:rows])
 	bmax, _ := s.maxes(hd)
 	bmax[l] = ml
@@ -92,7 +92,7 @@ func (s *logScales) keyBlock(w *psWorker, hd, l, rows int) float32 {
 }
 
 // keyScales sets w.ks to exp(s_j − ref) for the keys in w.skeys.
-func (s *logScales) keyScales(w *psWorker, rows int, ref float32) []float32 {
+func (s *logScales) keyScales(w *engineWorker, rows int, ref float32) []float32 {
 	ks := w.ks[:rows]
 	for j, s := range w.skeys[:rows] {
 		ks[j] = s - ref
@@ -103,7 +103,7 @@ func (s *logScales) keyScales(w *psWorker, rows int, ref float32) []float32 {
 
 // suffixScales returns the key factors relative to U_l's reference: m_l,
 // or A_t when non-causal.
-func (s *logScales) suffixScales(w *psWorker, hd, rows int) []float32 {
+func (s *logScales) suffixScales(w *engineWorker, hd, rows int) []float32 {
 	ref := vec.Max(w.skeys[:rows])
 	if !s.e.L.causal {
 		_, pmax := s.maxes(hd)
@@ -129,7 +129,7 @@ func (s *logScales) prepared() {
 // diagWeights turns the diagonal block's products S (in w.w's lower
 // triangle) into weights relative to r_i: w_ij = S_ij·exp(s_j − r_i), with
 // the factors exp(s_j − r_i) left in w.s and r_i in s.ref.
-func (s *logScales) diagWeights(w *psWorker, hd, l int) {
+func (s *logScales) diagWeights(w *engineWorker, hd, l int) {
 	L := &s.e.L
 	lo, rows := L.plan.span(l)
 	r := s.ref[hd*L.n+lo : hd*L.n+lo+rows]
@@ -151,7 +151,7 @@ func (s *logScales) diagWeights(w *psWorker, hd, l int) {
 }
 
 // diagBackward: dS = dW ∗ exp(s_j − R_i), the factors left in w.s.
-func (s *logScales) diagBackward(w *psWorker, dw []float32, rows, pow int) {
+func (s *logScales) diagBackward(w *engineWorker, dw []float32, rows, pow int) {
 	lowerPowGrad(dw, w.s, w.tmp, rows, pow)
 	for i := 0; i < rows; i++ {
 		vec.Mul(dw[i*rows:i*rows+i+1], dw[i*rows:i*rows+i+1], w.s[i*rows:i*rows+i+1])
@@ -161,7 +161,7 @@ func (s *logScales) diagBackward(w *psWorker, dw []float32, rows, pow int) {
 // rowFactors sets w.fs to f_i = exp(r_i − R_i) and w.cs to
 // c_i = exp(A_l − R_i), R_i = max(A_l, r_i), for the rows of causal block l.
 // Non-causal attention has one reference for all, A_t: no factors.
-func (s *logScales) rowFactors(w *psWorker, hd, l int) (fs, cs []float32) {
+func (s *logScales) rowFactors(w *engineWorker, hd, l int) (fs, cs []float32) {
 	L := &s.e.L
 	if !L.causal {
 		return nil, nil
@@ -179,7 +179,7 @@ func (s *logScales) rowFactors(w *psWorker, hd, l int) (fs, cs []float32) {
 	return fs, cs
 }
 
-func (s *logScales) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, hd int) {
+func (s *logScales) scan(kind int, st []float32, L *engineLayout, lo, hi int, w *engineWorker, hd int) {
 	bmax, pmax := s.maxes(hd)
 	switch kind {
 	case scanSum:
@@ -213,7 +213,7 @@ func (s *logScales) keyTotal(hd int, A float32) {
 
 // suffixState returns the running suffix state, relative to A_{l+1},
 // relative to m_l in w.acc, as scaledSuffixScan makes them.
-func (s *logScales) suffixState(w *psWorker, hd, l int) []float32 {
+func (s *logScales) suffixState(w *engineWorker, hd, l int) []float32 {
 	bmax, pmax := s.maxes(hd)
 	u := w.acc
 	copy(u, w.run)
@@ -235,7 +235,7 @@ func (s *logScales) addQueryState(run, state []float32, hd, l int) {
 
 // cumKey rescales the state to the new M_i and returns key i's features
 // relative to it, in row i of w.df.
-func (s *logScales) cumKey(w *psWorker, fk []float32, hd, pos, i int) []float32 {
+func (s *logScales) cumKey(w *engineWorker, fk []float32, hd, pos, i int) []float32 {
 	at := hd * s.e.L.n
 	M := negInf
 	if pos > 0 {
@@ -256,7 +256,7 @@ func (s *logScales) cumKey(w *psWorker, fk []float32, hd, pos, i int) []float32 
 
 // cumSuffix rescales the suffix state from M_{pos+1} to M_pos and returns
 // exp(s_pos − M_pos).
-func (s *logScales) cumSuffix(w *psWorker, hd, pos, i int) float32 {
+func (s *logScales) cumSuffix(w *engineWorker, hd, pos, i int) float32 {
 	at, n := hd*s.e.L.n, s.e.L.n
 	Mi, next := s.ref[at+pos], s.ref[at+min(pos+1, n-1)]
 	if Mi != next {

@@ -137,11 +137,11 @@ type lift interface {
 	// from w.mq and w.mk; diagBackward takes its gradient dS and writes
 	// that of M(Q_l) into w.dmr and that of M(K_l) into dmk, in the layout
 	// addDiagonal adds (or with accumulate false writes) to a dMᵀ.
-	diagScores(w *psWorker, s []float32, rows, r int)
-	diagBackward(w *psWorker, dS, dmk []float32, rows, r int)
+	diagScores(w *engineWorker, s []float32, rows, r int)
+	diagBackward(w *engineWorker, dS, dmk []float32, rows, r int)
 	addDiagonal(dm, src []float32, rows, r int, accumulate bool)
 	// carveWorker takes the worker's buffers the lift needs.
-	carveWorker(w *psWorker, L *psLayout, c *carver)
+	carveWorker(w *engineWorker, L *engineLayout, c *carver)
 }
 
 // tensored is the lift φ = M^⊗2, its r(r+1)/2 symmetric entries (M_c²
@@ -181,14 +181,14 @@ func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 
 // diagScores multiplies row-major copies of the projections (w.mqr, w.mkr),
 // which diagBackward reuses.
-func (tensored) diagScores(w *psWorker, s []float32, rows, r int) {
+func (tensored) diagScores(w *engineWorker, s []float32, rows, r int) {
 	transposeInto(mat(rows, r, w.mqr), mat(r, rows, w.mq))
 	transposeInto(mat(rows, r, w.mkr), mat(r, rows, w.mk))
 	lowerABt(mat(rows, rows, s), mat(rows, r, w.mqr), mat(rows, r, w.mkr))
 }
 
 // diagBackward leaves its gradients row-major.
-func (tensored) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
+func (tensored) diagBackward(w *engineWorker, dS, dmk []float32, rows, r int) {
 	lowerMul(mat(rows, r, w.dmr), mat(rows, rows, dS), mat(rows, r, w.mkr), 0)
 	lowerTMul(mat(rows, r, dmk), mat(rows, rows, dS), mat(rows, r, w.mqr), 0)
 }
@@ -199,7 +199,7 @@ func (tensored) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
 
 // carveWorker takes √2·Mᵀ of queries and keys, Ψ(u) and Ψ(u)·Mᵀ, and
 // with sketched diagonal blocks row-major M of queries and keys.
-func (tensored) carveWorker(w *psWorker, L *psLayout, c *carver) {
+func (tensored) carveWorker(w *engineWorker, L *engineLayout, c *carver) {
 	bs, ro := L.bs, L.ro
 	w.tq, w.tk = c.take(ro*bs), c.take(ro*bs)
 	w.psi, w.aux = c.take(ro*ro), c.take(ro*bs)
@@ -239,12 +239,12 @@ func (entrywise) sharedBackward(dmT, u, s, _, _, _ []float32, r, n int) {
 	}
 }
 
-func (entrywise) diagScores(w *psWorker, s []float32, rows, r int) {
+func (entrywise) diagScores(w *engineWorker, s []float32, rows, r int) {
 	lowerAtB(mat(rows, rows, s), mat(r, rows, w.mq), mat(r, rows, w.mk))
 }
 
 // diagBackward leaves its gradients transposed, as the features are.
-func (entrywise) diagBackward(w *psWorker, dS, dmk []float32, rows, r int) {
+func (entrywise) diagBackward(w *engineWorker, dS, dmk []float32, rows, r int) {
 	lowerMulT(mat(r, rows, w.dmr), mat(rows, rows, dS), mat(r, rows, w.mk), 0)
 	lowerTMulT(mat(r, rows, dmk), mat(rows, rows, dS), mat(r, rows, w.mq), 0)
 }
@@ -257,7 +257,7 @@ func (entrywise) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
 	}
 }
 
-func (entrywise) carveWorker(*psWorker, *psLayout, *carver) {}
+func (entrywise) carveWorker(*engineWorker, *engineLayout, *carver) {}
 
 // addTransposed adds (or with accumulate false writes) srcᵀ, src an n×c
 // row-major matrix, into dst, a [c × n] matrix.

@@ -89,13 +89,13 @@ func sumStates(dst []float32, states blas.General) {
 
 // stateCols returns elements [lo, hi) of the t states in st (state l at
 // offset l·stateSize) as a t×(hi−lo) view.
-func (L *psLayout) stateCols(st []float32, lo, hi int) blas.General {
+func (L *engineLayout) stateCols(st []float32, lo, hi int) blas.General {
 	return blas.General{Rows: L.t, Cols: hi - lo, Stride: L.stateSize, Data: st[lo:]}
 }
 
 // stateSum returns elements [lo, hi) of the slot after the t states in
 // st, where the scans leave sums.
-func (L *psLayout) stateSum(st []float32, lo, hi int) []float32 {
+func (L *engineLayout) stateSum(st []float32, lo, hi int) []float32 {
 	return st[L.t*L.stateSize+lo : L.t*L.stateSize+hi]
 }
 

@@ -1,7 +1,7 @@
 package attention
 
-// polysketchAttn is PolySketch attention (Kind Polysketch): the engine
-// (engine.go) with polynomial weights of degree p approximated as
+// PolySketch attention (Kind Polysketch) is the engine (engine.go) with
+// polynomial weights of degree p approximated as
 // w_ij = φ(q_i)·φ(k_j) ≥ 0, where φ(x) = M(x)^⊗2 self-tensors the
 // degree-p/2 random sketch M of Algorithm 1 (see sketch), or with
 // Learned (and degree ≥ 4) the learned sketch of Algorithm 2
@@ -10,7 +10,6 @@ package attention
 //	o_i = Σ_{j≤i} w_ij v_j / (1 + Σ_{j≤i} w_ij),
 //
 // with the exact (q_i·k_j)^p inside diagonal blocks when Local.
-type polysketchAttn = engine
 
 // polysketchMap is the feature map of polysketch: the sketch of degree
 // p/2 (random, or learned when o.Sketch is learnedSketch), then symmetric

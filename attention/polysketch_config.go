@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// PolysketchConfig configures PolySketch attention (see polysketchAttn).
+// PolysketchConfig configures PolySketch attention (see polysketch.go).
 type PolysketchConfig struct {
 	Degree     int        `json:"degree" help:"degree p of the approximated weights (q·k)^p: 2, 4 or 8"`
 	SketchSize int        `json:"sketch_size" help:"sketch size r: r(r+1)/2 features per row"`

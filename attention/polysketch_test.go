@@ -233,7 +233,7 @@ func TestPolysketchWorkspace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(14, 15))
 			q := randTensor(rng, 0.7, 2, 3, 21, 6)
-			m := mustNew(t, Polysketch, c.options()).(*polysketchAttn)
+			m := mustNew(t, Polysketch, c.options()).(*engine)
 			want := m.Workspace(2, 3, 21, 6)
 			forward(m, q, q, q)
 			got := int64(cap(m.mem)) * 4

@@ -14,22 +14,22 @@ import (
 type projector interface {
 	// layout sizes L for the projector and returns the number of items
 	// its own passes need, at least items.
-	layout(L *psLayout, items int) int
+	layout(L *engineLayout, items int) int
 	// carve takes the engine's buffers for layout L from c.
-	carve(L *psLayout, c *carver)
+	carve(L *engineLayout, c *carver)
 	// scratchRows returns the rows the workers' sketch scratch must hold.
-	scratchRows(L *psLayout) int
+	scratchRows(L *engineLayout) int
 	// forward runs before Forward's phases.
 	forward()
 	// apply computes Mᵀ of block l of head hd, of the keys (key) or the
 	// queries, into mT, keeping the projection's pre; output recomputes it
 	// from pre, bitwise equal.
-	apply(w *psWorker, key bool, hd, l int, pre, mT []float32)
-	output(w *psWorker, key bool, hd, l int, pre, mT []float32)
+	apply(w *engineWorker, key bool, hd, l int, pre, mT []float32)
+	output(w *engineWorker, key bool, hd, l int, pre, mT []float32)
 	// backward takes dmT = dMᵀ of block l of head hd (nil: zero) and
 	// writes (or with accumulate adds) the gradient of the keys or
 	// queries into dk or dq, or keeps it for backwardEnd.
-	backward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32)
+	backward(w *engineWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32)
 	// backwardEnd runs after Backward's phases.
 	backwardEnd()
 	// params lists the parameters the engine's Params reports.
@@ -54,12 +54,12 @@ type perBlock struct {
 	pslots []float32         // [bh × t × paramSize]: tp's parameter gradient per block
 }
 
-func (b *perBlock) layout(_ *psLayout, items int) int { return items }
-func (b *perBlock) scratchRows(L *psLayout) int       { return L.bs }
-func (b *perBlock) forward()                          {}
-func (b *perBlock) params() []*nn.Param               { return nil }
+func (b *perBlock) layout(_ *engineLayout, items int) int { return items }
+func (b *perBlock) scratchRows(L *engineLayout) int       { return L.bs }
+func (b *perBlock) forward()                              {}
+func (b *perBlock) params() []*nn.Param                   { return nil }
 
-func (b *perBlock) carve(L *psLayout, c *carver) {
+func (b *perBlock) carve(L *engineLayout, c *carver) {
 	if b.tp == nil {
 		return
 	}
@@ -77,19 +77,19 @@ func (b *perBlock) side(key bool) ([]float32, projection) {
 	return b.e.q, b.p
 }
 
-func (b *perBlock) apply(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+func (b *perBlock) apply(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
 	p.apply(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT, &w.sks)
 }
 
-func (b *perBlock) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+func (b *perBlock) output(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
 	p.output(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT)
 }
 
-func (b *perBlock) backward(w *psWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
+func (b *perBlock) backward(w *engineWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
 	L := &b.e.L
 	_, rows := L.plan.span(l)
 	p, dx := b.p, b.e.dq

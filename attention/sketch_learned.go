@@ -561,7 +561,7 @@ type netPass struct {
 
 	// The items of its passes, bound once so that running them allocates
 	// nothing.
-	stepFwd, stepBwd, stepReduce func(w *psWorker, i int)
+	stepFwd, stepBwd, stepReduce func(w *engineWorker, i int)
 }
 
 func newNetPass(a *engine, net *learned) *netPass {
@@ -572,14 +572,14 @@ func newNetPass(a *engine, net *learned) *netPass {
 
 // layout cuts the rows of q, then of k, into chunks, and the chunks into
 // groups of partial parameter gradients.
-func (s *netPass) layout(L *psLayout, items int) int {
+func (s *netPass) layout(L *engineLayout, items int) int {
 	L.chunk = min(netChunk, L.bh*L.n)
 	L.chunks = (L.bh*L.n + L.chunk - 1) / L.chunk
 	L.groups = min(netGroups, 2*L.chunks)
 	return max(items, 2*L.chunks)
 }
 
-func (s *netPass) carve(L *psLayout, c *carver) {
+func (s *netPass) carve(L *engineLayout, c *carver) {
 	n := L.bh * L.n
 	var ms, dms, keep [2][]float32
 	for i := range ms {
@@ -594,7 +594,7 @@ func (s *netPass) carve(L *psLayout, c *carver) {
 	}
 }
 
-func (s *netPass) scratchRows(L *psLayout) int { return L.chunk }
+func (s *netPass) scratchRows(L *engineLayout) int { return L.chunk }
 
 func (s *netPass) params() []*nn.Param { return append([]*nn.Param(nil), s.net.params...) }
 
@@ -608,7 +608,7 @@ func (s *netPass) backwardEnd() {
 
 // apply and output read Mᵀ of block l of head hd ([r × rows]) from the
 // sketches of all rows that forward computed: queries (key false) or keys.
-func (s *netPass) apply(_ *psWorker, key bool, hd, l int, _, mT []float32) {
+func (s *netPass) apply(_ *engineWorker, key bool, hd, l int, _, mT []float32) {
 	L := &s.e.L
 	lo, rows := L.plan.span(l)
 	m := s.ms[0]
@@ -619,12 +619,12 @@ func (s *netPass) apply(_ *psWorker, key bool, hd, l int, _, mT []float32) {
 	transposeInto(mat(L.ro, rows, mT), mat(rows, L.ro, m[at:at+rows*L.ro]))
 }
 
-func (s *netPass) output(w *psWorker, key bool, hd, l int, pre, mT []float32) {
+func (s *netPass) output(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	s.apply(w, key, hd, l, pre, mT)
 }
 
 // backward keeps dM of the block's rows for backwardEnd.
-func (s *netPass) backward(_ *psWorker, key bool, hd, l int, _ bool, dmT, _ []float32) {
+func (s *netPass) backward(_ *engineWorker, key bool, hd, l int, _ bool, dmT, _ []float32) {
 	L := &s.e.L
 	lo, rows := L.plan.span(l)
 	side := 0
@@ -652,7 +652,7 @@ func (s *netPass) rows(side, c int) (x, dx []float32, lo, rows int) {
 }
 
 // forwardItem computes M of chunk i (q chunks, then k chunks) into s.ms.
-func (s *netPass) forwardItem(w *psWorker, i int) {
+func (s *netPass) forwardItem(w *engineWorker, i int) {
 	L := &s.e.L
 	side := i / L.chunks
 	x, _, lo, rows := s.rows(side, i%L.chunks)
@@ -673,7 +673,7 @@ func (s *netPass) kept(side, lo int, load bool) kept {
 // backwardItem runs the networks backward over the chunks of group g,
 // from the gradients in s.dms, into dq, dk and the group's partial
 // parameter gradients.
-func (s *netPass) backwardItem(w *psWorker, g int) {
+func (s *netPass) backwardItem(w *engineWorker, g int) {
 	L := &s.e.L
 	net := s.net
 	grads := s.pgrad[g*net.size : (g+1)*net.size]
@@ -691,7 +691,7 @@ func (s *netPass) backwardItem(w *psWorker, g int) {
 
 // reduceItem adds the partial sums of segment i to the parameter
 // gradients, in group order.
-func (s *netPass) reduceItem(_ *psWorker, i int) {
+func (s *netPass) reduceItem(_ *engineWorker, i int) {
 	net := s.net
 	sg := net.segs[i]
 	dst := net.params[sg.p].Grad.Data[sg.lo:sg.hi]

@@ -41,9 +41,9 @@ func learnedOptions(c psCase) kernelOptions {
 // newLearnedMech builds a learned polysketch for head size h and perturbs
 // its parameters away from the initialization (biases 0, gains 1), so that
 // tests see every parameter matter.
-func newLearnedMech(t testing.TB, c psCase, h int) *polysketchAttn {
+func newLearnedMech(t testing.TB, c psCase, h int) *engine {
 	t.Helper()
-	m := mustNew(t, Polysketch, learnedOptions(c)).(*polysketchAttn)
+	m := mustNew(t, Polysketch, learnedOptions(c)).(*engine)
 	m.setHeadSize(h)
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, p := range m.Params() {
@@ -371,7 +371,7 @@ func TestLearnedWeightsNonNegative(t *testing.T) {
 
 // learnedGradients runs Forward and Backward with a fixed output gradient
 // and returns o, dq, dk, dv and the parameter gradients (from zero).
-func learnedGradients(m *polysketchAttn, q, k, v *tensor.Tensor) []*tensor.Tensor {
+func learnedGradients(m *engine, q, k, v *tensor.Tensor) []*tensor.Tensor {
 	for _, p := range m.Params() {
 		p.Grad.Zero()
 	}
@@ -383,7 +383,7 @@ func learnedGradients(m *polysketchAttn, q, k, v *tensor.Tensor) []*tensor.Tenso
 	return out
 }
 
-func requireAllEqual(t *testing.T, m *polysketchAttn, a, b []*tensor.Tensor) {
+func requireAllEqual(t *testing.T, m *engine, a, b []*tensor.Tensor) {
 	t.Helper()
 	names := []string{"o", "dq", "dk", "dv"}
 	for _, p := range m.Params() {
@@ -491,7 +491,7 @@ func TestLearnedParams(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("p%d", tc.degree), func(t *testing.T) {
 			o := learnedOptions(psCase{causal: true, local: true, degree: tc.degree, r: r, b: 4})
-			m := mustNew(t, Polysketch, o).(*polysketchAttn)
+			m := mustNew(t, Polysketch, o).(*engine)
 			if ps := m.Params(); ps != nil {
 				t.Fatalf("Params before the head size is known: %d, want none", len(ps))
 			}
@@ -523,7 +523,7 @@ func TestLearnedParams(t *testing.T) {
 				}
 			}
 			// The same options give the same values; the first Forward keeps them.
-			m2 := mustNew(t, Polysketch, o).(*polysketchAttn)
+			m2 := mustNew(t, Polysketch, o).(*engine)
 			rng := rand.New(rand.NewPCG(1, 1))
 			x := randTensor(rng, 1, 1, 1, 5, h)
 			forward(m2, x, x, x)
@@ -537,7 +537,7 @@ func TestLearnedParams(t *testing.T) {
 			}
 			// Another seed, other weights.
 			o.Seed++
-			m3 := mustNew(t, Polysketch, o).(*polysketchAttn)
+			m3 := mustNew(t, Polysketch, o).(*engine)
 			m3.setHeadSize(h)
 			for i, p := range m3.Params() {
 				if strings.HasSuffix(p.Name, ".weight") && p.Value.Data[0] == ps[i].Value.Data[0] {
@@ -633,7 +633,7 @@ func TestLearnedWorkspace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(14, 15))
 			q := randTensor(rng, 0.7, 2, 3, 21, 6)
-			m := mustNew(t, Polysketch, learnedOptions(c)).(*polysketchAttn)
+			m := mustNew(t, Polysketch, learnedOptions(c)).(*engine)
 			want := m.Workspace(2, 3, 21, 6)
 			forward(m, q, q, q)
 			got := int64(cap(m.mem)) * 4

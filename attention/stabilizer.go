@@ -18,38 +18,38 @@ type stabilizer interface {
 	bind(a *engine)
 	// carve takes the engine's buffers for layout L from c, and
 	// carveWorker a worker's.
-	carve(L *psLayout, c *carver)
-	carveWorker(w *psWorker, L *psLayout, c *carver)
+	carve(L *engineLayout, c *carver)
+	carveWorker(w *engineWorker, L *engineLayout, c *carver)
 
 	// keysProjected records what the stabilizer needs of a block's keys
 	// from the projection's pre.
-	keysProjected(w *psWorker, pre []float32, rows int)
+	keysProjected(w *engineWorker, pre []float32, rows int)
 	// keyBlock records block l's keys (just projected) and returns the
 	// reference of their state H_l.
-	keyBlock(w *psWorker, hd, l, rows int) float32
+	keyBlock(w *engineWorker, hd, l, rows int) float32
 	// keyScales returns the factors of the block's key features relative
 	// to ref (into the worker's scratch).
-	keyScales(w *psWorker, rows int, ref float32) []float32
+	keyScales(w *engineWorker, rows int, ref float32) []float32
 	// suffixScales returns the factors of the block's key features
 	// relative to the reference of the suffix state U that bwdKeys reads.
-	suffixScales(w *psWorker, hd, rows int) []float32
+	suffixScales(w *engineWorker, hd, rows int) []float32
 	// prepared runs when every block's keys are prepared (blocks mode),
 	// before the prefix scan.
 	prepared()
 	// diagWeights rescales the weights of causal block l's sketched
 	// diagonal block, just computed in w.w from w.s, leaving in w.s what
 	// diagBackward needs.
-	diagWeights(w *psWorker, hd, l int)
+	diagWeights(w *engineWorker, hd, l int)
 	// diagBackward turns the gradient of the diagonal weights dw into that
 	// of the products S, whose power pow they are.
-	diagBackward(w *psWorker, dw []float32, rows, pow int)
+	diagBackward(w *engineWorker, dw []float32, rows, pow int)
 	// rowFactors returns, for causal block l, the factors fs of its rows'
 	// diagonal terms and cs of their cross terms, relative to one
 	// reference per row.
-	rowFactors(w *psWorker, hd, l int) (fs, cs []float32)
+	rowFactors(w *engineWorker, hd, l int) (fs, cs []float32)
 	// scan runs a scan of the given kind (scanSum…) over elements lo…hi
 	// of head hd's states st.
-	scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, hd int)
+	scan(kind int, st []float32, L *engineLayout, lo, hi int, w *engineWorker, hd int)
 
 	// Streaming (Remat). The running prefix state is relative to A.
 	// addKeyState adds block l's key state to run and returns the new A;
@@ -61,7 +61,7 @@ type stabilizer interface {
 	addKeyState(run, state []float32, hd, l int, A float32) float32
 	setReference(hd, l int, A float32)
 	keyTotal(hd int, A float32)
-	suffixState(w *psWorker, hd, l int) []float32
+	suffixState(w *engineWorker, hd, l int) []float32
 	addQueryState(run, state []float32, hd, l int)
 
 	// CumSum. cumKey returns the features to add to the running state
@@ -69,34 +69,34 @@ type stabilizer interface {
 	// features are fk, rescaling the state first if need be; cumSuffix
 	// prepares the running suffix state for position pos and returns key
 	// pos's factor.
-	cumKey(w *psWorker, fk []float32, hd, pos, i int) []float32
-	cumSuffix(w *psWorker, hd, pos, i int) float32
+	cumKey(w *engineWorker, fk []float32, hd, pos, i int) []float32
+	cumSuffix(w *engineWorker, hd, pos, i int) float32
 }
 
 // plain is the stabilizer of maps whose features need none.
 type plain struct{}
 
-func (plain) bind(*engine)                                            {}
-func (plain) carve(*psLayout, *carver)                                {}
-func (plain) carveWorker(*psWorker, *psLayout, *carver)               {}
-func (plain) keysProjected(*psWorker, []float32, int)                 {}
-func (plain) keyBlock(*psWorker, int, int, int) float32               { return 0 }
-func (plain) keyScales(*psWorker, int, float32) []float32             { return nil }
-func (plain) suffixScales(*psWorker, int, int) []float32              { return nil }
-func (plain) prepared()                                               {}
-func (plain) diagWeights(*psWorker, int, int)                         {}
-func (plain) rowFactors(*psWorker, int, int) (fs, cs []float32)       { return nil, nil }
-func (plain) setReference(int, int, float32)                          {}
-func (plain) keyTotal(int, float32)                                   {}
-func (plain) suffixState(w *psWorker, _, _ int) []float32             { return w.run }
-func (plain) cumKey(_ *psWorker, fk []float32, _, _, _ int) []float32 { return fk }
-func (plain) cumSuffix(*psWorker, int, int, int) float32              { return 1 }
+func (plain) bind(*engine)                                                {}
+func (plain) carve(*engineLayout, *carver)                                {}
+func (plain) carveWorker(*engineWorker, *engineLayout, *carver)           {}
+func (plain) keysProjected(*engineWorker, []float32, int)                 {}
+func (plain) keyBlock(*engineWorker, int, int, int) float32               { return 0 }
+func (plain) keyScales(*engineWorker, int, float32) []float32             { return nil }
+func (plain) suffixScales(*engineWorker, int, int) []float32              { return nil }
+func (plain) prepared()                                                   {}
+func (plain) diagWeights(*engineWorker, int, int)                         {}
+func (plain) rowFactors(*engineWorker, int, int) (fs, cs []float32)       { return nil, nil }
+func (plain) setReference(int, int, float32)                              {}
+func (plain) keyTotal(int, float32)                                       {}
+func (plain) suffixState(w *engineWorker, _, _ int) []float32             { return w.run }
+func (plain) cumKey(_ *engineWorker, fk []float32, _, _, _ int) []float32 { return fk }
+func (plain) cumSuffix(*engineWorker, int, int, int) float32              { return 1 }
 
-func (plain) diagBackward(w *psWorker, dw []float32, rows, pow int) {
+func (plain) diagBackward(w *engineWorker, dw []float32, rows, pow int) {
 	lowerPowGrad(dw, w.s, w.tmp, rows, pow)
 }
 
-func (plain) scan(kind int, st []float32, L *psLayout, lo, hi int, w *psWorker, _ int) {
+func (plain) scan(kind int, st []float32, L *engineLayout, lo, hi int, w *engineWorker, _ int) {
 	switch kind {
 	case scanSum, scanSumKeys:
 		sumStates(L.stateSum(st, lo, hi), L.stateCols(st, lo, hi))
