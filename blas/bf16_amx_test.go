@@ -95,7 +95,7 @@ func TestGemmBF16Tiles(t *testing.T) {
 						p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 2)
 						a, b, c := p.views()
 						var first []float32
-						for _, procs := range []int{1, 2, 3} {
+						for _, procs := range testProcs {
 							runtime.GOMAXPROCS(procs)
 							got := append([]float32(nil), c.Data...)
 							GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, General{c.Rows, c.Cols, c.Stride, got})
