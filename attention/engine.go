@@ -2,8 +2,6 @@ package attention
 
 import (
 	"fmt"
-	"runtime"
-	"sync/atomic"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
@@ -292,7 +290,7 @@ func (c *carver) keep() bool { return c.mem != nil }
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h), a.src)
+	a.layout(&a.L, B, H, N, h, parallel.Threads(), a.projFor(h), a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(engineWorker))
 	}
@@ -329,7 +327,7 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 		floats += kp.floats()
 	}
 	var L engineLayout
-	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
+	a.layout(&L, B, H, N, h, parallel.Threads(), p, src)
 	return int64(a.carve(&L, p, src, nil)+floats) * 4
 }
 
@@ -981,37 +979,21 @@ func (w *engineWorker) carve(L *engineLayout, p projection, scratchRows int, fm 
 	}
 }
 
-// workPool runs the items of a phase on up to len(workers) goroutines, each
-// with its own worker scratch, taking items in order from a shared counter.
-// Which goroutine runs an item never changes its result.
+// workPool runs the items of a phase on up to active goroutines of the
+// process's pool, each with the worker scratch of its index, taking items
+// in order. Which goroutine runs an item never changes its result.
 type workPool struct {
 	workers []*engineWorker
 	active  int
-	items   int
-	next    atomic.Int64
 	step    func(w *engineWorker, i int)
-	body    func(wi int)
+	body    func(w, i int) // bound once: handing it to the pool allocates nothing
 }
 
 func (p *workPool) init() {
-	p.body = func(wi int) {
-		w := p.workers[wi]
-		for {
-			i := int(p.next.Add(1) - 1)
-			if i >= p.items {
-				return
-			}
-			p.step(w, i)
-		}
-	}
+	p.body = func(w, i int) { p.step(p.workers[w], i) }
 }
 
 func (p *workPool) run(items int, step func(w *engineWorker, i int)) {
-	if items == 0 {
-		return
-	}
-	p.items, p.step = items, step
-	p.next.Store(0)
-	n := min(p.active, items)
-	parallel.Workers(n, n, p.body)
+	p.step = step
+	parallel.Run(items, p.active, p.body)
 }

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
@@ -20,9 +19,11 @@ import (
 // dst[b,i,n,:] = src[b·N+n, i·h : (i+1)·h].
 func toHeads(dst *tensor.Tensor, src blas.General) {
 	B, H, N, h := headShape("toHeads", dst, src)
-	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
+	parts := headParts(B, H, N, h)
+	parallel.Run(B*H*parts, headWorkers(B*H*N*h), func(_, item int) {
+		bh, p := item/parts, item%parts
 		b, i := bh/H, bh%H
-		for n := 0; n < N; n++ {
+		for n := p * N / parts; n < (p+1)*N/parts; n++ {
 			at := (b*N+n)*src.Stride + i*h
 			copy(dst.Data[(bh*N+n)*h:(bh*N+n+1)*h], src.Data[at:at+h])
 		}
@@ -33,9 +34,11 @@ func toHeads(dst *tensor.Tensor, src blas.General) {
 // rows matrix dst ([B·N, H·h]).
 func fromHeads(dst blas.General, src *tensor.Tensor) {
 	B, H, N, h := headShape("fromHeads", src, dst)
-	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
+	parts := headParts(B, H, N, h)
+	parallel.Run(B*H*parts, headWorkers(B*H*N*h), func(_, item int) {
+		bh, p := item/parts, item%parts
 		b, i := bh/H, bh%H
-		for n := 0; n < N; n++ {
+		for n := p * N / parts; n < (p+1)*N/parts; n++ {
 			at := (b*N+n)*dst.Stride + i*h
 			copy(dst.Data[at:at+h], src.Data[(bh*N+n)*h:(bh*N+n+1)*h])
 		}
@@ -58,13 +61,20 @@ func matrix(t *tensor.Tensor, cols int) blas.General {
 }
 
 // headWorkers returns the goroutines for moving n floats between layouts:
-// one below serialHeads floats, as when decoding a token, where starting
-// goroutines costs more than the copy.
+// one below serialHeads floats, as when decoding a token, where handing
+// out items costs more than the copy.
 func headWorkers(n int) int {
 	if n < serialHeads {
 		return 1
 	}
-	return runtime.GOMAXPROCS(0)
+	return parallel.Threads()
+}
+
+// headParts returns into how many parts of rows toHeads and fromHeads
+// split each head, so that with few heads every thread still has items.
+func headParts(B, H, N, h int) int {
+	want := parallel.Chunks(B*H*N*h, serialHeads, headWorkers(B*H*N*h))
+	return max(1, min(N, want/(B*H)))
 }
 
 // serialHeads is the size below which toHeads and fromHeads copy on the
