@@ -82,9 +82,7 @@ func (h gemmBF16) tilesParallel(threads int) {
 	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
-	want := itemsPerThread * threads
-	rb := min(blocks, want)
-	cb := min(nStr, ceilDiv(want, rb))
+	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, itemsPerThread*threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
 		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // amxEmulated models amxBF16 in Go, TDPBF16PS as Intel's pseudocode
@@ -95,7 +97,7 @@ func TestGemmBF16Tiles(t *testing.T) {
 						p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 2)
 						a, b, c := p.views()
 						var first []float32
-						for _, procs := range testProcs {
+						for _, procs := range parallel.TestThreads {
 							runtime.GOMAXPROCS(procs)
 							got := append([]float32(nil), c.Data...)
 							GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, General{c.Rows, c.Cols, c.Stride, got})

@@ -249,13 +249,7 @@ func (h gemmBF16) parallel(threads int) {
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
 	// keep the threads busy, each by column chunks of strips.
 	mStr := ceilDiv(g.m, kn.mr)
-	rb := ceilDiv(g.m, kn.mc)
-	want := itemsPerThread * threads
-	cb := 1
-	if rb < want {
-		rb = min(want, mStr)
-		cb = min(ceilDiv(want, rb), nStr)
-	}
+	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), itemsPerThread*threads)
 	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
 		g.item(ws, bp, r0, r1, s0, s1)
 	})

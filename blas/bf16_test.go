@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // TestToBF16 checks the rounding on values whose expected bits were
@@ -331,7 +333,7 @@ func TestGemmBF16Determinism(t *testing.T) {
 				GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
 				want := c.Data
 				pb := PackBF16(p.tB, b)
-				for _, procs := range testProcs {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					for _, bo := range []Operand{b, pb} {
 						tB := p.tB

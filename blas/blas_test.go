@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // naive is the reference: a triple loop accumulating in float64. It reads
@@ -243,10 +245,6 @@ func TestNaNInA(t *testing.T) {
 	}
 }
 
-// testProcs are the GOMAXPROCS values the determinism tests compare:
-// fewer and more threads than the machine has cores.
-var testProcs = []int{1, 2, 3, 7, 16}
-
 // TestDeterminism checks that the thread count does not change a bit of
 // the result, and that SgemmSerial agrees with Sgemm, on shapes that the
 // parallel path splits by rows only, by rows and columns (A packed once,
@@ -261,7 +259,7 @@ func TestDeterminism(t *testing.T) {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
 				want := append([]float32(nil), p.c...)
 				sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
-				for _, procs := range testProcs {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					c := append([]float32(nil), p.c...)
 					sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
@@ -315,7 +313,7 @@ func TestSgemmBatched(t *testing.T) {
 				}
 				p := ps[0]
 				sa, sb, sc := len(p.a), len(p.b), len(p.c)
-				for _, procs := range testProcs {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					got := append([]float32(nil), c...)
 					ar, ac := stored(p.tA, m, k)
@@ -510,7 +508,7 @@ func TestSmallDeterminism(t *testing.T) {
 			for _, tr := range transposes {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
 				var results [][]float32
-				for _, procs := range testProcs {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					c := append([]float32(nil), p.c...)
 					sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)

@@ -156,11 +156,8 @@ func (h gemm) parallel(threads int) {
 
 	mStr := ceilDiv(g.m, kn.mr)
 	want := itemsPerThread * threads
-	rb := ceilDiv(g.m, kn.mc)
-	if rb < want {
-		rb = max(rb, min(want, mStr/2)) // blocks of at least 2 strips
-	}
 	nc := min(kn.nc, max(kn.nr, bBudget/g.k/kn.nr*kn.nr))
+	rb, _ := grid(mStr, ceilDiv(min(nc, g.n), kn.nr), kn.mr, kn.nr, ceilDiv(g.m, kn.mc), want)
 	kBlocks := ceilDiv(g.k, kn.kc)
 	// A packed once, shared by the column chunks, when they are several
 	// and it fits: the packed block of the k block at pc starts at
@@ -170,10 +167,7 @@ func (h gemm) parallel(threads int) {
 	for jc := 0; jc < g.n; jc += nc {
 		nb := min(nc, g.n-jc)
 		nStr := ceilDiv(nb, kn.nr)
-		cb := 1
-		if rb < want {
-			cb = max(1, min(ceilDiv(want, rb), nStr/4)) // chunks of at least 4 strips
-		}
+		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, want)
 		// The panel for the k block at pc starts at pc·nStr·nr.
 		ws.b = grow(ws.b, nStr*kn.nr*g.k)
 		bp := ws.b
@@ -226,6 +220,35 @@ func (h gemm) parallel(threads int) {
 			}
 		})
 	}
+}
+
+// grid chooses how a parallel product splits C: into rb row blocks of
+// whole strips of mr rows (of mStr, at least rb0 blocks) by cb column
+// chunks of whole strips of nr columns (of nStr). It aims for want items,
+// and among the splits that reach it takes the one whose items are the
+// squarest, reading the fewest operand floats per multiply-add; with
+// fewer strips than want, every strip pair is an item.
+func grid(mStr, nStr, mr, nr, rb0, want int) (rb, cb int) {
+	rb0 = max(1, min(rb0, mStr))
+	if rb0 >= want {
+		return rb0, 1
+	}
+	rb, cb = mStr, nStr
+	best := 0.0
+	for r := rb0; r <= mStr; r++ {
+		c := min(nStr, ceilDiv(want, r))
+		if r*c < want {
+			continue
+		}
+		rows, cols := float64(ceilDiv(mStr, r)*mr), float64(ceilDiv(nStr, c)*nr)
+		if q := rows * cols / (rows + cols); q > best {
+			best, rb, cb = q, r, c
+		}
+		if c == 1 {
+			break // more row blocks only make items smaller
+		}
+	}
+	return rb, cb
 }
 
 // macro multiplies the packed mb×kb block of A by strips [s0, s1) of the

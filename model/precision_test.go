@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 )
 
@@ -127,7 +128,7 @@ func TestReleaseFP32(t *testing.T) {
 }
 
 // TestDeterminismBF16 requires a bf16 model's loss and gradients to be
-// bitwise identical for GOMAXPROCS 1, 2 and 3, on a model large enough
+// bitwise identical for every GOMAXPROCS of parallel.TestThreads, on a model large enough
 // for the products to split their tiles among goroutines.
 func TestDeterminismBF16(t *testing.T) {
 	const B, N = 4, 64
@@ -149,7 +150,7 @@ func TestDeterminismBF16(t *testing.T) {
 				return loss, grads
 			}
 			loss1, grads1 := run(1)
-			for _, procs := range []int{2, 3} {
+			for _, procs := range parallel.TestThreads[1:] {
 				loss, grads := run(procs)
 				if math.Float64bits(loss) != math.Float64bits(loss1) {
 					t.Fatalf("GOMAXPROCS=%d: loss %v, with 1 thread %v", procs, loss, loss1)

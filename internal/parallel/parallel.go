@@ -273,3 +273,9 @@ func (p *pool) spin(gen uint64) bool {
 		runtime.Gosched()
 	}
 }
+
+// TestThreads are the GOMAXPROCS values at which the tests of the
+// packages using the pool check that results do not change: one thread,
+// fewer and more threads than a development machine's cores, and counts
+// that split items unevenly.
+var TestThreads = []int{1, 2, 3, 7, 16}

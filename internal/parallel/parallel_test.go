@@ -11,7 +11,7 @@ import (
 
 // procs are the GOMAXPROCS values the tests run at: fewer and more
 // threads than this machine has cores.
-var procs = []int{1, 2, 3, 7, 16}
+var procs = TestThreads
 
 func withProcs(n int, f func()) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))

@@ -148,23 +148,28 @@ func (p *profile) end(*profile) {
 	}
 }
 
-// callSite names the function that called Run or For, with the line, and
-// the first function up the stack in another package, as "f:line (via g)".
+// callSite names the place that called Run or For: the function and line,
+// its caller's, and the first function up the stack in another package,
+// as "f:line ← g:line (via h)".
 func callSite() string {
-	var pcs [16]uintptr
+	var pcs [24]uintptr
 	n := runtime.Callers(3, pcs[:])
 	frames := runtime.CallersFrames(pcs[:n])
 	var site, pkg string
+	depth := 0
 	for {
 		f, more := frames.Next()
 		name := f.Function
 		if name != "" && !ownFrame(name) {
 			short := name[strings.LastIndex(name, "/")+1:]
 			p := short[:strings.Index(short, ".")]
-			switch {
-			case site == "":
+			switch depth++; {
+			case depth == 1:
 				site, pkg = fmt.Sprintf("%s:%d", short, f.Line), p
-			case p != pkg:
+			case depth == 2:
+				site += fmt.Sprintf(" ← %s:%d", short, f.Line)
+			}
+			if p != pkg {
 				return site + " (via " + short + ")"
 			}
 		}
