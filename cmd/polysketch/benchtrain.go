@@ -52,7 +52,9 @@ peak_bytes is the largest Go heap in use during the case, above the heap
 before it (see bench attention): model, optimizer and activations.
 cpu_seconds is the CPU time of the process (user and system, all threads)
 per timed step, on average: with more threads it should stay that of one
-thread, the work split, not grown.
+thread, the work split, not grown. spin_seconds is the part of it that
+the goroutines of the parallel runtime spent spinning, waiting for work
+or for each other.
 
 --phases W adds, for each case, one more step at GOMAXPROCS=1 with every
 parallel phase split as for W threads, and reports the share of that
@@ -74,6 +76,7 @@ type benchTrainRow struct {
 	TokensPerSec *float64 `json:"tokens_per_sec"`
 	PeakBytes    *int64   `json:"peak_bytes"`
 	CPUSeconds   *float64 `json:"cpu_seconds,omitempty"`
+	SpinSeconds  *float64 `json:"spin_seconds,omitempty"`
 	// With --phases: the serial share of a step at GOMAXPROCS=1, the
 	// speedup Amdahl's law allows on that many threads, and the phases.
 	SerialShare *float64     `json:"serial_share,omitempty"`
@@ -188,7 +191,7 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step, %s; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
 			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, precisionDesc(cfg.precision), cfg.steps, runtime.GOMAXPROCS(0))
 		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
-		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s %8s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB", "CPU s")
+		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s %8s %8s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB", "CPU s", "spin s")
 		w.Flush()
 	}
 	for _, m := range cfg.mechanisms {
@@ -215,7 +218,7 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 		_, err := fmt.Fprintf(w, "%-18s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%-18s %6d %5d %10.3f %12.0f %10.1f %8.3f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20), *r.CPUSeconds)
+	_, err := fmt.Fprintf(w, "%-18s %6d %5d %10.3f %12.0f %10.1f %8.3f %8.3f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20), *r.CPUSeconds, *r.SpinSeconds)
 	if err != nil || r.SerialShare == nil {
 		return err
 	}
@@ -311,6 +314,7 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 	best := math.Inf(1)
 	var cpu time.Duration
 	steps := 0
+	spun := parallel.ReadStats().Spin
 	for i := 0; i < cfg.steps && (i == 0 || time.Since(start).Seconds() < cfg.maxSeconds); i++ {
 		t, c := time.Now(), cpuTime()
 		step()
@@ -323,7 +327,8 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 	*last = &timing{n, best}
 	tps := float64(B*n) / best
 	cpuStep := cpu.Seconds() / float64(steps)
-	r.Seconds, r.TokensPerSec, r.PeakBytes, r.CPUSeconds = &best, &tps, &peak, &cpuStep
+	spinStep := (parallel.ReadStats().Spin - spun).Seconds() / float64(steps)
+	r.Seconds, r.TokensPerSec, r.PeakBytes, r.CPUSeconds, r.SpinSeconds = &best, &tps, &peak, &cpuStep, &spinStep
 	if cfg.phases > 0 {
 		cfg.profile(&r, step)
 	}

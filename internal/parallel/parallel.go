@@ -195,16 +195,20 @@ func (p *pool) close(j *job) {
 	p.mu.Unlock()
 	// No goroutine joins j now; wait for those inside, spinning first:
 	// they are finishing an item each.
-	start := time.Now()
-	for spins := 0; j.inside.Load() != 0; spins++ {
-		if spins%16 == 15 && time.Since(start) > spinFor {
-			j.asleep.Store(true)
-			if j.inside.Load() != 0 || !j.asleep.CompareAndSwap(true, false) {
-				<-j.done // the last one out saw asleep and wakes us
+	if j.inside.Load() != 0 {
+		start := time.Now()
+		for spins := 0; j.inside.Load() != 0; spins++ {
+			if spins%16 == 15 && time.Since(start) > spinFor {
+				stats.sleeps.Add(1)
+				j.asleep.Store(true)
+				if j.inside.Load() != 0 || !j.asleep.CompareAndSwap(true, false) {
+					<-j.done // the last one out saw asleep and wakes us
+				}
+				break
 			}
-			break
+			runtime.Gosched()
 		}
-		runtime.Gosched()
+		stats.spin.Add(int64(time.Since(start)))
 	}
 	j.fn, j.fn1 = nil, nil
 	p.mu.Lock()
@@ -235,6 +239,7 @@ func (p *pool) loop(me *worker) {
 		}
 		p.parked = append(p.parked, me)
 		p.mu.Unlock()
+		stats.parks.Add(1)
 		<-me.wake
 	}
 }
@@ -261,8 +266,11 @@ func (p *pool) join() (*job, int) {
 // processor between looks, and reports whether one came.
 func (p *pool) spin(gen uint64) bool {
 	p.spinning.Add(1)
-	defer p.spinning.Add(-1)
 	start := time.Now()
+	defer func() {
+		p.spinning.Add(-1)
+		stats.spin.Add(int64(time.Since(start)))
+	}()
 	for spins := 0; ; spins++ {
 		if p.gen.Load() != gen {
 			return true
@@ -272,6 +280,26 @@ func (p *pool) spin(gen uint64) bool {
 		}
 		runtime.Gosched()
 	}
+}
+
+// Stats counts what the pool has spent waiting since the process started.
+type Stats struct {
+	// Spin is the time goroutines spent spinning: the pool's, looking
+	// for a phase, and callers, waiting for the items others finish. It
+	// is CPU time that does no work.
+	Spin time.Duration
+	// Parks counts the pool's goroutines going to sleep for want of a
+	// phase (each costs a wake later), Sleeps the callers that slept
+	// waiting for others' items.
+	Parks, Sleeps int64
+}
+
+var stats struct{ spin, parks, sleeps atomic.Int64 }
+
+// ReadStats returns the pool's counts so far; differences of two
+// measure a piece of work.
+func ReadStats() Stats {
+	return Stats{Spin: time.Duration(stats.spin.Load()), Parks: stats.parks.Load(), Sleeps: stats.sleeps.Load()}
 }
 
 // TestThreads are the GOMAXPROCS values at which the tests of the
