@@ -2,11 +2,11 @@ package attention
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -65,11 +65,11 @@ func (PerformerConfig) Mechanism() string { return string(Performer) }
 func (c PerformerConfig) Validate() error {
 	var errs []error
 	if c.Features <= 0 {
-		errs = append(errs, fmt.Errorf("--features %d: must be positive (256 is the default)", c.Features))
+		errs = append(errs, field.Invalid("features", c.Features, "must be positive (256 is the default)"))
 	}
-	errs = append(errs, checkMax("--features", c.Features, maxFeatures))
+	errs = append(errs, checkMax("features", c.Features, maxFeatures))
 	if c.Redraw < 0 {
-		errs = append(errs, fmt.Errorf("--redraw %d: must be 0 (never) or a positive number of steps", c.Redraw))
+		errs = append(errs, field.Invalid("redraw", c.Redraw, "must be 0 (never) or a positive number of steps"))
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }

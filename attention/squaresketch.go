@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
@@ -53,20 +54,11 @@ type SquareSketchConfig struct {
 func (SquareSketchConfig) Mechanism() string { return string(SquareSketch) }
 
 func (c SquareSketchConfig) Validate() error {
-	var errs []error
-	if c.Degree < 1 || c.Degree > 8 {
-		errs = append(errs, fmt.Errorf("--degree %d: the inner polynomial's degree must be 1 to 8", c.Degree))
-	}
+	errs := checkSquare(c.Degree, c.Init, c.Coefficients)
 	if c.SketchSize <= 0 {
-		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (8 or 16 keep the features few)", c.SketchSize))
+		errs = append(errs, field.Invalid("sketch_size", c.SketchSize, "must be positive (8 or 16 keep the features few)"))
 	}
-	errs = append(errs, checkMax("--sketch-size", c.SketchSize, maxSketchSize/4))
-	if c.Init != "uniform" && c.Init != "ones" {
-		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
-	}
-	if err := checkCoefficients(c.Coefficients, c.Degree); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, checkMax("sketch_size", c.SketchSize, maxSketchSize/4))
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
 

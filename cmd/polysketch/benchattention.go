@@ -139,8 +139,9 @@ type benchAttentionConfig struct {
 	plot            string
 }
 
-func benchAttention(args []string, stdout io.Writer) error {
+func benchAttention(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("bench attention", benchAttentionHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchAttentionConfig{memLimit: defaultMemLimit()}
 	var af attentionFlags
 	af.register(fs, strings.Join(benchSpecs(), ","), true)

@@ -74,6 +74,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	var opt train.DistOptions
 	asJSON := false
 	fs := newFlags("bench dp", benchDPHelp, stdout)
+	defer asCLI(fs, &err)
 	shapeFlags(fs, &mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "tokens per sequence")
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")

@@ -77,11 +77,12 @@ type benchTrainConfig struct {
 	precision  nn.Precision
 }
 
-func benchTrain(args []string, stdout io.Writer) error {
+func benchTrain(args []string, stdout io.Writer) (err error) {
 	if n, _ := mpi.Launched(); n > 1 {
 		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
 	}
 	fs := newFlags("bench train", benchTrainHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
@@ -135,7 +136,7 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: %s", m.name, oneLine(err))
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
 	return nil

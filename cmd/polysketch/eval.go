@@ -41,9 +41,10 @@ type evalResult struct {
 	Tokens       int64   `json:"tokens"`
 }
 
-func runEval(args []string, stdout io.Writer) error {
+func runEval(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("eval", evalHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	var (
 		corpus              []string
 		textField, cacheDir string

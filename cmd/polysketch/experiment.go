@@ -32,12 +32,13 @@ thread beside another experiment, so alone they are shorter; --quick
 versions take seconds):
 `
 
-func runExperiment(args []string, stdout io.Writer) error {
+func runExperiment(args []string, stdout io.Writer) (err error) {
 	help := experimentHelp
 	for _, e := range experiment.List() {
 		help += fmt.Sprintf("  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
 	}
 	fs := newFlags("experiment", help+"\nflags:\n", stdout)
+	defer asCLI(fs, &err)
 	var (
 		dir, cacheDir string
 		textField     string
@@ -126,7 +127,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("experiment %s: %s", name, oneLine(err))
+		return fmt.Errorf("experiment %s: %w", name, err)
 	}
 	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -127,6 +128,7 @@ var fieldFlags = map[string]string{
 	"task.train":         "task-train",
 	"task.test":          "task-test",
 	"task.bidirectional": "bidirectional",
+	"task_file":          "task", // experiment.Options.TaskFile
 }
 
 // flagOf returns the flag that sets the library's field, "--" included.
@@ -136,3 +138,33 @@ func flagOf(field string) string {
 	}
 	return "--" + strings.ReplaceAll(field, "_", "-")
 }
+
+// asCLI rewrites *err, a command's error, as the command line shows it:
+// in one line (errors.Join's lines joined), and with the fields that the
+// library's errors in it name (internal/field) named as the flags of fs
+// that set them; a field fs has no flag for keeps the library's name.
+// Every command that reports the library's errors defers it.
+func asCLI(fs *flag.FlagSet, err *error) {
+	if *err == nil {
+		return
+	}
+	msg := oneLine(errors.New(field.Rename(*err, func(name string) string {
+		f := flagOf(name)
+		if fs.Lookup(strings.TrimPrefix(f, "--")) == nil {
+			return name
+		}
+		return f
+	})))
+	if msg != (*err).Error() {
+		*err = &flagError{msg, *err}
+	}
+}
+
+// flagError is an error said in the words of the command line.
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() error { return e.err }

@@ -56,8 +56,9 @@ polysketch tokenizer encode and decode.
 flags:
 `
 
-func runTokenizerTrain(args []string, stdout io.Writer) error {
+func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("tokenizer train", tokenizerTrainHelp, stdout)
+	defer asCLI(fs, &err)
 	var corpus []string
 	var textField string
 	special := specialFlag{list: tokenizer.DefaultSpecial}

@@ -128,6 +128,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
 	fs := newFlags("train", trainHelp, stdout, mechanismList(mc.Attention), func(w io.Writer) { fmt.Fprint(w, taskHelp) })
+	defer asCLI(fs, &err)
 	var af attentionFlags
 	trainFlags(fs, &mc, &tc, &o, &af)
 	if err := parseFlags(fs, args); err != nil {
