@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -298,7 +297,7 @@ func claim(dir string, plan Plan) error {
 		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {
 			return fmt.Errorf("%s is not empty and holds no %s: choose an empty or new directory for the experiment", dir, PlanFile)
 		}
-		return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(want); return err })
+		return atomicfile.WriteBytes(path, want)
 	case err != nil:
 		return fmt.Errorf("experiment directory: %w", err)
 	case !bytes.Equal(have, want):

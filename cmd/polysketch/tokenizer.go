@@ -14,6 +14,7 @@ import (
 
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/atomicfile"
 )
 
 var tokenizerCommands = map[string]command{
@@ -159,10 +160,10 @@ func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("tokenizer train: --out: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
-	if err := writeAtomic(path, tok.JSON()); err != nil {
+	if err := atomicfile.WriteBytes(path, tok.JSON()); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
 	total2 := time.Since(start)
@@ -196,29 +197,6 @@ func (p *progress) ticker(line func() string) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
-}
-
-// writeAtomic writes b to path through a temporary file renamed over it,
-// so that path holds the old file or the new one, never a part.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o644) // CreateTemp makes it private
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // specialFlag is the list of special tokens: repeated, "" for none. Unlike
