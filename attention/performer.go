@@ -207,8 +207,8 @@ func (f *favor) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 	m, h, n := f.m, f.h, x.Rows
 	scale := float32(math.Pow(float64(h), -0.25))
 	b, xt, s := pre[:m*n], pre[m*n:(m+h)*n], pre[(m+h)*n:(m+h+1)*n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, mat(m, h, f.w), x, 0, mat(m, n, b))
-	transposeInto(mat(h, n, xt), x)
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, blas.NewGeneral(m, h, f.w), x, 0, blas.NewGeneral(m, n, b))
+	transposeInto(blas.NewGeneral(h, n, xt), x)
 	vec.Scale(scale, xt)
 	half, tmp := scr.buf[:n], scr.a[:n]
 	clear(half)
@@ -250,7 +250,7 @@ func (f *favor) backward(dx blas.General, accumulate bool, dmT, pre []float32, s
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, mat(m, n, db), mat(m, h, f.w), beta, dx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, blas.NewGeneral(m, n, db), blas.NewGeneral(m, h, f.w), beta, dx)
 	sum := scr.buf[:n]
 	clear(sum)
 	for k := 0; k < m; k++ {

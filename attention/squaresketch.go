@@ -193,7 +193,7 @@ func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
 }
 
 func (s *degreeSketch) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(s.w, s.h, s.gT), x, 0, mat(s.w, x.Rows, pre))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(s.w, s.h, s.gT), x, 0, blas.NewGeneral(s.w, x.Rows, pre))
 	s.output(x, pre, mT)
 }
 
@@ -276,5 +276,5 @@ func (s *degreeSketch) backwardOf(dx blas.General, accumulate bool, dmT, pre []f
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(s.w, n, dp), mat(s.w, s.h, s.gT), beta, dx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(s.w, n, dp), blas.NewGeneral(s.w, s.h, s.gT), beta, dx)
 }

@@ -95,7 +95,7 @@ func benchTrain(args []string, stdout io.Writer) (err error) {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
 	tokName := vocabFlag(fs)
-	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -55,7 +55,8 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
 	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
-	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
+	tokName := tokenizer.Byte.Name()
+	tokenizerFlag(fs, &tokName, "lm and speed: the vocabulary of the models and the corpus")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
@@ -86,7 +87,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
 	}
-	tok, err := openTokenizer("experiment", *tokName)
+	tok, err := openTokenizer("experiment", tokName)
 	if err != nil {
 		return err
 	}

@@ -26,11 +26,27 @@ func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }
 
+// tokenizerFlag defines --tokenizer on fs, bound to p with its current
+// value as default: what use says it is for, then what it takes (byte,
+// gpt2, or a tokenizer.json or a directory holding one). Open the value
+// with openTokenizer.
+func tokenizerFlag(fs *flag.FlagSet, p *string, use string) {
+	fs.StringVar(p, "tokenizer", *p, use+"; "+tokenizerFlagHelp)
+}
+
 // vocabFlag defines --tokenizer for the benchmarks that train a model
 // (bench train, bench dp), whose output layer's cost grows with the
-// vocabulary's size; open the value with openTokenizer.
+// vocabulary's size.
 func vocabFlag(fs *flag.FlagSet) *string {
-	return fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
+	name := "byte"
+	tokenizerFlag(fs, &name, "the vocabulary of the model, whose size the output layer's cost grows with")
+	return &name
+}
+
+// jsonFlag defines --json on fs, bound to p: print what instead of text
+// for people (writeJSONLine).
+func jsonFlag(fs *flag.FlagSet, p *bool, what string) {
+	fs.BoolVar(p, "json", false, "print "+what)
 }
 
 // checkpointFlags is the flag group of the commands that use a trained
@@ -45,7 +61,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "checkpoint", "run", "checkpoint directory, or the run directory holding it")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
+	tokenizerFlag(fs, &f.tokenizer, "the tokenizer to check against the checkpoint's (default: the checkpoint's own)")
 	f.attention.register(fs, "the checkpoint's", false)
 }
 

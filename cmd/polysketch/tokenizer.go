@@ -38,7 +38,7 @@ func runTokenizer(args []string, stdout io.Writer) error {
 // stdin is what encode and decode read; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const tokenizerFlagHelp = "tokenizer: byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
+const tokenizerFlagHelp = "byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
 
 const tokenizerTrainHelp = `usage: polysketch tokenizer train [flags]
 
@@ -220,11 +220,12 @@ func (s *specialFlag) Set(v string) error {
 
 func runTokenizerEncode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer encode", "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer encode", *name)
+	tok, err := openTokenizer("tokenizer encode", name)
 	if err != nil {
 		return err
 	}
@@ -247,11 +248,12 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 
 func runTokenizerDecode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout.\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer decode", *name)
+	tok, err := openTokenizer("tokenizer decode", name)
 	if err != nil {
 		return err
 	}
