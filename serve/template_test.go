@@ -204,3 +204,18 @@ func TestChatWithTemplate(t *testing.T) {
 		t.Errorf("a conversation the template refuses: status %d: %s, want 400 with its message", code, b)
 	}
 }
+
+// TestTokenizeAddSpecial checks that /tokenize with add_special counts
+// the Begin a completion's prompt starts with.
+func TestTokenizeAddSpecial(t *testing.T) {
+	url := newConfigTest(t, &tokenizer.Config{Begin: []int32{2}})
+	for _, tc := range []struct{ body, want string }{
+		{`{"content": "ab", "add_special": true}`, `{"tokens":[2,97,98]}`},
+		{`{"content": "ab"}`, `{"tokens":[97,98]}`},
+	} {
+		code, _, b := call(t, "POST", url+"/tokenize", tc.body)
+		if code != http.StatusOK || strings.TrimSpace(string(b)) != tc.want {
+			t.Errorf("%s: %d %s, want %s", tc.body, code, b, tc.want)
+		}
+	}
+}
