@@ -32,10 +32,10 @@ type chatTemplate struct {
 	broken atomic.Bool
 }
 
-const (
-	maxRange      = 100_000
-	renderTimeout = 2 * time.Second
-)
+const maxRange = 100_000
+
+// renderTimeout bounds a render; a variable for tests.
+var renderTimeout = 2 * time.Second
 
 // newChatTemplate compiles the template of cfg, checks its macros, and
 // renders a conversation of one user message with it, so that a template
