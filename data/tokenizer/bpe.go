@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2/v2"
 	"golang.org/x/text/unicode/norm"
@@ -80,6 +81,9 @@ type step struct {
 	digits  int             // for splitLlama: the most digits in a piece
 	removed bool            // matches are dropped rather than kept as pieces
 	invert  bool            // the pattern matches the text between pieces
+	// individual is set for splitDigits that makes each digit a piece,
+	// rather than each run of digits.
+	individual bool
 }
 
 type stepKind uint8
@@ -89,6 +93,7 @@ const (
 	splitLlama                   // Llama-3's or Qwen2's pattern, by llamaPieceLen
 	splitRegex                   // Split with a regular expression
 	splitLiteral                 // Split with a string
+	splitDigits                  // Digits: numbers (Unicode's N) apart from the rest
 	prefixSpace                  // ByteLevel's add_prefix_space
 )
 
@@ -270,6 +275,24 @@ func (t *BPE) split(dst []int32, s []byte, i int, c *bpeCache) []int32 {
 	case splitLlama:
 		for len(s) > 0 {
 			p := llamaPieceLen(s, st.digits)
+			dst = t.split(dst, s[:p], i+1, c)
+			s = s[p:]
+		}
+	case splitDigits:
+		// As the Rust library's Digits, by char::is_numeric (Unicode's
+		// N); the JavaScript one takes ASCII digits only.
+		for len(s) > 0 {
+			r, n := utf8.DecodeRune(s)
+			p := n
+			if num := unicode.IsNumber(r); !num || !st.individual {
+				for p < len(s) {
+					r, m := utf8.DecodeRune(s[p:])
+					if unicode.IsNumber(r) != num {
+						break
+					}
+					p += m
+				}
+			}
 			dst = t.split(dst, s[:p], i+1, c)
 			s = s[p:]
 		}

@@ -106,6 +106,8 @@ type preJSON struct {
 	} `json:"pattern"`
 	Behavior string `json:"behavior"`
 	Invert   bool   `json:"invert"`
+	// IndividualDigits is Digits': each digit a piece, not each run.
+	IndividualDigits bool `json:"individual_digits"`
 }
 
 // Parse reads a Hugging Face tokenizer.json holding a byte-level BPE model:
@@ -299,6 +301,9 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 			byteLevel = byteLevel || bl
 		}
 		return byteLevel, nil
+	case "Digits":
+		t.steps = append(t.steps, step{kind: splitDigits, individual: p.IndividualDigits})
+		return false, nil
 	case "Split":
 		st := step{invert: p.Invert}
 		switch p.Behavior {
@@ -328,7 +333,7 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 		t.steps = append(t.steps, st)
 		return false, nil
 	}
-	return false, fmt.Errorf("pre-tokenizer type %s is not supported: polysketch reads ByteLevel, Split and Sequence", p.Type)
+	return false, fmt.Errorf("pre-tokenizer type %s is not supported: polysketch reads ByteLevel, Split, Digits and Sequence", p.Type)
 }
 
 func (t *BPE) readMerges(raw json.RawMessage, vocab map[string]int32) error {

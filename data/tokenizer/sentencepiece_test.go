@@ -136,3 +136,40 @@ func TestPieceParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDigits checks the Digits pre-tokenizer (SmolLM2's, before
+// ByteLevel): every character of Unicode's N is a piece of its own, as
+// the Rust library's char::is_numeric makes it, "٣" and "½" included.
+func TestDigits(t *testing.T) {
+	base := mustTrain(t, countText(nil, "x 123 ab12 x٣½"), TrainOptions{VocabSize: 300})
+	var f map[string]any
+	json.Unmarshal(base.JSON(), &f)
+	f["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Digits", "individual_digits": true},
+		map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+	}}
+	b, _ := json.Marshal(f)
+	tok, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(pieces ...string) []int32 {
+		var ids []int32
+		for _, p := range pieces {
+			ids = base.Encode(ids, []byte(p))
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		text   string
+		pieces []string
+	}{
+		{"x 123", []string{"x", " ", "1", "2", "3"}},
+		{"ab12 x", []string{"ab", "1", "2", " x"}},
+		{"x٣½", []string{"x", "٣", "½"}},
+	} {
+		if got, want := tok.Encode(nil, []byte(tc.text)), enc(tc.pieces...); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) = %v, want %v, the pieces %q", tc.text, got, want, tc.pieces)
+		}
+	}
+}

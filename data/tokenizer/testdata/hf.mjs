@@ -54,7 +54,28 @@ meta.normalizer = null;
 meta.pre_tokenizer = { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false };
 meta.decoder = { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false };
 
-const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen, "sentencepiece-kind": piece, "metaspace-kind": meta };
+// SmolLM2's kind: each digit apart (Digits), then GPT-2's split (ByteLevel
+// with its regex), and ChatML's added tokens.
+const smol = JSON.parse(JSON.stringify(base));
+smol.pre_tokenizer = {
+  type: "Sequence",
+  pretokenizers: [
+    { type: "Digits", individual_digits: true },
+    { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+  ],
+};
+{
+  let next = Math.max(...Object.values(smol.model.vocab), ...smol.added_tokens.map((a) => a.id)) + 1;
+  for (const content of ["<|im_start|>", "<|im_end|>", "<repo_name>"]) {
+    smol.added_tokens.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  }
+}
+
+const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen, "smollm2-style": smol, "sentencepiece-kind": piece, "metaspace-kind": meta };
+// Digits differ: the Rust library (and polysketch) isolate every
+// character of Unicode's N, the JavaScript one ASCII digits only; strings
+// with other numerals are left out for the files with Digits.
+const asciiDigits = new Set(["smollm2-style"]);
 const decodes = new Set(["sentencepiece-kind", "metaspace-kind", "llama2"]);
 for (const dir of real) {
   const name = dir.split("/").filter((x) => x).at(-1);
@@ -122,7 +143,8 @@ for (const [name, json] of Object.entries(files)) {
   // One polysketch process per check and per file would take minutes on
   // the real vocabularies: the strings go in one input, NUL-separated
   // (no string holds a NUL), each encoded alone by --nul.
-  const all = [...strings, ...added];
+  let all = [...strings, ...added];
+  if (asciiDigits.has(name)) all = all.filter((s) => !/(?![0-9])\p{N}/u.test(s));
   for (const special of [false, true]) {
     const args = ["tokenizer", "encode", "--tokenizer", dir, "--nul"];
     if (special) args.push("--special");
