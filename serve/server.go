@@ -193,6 +193,9 @@ func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *token
 	if tok.VocabSize() > c.Vocab {
 		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
+	if cfg == nil {
+		cfg = tokenizer.DefaultConfig(tok)
+	}
 	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c), cfg: cfg}
 	if cfg.ChatTemplate != "" {
 		var err error
