@@ -16,14 +16,15 @@ import (
 type Config struct {
 	// Corpus lists the files, directories and globs trained on (see
 	// data.NewCorpus); empty means the Go source tree (data.GoSource).
-	// The trainer does not read it; it records where the tokens came from
-	// so that a resumed run can load them again.
+	// Start loads it when given no Source; either way the recipe records
+	// where the tokens came from, so that a resumed run can load them
+	// again.
 	Corpus []string `json:"corpus"`
 	// TextField is the field of the corpus's JSON lines, and the column of
 	// its Parquet files, that holds the text; "" means data.DefaultTextField.
 	TextField string `json:"text_field,omitempty"`
 	// Task, if not nil, is the task trained on instead of a corpus (see
-	// NewTask); Corpus is then unused.
+	// Task, the Source); Corpus is then unused.
 	Task *task.Spec `json:"task,omitempty"`
 	// Tokenizer names the tokenizer of the tokens (tokenizer.Lookup).
 	Tokenizer string `json:"tokenizer"`
