@@ -109,11 +109,12 @@ type benchTrainConfig struct {
 	phases     int // --phases: profile a step split for this many threads (0: no)
 }
 
-func benchTrain(args []string, stdout io.Writer) error {
+func benchTrain(args []string, stdout io.Writer) (err error) {
 	if n, _ := mpi.Launched(); n > 1 {
 		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
 	}
 	fs := newFlags("bench train", benchTrainHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
@@ -126,7 +127,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
 	tokName := vocabFlag(fs)
-	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	fs.IntVar(&cfg.phases, "phases", 0, "also profile one step at GOMAXPROCS=1 split as for this many threads: the serial share and the parallel phases (0: no)")
 	if err := parseFlags(fs, args); err != nil {
@@ -170,7 +171,7 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: %s", m.name, oneLine(err))
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
 	return nil
