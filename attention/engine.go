@@ -654,7 +654,7 @@ func (a *engine) keysPrep(w *engineWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
+	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -733,7 +733,7 @@ func (a *engine) finish(w *engineWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
+			blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -782,7 +782,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
+		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -860,7 +860,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 func (a *engine) queryState(w *engineWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
+	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -899,8 +899,8 @@ func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
+		blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
+		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}
