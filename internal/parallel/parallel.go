@@ -110,7 +110,16 @@ type job struct {
 	inside atomic.Int32 // goroutines of the pool admitted and not yet done
 	asleep atomic.Bool  // the caller sleeps on done until inside is 0
 	done   chan struct{}
+	// wakes is how many parked goroutines the job still wants woken
+	// (under pool.mu): the caller wakes wakeFanout, and each goroutine
+	// it admits wakes as many more, so that waking many costs the
+	// caller little and takes a few wake-ups' time, not one per thread.
+	wakes int
 }
+
+// wakeFanout is how many parked goroutines the caller of a phase, and
+// each goroutine it admits, wakes.
+const wakeFanout = 2
 
 // work runs items of j until none is left to hand out.
 func (j *job) work(w int) {
@@ -163,18 +172,11 @@ func (p *pool) publish(n, width int, fn func(w, i int), fn1 func(i int)) *job {
 		p.started++
 		go p.loop(&worker{wake: make(chan struct{}, 1)})
 	}
-	wake := width - 1 - int(p.spinning.Load())
+	j.wakes = max(0, width-1-int(p.spinning.Load()))
+	var wake [wakeFanout]*worker
+	k := p.popParked(j, wake[:])
 	p.mu.Unlock()
-	for ; wake > 0; wake-- {
-		p.mu.Lock()
-		k := len(p.parked)
-		if k == 0 {
-			p.mu.Unlock()
-			break
-		}
-		w := p.parked[k-1]
-		p.parked = p.parked[:k-1]
-		p.mu.Unlock()
+	for _, w := range wake[:k] {
 		w.wake <- struct{}{}
 	}
 	return j
@@ -192,6 +194,7 @@ func (p *pool) close(j *job) {
 			break
 		}
 	}
+	j.wakes = 0
 	p.mu.Unlock()
 	// No goroutine joins j now; wait for those inside, spinning first:
 	// they are finishing an item each.
@@ -246,20 +249,40 @@ func (p *pool) loop(me *worker) {
 
 // join admits the calling goroutine to the newest open job with items
 // left and room for one more, returning it and the goroutine's index in
-// it, or nil.
+// it, or nil. It wakes more parked goroutines for the job if it wants
+// them.
 func (p *pool) join() (*job, int) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for k := len(p.jobs) - 1; k >= 0; k-- {
 		j := p.jobs[k]
 		if j.slots < j.width && j.next.Load() < j.n {
 			w := j.slots
 			j.slots++
 			j.inside.Add(1)
+			var wake [wakeFanout]*worker
+			n := p.popParked(j, wake[:])
+			p.mu.Unlock()
+			for _, o := range wake[:n] {
+				o.wake <- struct{}{}
+			}
 			return j, w
 		}
 	}
+	p.mu.Unlock()
 	return nil, 0
+}
+
+// popParked takes up to len(dst) parked goroutines that j still wants
+// woken into dst, and returns how many; the caller holds p.mu and wakes
+// them after releasing it.
+func (p *pool) popParked(j *job, dst []*worker) int {
+	n := min(len(dst), j.wakes, len(p.parked))
+	for i := range n {
+		dst[i] = p.parked[len(p.parked)-1-i]
+	}
+	p.parked = p.parked[:len(p.parked)-n]
+	j.wakes -= n
+	return n
 }
 
 // spin waits up to spinFor for a publication after gen, yielding the

@@ -45,23 +45,35 @@ func TestRunVisitsEachIndexOnce(t *testing.T) {
 	}
 }
 
-// TestRunUsesThePool checks that a phase's items run on more than one
-// goroutine when GOMAXPROCS allows: each item waits until two have
-// started, which one goroutine alone could never see.
+// TestRunUsesThePool checks that a phase's items run on as many
+// goroutines as it asks for, when GOMAXPROCS allows, also when the
+// pool's goroutines have parked: each item waits until all have started,
+// which fewer goroutines could never see.
 func TestRunUsesThePool(t *testing.T) {
-	withProcs(2, func() {
-		var started atomic.Int32
-		Run(2, 2, func(w, i int) {
-			started.Add(1)
-			deadline := time.Now().Add(10 * time.Second)
-			for started.Load() < 2 && time.Now().Before(deadline) {
-				runtime.Gosched()
+	for _, n := range []int{2, 8} {
+		withProcs(n, func() {
+			for round := range 3 {
+				if round > 0 {
+					time.Sleep(20 * spinFor) // long enough for the pool to park
+				}
+				var started, late atomic.Int32
+				Run(n, n, func(w, i int) {
+					started.Add(1)
+					deadline := time.Now().Add(5 * time.Second)
+					for started.Load() < int32(n) {
+						if time.Now().After(deadline) {
+							late.Add(1)
+							return
+						}
+						runtime.Gosched()
+					}
+				})
+				if late.Load() > 0 {
+					t.Fatalf("GOMAXPROCS=%d, round %d: %d items of %d waited 5 s for the others to start", n, round, late.Load(), n)
+				}
 			}
 		})
-		if started.Load() != 2 {
-			t.Fatal("the two items did not run at once")
-		}
-	})
+	}
 }
 
 // TestRunNestedAndConcurrent runs phases inside the items of others, from
