@@ -249,6 +249,15 @@ func (h gemmBF16) parallel(threads int) {
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
 	// keep the threads busy, each by column chunks of strips.
 	mStr := ceilDiv(g.m, kn.mr)
+	if kn.wide != nil && g.m <= kn.wideRows {
+		// One or two rows (decoding): columns in whole groups of four
+		// strips, which the wide kernel computes together.
+		groups := ceilDiv(nStr, 4)
+		bf16Grid(threads, mStr, 1, groups, min(groups, itemsPerThread*threads), func(ws *bf16Workspace, r0, r1, s0, s1 int) {
+			g.item(ws, bp, r0, r1, 4*s0, min(4*s1, nStr))
+		})
+		return
+	}
 	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), itemsPerThread*threads)
 	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
 		g.item(ws, bp, r0, r1, s0, s1)
