@@ -88,7 +88,7 @@ func run(n, workers int, fn func(w, i int), fn1 func(i int)) {
 	}
 	j := thePool.publish(n, width, fn, fn1)
 	defer thePool.close(j)
-	j.work(0)
+	j.work(0, 0) // item 0 is the caller's: publish handed out from 1
 }
 
 // spinFor is how long an idle goroutine of the pool keeps looking for a
@@ -121,13 +121,10 @@ type job struct {
 // each goroutine it admits, wakes.
 const wakeFanout = 2
 
-// work runs items of j until none is left to hand out.
-func (j *job) work(w int) {
-	for {
-		i := j.next.Add(1) - 1
-		if i >= j.n {
-			return
-		}
+// work runs item i of j, if i is one, and then the next items of j until
+// none is left to hand out.
+func (j *job) work(w int, i int64) {
+	for ; i < j.n; i = j.next.Add(1) - 1 {
 		if j.fn != nil {
 			j.fn(w, int(i))
 		} else {
@@ -165,7 +162,7 @@ func (p *pool) publish(n, width int, fn func(w, i int), fn1 func(i int)) *job {
 		j = &job{done: make(chan struct{}, 1)}
 	}
 	j.fn, j.fn1, j.n, j.width, j.slots = fn, fn1, int64(n), width, 1
-	j.next.Store(0)
+	j.next.Store(1)
 	p.jobs = append(p.jobs, j)
 	p.gen.Add(1)
 	for p.started < width-1 {
@@ -225,8 +222,8 @@ func (p *pool) close(j *job) {
 func (p *pool) loop(me *worker) {
 	for {
 		gen := p.gen.Load()
-		if j, w := p.join(); j != nil {
-			j.work(w)
+		if j, w, i := p.join(); j != nil {
+			j.work(w, i)
 			if j.inside.Add(-1) == 0 && j.asleep.CompareAndSwap(true, false) {
 				j.done <- struct{}{}
 			}
@@ -248,14 +245,20 @@ func (p *pool) loop(me *worker) {
 }
 
 // join admits the calling goroutine to the newest open job with items
-// left and room for one more, returning it and the goroutine's index in
-// it, or nil. It wakes more parked goroutines for the job if it wants
-// them.
-func (p *pool) join() (*job, int) {
+// left and room for one more, returning it, the goroutine's index in it
+// and the first item it takes, or nil. Taking the item here, not after
+// waking others, keeps a goroutine that the OS preempts while it wakes
+// them from holding up a phase whose items others have done: the caller
+// waits for the goroutines admitted, and each holds an item. join wakes
+// more parked goroutines for the job if it wants them.
+func (p *pool) join() (*job, int, int64) {
 	p.mu.Lock()
 	for k := len(p.jobs) - 1; k >= 0; k-- {
 		j := p.jobs[k]
-		if j.slots < j.width && j.next.Load() < j.n {
+		if j.slots >= j.width || j.next.Load() >= j.n {
+			continue
+		}
+		if i := j.next.Add(1) - 1; i < j.n {
 			w := j.slots
 			j.slots++
 			j.inside.Add(1)
@@ -265,11 +268,11 @@ func (p *pool) join() (*job, int) {
 			for _, o := range wake[:n] {
 				o.wake <- struct{}{}
 			}
-			return j, w
+			return j, w, i
 		}
 	}
 	p.mu.Unlock()
-	return nil, 0
+	return nil, 0, 0
 }
 
 // popParked takes up to len(dst) parked goroutines that j still wants

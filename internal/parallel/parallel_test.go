@@ -102,8 +102,8 @@ func TestRunNestedAndConcurrent(t *testing.T) {
 	}
 }
 
-// TestRunPanic checks that an item's panic on the calling goroutine
-// reaches the caller and leaves the pool working.
+// TestRunPanic checks that an item's panic on the calling goroutine (item
+// 0 always runs there) reaches the caller and leaves the pool working.
 func TestRunPanic(t *testing.T) {
 	withProcs(2, func() {
 		func() {
@@ -113,7 +113,10 @@ func TestRunPanic(t *testing.T) {
 				}
 			}()
 			Run(4, 2, func(w, i int) {
-				if w == 0 {
+				if i == 0 {
+					if w != 0 {
+						t.Errorf("item 0 ran on goroutine %d, not the caller", w)
+					}
 					panic("item 0")
 				}
 			})
