@@ -222,8 +222,10 @@ func contains(s, sub string) bool {
 	return false
 }
 
-// BenchmarkRun times a phase of tiny items back to back: the cost of
-// handing out a phase to the pool's goroutines and waiting for them.
+// BenchmarkRun times phases back to back: of tiny items, the cost of
+// handing out a phase to the pool's goroutines and waiting for them; of
+// items of about 10 µs of arithmetic (work), how close the phases come to
+// items·10 µs / threads.
 func BenchmarkRun(b *testing.B) {
 	for _, n := range []int{2, 64} {
 		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
@@ -231,6 +233,21 @@ func BenchmarkRun(b *testing.B) {
 			c.fn = c.item
 			for b.Loop() {
 				Run(n, Threads(), c.fn)
+			}
+		})
+	}
+	for _, n := range []int{2, 8} {
+		b.Run(fmt.Sprintf("work/items=%d", n), func(b *testing.B) {
+			sums := make([]float64, n*8)
+			fn := func(_, i int) {
+				s := 1.0
+				for k := range 10000 {
+					s = s*1.0000001 + float64(k&7)
+				}
+				sums[i*8] = s
+			}
+			for b.Loop() {
+				Run(n, Threads(), fn)
 			}
 		})
 	}
