@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Corpus is an ordered list of text files: plain text, JSON lines or
@@ -182,7 +184,7 @@ func listPath(p string) ([]File, error) {
 	case err == nil && info.Mode().IsRegular():
 		return []File{{Path: p, Name: filepath.Base(p), Size: info.Size(), ModTime: info.ModTime()}}, nil
 	case err == nil:
-		return nil, fmt.Errorf("corpus path %q is %s, not a file or directory", p, kind(info.Mode()))
+		return nil, fmt.Errorf("corpus path %q is %s, not a file or directory", p, regular.Kind(info.Mode()))
 	case errors.Is(err, fs.ErrNotExist) && strings.ContainsAny(p, `*?[`):
 		return glob(p)
 	case errors.Is(err, fs.ErrNotExist):
@@ -263,25 +265,6 @@ func walk(root string, keep func(name string) bool) ([]File, error) {
 	}
 	slices.SortFunc(files, func(a, b File) int { return cmp.Compare(a.Name, b.Name) })
 	return files, nil
-}
-
-// kind names the kind of file of mode in messages.
-func kind(mode fs.FileMode) string {
-	switch {
-	case mode.IsRegular():
-		return "a regular file"
-	case mode.IsDir():
-		return "a directory"
-	case mode&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case mode&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case mode&fs.ModeSocket != 0:
-		return "a socket"
-	case mode&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a regular file"
 }
 
 func plural(n int, noun string) string {

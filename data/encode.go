@@ -1,12 +1,14 @@
 package data
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // chunkSize is the most text tokenized at once. Files are read in chunks
@@ -20,6 +22,7 @@ type chunk struct {
 	text  []byte
 	parts []part
 	ids   []int32
+	err   error // of encoding the text
 	done  chan struct{}
 }
 
@@ -45,7 +48,7 @@ type part struct {
 // and an unrelated one starts; empty files and records are no documents
 // and add none. Without one, as for the byte tokenizer, whose
 // every id is a byte of text, the documents are simply concatenated.
-func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+func encodeFiles(ctx context.Context, files []File, field string, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
 	eot, sep := tokenizer.EndOfText(tok)
 	workers = max(workers, 1)
 	inFlight := 2*workers + 1
@@ -69,6 +72,9 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 		for {
 			select {
 			case <-quit:
+				return
+			case <-ctx.Done():
+				readErr = ctx.Err()
 				return
 			default:
 			}
@@ -95,13 +101,15 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 	for range workers {
 		go func() {
 			for c := range todo {
-				c.ids = c.ids[:0]
+				c.ids, c.err = c.ids[:0], nil
 				start := 0
 				for _, p := range c.parts {
 					if sep && p.newDoc {
 						c.ids = append(c.ids, eot)
 					}
-					c.ids = tok.Encode(c.ids, c.text[start:p.end])
+					if c.ids, c.err = tok.Encode(ctx, c.ids, c.text[start:p.end]); c.err != nil {
+						break
+					}
 					start = p.end
 				}
 				c.done <- struct{}{}
@@ -112,7 +120,10 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 	for c := range ordered {
 		<-c.done
 		if writeErr == nil {
-			if writeErr = w.write(c.ids); writeErr != nil {
+			if writeErr = c.err; writeErr == nil {
+				writeErr = w.write(c.ids)
+			}
+			if writeErr != nil {
 				close(quit)
 			}
 		}
@@ -214,16 +225,18 @@ func (r *fileReader) open() error {
 	if want.Size == 0 {
 		return nil
 	}
-	f, err := os.Open(want.Path)
-	if err != nil {
+	f, err := regular.Open(want.Path)
+	var nr *regular.NotRegularError
+	switch {
+	case errors.As(err, &nr):
+		return fmt.Errorf("corpus file %q is now %s, not a regular file: run again, or remove it from the corpus", want.Path, regular.Kind(nr.Mode))
+	case err != nil:
 		return pathError("cannot read corpus file", want.Path, err)
 	}
 	info, err := f.Stat()
 	switch {
 	case err != nil:
 		err = pathError("cannot read corpus file", want.Path, err)
-	case !info.Mode().IsRegular():
-		err = fmt.Errorf("corpus file %q is now %s, not a regular file: run again, or remove it from the corpus", want.Path, kind(info.Mode()))
 	case info.Size() != want.Size || !info.ModTime().Equal(want.ModTime):
 		err = fmt.Errorf("corpus file %q changed since the corpus was listed: run again", want.Path)
 	}

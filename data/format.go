@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Format is how a corpus file holds its text, told by the file's name:
@@ -90,7 +92,7 @@ const sniffSize = 8000
 // or, for data without one, more than a quarter of those bytes not valid
 // UTF-8. Text in Latin-1 or with a few stray bytes stays text.
 func isBinary(f File) (bool, error) {
-	file, err := os.Open(f.Path)
+	file, err := regular.Open(f.Path)
 	if err != nil {
 		return false, pathError("cannot read corpus file", f.Path, err)
 	}

@@ -2,6 +2,7 @@ package data
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -240,7 +241,7 @@ func TestLoadTextField(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.TextField = field
-		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache})
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +270,7 @@ func encodeErr(t *testing.T, c *Corpus) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = encodeFiles(c.Files, c.TextField, tokenizer.Byte, w, 1<<20, 2)
+	_, err = encodeFiles(context.Background(), c.Files, c.TextField, tokenizer.Byte, w, 1<<20, 2)
 	return err
 }
 

@@ -40,6 +40,7 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/internal/filelock"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
@@ -249,7 +250,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		if tok == nil {
 			tok = tokenizer.Byte
 		}
-		trainTokens, valTokens, err = data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		trainTokens, valTokens, err = data.LoadPaths(ctx, o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}
@@ -291,7 +292,7 @@ func claim(dir string, plan Plan) error {
 	}
 	want = append(want, '\n')
 	path := filepath.Join(dir, PlanFile)
-	have, err := os.ReadFile(path)
+	have, err := regular.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {

@@ -477,7 +477,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: %d sequences, more than this server queues at once (%d); ask for fewer choices", len(rq.prompts), set.n, seqs, s.opts.MaxQueue)
 	}
 	for i, p := range rq.prompts {
-		ids := l.tok.Encode(nil, []byte(p))
+		ids, err := encode(r, l.tok, fmt.Sprintf("prompt %d", i), p)
+		if err != nil {
+			return err
+		}
 		if len(ids) == 0 {
 			if !l.hasEOT {
 				return errorf(http.StatusBadRequest, "invalid_value", "prompt %d is empty: this model needs at least one token to start from", i)

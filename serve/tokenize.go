@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
 )
 
 // POST /tokenize and POST /detokenize, in llama.cpp's form, so that
@@ -36,6 +38,29 @@ type piece struct {
 	ID    int32 `json:"id"`
 	Piece any   `json:"piece"`
 }
+
+// encode returns the tokens of the text of field what of request r. A
+// tokenizer whose pre-tokenizer pattern gives up on the text is answered
+// with 400, as the text is what the client can change; a client that went
+// away, with 499 (nginx's "client closed request"), which only the
+// metrics and the log see.
+func encode(r *http.Request, tok tokenizer.Tokenizer, what, text string) ([]int32, *apiError) {
+	ids, err := tok.Encode(r.Context(), nil, []byte(text))
+	var pe *tokenizer.PatternError
+	switch {
+	case err == nil:
+		return ids, nil
+	case r.Context().Err() != nil:
+		return nil, errorf(statusClientClosed, "client_closed", "the client went away while %s was tokenized", what)
+	case errors.As(err, &pe):
+		return nil, errorf(http.StatusBadRequest, "tokenization_failed", "%s cannot be tokenized: %v", what, err)
+	}
+	return nil, errorf(http.StatusInternalServerError, "internal_error", "tokenizing %s: %v", what, err)
+}
+
+// statusClientClosed is the status of a request whose client went away
+// before its answer: it counts the request apart from those answered.
+const statusClientClosed = 499
 
 // readBody reads a request body of at most MaxBody bytes and decodes it
 // into v.
@@ -68,7 +93,10 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Content == nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "content is missing: send {\"content\": \"text\"}")
 	}
-	ids := l.tok.Encode(nil, []byte(*req.Content))
+	ids, err := encode(r, l.tok, "content", *req.Content)
+	if err != nil {
+		return err
+	}
 	if !req.WithPieces {
 		if ids == nil {
 			ids = []int32{}

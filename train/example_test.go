@@ -39,7 +39,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	trainTokens, valTokens, err := data.Load(corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	trainTokens, valTokens, err := data.Load(context.Background(), corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func Example() {
 func ExampleSaved_Changes() {
 	dir := foxDir()
 	defer os.RemoveAll(dir)
-	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), []string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}

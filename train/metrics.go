@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 
 	"github.com/polysketch/polysketch/chart"
 )
@@ -51,7 +52,7 @@ const (
 // ReadMetrics reads the metrics log at path. A line that does not parse
 // (the last one, cut short by a crash, say) is skipped and counted.
 func ReadMetrics(path string) (ms []Metrics, skipped int, err error) {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -100,7 +101,7 @@ func openMetrics(dir string, step int) (*metricsLog, []Metrics, int, error) {
 	if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("opening metrics log: %w", err)
 	}

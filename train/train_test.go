@@ -61,7 +61,7 @@ func tinyData(t testing.TB) (train, val *data.Tokens) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, val, err = data.Load(c, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
+	train, val, err = data.Load(context.Background(), c, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	trainTokens, valTokens, err := data.Load(c, tok, data.Options{CacheDir: dir})
+	trainTokens, valTokens, err := data.Load(context.Background(), c, tok, data.Options{CacheDir: dir})
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,14 @@ func runEval(args []string, stdout io.Writer) error {
 		}
 	}
 	p := newProgress(stderr, 1)
-	trainTokens, valTokens, err := data.LoadPaths(corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf})
+	// A signal stops tokenizing too, which removes the token file it was
+	// writing.
+	ctx, stop := interruptible()
+	defer stop()
+	trainTokens, valTokens, err := data.LoadPaths(ctx, corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf})
+	if errors.Is(err, context.Canceled) {
+		return errors.New("eval: interrupted while tokenizing the corpus")
+	}
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -123,9 +130,6 @@ func runEval(args []string, stdout io.Writer) error {
 	default:
 		parts = []*data.Tokens{trainTokens, valTokens}
 	}
-
-	ctx, stop := interruptible()
-	defer stop()
 	var sum float64
 	var total train.Eval
 	for _, part := range parts {

@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
@@ -128,7 +128,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("experiment %s: %s", name, oneLine(err))
 	}
-	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
+	table, err := regular.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,12 @@ func runGenerate(args []string, stdout io.Writer) error {
 	}
 	eot, hasEOT := tokenizer.EndOfText(tok)
 	hasEOT = hasEOT && *stopEOT
-	ids := tok.Encode(nil, []byte(*prompt))
+	ctx, stop := interruptible()
+	defer stop()
+	ids, err := tok.Encode(ctx, nil, []byte(*prompt))
+	if err != nil {
+		return fmt.Errorf("generate: --prompt: %w", err)
+	}
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
 	}
@@ -102,8 +107,6 @@ func runGenerate(args []string, stdout io.Writer) error {
 	}
 	s.Rand = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
 
-	ctx, stop := interruptible()
-	defer stop()
 	if *echo {
 		if _, err := io.WriteString(stdout, *prompt); err != nil {
 			return err

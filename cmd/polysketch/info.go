@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -167,7 +167,7 @@ func exactCount(n int) string {
 
 // readJSON decodes the JSON file at path into v.
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return err
 	}

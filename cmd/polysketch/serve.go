@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
+	"github.com/polysketch/polysketch/train"
 )
 
 const serveHelp = `usage: polysketch serve [flags]
@@ -106,7 +107,7 @@ func runServe(args []string, stdout io.Writer) error {
 		*key = os.Getenv("POLYSKETCH_API_KEY")
 	}
 	if *cacheDir != "" {
-		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+		if err := serve.CheckCacheDir(*cacheDir); err != nil {
 			return fmt.Errorf("serve: --cache-dir: %w", err)
 		}
 	}
@@ -136,10 +137,29 @@ func runServe(args []string, stdout io.Writer) error {
 
 	ctx, stop := interruptible()
 	defer stop()
-	// Load while /health answers 503.
-	c, err := ck.open()
-	if err == nil {
-		err = srv.Ready(c.Model, c.Tokenizer)
+	// Load while /health answers 503, on a goroutine of its own, so that
+	// a signal stops the command even while a slow disk holds the load.
+	type load struct {
+		c   *train.Saved
+		err error
+	}
+	loaded := make(chan load, 1)
+	go func() {
+		if testHookLoading != nil {
+			testHookLoading()
+		}
+		c, err := ck.open()
+		if err == nil {
+			err = srv.Ready(c.Model, c.Tokenizer)
+		}
+		loaded <- load{c, err}
+	}()
+	var c *train.Saved
+	select {
+	case l := <-loaded:
+		c, err = l.c, l.err
+	case <-ctx.Done():
+		err = errors.New("interrupted while loading the model")
 	}
 	if err != nil {
 		hs.Close()
@@ -182,6 +202,9 @@ func runServe(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout, "polysketch serve: stopped")
 	return nil
 }
+
+// testHookLoading, if set, runs where serve starts loading the model.
+var testHookLoading func()
 
 // shutdownGrace is how long the requests cut at the shutdown timeout
 // have to answer (an error event, a 503) before their connections close.

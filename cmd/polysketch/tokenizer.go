@@ -253,7 +253,12 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer encode: reading stdin: %w", err)
 	}
-	ids := tok.Encode(nil, text)
+	ctx, stop := interruptible()
+	defer stop()
+	ids, err := tok.Encode(ctx, nil, text)
+	if err != nil {
+		return fmt.Errorf("tokenizer encode: %w", err)
+	}
 	w := bufio.NewWriter(stdout)
 	w.WriteByte('[')
 	for i, id := range ids {

@@ -225,9 +225,17 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 
 	p := newProgress(dr.output(stderr), o.logEvery)
 	warnPrecision(dr.output(stderr), tc.Precision)
+	// A signal from here on stops the run cleanly: tokenizing, it
+	// removes the token file it was writing; training, it saves a
+	// checkpoint.
+	ctx, stop := interruptible()
+	defer stop()
 	var trainTokens, valTokens *data.Tokens
 	if tset == nil {
-		trainTokens, valTokens, err = data.LoadPaths(tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
+		trainTokens, valTokens, err = data.LoadPaths(ctx, tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
+		if errors.Is(err, context.Canceled) {
+			return errors.New("train: interrupted while tokenizing the corpus")
+		}
 		if err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
@@ -271,8 +279,6 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
 		what, tc.Steps, tc.Batch, mc.Context, accum, on)
 
-	ctx, stop := interruptible()
-	defer stop()
 	start := time.Now()
 	res, err := t.Run(ctx)
 	p.done()

@@ -20,7 +20,7 @@ func BenchmarkEncode(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var dst []int32
 			for b.Loop() {
-				dst = tok.Encode(dst[:0], text)
+				dst = encode(b, tok, dst[:0], text)
 			}
 			b.ReportMetric(float64(len(text))/float64(len(dst)), "bytes/token")
 		})
@@ -48,7 +48,7 @@ func BenchmarkDecode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ids := tok.Encode(nil, text)
+		ids := encode(b, tok, nil, text)
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var out []byte
@@ -91,7 +91,7 @@ func BenchmarkEncodeBPE(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var dst []int32
 			for b.Loop() {
-				dst = tc.tok.Encode(dst[:0], text)
+				dst = encode(b, tc.tok, dst[:0], text)
 			}
 			b.ReportMetric(float64(len(text))/float64(len(dst)), "bytes/token")
 		})

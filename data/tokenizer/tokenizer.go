@@ -11,6 +11,7 @@
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -26,8 +27,12 @@ type Tokenizer interface {
 	VocabSize() int
 
 	// Encode appends the tokens of text to dst and returns the extended
-	// slice. It accepts any bytes, including invalid UTF-8.
-	Encode(dst []int32, text []byte) []int32
+	// slice. It accepts any bytes, including invalid UTF-8. It fails only
+	// for a tokenizer read from a file whose pre-tokenizer pattern takes
+	// longer than MatchTimeout over one match (a *PatternError), or when
+	// ctx is done before a long encoding ends (ctx's error); the
+	// tokenizers built in never fail.
+	Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error)
 
 	// Decode appends the bytes of tokens to dst and returns the extended
 	// slice. It fails on an id outside [0, VocabSize()), appending the
