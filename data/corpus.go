@@ -28,6 +28,11 @@ type Corpus struct {
 	// TextField is the field of JSON lines, and the column of Parquet
 	// files, that holds the text; "" means DefaultTextField.
 	TextField string
+	// MaxRecord is the most bytes one JSON-lines record (a line) may
+	// have, decompressed: a longer one is an error naming its file and
+	// line, as reading it would take memory that grows with it. 0 means
+	// DefaultMaxRecord.
+	MaxRecord int64
 	// Binary lists the files NewCorpus left out as binary data (see
 	// Format), by name.
 	Binary []string
@@ -154,6 +159,19 @@ func (c *Corpus) textField() string {
 	}
 	return c.TextField
 }
+
+// DefaultMaxRecord is the record limit of a Corpus that sets none.
+const DefaultMaxRecord = 64 << 20
+
+func (c *Corpus) maxRecord() int64 {
+	if c.MaxRecord <= 0 {
+		return DefaultMaxRecord
+	}
+	return c.MaxRecord
+}
+
+// records returns how c's files hold text in records.
+func (c *Corpus) records() records { return records{field: c.textField(), max: c.maxRecord()} }
 
 // hasRecords reports whether any file of c holds records (JSON lines,
 // Parquet), whose text is in a field.
@@ -359,8 +377,8 @@ func isDir(path string) bool {
 // every machine and whatever other files are in the corpus; about
 // valFraction of the files go to validation.
 func (c *Corpus) Split(valFraction float64) (train, val *Corpus) {
-	train = &Corpus{Desc: c.Desc + " (training split)", TextField: c.TextField}
-	val = &Corpus{Desc: c.Desc + " (validation split)", TextField: c.TextField}
+	train = &Corpus{Desc: c.Desc + " (training split)", TextField: c.TextField, MaxRecord: c.MaxRecord}
+	val = &Corpus{Desc: c.Desc + " (validation split)", TextField: c.TextField, MaxRecord: c.MaxRecord}
 	for _, f := range c.Files {
 		if isValidation(f.Name, valFraction) {
 			val.Files = append(val.Files, f)

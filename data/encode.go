@@ -48,7 +48,7 @@ type part struct {
 // and an unrelated one starts; empty files and records are no documents
 // and add none. Without one, as for the byte tokenizer, whose
 // every id is a byte of text, the documents are simply concatenated.
-func encodeFiles(ctx context.Context, files []File, field string, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+func encodeFiles(ctx context.Context, files []File, rec records, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
 	eot, sep := tokenizer.EndOfText(tok)
 	workers = max(workers, 1)
 	inFlight := 2*workers + 1
@@ -60,10 +60,7 @@ func encodeFiles(ctx context.Context, files []File, field string, tok tokenizer.
 	ordered := make(chan *chunk, inFlight)
 	quit := make(chan struct{})
 
-	if field == "" {
-		field = DefaultTextField
-	}
-	r := &fileReader{files: files, field: field, size: size}
+	r := &fileReader{files: files, rec: rec, size: size}
 	var readErr error
 	go func() {
 		defer close(ordered)
@@ -138,7 +135,7 @@ func encodeFiles(ctx context.Context, files []File, field string, tok tokenizer.
 // fileReader reads the documents of the files of a corpus into chunks.
 type fileReader struct {
 	files  []File
-	field  string // of records (JSON lines, Parquet) that holds the text
+	rec    records
 	size   int
 	next   int       // index of the next file to open
 	file   docReader // the file being read, or nil
@@ -242,7 +239,7 @@ func (r *fileReader) open() error {
 	}
 	var d docReader
 	if err == nil {
-		d, err = openDocs(f, want, r.field)
+		d, err = openDocs(f, want, r.rec)
 	}
 	if err != nil {
 		f.Close()
@@ -297,7 +294,7 @@ func forcedCut(text []byte) int {
 // where it has no such place for a megabyte. fn must not keep text after
 // it returns. Texts stops at the first error, fn's or a file's.
 func (c *Corpus) Texts(fn func(text []byte, start bool) error) error {
-	r := &fileReader{files: c.Files, field: c.textField(), size: chunkSize}
+	r := &fileReader{files: c.Files, rec: c.records(), size: chunkSize}
 	defer r.close()
 	ch := &chunk{text: make([]byte, 0, chunkSize)}
 	first := true

@@ -30,6 +30,9 @@ type Options struct {
 	// Logf, if not nil, is told what Load does: cache hits, rebuilds and
 	// tokenization throughput.
 	Logf func(format string, args ...any)
+	// MaxRecord is the record limit (Corpus.MaxRecord) of the corpus
+	// that LoadPaths opens.
+	MaxRecord int64
 }
 
 // OpenPaths returns the corpus NewCorpus makes of paths, or the Go
@@ -65,6 +68,7 @@ func LoadPaths(ctx context.Context, paths []string, field string, tok tokenizer.
 	if err != nil {
 		return nil, nil, err
 	}
+	c.MaxRecord = opt.MaxRecord
 	if opt.Logf != nil {
 		opt.Logf("corpus: %s", c.Summary())
 		if note := c.BinaryNote(); note != "" {
@@ -271,7 +275,7 @@ func (l *loader) build(ctx context.Context, c *Corpus, path string) (t *Tokens, 
 	if err != nil {
 		return nil, pathError("cannot write token file", f.Name(), err)
 	}
-	forced, err := encodeFiles(ctx, c.Files, c.textField(), l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
+	forced, err := encodeFiles(ctx, c.Files, c.records(), l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return nil, err
 	}

@@ -761,7 +761,7 @@ func encodeTo(t testing.TB, path string, c *Corpus, tok tokenizer.Tokenizer, siz
 	if err != nil {
 		t.Fatal(err)
 	}
-	forced, err = encodeFiles(context.Background(), c.Files, c.TextField, tok, w, size, workers)
+	forced, err = encodeFiles(context.Background(), c.Files, c.records(), tok, w, size, workers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -944,5 +944,39 @@ func TestOpenPaths(t *testing.T) {
 	}
 	if len(logged) == 0 || logged[0] != "corpus: "+c.Summary() {
 		t.Errorf("LoadPaths logged %q first, want the corpus's summary", logged)
+	}
+}
+
+// stopTokenizer is the byte tokenizer that cancels its context the first
+// time it encodes, as a signal would while a corpus is tokenized.
+type stopTokenizer struct {
+	tokenizer.Tokenizer
+	cancel context.CancelFunc
+}
+
+func (s stopTokenizer) Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	s.cancel()
+	<-ctx.Done()
+	return dst, ctx.Err()
+}
+
+// TestLoadCanceled stops a tokenization under way: Load must return the
+// context's error and leave no temporary token file behind, rather than
+// one that waits a day for the sweep of stale files.
+func TestLoadCanceled(t *testing.T) {
+	dir, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "some text", "b.txt": "more text"})
+	c, err := NewCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, err = Load(ctx, c, stopTokenizer{tokenizer.Byte, cancel}, Options{CacheDir: cache})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Load stopped: %v, want context.Canceled", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "*")); len(left) > 0 {
+		t.Errorf("files left in the cache directory: %q", left)
 	}
 }

@@ -119,6 +119,7 @@ type Options struct {
 	// directories and globs; empty means the Go source tree.
 	Corpus    []string
 	TextField string // the field of the corpus's records that holds the text; "" for "text"
+	MaxRecord int64  // the record limit of the corpus (data.Corpus.MaxRecord); 0 for the default
 	CacheDir  string // tokenized corpora; "" means the default
 	// Tokenizer is the vocabulary of the lm and speed experiments' models
 	// and corpus; nil means bytes. The task experiments keep their own
@@ -250,7 +251,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		if tok == nil {
 			tok = tokenizer.Byte
 		}
-		trainTokens, valTokens, err = data.LoadPaths(ctx, o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		trainTokens, valTokens, err = data.LoadPaths(ctx, o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf, MaxRecord: o.MaxRecord})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}

@@ -47,9 +47,10 @@ func runEval(args []string, stdout io.Writer) error {
 	var (
 		corpus              []string
 		textField, cacheDir string
+		maxRecord           byteSize
 	)
 	ck.register(fs)
-	corpusFlags(fs, &corpus, &textField, &cacheDir, "the corpus the checkpoint was trained on", "the training corpus's")
+	corpusFlags(fs, &corpus, &textField, &cacheDir, &maxRecord, "the corpus the checkpoint was trained on", "the training corpus's")
 	var (
 		split   = fs.String("split", "", "part of the corpus: val, train or all (default: val of the training corpus, all of a --corpus)")
 		batch   = fs.Int("batch", 8, "sequences per batch")
@@ -112,7 +113,7 @@ func runEval(args []string, stdout io.Writer) error {
 	// writing.
 	ctx, stop := interruptible()
 	defer stop()
-	trainTokens, valTokens, err := data.LoadPaths(ctx, corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf})
+	trainTokens, valTokens, err := data.LoadPaths(ctx, corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf, MaxRecord: int64(maxRecord)})
 	if errors.Is(err, context.Canceled) {
 		return errors.New("eval: interrupted while tokenizing the corpus")
 	}

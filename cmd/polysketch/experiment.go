@@ -41,6 +41,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	var (
 		dir, cacheDir string
 		textField     string
+		maxRecord     byteSize
 		quick         bool
 		seed          uint64 = 1
 		corpus        []string
@@ -53,7 +54,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
-	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
+	corpusFlags(fs, &corpus, &textField, &cacheDir, &maxRecord, "the Go source tree; lm and speed only", `"text"`)
 	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
@@ -113,7 +114,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, MaxRecord: int64(maxRecord),
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -24,10 +23,14 @@ of constant size, so every token costs the same and prompt and text may
 run past the context length trained on; for the other mechanisms a KV
 cache limited to the model's context length).
 
-Sampling: the logits are divided by --temperature (0 picks the most likely
-token every time), cut to the --top-k most likely tokens (0: all), then to
-the smallest set whose probability reaches --top-p (1: all), and a token is
-drawn from what is left with a generator seeded by --seed.
+Sampling: the logits get --logit-bias (-100 bans a token) and the
+penalties on tokens generated before (--presence-penalty once,
+--frequency-penalty per time generated), are divided by --temperature (0
+picks the most likely token every time), cut to the --top-k most likely
+tokens (0: all), then to the smallest set whose probability reaches
+--top-p (1: all), and a token is drawn from what is left with a generator
+seeded by --seed. Logits that are not finite (a model that overflows) stop
+generation with an error.
 
 A model trained on GPT-2 tokens has seen <|endoftext|> between documents:
 generation stops when it samples that token, without printing it, unless
@@ -45,11 +48,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
 		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
-		s       = sample.New(0.8, 0.95, 0, nil)
+		set     = sample.Settings{Temperature: 0.8, TopP: 0.95}
 	)
-	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
-	fs.IntVar(&s.TopK, "top-k", s.TopK, "sample among the k most likely tokens only; 0 for all")
-	fs.Float64Var(&s.TopP, "top-p", s.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
+	samplingFlags(fs, &set)
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
@@ -57,12 +58,6 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return err
 	}
 	switch {
-	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 0):
-		return fmt.Errorf("generate: --temperature %v: must be 0 or positive", s.Temperature)
-	case s.TopK < 0:
-		return fmt.Errorf("generate: --top-k %d: must not be negative", s.TopK)
-	case !(s.TopP > 0 && s.TopP <= 1):
-		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.TopP)
 	case *n < 0:
 		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
 	case *prompt == "":
@@ -74,6 +69,9 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("generate: %w", err)
 	}
 	dir, tok := c.Dir, c.Tokenizer
+	if err := set.Validate(c.Model.Config().Vocab); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}
@@ -105,7 +103,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; use --tokens %d or fewer",
 			len(ids), *n, limit, c.Model.Config().Attention.Mechanism(), limit-len(ids)+1)
 	}
-	s.Rand = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
+	s := sample.New(set, rand.New(rand.NewPCG(*seed, 0x67656e6572617465))) // "generate"
 
 	if *echo {
 		if _, err := io.WriteString(stdout, *prompt); err != nil {
@@ -125,7 +123,11 @@ func runGenerate(args []string, stdout io.Writer) error {
 	var out []byte
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
-		next := s.Next(logits.Data)
+		next, err := s.Next(logits.Data)
+		if err != nil {
+			fmt.Fprintln(stdout)
+			return fmt.Errorf("generate: after %d tokens: %w", generated, err)
+		}
 		if hasEOT && next == eot {
 			break
 		}

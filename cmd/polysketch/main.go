@@ -94,7 +94,7 @@ func run(args []string, stdout io.Writer) error {
 	if !ok {
 		return usageError{fmt.Errorf("unknown command %q; run 'polysketch help' for the list", args[0])}
 	}
-	return c.run(args[1:], stdout)
+	return withFlags(c.run(args[1:], stdout))
 }
 
 func runBench(args []string, stdout io.Writer) error {

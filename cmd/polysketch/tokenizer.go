@@ -60,6 +60,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer train", tokenizerTrainHelp, stdout)
 	var corpus []string
 	var textField string
+	var maxRecord byteSize
 	special := specialFlag{list: tokenizer.DefaultSpecial}
 	var (
 		vocab   = fs.Int("vocab-size", 0, "tokens in the vocabulary: 256 bytes, the merges and the special tokens (required)")
@@ -67,7 +68,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 		force   = fs.Bool("force", false, "replace a tokenizer.json already in --out")
 		workers = fs.Int("workers", 2, "goroutines counting the corpus's pieces")
 	)
-	corpusFlags(fs, &corpus, &textField, nil, "the Go source tree, GOROOT/src", `"text"`)
+	corpusFlags(fs, &corpus, &textField, nil, &maxRecord, "the Go source tree, GOROOT/src", `"text"`)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -94,6 +95,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
+	c.MaxRecord = int64(maxRecord)
 	p := newProgress(stderr, 1)
 	p.logf("corpus: %s", c.Summary())
 	if note := c.BinaryNote(); note != "" {

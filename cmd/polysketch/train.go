@@ -83,12 +83,14 @@ type trainOptions struct {
 	cacheDir string
 	logEvery int
 	task     task.Options
+
+	maxRecord byteSize // of the corpus's JSON-lines records
 }
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
-	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, "the Go source tree, GOROOT/src", `"text"`)
+	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, &o.maxRecord, "the Go source tree, GOROOT/src", `"text"`)
 	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
@@ -232,7 +234,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	defer stop()
 	var trainTokens, valTokens *data.Tokens
 	if tset == nil {
-		trainTokens, valTokens, err = data.LoadPaths(ctx, tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
+		trainTokens, valTokens, err = data.LoadPaths(ctx, tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf, MaxRecord: int64(o.maxRecord)})
 		if errors.Is(err, context.Canceled) {
 			return errors.New("train: interrupted while tokenizing the corpus")
 		}
