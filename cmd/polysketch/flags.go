@@ -121,6 +121,30 @@ func (l *listFlag) Set(s string) error {
 	return nil
 }
 
+// fieldFlags maps the fields of the library's configurations, as its
+// errors and a refused resume's changes name them (their JSON names; a
+// task's as task.NAME), to the flags that set them, where the flag is not
+// the name with hyphens for underscores.
+var fieldFlags = map[string]string{
+	"task.name":          "task",
+	"task.path":          "task",
+	"task.length":        "context",
+	"task.seed":          "seed",
+	"task.count":         "task-count",
+	"task.vocab":         "task-vocab",
+	"task.train":         "task-train",
+	"task.test":          "task-test",
+	"task.bidirectional": "bidirectional",
+}
+
+// flagOf returns the flag that sets the library's field, "--" included.
+func flagOf(field string) string {
+	if f, ok := fieldFlags[field]; ok {
+		return "--" + f
+	}
+	return "--" + strings.ReplaceAll(field, "_", "-")
+}
+
 // samplingFlags defines the flags of sampling (generate), bound to set,
 // with its values as defaults.
 func samplingFlags(fs *flag.FlagSet, set *sample.Settings) {
@@ -163,13 +187,6 @@ func (b *biasFlag) Set(s string) error {
 	return nil
 }
 
-// settingFlags maps the library's names of settings, as its errors give
-// them, to the flags that set them.
-var settingFlags = map[string]string{
-	"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-	"presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty", "logit_bias": "--logit-bias",
-}
-
 // flagError is an error of the library as the command line says it:
 // naming the flag to change where the library names a setting.
 type flagError struct {
@@ -184,9 +201,7 @@ func (e *flagError) Unwrap() error { return e.err }
 // the flags that set them.
 func withFlags(err error) error {
 	if se, ok := errors.AsType[*sample.SettingError](err); ok {
-		if name, ok := settingFlags[se.Field]; ok {
-			return &flagError{strings.Replace(err.Error(), se.Error(), name+" "+strings.TrimPrefix(se.Error(), se.Field+" "), 1), err}
-		}
+		return &flagError{strings.Replace(err.Error(), se.Error(), flagOf(se.Field)+" "+strings.TrimPrefix(se.Error(), se.Field+" "), 1), err}
 	}
 	if _, ok := errors.AsType[*data.RecordTooLongError](err); ok {
 		return &flagError{err.Error() + " with --max-record", err}
