@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
@@ -154,5 +156,43 @@ func TestMaxRecord(t *testing.T) {
 	}
 	if _, _, err := runQuiet(t, "tokenizer", "train", "--corpus", path, "--vocab-size", "300", "--out", t.TempDir()); err != nil {
 		t.Errorf("with the default limit: %v", err)
+	}
+}
+
+// TestTokenizerPatternBound is the issue's reproduction: a tokenizer.json
+// whose pre-tokenizer splits with (a+)+$, and a line of a's ending with !,
+// which took `tokenizer encode` forever. It must fail in one line naming
+// the pattern.
+func TestTokenizerPatternBound(t *testing.T) {
+	c := tokenizer.NewCounts(nil)
+	c.Add([]byte("aaaa bbbb"))
+	base, err := tokenizer.Train(c, tokenizer.TrainOptions{VocabSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f map[string]any
+	json.Unmarshal(base.JSON(), &f)
+	f["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(a+)+$"}, "behavior": "Isolated"},
+		map[string]any{"type": "ByteLevel", "use_regex": false},
+	}}
+	b, _ := json.Marshal(f)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, tokenizer.FileName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go withStdin(strings.Repeat("a", 28)+"!\n", func() {
+		_, _, err := runQuiet(t, "tokenizer", "encode", "--tokenizer", dir)
+		done <- err
+	})
+	select {
+	case err := <-done:
+		want := `tokenizer encode: pre-tokenizer pattern "(a+)+$" took longer than 1s over one match`
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v, want one line containing %q", err, want)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("tokenizer encode has not returned after 5 minutes")
 	}
 }

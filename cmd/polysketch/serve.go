@@ -24,11 +24,14 @@ libraries, chat UIs and load tools work against it unchanged (point them at
 http://ADDR/v1):
 
   POST /v1/completions       prompt, max_tokens, temperature, top_p, top_k,
-                             stop, seed, n, stream, stream_options, echo,
-                             logprobs
+                             presence_penalty, frequency_penalty,
+                             logit_bias, stop, seed, n, stream,
+                             stream_options, echo, logprobs (best_of and
+                             suffix are refused with 400)
   POST /v1/chat/completions  messages, in the plain-text template
                              "System: …\nUser: …\nAssistant: …" (a base
-                             model has no chat template of its own)
+                             model has no chat template of its own), and
+                             the sampling fields above
   POST /tokenize             {"content", "with_pieces"}: the prompt's
                              token ids (llama.cpp's form)
   POST /detokenize           {"tokens"}: their text

@@ -270,7 +270,8 @@ func (t *BPE) split(ctx context.Context, dst []int32, s []byte, i int, c *bpeCac
 // backtrack catastrophically on some text, taking time exponential in its
 // length (`(a+)+$` on a run of a's and a last other character); the
 // encoding then fails with a *PatternError instead of holding a core
-// forever. Common patterns match a whole megabyte in about 10 ms.
+// forever. GPT-2's pattern takes a megabyte of letters in one match of a
+// few milliseconds (BenchmarkLongMatch).
 const MatchTimeout = time.Second
 
 // A PatternError is an encoding stopped by a regular expression of the

@@ -1,6 +1,7 @@
 // Compares polysketch's tokenizers with Hugging Face's JavaScript
 // implementation, @huggingface/tokenizers: for a trained tokenizer.json
-// and for Llama-3- and Qwen2-style files made from it, every string below
+// and for Llama-3- and Qwen2-style files made from it, and files whose
+// Split patterns polysketch matches with regexp2, every string below
 // must encode to the same ids in both (with add_special_tokens false:
 // polysketch never adds a post-processor's tokens). Run by hf.sh:
 //
@@ -40,7 +41,16 @@ const qwen = variant(base, qwen2, [["<|im_start|>", true], ["<|im_end|>", true],
 qwen.normalizer = { type: "NFC" };
 qwen.model.merges = qwen.model.merges.map((m) => m.split(" ")); // the newer [a, b] form
 
-const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen };
+// GPT-2's split as a Split regular expression, which polysketch matches
+// with regexp2 (every match bounded by tokenizer.MatchTimeout), not with a
+// scanner of its own; and two Splits in sequence, the second cutting the
+// pieces of the first.
+const gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const regex = variant(base, gpt2, []);
+const nested = variant(base, "\\p{N}+|\\P{N}+", []);
+nested.pre_tokenizer.pretokenizers.splice(1, 0, { type: "Split", pattern: { Regex: gpt2 }, behavior: "Isolated", invert: false });
+
+const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen, "gpt2-regex-split": regex, "nested-splits": nested };
 
 // The strings: code, prose, Unicode, white space, special tokens, and
 // random mixes of all of them. U+0085 and U+FEFF are left out: \s differs
