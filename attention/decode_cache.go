@@ -56,10 +56,10 @@ type cacheDecoder struct {
 	chunk  int       // positions of the Step in progress
 	scores []float32 // chunks: per worker, [chunk × (n+chunk)] weights
 
-	o, q         []float32 // the Step in progress
-	team         team
-	stepFn       func(w, i int) // bound once: handing it to team allocates nothing
-	chunkFn      func(w, i int)
+	o, q    []float32 // the Step in progress
+	team    team
+	stepFn  func(w, i int) // bound once: handing it to team allocates nothing
+	chunkFn func(w, i int)
 
 	// weights, if set, turns a row of scores into its weights in place
 	// (sqpoly), in place of softmax or (q·k)^p.
