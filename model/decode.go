@@ -151,5 +151,5 @@ func shareLinear(l *nn.Linear) *nn.Linear {
 	if l == nil {
 		return nil
 	}
-	return &nn.Linear{In: l.In, Out: l.Out, Weight: l.Weight, Bias: l.Bias, BF16: l.BF16}
+	return l.Share()
 }
