@@ -116,7 +116,7 @@ func toF16(v float32) uint16 {
 		}
 		return sign | uint16(h)
 	case exp >= -25: // subnormal: the value in units of 2⁻²⁴, rounded
-		m := frac | 0x800000 // 24 significant bits, value m·2^(exp−23)
+		m := frac | 0x800000    // 24 significant bits, value m·2^(exp−23)
 		shift := uint(-exp - 1) // to units of 2⁻²⁴: m >> (−14−exp+13)
 		h := m >> shift
 		rest := m & (1<<shift - 1)
