@@ -100,6 +100,9 @@ func readVerified(dir string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("%s: format version %d, this program reads version %d", manifestFile, man.Version, Version)
 	}
 	allowed := map[string]bool{optimizerFile: true, tokenizerFile: true}
+	for _, name := range ModelFiles {
+		allowed[name] = true
+	}
 	for _, name := range required {
 		allowed[name] = true
 	}
