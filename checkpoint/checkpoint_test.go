@@ -600,7 +600,7 @@ func TestModelFiles(t *testing.T) {
 			t.Errorf("%s on disk: %q, want %q", name, disk, b)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": 3}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": [1, 3]}`), 0o644)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "generation_config.json: SHA-256 checksum mismatch") {
 		t.Errorf("Load of an edited generation_config.json: %v, want a checksum mismatch", err)
 	}
