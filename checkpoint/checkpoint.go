@@ -328,7 +328,7 @@ func load(dir string) (*Checkpoint, error) {
 	if err := checkSizes(cfg.Model, weights, int64(len(files[weightsFile]))); err != nil {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
 	}
-	m, err := model.New(cfg.Model)
+	m, err := model.NewEmpty(cfg.Model) // every parameter is read below
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", configFile, err)
 	}

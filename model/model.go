@@ -110,13 +110,25 @@ type Model struct {
 // √(2·Layers) as in GPT-2, so that the stream does not grow with depth;
 // embeddings are N(0, 1/d); norm gains start at 1, biases at 0.
 func New(cfg Config) (*Model, error) {
+	return build(cfg, rand.New(rand.NewPCG(cfg.Seed, 0x5472616e73666f72))) // "Transfor"
+}
+
+// NewEmpty returns a model of cfg whose weight matrices and embeddings
+// are zero (norm gains one, biases zero), for a caller that sets every
+// parameter, as loading a checkpoint does: it skips the random draws of
+// New, which take seconds for a model of 100M parameters. Attention's own
+// random draws (sketches) are those of New.
+func NewEmpty(cfg Config) (*Model, error) { return build(cfg, nil) }
+
+// build returns a model of cfg whose weights are drawn from rng, or left
+// zero for a nil rng.
+func build(cfg Config, rng *rand.Rand) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model config: %w", err)
 	}
 	d, V, h, L := cfg.Dim, cfg.Vocab, cfg.HeadSize(), cfg.Layers
 	H := cfg.Heads
 	hidden := cfg.HiddenSize()
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5472616e73666f72)) // "Transfor"
 	m := &Model{
 		cfg:      cfg,
 		embed:    nn.NewEmbedding("embed", V, d, rng),

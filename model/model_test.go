@@ -776,3 +776,36 @@ func TestGroupedHeads(t *testing.T) {
 		t.Errorf("⟨toHeads(r), x⟩ = %v, ⟨r, fromHeads(x)⟩ = %v", lhs, rhs)
 	}
 }
+
+// TestNewEmpty: NewEmpty builds the parameters of New, without drawing
+// them: weights zero, gains one.
+func TestNewEmpty(t *testing.T) {
+	for _, a := range architectures() {
+		m, e := mustNew(t, a.cfg), func() *Model {
+			e, err := NewEmpty(a.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}()
+		if len(m.Params()) != len(e.Params()) {
+			t.Fatalf("%s: %d parameters, New has %d", a.name, len(e.Params()), len(m.Params()))
+		}
+		for i, p := range e.Params() {
+			q := m.Params()[i]
+			if p.Name != q.Name || !tensor.SameShape(p.Value, q.Value) {
+				t.Errorf("%s: parameter %s %v, New's %s %v", a.name, p.Name, p.Value.Shape, q.Name, q.Value.Shape)
+			}
+			want := float32(0)
+			if strings.HasSuffix(p.Name, ".gain") {
+				want = 1
+			}
+			for _, v := range p.Value.Data {
+				if v != want {
+					t.Errorf("%s: %s holds %g, want %g", a.name, p.Name, v, want)
+					break
+				}
+			}
+		}
+	}
+}
