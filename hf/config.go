@@ -385,7 +385,7 @@ func rope(f *fields, c *model.Config) {
 		if theta := f.float("rope_theta", 0); theta != 0 {
 			params["rope_theta"], _ = json.Marshal(theta)
 		}
-	} else if _, top := f.m["rope_theta"]; top {
+	} else if raw, top := f.m["rope_theta"]; top && string(raw) != "null" {
 		f.read["rope_theta"] = true
 		f.fail("rope_theta beside rope_parameters: give the base once")
 	}
