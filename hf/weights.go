@@ -167,7 +167,7 @@ func openShards(dir string) (*shards, error) {
 		path := filepath.Join(dir, name)
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && index.WeightMap != nil {
 			s.close()
-			return nil, fmt.Errorf("%s names %s, which is missing", filepath.Join(dir, IndexFile), path)
+			return nil, fmt.Errorf("%s names %s, which is missing", filepath.Join(dir, IndexFile), name)
 		}
 		f, err := safetensors.Open(path)
 		if err != nil {
