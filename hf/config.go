@@ -66,6 +66,10 @@ type Options struct {
 	// (model.Config.Context); 0 means config.json's
 	// max_position_embeddings (n_positions for GPT-2).
 	Context int
+	// Attention is the mechanism that computes the model's attention:
+	// softmax or flash (the same softmax attention, tiled); nil means
+	// flash in tiles of 64.
+	Attention attention.Config
 }
 
 // Config is a config.json read and mapped.
@@ -285,6 +289,12 @@ func parseConfig(b []byte, opts Options) (*Config, error) {
 		c.Model = gpt2Config(f, opts)
 	} else {
 		c.Model = llamaConfig(f, typ, opts)
+	}
+	if a := opts.Attention; a != nil {
+		if m := a.Mechanism(); m != string(attention.Softmax) && m != string(attention.Flash) {
+			f.fail("attention %s: the checkpoint's attention is softmax (softmax or flash); linearize the imported model for another", m)
+		}
+		c.Model.Attention = a
 	}
 	if len(f.errs) > 0 {
 		return nil, errors.Join(f.errs...)
