@@ -609,3 +609,25 @@ func TestModelFiles(t *testing.T) {
 		t.Errorf("Save of another file: %v", err)
 	}
 }
+
+// TestVerify: Verify streams every file against the manifest.
+func TestVerify(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := Save(dir, newCheckpoint(t, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, weightsFile)
+	b := readFileT(t, path)
+	b[len(b)/2] ^= 1
+	os.WriteFile(path, b, 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "model.safetensors: SHA-256 checksum mismatch") {
+		t.Errorf("Verify of a flipped bit: %v", err)
+	}
+	os.WriteFile(path, b[:len(b)-1], 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "the manifest says") {
+		t.Errorf("Verify of a truncated file: %v", err)
+	}
+}

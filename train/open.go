@@ -17,14 +17,17 @@ import (
 // and the directory it was read from.
 type Saved struct {
 	*checkpoint.Checkpoint
-	Dir       string // the checkpoint's directory
+	Dir string // the checkpoint's directory
+	// Tokenizer is nil for a model imported without a tokenizer.json,
+	// whose ids alone it reads and writes (its state names none).
 	Tokenizer tokenizer.Tokenizer
 }
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
-// the tokenizer.json saved in it, or the built-in tokenizer its state
-// names. Every command that reads a checkpoint opens it here.
+// the tokenizer.json saved in it, the built-in tokenizer its state names,
+// or none if it names none (an import without a tokenizer). Every command
+// that reads a checkpoint opens it here.
 func Open(path string) (*Saved, error) {
 	dir := CheckpointIn(path)
 	c, err := checkpoint.Load(dir)
@@ -39,10 +42,21 @@ func Open(path string) (*Saved, error) {
 		if s.Tokenizer.Name() != c.State.Tokenizer {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
+	} else if c.State.Tokenizer == "" {
+		return s, nil
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil
+}
+
+// NeedTokenizer fails for a checkpoint without a tokenizer, for the
+// commands that read or write text.
+func (s *Saved) NeedTokenizer() error {
+	if s.Tokenizer == nil {
+		return fmt.Errorf("checkpoint %s has no tokenizer (imported without a tokenizer.json): it reads and writes token ids alone", s.Dir)
+	}
+	return nil
 }
 
 // CheckpointIn returns the checkpoint directory that path names: path
@@ -64,6 +78,9 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	given, err := tokenizer.Open(arg)
 	if err != nil {
 		return fmt.Errorf("--tokenizer: %w", err)
+	}
+	if err := s.NeedTokenizer(); err != nil {
+		return err
 	}
 	if given.Name() != s.Tokenizer.Name() {
 		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",

@@ -78,6 +78,9 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 
 	c, err := ck.open()
+	if err == nil {
+		err = c.NeedTokenizer()
+	}
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}

@@ -139,6 +139,9 @@ func runServe(args []string, stdout io.Writer) error {
 	// Load while /health answers 503.
 	c, err := ck.open()
 	if err == nil {
+		err = c.NeedTokenizer()
+	}
+	if err == nil {
 		err = srv.Ready(c.Model, c.Tokenizer)
 	}
 	if err != nil {
