@@ -64,6 +64,8 @@ type Trainer struct {
 	pending         bool // a checkpoint of this step is due
 	skipped         int  // lines of the metrics log that did not parse
 
+	files map[string][]byte // model files the run's checkpoints keep (checkpoint.Checkpoint.Files)
+
 	dist   *dist       // the data-parallel part (dist.go); nil in a single process
 	losses []float64   // of the step's micro-batches
 	mine   []float64   // of this rank's micro-batches
@@ -97,6 +99,24 @@ func New(dir string, mc model.Config, tc Config, train, val *data.Tokens) (*Trai
 	return newRun(dir, mc, tc, func(t *Trainer) error { return t.init(train, val) })
 }
 
+// NewFrom prepares a fresh run in dir, as New does, of the model of the
+// checkpoint c, from its weights: to fine-tune an imported model, or
+// another run's. The run starts at step 0 with a fresh optimizer; tc's
+// tokenizer must be the checkpoint's, and the run's checkpoints keep the
+// model files c keeps (an imported model's tokenizer_config.json and
+// generation_config.json). Once saved, the run resumes as any other.
+func NewFrom(dir string, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
+	if c.State.Tokenizer != tc.Tokenizer {
+		return nil, fmt.Errorf("the checkpoint's model reads %q tokens, not %s", c.State.Tokenizer, tc.Tokenizer)
+	}
+	t, err := newRunOf(dir, c.Model, tc, func(t *Trainer) error { return t.init(train, val) })
+	if err != nil {
+		return nil, err
+	}
+	t.files = c.Files
+	return t, nil
+}
+
 // newRun is New, with init in place of the corpus's initialization.
 func newRun(dir string, mc model.Config, tc Config, init func(*Trainer) error) (*Trainer, error) {
 	if err := tc.Validate(); err != nil {
@@ -106,6 +126,15 @@ func newRun(dir string, mc model.Config, tc Config, init func(*Trainer) error) (
 	if err != nil {
 		return nil, err
 	}
+	return newRunOf(dir, m, tc, init)
+}
+
+// newRunOf is newRun of the model m.
+func newRunOf(dir string, m *model.Model, tc Config, init func(*Trainer) error) (*Trainer, error) {
+	if err := tc.Validate(); err != nil {
+		return nil, fmt.Errorf("training config: %w", err)
+	}
+	var err error
 	t := &Trainer{Model: m, Config: tc, Dir: dir, saved: -1}
 	t.state.Tokenizer = tc.Tokenizer
 	if err := init(t); err != nil {
@@ -170,7 +199,7 @@ func resumeRun(dir string, c *checkpoint.Checkpoint, tc Config, init func(*Train
 	if c.State.Tokenizer != tc.Tokenizer {
 		return nil, fmt.Errorf("checkpoint in %s was trained on %s tokens, not %s", dir, c.State.Tokenizer, tc.Tokenizer)
 	}
-	t := &Trainer{Model: c.Model, Config: tc, Dir: dir, state: c.State, saved: c.State.Step}
+	t := &Trainer{Model: c.Model, Config: tc, Dir: dir, state: c.State, saved: c.State.Step, files: c.Files}
 	if err := init(t); err != nil {
 		return nil, err
 	}
@@ -414,7 +443,7 @@ func (t *Trainer) save(pos []byte) error {
 		return err
 	}
 	t.state.Step, t.state.Data = t.opt.Step, pos
-	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state}
+	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state, Files: t.files}
 	if tok, err := tokenizer.Lookup(t.state.Tokenizer); err == nil {
 		if f, ok := tok.(*tokenizer.BPE); ok {
 			c.TokenizerJSON = f.JSON() // the ids' meaning travels with the weights
