@@ -47,7 +47,7 @@ func fromHeads(dst blas.General, src *tensor.Tensor) {
 			first := (b*H + j*g) * N
 			copy(row, src.Data[(first+n)*h:(first+n+1)*h])
 			for i := 1; i < g; i++ {
-				k := (first+i*N+n)*h
+				k := (first + i*N + n) * h
 				vec.Add(row, row, src.Data[k:k+h])
 			}
 		}
