@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/safetensors"
 )
 
@@ -213,3 +215,26 @@ func f64len(shape []int) int64 {
 	}
 	return n
 }
+
+// TestShapes: every named shape maps, with the sizes of its model.
+func TestShapes(t *testing.T) {
+	want := map[string]int64{ // parameters, as the model cards count them
+		"smollm2-135m": 134_515_008, "smollm2-360m": 361_821_120, "qwen2.5-0.5b": 494_032_768,
+		"llama-3.2-1b": 1_235_814_400, "tinyllama-1.1b": 1_100_048_384, "gpt2": 124_439_808,
+	}
+	for _, name := range Shapes() {
+		c, err := Shape(name, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := checkpointParams(c.Model); n != want[name] {
+			t.Errorf("%s: %d parameters, want %d", name, n, want[name])
+		}
+	}
+	if _, err := Shape("llama-70b", Options{}); err == nil || !strings.Contains(err.Error(), "the shapes are gpt2, llama-3.2-1b") {
+		t.Errorf("unknown shape: %v", err)
+	}
+}
+
+// checkpointParams counts the parameters of a model of c.
+func checkpointParams(c model.Config) int64 { return checkpoint.ParamCount(c) }
