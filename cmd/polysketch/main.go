@@ -53,6 +53,7 @@ var benches = map[string]command{
 	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
 	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 	"cache":     {"time to first token of follow-ups, state memory and shared-prompt tokens/s with the prefix cache of serve", benchCache},
+	"decode":    {"decoding tokens/s of one and several streams and prefill tokens/s, against the memory-bandwidth bound", benchDecode},
 }
 
 func main() {
