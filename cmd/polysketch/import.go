@@ -169,10 +169,18 @@ func describeModel(c model.Config) string {
 // what in messages, before or after the flags, and returns it.
 func parseWithArg(fs *flag.FlagSet, args []string, cmd, what string) (string, error) {
 	var arg string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		arg, args = args[0], args[1:]
-	} else if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") && (n < 2 || !flagTakesValue(fs, args[n-2])) {
-		arg, args = args[n-1], args[:n-1]
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--":
+			i = len(args)
+		case strings.HasPrefix(a, "-"):
+			if flagTakesValue(fs, a) {
+				i++
+			}
+		default:
+			arg, args = a, append(args[:i:i], args[i+1:]...)
+			i = len(args)
+		}
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return "", err
