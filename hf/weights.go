@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
@@ -231,36 +234,60 @@ func (s *shards) check(dir, typ string, c model.Config, ps []placement) error {
 	return nil
 }
 
-// read reads every placement's tensor into the parameters of m.
+// read reads every placement's tensor into the parameters of m, on up to
+// GOMAXPROCS goroutines, a tensor each at a time: the placements of one
+// parameter fill disjoint parts of it.
 func (s *shards) read(ps []placement, m *model.Model) error {
 	params := map[string]*nn.Param{}
 	for _, p := range m.Params() {
 		params[p.Name] = p
 	}
-	var buf []float32
-	for _, p := range ps {
-		param := params[p.param]
-		if param == nil {
-			panic("hf: no parameter " + p.param + " for " + p.name)
-		}
-		n := 1
-		for _, d := range p.shape {
-			n *= d
-		}
-		if cap(buf) < n {
-			buf = make([]float32, n)
-		}
-		buf = buf[:n]
-		if err := s.where[p.name].ReadFloat32(p.name, buf); err != nil {
+	var (
+		next atomic.Int64
+		errs = make([]error, len(ps))
+		wg   sync.WaitGroup
+	)
+	for range min(runtime.GOMAXPROCS(0), len(ps)) {
+		wg.Go(func() {
+			var buf []float32
+			for i := int(next.Add(1) - 1); i < len(ps); i = int(next.Add(1) - 1) {
+				p := ps[i]
+				param := params[p.param]
+				if param == nil {
+					panic("hf: no parameter " + p.param + " for " + p.name)
+				}
+				n := 1
+				for _, d := range p.shape {
+					n *= d
+				}
+				if cap(buf) < n {
+					buf = make([]float32, n)
+				}
+				buf = buf[:n]
+				if err := s.where[p.name].ReadFloat32(p.name, buf); err != nil {
+					errs[i] = err
+					continue
+				}
+				if err := tensor.From(buf, n).CheckFinite("tensor " + p.name); err != nil {
+					errs[i] = fmt.Errorf("%s: %w", s.file[p.name], err)
+					continue
+				}
+				place(param.Value.Data, param.Value.Shape, buf, p)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
-		if err := tensor.From(buf, n).CheckFinite("tensor " + p.name); err != nil {
-			return fmt.Errorf("%s: %w", s.file[p.name], err)
-		}
-		place(param.Value.Data, param.Value.Shape, buf, p)
 	}
 	return nil
 }
+
+// transposeBlock is the side of the tiles place and take transpose a
+// matrix in: 16 float32 make one cache line, written or read whole.
+const transposeBlock = 16
 
 // place writes a checkpoint tensor t into the parameter data dst of
 // shape as p says.
@@ -278,10 +305,13 @@ func place(dst []float32, shape []int, t []float32, p placement) {
 		return
 	}
 	out, in := p.shape[0], p.shape[1]
-	for o := range out {
-		row := t[o*in : (o+1)*in]
-		for i, v := range row {
-			dst[i*cols+p.offset+o] = v
+	for o0 := 0; o0 < out; o0 += transposeBlock {
+		o1 := min(o0+transposeBlock, out)
+		for i := range in {
+			row := dst[i*cols+p.offset : i*cols+p.offset+out]
+			for o := o0; o < o1; o++ {
+				row[o] = t[o*in+i]
+			}
 		}
 	}
 }
@@ -302,10 +332,13 @@ func take(t, src []float32, shape []int, p placement) {
 		return
 	}
 	out, in := p.shape[0], p.shape[1]
-	for o := range out {
-		row := t[o*in : (o+1)*in]
-		for i := range row {
-			row[i] = src[i*cols+p.offset+o]
+	for o0 := 0; o0 < out; o0 += transposeBlock {
+		o1 := min(o0+transposeBlock, out)
+		for i := range in {
+			row := src[i*cols+p.offset : i*cols+p.offset+out]
+			for o := o0; o < o1; o++ {
+				t[o*in+i] = row[o]
+			}
 		}
 	}
 }
