@@ -54,6 +54,15 @@ func ContextLimit(c Config) int {
 	return 0
 }
 
+// limitAdvice ends the error of a sequence at the context limit of a
+// model of configuration c: how to have none, where there is a way.
+func limitAdvice(c Config) string {
+	if c.positions() == PositionsLearned {
+		return " (the learned positions end there)"
+	}
+	return ", or use polysketch attention, whose state does not grow"
+}
+
 // Len returns the number of positions consumed: the position of the next
 // token.
 func (s *Sequence) Len() int { return s.n }
@@ -285,7 +294,7 @@ func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
 			}
 		}
 		if s.limit > 0 && s.n+n > s.limit {
-			return fmt.Errorf("batch step: %d positions from position %d of sequence %d pass the context length %d of this %s model; shorten the sequence, or use polysketch attention, whose state does not grow", n, s.n, i, s.limit, b.cfg.Attention)
+			return fmt.Errorf("batch step: %d positions from position %d of sequence %d pass the context length %d of this %s model; shorten the sequence%s", n, s.n, i, s.limit, b.cfg.Attention, limitAdvice(b.cfg))
 		}
 	}
 	return nil

@@ -1,7 +1,11 @@
 // Package model is the decoder-only Transformer++ of PolySketchFormer
 // (Kacham, Mirrokni and Zhong, Appendix I): its configuration, parameters,
 // forward and backward passes, and the state for generating one token at a
-// time.
+// time. The same blocks, configured otherwise, are the architectures of
+// imported models (package hf): RMSNorm, SwiGLU or GPT-2's GELU MLP,
+// grouped-query attention, biases per projection, rotary embeddings
+// alone at any base with Llama 3 or linear scaling, or learned positions
+// (see Config).
 //
 // For tokens x of shape [B,N] the model computes
 //
@@ -14,8 +18,8 @@
 //	    h = h + GLU(LN₂(h))                   (GELU(a·W₁) ⊙ a·W₃)·W₂, hidden 4·d
 //	logits = LN(h)·Eᵀ/√d + c                  tied; or LN(h)·W_out + c
 //
-// Linear maps have no biases (as in the paper's reference code); every
-// LayerNorm has a gain and a bias, and the q/k LayerNorm of a layer is one
+// By default linear maps have no biases (as in the paper's reference
+// code); every LayerNorm has a gain and a bias, and the q/k LayerNorm of a layer is one
 // set of parameters over the h features of every head, applied to q and to
 // k alike, as the paper's derivation (the same rescaling and bias for q and
 // k) and its reference code have it. The input embedding is scaled by √d
