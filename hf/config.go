@@ -39,6 +39,7 @@ const (
 	TokenizerFile  = "tokenizer.json"
 	TokenizerCfg   = "tokenizer_config.json"
 	GenerationFile = "generation_config.json"
+	ChatTemplate   = "chat_template.jinja"
 )
 
 // The architectures (config.json's model_type) and the class each must

@@ -18,8 +18,8 @@ type Import struct {
 	DTypes map[string]int
 	// Tokenizer is the directory's tokenizer.json, nil if it has none.
 	Tokenizer []byte
-	// Files are its tokenizer_config.json and generation_config.json,
-	// those present, as they are.
+	// Files are its tokenizer_config.json, generation_config.json and
+	// chat_template.jinja, those present, as they are.
 	Files map[string][]byte
 }
 
@@ -62,7 +62,7 @@ func Read(dir string, opts Options) (*Import, error) {
 	if imp.Tokenizer, err = readOptional(dir, TokenizerFile); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{TokenizerCfg, GenerationFile} {
+	for _, name := range []string{TokenizerCfg, GenerationFile, ChatTemplate} {
 		b, err := readOptional(dir, name)
 		if err != nil {
 			return nil, err

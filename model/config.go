@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 )
 
@@ -289,78 +290,78 @@ func layerSeed(seed uint64, layer int) uint64 {
 // saying what is wrong and how to fix it.
 func (c Config) Validate() error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(format string, args ...any) { errs = append(errs, field.Errorf(format, args...)) }
 	if c.Vocab < 1 {
-		add("vocab %d: need at least 1 token (256 for bytes)", c.Vocab)
+		errs = append(errs, field.Invalid("vocab", c.Vocab, "need at least 1 token (256 for bytes)"))
 	}
 	if c.Dim < 1 {
-		add("dim %d: must be positive", c.Dim)
+		errs = append(errs, field.Invalid("dim", c.Dim, "must be positive"))
 	}
 	if c.Layers < 1 {
-		add("layers %d: must be positive", c.Layers)
+		errs = append(errs, field.Invalid("layers", c.Layers, "must be positive"))
 	}
 	if c.Context < 1 {
-		add("context %d: must be positive", c.Context)
+		errs = append(errs, field.Invalid("context", c.Context, "must be positive"))
 	}
 	if c.Hidden < 0 {
-		add("hidden %d: must be positive, or 0 for 4·dim", c.Hidden)
+		errs = append(errs, field.Invalid("hidden", c.Hidden, "must be positive, or 0 for 4·dim"))
 	}
 	switch {
 	case c.Heads < 1:
-		add("heads %d: must be positive", c.Heads)
+		errs = append(errs, field.Invalid("heads", c.Heads, "must be positive"))
 	case c.HeadDim < 0:
-		add("head_dim %d: must be positive, or 0 for dim/heads", c.HeadDim)
+		errs = append(errs, field.Invalid("head_dim", c.HeadDim, "must be positive, or 0 for dim/heads"))
 	case c.HeadDim == 0 && c.Dim >= 1 && c.Dim%c.Heads != 0:
 		add("dim %d is not divisible by heads %d: choose heads dividing dim", c.Dim, c.Heads)
 	case c.rotary() && c.HeadDim > 0 && c.HeadDim%2 != 0:
-		add("head_dim %d is odd: rotary embeddings need an even head size", c.HeadDim)
+		errs = append(errs, field.Invalid("head_dim", c.HeadDim, "odd: rotary embeddings need an even head size"))
 	case c.rotary() && c.HeadDim == 0 && c.Dim >= 1 && c.Dim/c.Heads%2 != 0:
 		add("head size %d (dim %d / heads %d) is odd: rotary embeddings need an even head size", c.Dim/c.Heads, c.Dim, c.Heads)
 	}
 	switch {
 	case c.KVHeads < 0:
-		add("kv_heads %d: must be positive, or 0 for heads", c.KVHeads)
+		errs = append(errs, field.Invalid("kv_heads", c.KVHeads, "must be positive, or 0 for heads"))
 	case c.KVHeads > 0 && c.Heads >= 1 && c.Heads%c.KVHeads != 0:
-		add("heads %d is not a multiple of kv_heads %d: every key/value head serves the same number of query heads", c.Heads, c.KVHeads)
+		add("%s %d is not a multiple of %s %d: every key/value head serves the same number of query heads", field.Name("heads"), c.Heads, field.Name("kv_heads"), c.KVHeads)
 	}
 	switch c.positions() {
 	case PositionsRoPE, PositionsRoPEOnly, PositionsLearned:
 	case PositionsSinusoidal:
 		if !c.Bidirectional {
-			add("positions %q: an option of encoder models (bidirectional); decoders use rope", c.Positions)
+			add("%s %q: an option of encoder models (%s); decoders use rope", field.Name("positions"), c.Positions, field.Name("bidirectional"))
 		}
 	default:
-		add("positions %q: use %s, %s, %s or %s", c.Positions, PositionsRoPE, PositionsRoPEOnly, PositionsSinusoidal, PositionsLearned)
+		errs = append(errs, field.Invalid("positions", c.Positions, "use %s, %s, %s or %s", PositionsRoPE, PositionsRoPEOnly, PositionsSinusoidal, PositionsLearned))
 	}
 	if c.RoPETheta < 0 || math.IsNaN(c.RoPETheta) || math.IsInf(c.RoPETheta, 0) || c.RoPETheta == 1 {
-		add("rope_theta %g: must be a finite base above 0 and other than 1, or 0 for 10000", c.RoPETheta)
+		errs = append(errs, field.Invalid("rope_theta", c.RoPETheta, "must be a finite base above 0 and other than 1, or 0 for 10000"))
 	}
 	if s := c.RoPEScaling; s != (RoPEScaling{}) {
 		if err := s.validate(); err != nil {
-			add("rope_scaling: %w", err)
+			add("%s: %w", field.Name("rope_scaling"), err)
 		}
 	}
 	if (c.RoPETheta != 0 || c.RoPEScaling != RoPEScaling{}) && !c.rotary() {
-		add("rope_theta and rope_scaling: options of rotary positions (rope, rope-only), not of %q", c.Positions)
+		add("%s and %s: options of rotary positions (rope, rope-only), not of %q", field.Name("rope_theta"), field.Name("rope_scaling"), c.Positions)
 	}
 	switch c.norm() {
 	case NormLayer, NormRMS:
 	default:
-		add("norm %q: use %s or %s", c.Norm, NormLayer, NormRMS)
+		errs = append(errs, field.Invalid("norm", c.Norm, "use %s or %s", NormLayer, NormRMS))
 	}
 	if !(c.NormEps >= 0 && c.NormEps < 1) {
-		add("norm_eps %g: must be in [0, 1), 0 for 1e-5", c.NormEps)
+		errs = append(errs, field.Invalid("norm_eps", c.NormEps, "must be in [0, 1), 0 for 1e-5"))
 	}
 	switch c.ffn() {
 	case FFNGEGLU, FFNSwiGLU, FFNGELU:
 	default:
-		add("ffn %q: use %s, %s or %s", c.FFN, FFNGEGLU, FFNSwiGLU, FFNGELU)
+		errs = append(errs, field.Invalid("ffn", c.FFN, "use %s, %s or %s", FFNGEGLU, FFNSwiGLU, FFNGELU))
 	}
 	if !(c.EmbedScale >= 0) || math.IsInf(c.EmbedScale, 0) {
-		add("embed_scale %g: must be finite and positive, or 0 for √dim", c.EmbedScale)
+		errs = append(errs, field.Invalid("embed_scale", c.EmbedScale, "must be finite and positive, or 0 for √dim"))
 	}
 	if c.PostNorm && !c.Bidirectional {
-		add("post_norm: an option of encoder models (bidirectional); decoders are pre-LayerNorm")
+		add("%s: an option of encoder models (%s); decoders are pre-LayerNorm", field.Name("post_norm"), field.Name("bidirectional"))
 	}
 	if c.Attention == nil {
 		add("no attention mechanism: set one of %s", strings.Join(attention.Names(), ", "))

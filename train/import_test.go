@@ -44,38 +44,42 @@ func imported(t *testing.T) *checkpoint.Checkpoint {
 	return &checkpoint.Checkpoint{Model: imp.Model, State: checkpoint.State{Tokenizer: "byte"}, Files: imp.Files}
 }
 
-// TestFineTuneImported fine-tunes an imported model, interrupted at step
-// 10 and resumed from disk, and requires the steps and weights of a run
-// straight through, and the model's files kept in its checkpoints.
+// TestFineTuneImported fine-tunes an imported model (Run.Init Weights,
+// Run.Files), interrupted at step 10 and resumed from disk, and requires
+// the steps and weights of a run straight through, and the model's files
+// kept in its checkpoints.
 func TestFineTuneImported(t *testing.T) {
 	tc := tinyTrain()
 	tc.SaveEvery = 5
-	straightDir := t.TempDir()
-	train, val := tinyData(t)
-	straight, err := NewFrom(straightDir, imported(t), tc, train, val)
-	if err != nil {
-		t.Fatal(err)
+	start := func(dir string, mode Mode) *Trainer {
+		t.Helper()
+		c := imported(t)
+		train, val := tinyData(t)
+		tr, err := Start(dir, Run{Model: c.Model.Config(), Recipe: tc, Source: &Corpus{Train: train, Val: val}, Mode: mode,
+			Init: Weights(c.Model), Files: c.Files})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
 	}
+	straightDir := t.TempDir()
+	straight := start(straightDir, New)
 	if _, err := runTrainer(t, straight, 0); err != nil {
 		t.Fatal(err)
 	}
 
 	dir := t.TempDir()
-	first, err := NewFrom(dir, imported(t), tc, train, val)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runTrainer(t, first, 10); !errors.Is(err, context.Canceled) {
+	if _, err := runTrainer(t, start(dir, New), 10); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run: %v", err)
 	}
-	c, saved, err := LoadCheckpoint(dir)
+	s, _, err := OpenRun(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(c.Files[hf.GenerationFile]) != `{"eos_token_id": [3, 4]}` {
-		t.Errorf("the run's checkpoint keeps generation_config.json as %q", c.Files[hf.GenerationFile])
+	if string(s.Files[hf.GenerationFile]) != `{"eos_token_id": [3, 4]}` {
+		t.Errorf("the run's checkpoint keeps generation_config.json as %q", s.Files[hf.GenerationFile])
 	}
-	second, err := Resume(dir, c, saved, train, val)
+	second, err := resume(t, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,5 +90,9 @@ func TestFineTuneImported(t *testing.T) {
 	sameWeights(t, straight.Model, second.Model)
 	if ms := readMetrics(t, dir); !(ms[len(ms)-1].Loss < ms[0].Loss) {
 		t.Errorf("loss went from %.4f to %.4f", ms[0].Loss, ms[len(ms)-1].Loss)
+	}
+	c, _ := checkpoint.Load(filepath.Join(dir, CheckpointDir))
+	if string(c.Files[hf.GenerationFile]) != `{"eos_token_id": [3, 4]}` {
+		t.Errorf("the resumed run's checkpoint keeps generation_config.json as %q", c.Files[hf.GenerationFile])
 	}
 }

@@ -55,7 +55,7 @@ func benchDecode(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	counts, err := parseInts(*streams)
+	counts, err := positiveInts(*streams, ",")
 	switch {
 	case err != nil:
 		return fmt.Errorf("bench decode: --streams %q: want comma-separated positive numbers, as 1,16", *streams)

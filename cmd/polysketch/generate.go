@@ -8,12 +8,12 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/polysketch/polysketch/data/task"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/sample"
 )
@@ -35,7 +35,10 @@ drawn from what is left with a generator seeded by --seed.
 
 A model trained on GPT-2 tokens has seen <|endoftext|> between documents:
 generation stops when it samples that token, without printing it, unless
---stop-at-eot=false.
+--stop-at-eot=false. An imported model stops at its own end-of-sequence
+tokens (generation_config.json's eos_token_id, tokenizer_config.json's
+eos_token), and its prompt starts with its beginning-of-sequence token
+where its tokenizer adds one (Llama's <s>).
 
 Ids in, ids out, for scripts: --prompt-ids 1,2,3 continues those token
 ids instead of --prompt's text (the only way for a model imported without
@@ -46,15 +49,16 @@ generated ids and their text (absent without a tokenizer).
 flags:
 `
 
-func runGenerate(args []string, stdout io.Writer) error {
+func runGenerate(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("generate", generateHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	ck.register(fs)
 	var (
 		prompt  = fs.String("prompt", "func main() {\n", "text to continue")
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
-		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
+		stopEOT = fs.Bool("stop-at-eot", true, "stop at the model's end-of-sequence tokens (GPT-2's <|endoftext|>, an imported model's eos_token_id), if it has any")
 		s       = sample.New(0.8, 0.95, 0, nil)
 	)
 	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
@@ -94,25 +98,27 @@ func runGenerate(args []string, stdout io.Writer) error {
 	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}
+	var eos []int32
+	if *stopEOT {
+		eos = c.TokenizerConfig.EOS
+	}
+	// Ids are taken as they are given, as transformers takes input_ids;
+	// text is encoded after the model's beginning-of-sequence tokens.
 	var ids []int32
 	if *promptIDs != "" {
 		if ids, err = parseIDs(*promptIDs, c.Model.Config().Vocab); err != nil {
 			return fmt.Errorf("generate: --prompt-ids: %w", err)
 		}
+		if tok != nil {
+			if p, err := tok.Decode(nil, ids); err == nil {
+				*prompt = string(p)
+			}
+		}
 	} else if err := c.NeedTokenizer(); err != nil {
 		return fmt.Errorf("generate: %w; give the prompt as --prompt-ids", err)
+	} else {
+		ids = tok.Encode(slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
 	}
-	var eot int32
-	hasEOT := false
-	if tok != nil {
-		eot, hasEOT = tokenizer.EndOfText(tok)
-		if ids == nil {
-			ids = tok.Encode(nil, []byte(*prompt))
-		} else if p, err := tok.Decode(nil, ids); err == nil {
-			*prompt = string(p)
-		}
-	}
-	hasEOT = hasEOT && *stopEOT
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
 	}
@@ -163,7 +169,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
 		next := s.Next(logits.Data)
-		if hasEOT && next == eot {
+		if slices.Contains(eos, next) {
 			break
 		}
 		gen = append(gen, next)

@@ -23,10 +23,10 @@ Converts a Hugging Face model directory into a polysketch checkpoint in
 DIR: what transformers' save_pretrained writes and 'hf download' fetches
 (config.json; model.safetensors, or the shards of
 model.safetensors.index.json, in float32, bfloat16 or float16;
-tokenizer.json, tokenizer_config.json and generation_config.json, which
-the checkpoint keeps as they are). The weights become float32 master
-weights; the checkpoint is checksummed and verified, and every command
-takes it as it takes one trained here.
+tokenizer.json, tokenizer_config.json, generation_config.json and
+chat_template.jinja, which the checkpoint keeps as they are). The weights
+become float32 master weights; the checkpoint is checksummed and
+verified, and every command takes it as it takes one trained here.
 
 Architectures (config.json's model_type): llama (Llama 1-3.x, SmolLM,
 TinyLlama), mistral (with no sliding window, or one at least the

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
@@ -175,8 +175,9 @@ func trainLlama(t *testing.T) string {
 	defer val.Close()
 	tc := train.DefaultConfig()
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 3, 1, 0, 1
+	tc.Tokenizer = "byte"
 	runDir := filepath.Join(dir, "run")
-	trainer, err := train.NewFrom(runDir, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"}}, tc, tr, val)
+	trainer, err := train.Start(runDir, train.Run{Model: m.Config(), Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}, Init: train.Weights(m)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func hfWithTokenizer(t *testing.T, text string) string {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "hf")
-	files := map[string][]byte{"tokenizer.json": tok.JSON(), "tokenizer_config.json": tokenizer.ConfigJSON(tok), "generation_config.json": []byte(`{"eos_token_id": 299}`)}
+	files := map[string][]byte{"tokenizer.json": tok.JSON(), "tokenizer_config.json": tokenizer.ConfigJSON(tok), "generation_config.json": fmt.Appendf(nil, `{"eos_token_id": %d}`, tok.VocabSize()-1)}
 	if err := hf.Write(dir, m, files); err != nil {
 		t.Fatal(err)
 	}

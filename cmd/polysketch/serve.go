@@ -51,9 +51,10 @@ non-zero.
 flags:
 `
 
-func runServe(args []string, stdout io.Writer) error {
+func runServe(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (
@@ -142,7 +143,7 @@ func runServe(args []string, stdout io.Writer) error {
 		err = c.NeedTokenizer()
 	}
 	if err == nil {
-		err = srv.Ready(c.Model, c.Tokenizer)
+		err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
 	}
 	if err != nil {
 		hs.Close()
