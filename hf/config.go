@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -293,7 +294,7 @@ func parseConfig(b []byte, opts Options) (*Config, error) {
 	}
 	if a := opts.Attention; a != nil {
 		if m := a.Mechanism(); m != string(attention.Softmax) && m != string(attention.Flash) {
-			f.fail("attention %s: the checkpoint's attention is softmax (softmax or flash); linearize the imported model for another", m)
+			f.errs = append(f.errs, field.Errorf("%s %s: the checkpoint's attention is softmax (softmax or flash); linearize the imported model for another", field.Name("attention"), m))
 		}
 		c.Model.Attention = a
 	}
@@ -380,7 +381,7 @@ func window(f *fields, typ string, context int) {
 		w, present = 4096, true // transformers' default for Mistral
 	}
 	if present && use && w < context {
-		f.fail("sliding_window %d: smaller than the context %d, and polysketch attends to every position; import with a context of at most %d", w, context, w)
+		f.errs = append(f.errs, field.Errorf("sliding_window %d: smaller than the %s %d, and polysketch attends to every position; import with %s %d or less", w, field.Name("context"), context, field.Name("context"), w))
 	}
 }
 
@@ -466,7 +467,7 @@ func gpt2Config(f *fields, opts Options) model.Config {
 	positions := f.size("n_positions", 1024)
 	c.Context = positions
 	if opts.Context > 0 && opts.Context != positions {
-		f.fail("context %d: GPT-2's learned positions (n_positions) are %d; import with that context", opts.Context, positions)
+		f.errs = append(f.errs, field.Errorf("%s %d: GPT-2's learned positions (n_positions) are %d; import with that %s", field.Name("context"), opts.Context, positions, field.Name("context")))
 	}
 	switch act := f.string("activation_function", "gelu_new"); act {
 	case "gelu_new", "gelu_pytorch_tanh", "gelu_fast":

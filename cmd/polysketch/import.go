@@ -41,8 +41,9 @@ tiles, or softmax) over a context of max_position_embeddings (--context).
 flags:
 `
 
-func runImport(args []string, stdout io.Writer) error {
+func runImport(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("import", importHelp, stdout)
+	defer asCLI(fs, &err)
 	out := fs.String("out", "", "checkpoint directory to write (required)")
 	force := fs.Bool("force", false, "replace the checkpoint in --out")
 	ctxLen := fs.Int("context", 0, "longest sequence the model takes, and its KV caches' limit (default: config.json's max_position_embeddings)")
@@ -70,7 +71,7 @@ func runImport(args []string, stdout io.Writer) error {
 	start := time.Now()
 	imp, err := hf.Read(src, opts)
 	if err != nil {
-		return fmt.Errorf("import: %s", flagNames(err.Error(), map[string]string{"context": "--context", "attention": "--attention"}))
+		return fmt.Errorf("import: %w", err)
 	}
 	c := &checkpoint.Checkpoint{Model: imp.Model, TokenizerJSON: imp.Tokenizer, Files: imp.Files}
 	tokDesc := "none (no tokenizer.json: the model reads and writes token ids)"
@@ -228,11 +229,3 @@ func checkOut(out string, force bool, cmd string) error {
 	return nil
 }
 
-// flagNames rewrites a library's field names in msg to the flags that
-// set them: `context 2048: …` becomes `--context 2048: …`.
-func flagNames(msg string, names map[string]string) string {
-	for field, flag := range names {
-		msg = strings.ReplaceAll(msg, ": "+field+" ", ": "+flag+" ")
-	}
-	return msg
-}
