@@ -228,4 +228,3 @@ func checkOut(out string, force bool, cmd string) error {
 	}
 	return nil
 }
-
