@@ -360,3 +360,34 @@ func TestBenchImported(t *testing.T) {
 		t.Errorf("bench serve --shape: %s", out)
 	}
 }
+
+// TestTrainFrom: train --from fine-tunes an imported model; the run
+// resumes and its checkpoint keeps the model's files.
+func TestTrainFrom(t *testing.T) {
+	text := strings.Repeat("package main\n\nfunc main() {\n\tprintln(\"hello\")\n}\n", 40)
+	dir := t.TempDir()
+	ck, runDir := filepath.Join(dir, "ck"), filepath.Join(dir, "run")
+	runOK(t, "import", hfWithTokenizer(t, text), "--out", ck)
+	os.WriteFile(filepath.Join(dir, "corpus.txt"), []byte(text), 0o644)
+	common := []string{"--corpus", filepath.Join(dir, "corpus.txt"), "--cache-dir", filepath.Join(dir, "cache"), "--out", runDir, "--batch", "2", "--context", "16", "--eval-batches", "1"}
+	out := runOK(t, append([]string{"train", "--from", ck, "--steps", "2"}, common...)...)
+	if !strings.Contains(out, "step 2 of 2") {
+		t.Errorf("train --from said:\n%s", out)
+	}
+	out = runOK(t, append([]string{"train", "--resume", "--steps", "3"}, common...)...)
+	if !strings.Contains(out, "step 3 of 3") {
+		t.Errorf("train --resume said:\n%s", out)
+	}
+	s, err := train.Open(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Model.Config().KVHeads != 2 || s.Files["generation_config.json"] == nil || s.Model.Config().Context != 16 {
+		t.Errorf("the fine-tuned run's model %+v, files %v", s.Model.Config(), len(s.Files))
+	}
+	var buf bytes.Buffer
+	err = run([]string{"train", "--from", ck, "--layers", "3", "--out", filepath.Join(dir, "x")}, &buf)
+	if err == nil || !strings.Contains(err.Error(), "--from and --layers") {
+		t.Errorf("train --from --layers: %v", err)
+	}
+}
