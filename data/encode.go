@@ -34,6 +34,9 @@ type part struct {
 	// newDoc is set if the part starts a document that follows other text:
 	// its tokens come after an end-of-text token.
 	newDoc bool
+	// cont is set if the part continues a document begun in an earlier
+	// chunk (tokenizer.Continue).
+	cont bool
 }
 
 // encodeFiles tokenizes the documents of the files, in order, into w (the
@@ -104,7 +107,12 @@ func encodeFiles(ctx context.Context, files []File, rec records, tok tokenizer.T
 					if sep && p.newDoc {
 						c.ids = append(c.ids, eot)
 					}
-					if c.ids, c.err = tok.Encode(ctx, c.ids, c.text[start:p.end]); c.err != nil {
+					if p.cont {
+						c.ids, c.err = tokenizer.Continue(ctx, tok, c.ids, c.text[start:p.end])
+					} else {
+						c.ids, c.err = tok.Encode(ctx, c.ids, c.text[start:p.end])
+					}
+					if c.err != nil {
 						break
 					}
 					start = p.end
@@ -146,6 +154,8 @@ type fileReader struct {
 	// newDoc is set from beginning a document that follows other text to
 	// writing its first part.
 	newDoc bool
+	// parted is set once the document being read has a part in a chunk.
+	parted bool
 }
 
 // fill fills c with up to r.size bytes of text and reports whether there
@@ -177,6 +187,7 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 			}
 			r.doc = doc
 			r.newDoc = r.docs > 0
+			r.parted = false
 			r.docs++
 			start = len(c.text)
 			continue
@@ -211,8 +222,9 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 
 // endPart ends the current document's part of c at end.
 func (r *fileReader) endPart(c *chunk, end int) {
-	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc})
+	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc, cont: r.parted})
 	r.newDoc = false
+	r.parted = true
 }
 
 // open opens the next file, checking that it is the file that was listed.

@@ -3,6 +3,8 @@ package sample
 import (
 	"fmt"
 	"math"
+
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // Settings are how a Sampler draws, apart from its generator: the
@@ -39,7 +41,13 @@ type SettingError struct {
 	Want  string // what it must be
 }
 
-func (e *SettingError) Error() string { return fmt.Sprintf("%s %s: %s", e.Field, e.Value, e.Want) }
+func (e *SettingError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap returns the error as internal/field writes it, for a command
+// line to name the field as its flag.
+func (e *SettingError) Unwrap() error {
+	return field.Errorf("%s %s: %s", field.Name(e.Field), e.Value, e.Want)
+}
 
 // Validate checks the settings for a vocabulary of vocab tokens.
 func (s Settings) Validate(vocab int) error {

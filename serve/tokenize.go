@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
@@ -39,13 +40,13 @@ type piece struct {
 	Piece any   `json:"piece"`
 }
 
-// encode returns the tokens of the text of field what of request r. A
+// encode appends to dst the tokens of the text of field what of request r. A
 // tokenizer whose pre-tokenizer pattern gives up on the text is answered
 // with 400, as the text is what the client can change; a client that went
 // away, with 499 (nginx's "client closed request"), which only the
 // metrics and the log see.
-func encode(r *http.Request, tok tokenizer.Tokenizer, what, text string) ([]int32, *apiError) {
-	ids, err := tok.Encode(r.Context(), nil, []byte(text))
+func encode(r *http.Request, tok tokenizer.Tokenizer, dst []int32, what, text string) ([]int32, *apiError) {
+	ids, err := tok.Encode(r.Context(), dst, []byte(text))
 	var pe *tokenizer.PatternError
 	switch {
 	case err == nil:
@@ -93,7 +94,11 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Content == nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "content is missing: send {\"content\": \"text\"}")
 	}
-	ids, err := encode(r, l.tok, "content", *req.Content)
+	var ids []int32
+	if req.AddSpecial {
+		ids = slices.Clone(l.cfg.Begin) // as a completion's prompt starts
+	}
+	ids, err := encode(r, l.tok, ids, "content", *req.Content)
 	if err != nil {
 		return err
 	}
@@ -152,7 +157,9 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		ids[i] = int32(id)
 	}
-	b, err := l.tok.Decode(nil, ids)
+	// The text as Hugging Face's libraries decode it: less the space a
+	// SentencePiece-kind tokenizer put before the text.
+	b, err := tokenizer.Text(l.tok, nil, ids)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "%v", err)
 	}

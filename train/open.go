@@ -10,6 +10,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -19,14 +20,23 @@ import (
 // and the directory it was read from.
 type Saved struct {
 	*checkpoint.Checkpoint
-	Dir       string // the checkpoint's directory
+	Dir string // the checkpoint's directory
+	// Tokenizer is nil for a model imported without a tokenizer.json,
+	// whose ids alone it reads and writes (its state names none).
 	Tokenizer tokenizer.Tokenizer
+	// TokenizerConfig is what the tokenizer_config.json,
+	// generation_config.json and chat_template.jinja beside the
+	// tokenizer.json say (an imported model has them): the tokens before a
+	// prompt and those that end generation, and the chat template.
+	TokenizerConfig *tokenizer.Config
 }
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
-// the tokenizer.json saved in it, or the built-in tokenizer its state
-// names. Every command that reads a checkpoint opens it here, where the
+// the tokenizer.json saved in it, the built-in tokenizer its state names,
+// or none if it names none (an import without a tokenizer.json, whose
+// TokenizerConfig is then empty); and the tokenizer's configuration files
+// beside it. Every command that reads a checkpoint opens it here, where the
 // ids the model may be given are checked against its embedding: a
 // tokenizer with more tokens than the embedding has rows is refused.
 func Open(path string) (*Saved, error) {
@@ -43,10 +53,16 @@ func Open(path string) (*Saved, error) {
 		if s.Tokenizer.Name() != c.State.Tokenizer {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
+	} else if c.State.Tokenizer == "" {
+		s.TokenizerConfig = &tokenizer.Config{Special: map[string]string{}}
+		return s, nil
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if err := s.checkVocabulary(); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if s.TokenizerConfig, err = tokenizer.ReadConfig(dir, s.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil
@@ -89,6 +105,15 @@ func (s *Saved) Probe() error {
 	return nil
 }
 
+// NeedTokenizer fails for a checkpoint without a tokenizer, for the
+// commands that read or write text.
+func (s *Saved) NeedTokenizer() error {
+	if s.Tokenizer == nil {
+		return fmt.Errorf("checkpoint %s has no tokenizer (imported without a tokenizer.json): it reads and writes token ids alone", s.Dir)
+	}
+	return nil
+}
+
 // CheckpointIn returns the checkpoint directory that path names: path
 // itself, or its CheckpointDir if path is a run's directory.
 func CheckpointIn(path string) string {
@@ -107,11 +132,14 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	}
 	given, err := tokenizer.Open(arg)
 	if err != nil {
-		return fmt.Errorf("--tokenizer: %w", err)
+		return field.Errorf("%s: %w", field.Name("tokenizer"), err)
+	}
+	if err := s.NeedTokenizer(); err != nil {
+		return err
 	}
 	if given.Name() != s.Tokenizer.Name() {
-		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
-			arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize())
+		return field.Errorf("%s %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop %s to use the checkpoint's own",
+			field.Name("tokenizer"), arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize(), field.Name("tokenizer"))
 	}
 	return nil
 }

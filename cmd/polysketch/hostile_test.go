@@ -150,7 +150,7 @@ func TestMaxRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := runQuiet(t, "tokenizer", "train", "--corpus", path, "--max-record", "4KiB", "--vocab-size", "300", "--out", t.TempDir())
-	want := path + ":2: a record of more than 4 KiB, the record limit: split it into smaller records, or raise the limit with --max-record"
+	want := path + ":2: a record of more than 4 KiB, the record limit: split it into smaller records, or raise --max-record"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v, want %q", err, want)
 	}

@@ -61,10 +61,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if err := readJSON(filepath.Join(ckDir, "config.json"), &cfg); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
-	var state struct {
-		checkpoint.State
-		Precision string `json:"precision"`
-	}
+	var state checkpoint.State
 	if err := readJSON(filepath.Join(ckDir, "state.json"), &state); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
@@ -90,7 +87,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if mc.Bidirectional {
 		kind = "encoder"
 	}
-	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
+	line("model", "%s, %s", kind, describeModel(mc))
 	if c != nil {
 		n := 0
 		for _, p := range c.Model.Params() {
@@ -112,13 +109,13 @@ func runInfo(args []string, stdout io.Writer) error {
 		}
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
-	line("tokenizer", "%s", state.Tokenizer)
-	precision := state.Precision
-	if precision == "" {
-		precision = "fp32"
+	if state.Tokenizer == "" {
+		line("tokenizer", "none: the model reads and writes token ids alone")
+	} else {
+		line("tokenizer", "%s", state.Tokenizer)
 	}
-	line("precision", "%s", precision)
 	if tc != nil {
+		line("precision", "%s", tc.Precision) // the recipe's: a run resumes with the one it is given
 		line("step", "%d of %d", state.Step, tc.Steps)
 	} else {
 		line("step", "%d", state.Step)

@@ -55,9 +55,10 @@ non-zero.
 flags:
 `
 
-func runServe(args []string, stdout io.Writer) error {
+func runServe(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (
@@ -153,7 +154,10 @@ func runServe(args []string, stdout io.Writer) error {
 		}
 		c, err := ck.open()
 		if err == nil {
-			err = srv.Ready(c.Model, c.Tokenizer)
+			err = c.NeedTokenizer()
+		}
+		if err == nil {
+			err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
 		}
 		loaded <- load{c, err}
 	}()

@@ -30,6 +30,16 @@ func encode(t testing.TB, tok Tokenizer, dst []int32, text []byte) []int32 {
 	return ids
 }
 
+// mustContinue is Continue, which must not fail.
+func mustContinue(t testing.TB, tok Tokenizer, dst []int32, text []byte) []int32 {
+	t.Helper()
+	ids, err := Continue(context.Background(), tok, dst, text)
+	if err != nil {
+		t.Fatalf("%s: Continue(%q): %v", tok.Name(), text, err)
+	}
+	return ids
+}
+
 func mustGPT2(t testing.TB) Tokenizer {
 	t.Helper()
 	g, err := GPT2()

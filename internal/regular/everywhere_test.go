@@ -15,7 +15,7 @@ import (
 var opensDirectories = map[string]string{
 	"checkpoint/swap.go":                "syncs a directory",
 	"internal/atomicfile/atomicfile.go": "syncs a directory",
-	"cmd/polysketch/benchattention.go":  "reads /proc/meminfo",
+	"cmd/polysketch/bench.go":           "reads /proc/meminfo",
 	"internal/regular/regular.go":       "is the helper",
 }
 
