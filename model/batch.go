@@ -104,6 +104,7 @@ type Batch struct {
 	tokens                []int32
 	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
 	last, final, logits   tensor.Tensor // one row per sequence
+	all                   tensor.Tensor // StepEvery's logits
 	at                    []int         // first row of each sequence
 	order                 []int         // of the sequences in attend
 }
@@ -154,6 +155,26 @@ func (m *Model) NewBatch() *Batch {
 // outside the vocabulary, an empty chunk, a sequence listed twice, or a
 // chunk that passes a sequence's Limit.
 func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error) {
+	return b.step(seqs, tokens, nil)
+}
+
+// StepEvery is Step that also returns the logits after every token, not
+// only the last, of the sequences whose every[i] is true: what scoring a
+// text under the model needs (the log-probability of each of its tokens
+// given those before). The result has len(tokens[i]) rows for such a
+// sequence and one for the others, sequence after sequence in the order
+// of seqs; like Step's, it belongs to the Batch. A sequence's last row is
+// computed as Step computes it, the same bits; its rows before are one
+// matrix product of their own, so they do not depend on the other
+// sequences of the step either.
+func (b *Batch) StepEvery(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
+	if len(every) != len(seqs) {
+		return nil, fmt.Errorf("batch step: %d every flags for %d sequences", len(every), len(seqs))
+	}
+	return b.step(seqs, tokens, every)
+}
+
+func (b *Batch) step(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
 	if err := b.check(seqs, tokens); err != nil {
 		return nil, err
 	}
@@ -206,16 +227,52 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 	b.norm.Forward(&b.final, &b.last)
 	for lo := 0; lo < S; lo += b.group {
 		hi := min(lo+b.group, S)
-		f, out := rows(&b.final, lo, hi, d), rows(&b.logits, lo, hi, c.Vocab)
-		if b.head != nil {
-			b.head.Forward(out, f)
+		b.logitsOf(rows(&b.logits, lo, hi, c.Vocab), rows(&b.final, lo, hi, d))
+	}
+	if every == nil {
+		return &b.logits, nil
+	}
+	return b.everyLogits(tokens, every), nil
+}
+
+// everyLogits returns the logits of a StepEvery: Step's last rows (in
+// b.logits) with, before those of the sequences marked in every, the
+// logits of their other rows.
+func (b *Batch) everyLogits(tokens [][]int32, every []bool) *tensor.Tensor {
+	d, V := b.cfg.Dim, b.cfg.Vocab
+	n := 0
+	for i, t := range tokens {
+		if every[i] {
+			n += len(t)
 		} else {
-			b.embed.Logits(out, f)
-			scale(1/b.embScale, out.Data)
-			addRows(out.Data, b.bias.Value.Data)
+			n++
 		}
 	}
-	return &b.logits, nil
+	b.all.Resize(n, V)
+	r := 0
+	for i, t := range tokens {
+		if k := len(t) - 1; every[i] && k > 0 {
+			x, f := rows(&b.x, b.at[i], b.at[i]+k, d), rows(&b.a1, b.at[i], b.at[i]+k, d)
+			b.norm.Forward(f, x)
+			b.logitsOf(rows(&b.all, r, r+k, V), f)
+			r += k
+		}
+		copy(b.all.Data[r*V:(r+1)*V], b.logits.Data[i*V:(i+1)*V])
+		r++
+	}
+	return &b.all
+}
+
+// logitsOf computes the logits out of rows f of the final LayerNorm's
+// output.
+func (b *Batch) logitsOf(out, f *tensor.Tensor) {
+	if b.head != nil {
+		b.head.Forward(out, f)
+		return
+	}
+	b.embed.Logits(out, f)
+	scale(1/b.embScale, out.Data)
+	addRows(out.Data, b.bias.Value.Data)
 }
 
 // check validates a Step's arguments and marks the sequences busy.
