@@ -3,9 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
-	"github.com/polysketch/polysketch/sample"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +14,7 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/model"
-	"github.com/polysketch/polysketch/vec"
+	"github.com/polysketch/polysketch/sample"
 )
 
 // Continuous batching. Every step of the scheduler runs one batched model
@@ -483,7 +481,7 @@ func (p *pool) put(b []float32) { p.p.Put(&b) }
 func (t *tokenLogprobs) compute() *logprobs {
 	logits := t.logits
 	defer rowPool.put(logits)
-	lse := logSumExp(logits)
+	lse := sample.LogSumExp(logits)
 	name := func(id int32) string {
 		b, err := t.tk.Decode(nil, []int32{id})
 		if err != nil {
@@ -504,26 +502,6 @@ func (t *tokenLogprobs) compute() *logprobs {
 		}
 	}
 	return lp
-}
-
-// lseBlock is how many terms logSumExp adds in float32 before adding
-// their sum in float64.
-const lseBlock = 1024
-
-// logSumExp returns log Σ e^l over logits: the vectorized float32
-// exponentials of vec.SumExp below the maximum, their sums over blocks
-// added in float64, so that the rounding stays that of a block (a few
-// float32 units) however long the vocabulary.
-func logSumExp(logits []float32) float64 {
-	top := vec.Max(logits)
-	if math.IsInf(float64(top), 0) || top != top {
-		return float64(top)
-	}
-	var sum float64
-	for lo := 0; lo < len(logits); lo += lseBlock {
-		sum += float64(vec.SumExp(logits[lo:min(lo+lseBlock, len(logits))], top))
-	}
-	return float64(top) + math.Log(sum)
 }
 
 // tokenName is how logprobs show a token: its text, or for bytes that
