@@ -112,7 +112,7 @@ func ReadFile(path string, f Format) (*Set, error) {
 		}
 		if set.Format == Auto {
 			if set.Format = detect(rec); set.Format == Auto {
-				return nil, fmt.Errorf("%s: no known multiple-choice format: its first record has the fields %s; %s (choose one with a format flag)", path, fieldNames(rec), known())
+				return nil, fmt.Errorf("%s: no known multiple-choice format: its first record has the fields %s; %s", path, fieldNames(rec), known())
 			}
 		}
 		ex, err := parse(set.Format, rec)
