@@ -33,8 +33,8 @@ func TestLogprobsAccuracy(t *testing.T) {
 			tok := int32(rng.IntN(V))
 			row := rowPool.get(V)
 			copy(row, logits)
-			lp := (&tokenLogprobs{logits: row, tok: tok, top: 3, tk: tokenizer.Byte}).compute()
-			if got, want := lp.TokenLogprobs[0], float64(logits[tok])-want; math.Abs(got-want) > tol {
+			lp := (&tokenLogprobs{logits: row, toks: []int32{tok}, offsets: []int{0}, top: 3, tk: tokenizer.Byte}).compute()
+			if got, want := *lp.TokenLogprobs[0], float64(logits[tok])-want; math.Abs(got-want) > tol {
 				t.Errorf("V=%d, scale %v: log-probability %.9g, want %.9g", V, scale, got, want)
 			}
 		}

@@ -401,7 +401,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) (*completio
 type request struct {
 	chat    bool
 	prompts []string
-	tokens  [][]int32
+	tokens  [][]int32 // of each prompt; given by the client, or encoded by generate
 	set     sampling
 	stream  bool
 	usage   bool
@@ -420,17 +420,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if len(req.Messages) > 0 {
 		return errorf(http.StatusBadRequest, "invalid_value", "messages belong to /v1/chat/completions; /v1/completions takes a prompt")
 	}
-	prompts, err := stringOrList("prompt", req.Prompt)
+	prompts, ids, err := promptOf(req.Prompt, l.tok)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "invalid_type", "field prompt: want a string or a list of strings (token ids are not supported)")
+		return err
 	}
-	if prompts == nil {
-		return errorf(http.StatusBadRequest, "invalid_value", "prompt is missing")
-	}
-	if len(prompts) == 0 || len(prompts) > maxChoices {
-		return errorf(http.StatusBadRequest, "invalid_value", "prompt: %d strings, want 1 to %d", len(prompts), maxChoices)
-	}
-	rq := &request{prompts: prompts, stream: req.Stream, echo: req.Echo}
+	rq := &request{prompts: prompts, tokens: ids, stream: req.Stream, echo: req.Echo}
 	return s.generate(w, r, l, req, rq, 16)
 }
 
@@ -476,8 +470,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	if seqs := len(rq.prompts) * set.n; seqs > s.opts.MaxQueue {
 		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: %d sequences, more than this server queues at once (%d); ask for fewer choices", len(rq.prompts), set.n, seqs, s.opts.MaxQueue)
 	}
+	given := rq.tokens
+	rq.tokens = nil
 	for i, p := range rq.prompts {
-		ids := l.tok.Encode(nil, []byte(p))
+		var ids []int32
+		if given != nil {
+			ids = given[i]
+		} else {
+			ids = l.tok.Encode(nil, []byte(p))
+		}
 		if len(ids) == 0 {
 			if !l.hasEOT {
 				return errorf(http.StatusBadRequest, "invalid_value", "prompt %d is empty: this model needs at least one token to start from", i)
@@ -502,8 +503,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	rq.set = set
 	box := newMailbox()
 	var jobs []*job
-	if set.maxTokens > 0 {
+	if rq.jobs() {
+		echo := rq.echo && set.logprobs >= 0
 		for p, ids := range rq.tokens {
+			var offsets []int
+			if echo {
+				offsets = textOffsets(l.tok, ids)
+			}
 			for c := range set.n {
 				idx := p*set.n + c
 				offset := 0
@@ -511,7 +517,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 					offset = len(rq.prompts[p])
 				}
 				jobs = append(jobs, &job{
-					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
+					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset, echo: echo, offsets: offsets,
 					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
 					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat},
@@ -539,6 +545,69 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return nil
 	}
 	return s.collect(w, r, rq, box, len(jobs))
+}
+
+// promptOf parses the prompt of /v1/completions: a string, a list of
+// strings, a list of token ids, or a list of lists of token ids (as
+// lm-evaluation-harness sends them). Prompts of token ids come with
+// their ids, checked against the vocabulary, and their text decoded.
+func promptOf(raw json.RawMessage, tok tokenizer.Tokenizer) ([]string, [][]int32, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, errorf(http.StatusBadRequest, "invalid_value", "prompt is missing")
+	}
+	var texts []string
+	var ids [][]int32
+	if list, err := stringOrList("prompt", raw); err == nil {
+		texts = list
+	} else {
+		var one []int64
+		var many [][]int64
+		switch {
+		case json.Unmarshal(raw, &one) == nil:
+			many = [][]int64{one}
+		case json.Unmarshal(raw, &many) == nil:
+		default:
+			return nil, nil, errorf(http.StatusBadRequest, "invalid_type", "field prompt: want a string, a list of strings, a list of token ids or a list of lists of them")
+		}
+		V := tok.VocabSize()
+		for i, p := range many {
+			t := make([]int32, len(p))
+			for j, id := range p {
+				if id < 0 || id >= int64(V) {
+					param := "prompt"
+					e := errorf(http.StatusBadRequest, "invalid_value", "prompt %d, token %d: id %d outside the vocabulary [0, %d)", i, j, id, V)
+					e.Param = &param
+					return nil, nil, e
+				}
+				t[j] = int32(id)
+			}
+			b, _ := tok.Decode(nil, t) // checked above
+			ids, texts = append(ids, t), append(texts, string(b))
+		}
+	}
+	if len(texts) == 0 || len(texts) > maxChoices {
+		return nil, nil, errorf(http.StatusBadRequest, "invalid_value", "prompt: %d prompts, want 1 to %d", len(texts), maxChoices)
+	}
+	return texts, ids, nil
+}
+
+// jobs reports whether the request has work for the scheduler: tokens
+// to generate, or its prompts' logprobs (echo with logprobs).
+func (rq *request) jobs() bool {
+	return rq.set.maxTokens > 0 || rq.echo && rq.set.logprobs >= 0
+}
+
+// textOffsets returns the byte offset of each token in the text of ids.
+func textOffsets(tok tokenizer.Tokenizer, ids []int32) []int {
+	offsets := make([]int, len(ids))
+	var buf []byte
+	at := 0
+	for i := range ids {
+		offsets[i] = at
+		buf, _ = tok.Decode(buf[:0], ids[i:i+1]) // ids are checked against the vocabulary
+		at += len(buf)
+	}
+	return offsets
 }
 
 // id returns a fresh response id.
@@ -584,10 +653,10 @@ func newChoices(rq *request) *choices {
 		cached: make([]int, len(rq.prompts)), n: rq.set.n}
 	if rq.set.logprobs >= 0 {
 		for i := range c.logprobs {
-			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 		}
 	}
-	if rq.set.maxTokens == 0 {
+	if !rq.jobs() {
 		for i := range c.finish {
 			c.finish[i] = "length"
 		}
