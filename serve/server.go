@@ -1,8 +1,8 @@
 // Package serve is polysketch's OpenAI-compatible inference server:
 // POST /v1/completions and /v1/chat/completions (streamed as server-sent
 // events or not), GET /v1/models, POST /tokenize and /detokenize
-// (llama.cpp's form), /health, Prometheus /metrics and a small web page
-// at /.
+// (llama.cpp's form and vLLM's) with GET /tokenizer_info, /health,
+// Prometheus /metrics and a small web page at /.
 //
 // Requests are decoded together by continuous batching (see scheduler.go):
 // every step of the model runs all active sequences at once, sequences
@@ -59,7 +59,7 @@ type Options struct {
 	StepRows      int           // rows per step beyond which further prompt chunks wait a step
 	MaxBody       int64         // bytes of a request body
 	KVMemory      int64         // bytes of KV cache for all sequences of a KV-cache model; 0 for no limit
-	APIKey        string        // bearer token required on /v1/, /tokenize, /detokenize and /metrics; empty for none
+	APIKey        string        // bearer token required on /v1/, /tokenize, /detokenize, /tokenizer_info and /metrics; empty for none
 	MetricsPublic bool          // serve /metrics without the API key
 	WriteTimeout  time.Duration // for each write to a client; 0 for none
 	Logger        *slog.Logger  // a line per failed request (at most logBurst a second); nil for slog.Default()
@@ -142,6 +142,7 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /v1/models/{id}", s.api(s.model))
 	s.mux.HandleFunc("POST /tokenize", s.api(s.tokenize))
 	s.mux.HandleFunc("POST /detokenize", s.api(s.detokenize))
+	s.mux.HandleFunc("GET /tokenizer_info", s.api(s.tokenizerInfo))
 	s.mux.HandleFunc("GET /health", s.health)
 	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	if o.MetricsPublic {
@@ -158,7 +159,7 @@ func New(o Options) *Server {
 	})
 	for path, method := range map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
-		"/health": "GET", "/metrics": "GET", "/tokenize": "POST", "/detokenize": "POST",
+		"/health": "GET", "/metrics": "GET", "/tokenize": "POST", "/detokenize": "POST", "/tokenizer_info": "GET",
 	} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
