@@ -44,17 +44,21 @@ type Result struct {
 	AccBytes Metric
 }
 
-// Sample is how one example was scored.
+// Sample is how one example was scored: the texts scored (the prompt
+// with its shots, and each choice's continuation of it), their
+// log-likelihoods and the choice each rule picks.
 type Sample struct {
-	Line      int       `json:"line"`
-	Label     int       `json:"label"`
-	LogLik    []float64 `json:"loglik"`
-	Greedy    []bool    `json:"greedy"`
-	Tokens    []int     `json:"tokens"`
-	Pred      int       `json:"pred"`
-	PredNorm  int       `json:"pred_norm"`
-	PredBytes int       `json:"pred_bytes"`
-	Dropped   int       `json:"dropped,omitempty"`
+	Line          int       `json:"line"`
+	Label         int       `json:"label"`
+	Prompt        string    `json:"prompt"`
+	Continuations []string  `json:"continuations"`
+	LogLik        []float64 `json:"loglik"`
+	Greedy        []bool    `json:"greedy"`
+	Tokens        []int     `json:"tokens"`
+	Pred          int       `json:"pred"`
+	PredNorm      int       `json:"pred_norm"`
+	PredBytes     int       `json:"pred_bytes"`
+	Dropped       int       `json:"dropped,omitempty"`
 }
 
 // Evaluate scores the examples of set (or a sample of them) with sc and
@@ -82,11 +86,14 @@ func Evaluate(ctx context.Context, sc *Scorer, set *Set, o Options) (Result, []S
 		if err != nil {
 			return Result{}, nil, fmt.Errorf("%s:%d: %w", set.Path, ex.Line, err)
 		}
-		s, err := sc.Score(Prompt(ex, sh), Continuations(ex))
+		prompt, conts := Prompt(ex, sh), Continuations(ex)
+		s, err := sc.Score(prompt, conts)
 		if err != nil {
 			return Result{}, nil, fmt.Errorf("%s:%d: %w", set.Path, ex.Line, err)
 		}
-		samples = append(samples, judge(ex, s))
+		sample := judge(ex, s)
+		sample.Prompt, sample.Continuations = prompt, conts
+		samples = append(samples, sample)
 		if o.Progress != nil {
 			o.Progress(n+1, len(idx))
 		}
