@@ -107,6 +107,14 @@ type Batch struct {
 	all                   tensor.Tensor // StepEvery's logits
 	at                    []int         // first row of each sequence
 	order                 []int         // of the sequences in attend
+
+	// Gather makes StepEvery compute all the logits it returns as one
+	// matrix product, which multiplies the output layer's weights much
+	// faster than a product per sequence when many sequences want a few
+	// rows each and the vocabulary is large; but then a row's last bits
+	// depend on the rows it shares the step with (a server must not set
+	// it: its responses would change with the load).
+	Gather bool
 }
 
 // seqWorker is the state of one goroutine of a step's attention: RoPE
@@ -164,9 +172,9 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 // given those before). The result has len(tokens[i]) rows for such a
 // sequence and one for the others, sequence after sequence in the order
 // of seqs; like Step's, it belongs to the Batch. A sequence's last row is
-// computed as Step computes it, the same bits; its rows before are one
-// matrix product of their own, so they do not depend on the other
-// sequences of the step either.
+// Step's, bit for bit; its rows before go through the output layer as
+// one matrix product of their own, so that they do not depend on the
+// other sequences of the step either (unless Gather is set).
 func (b *Batch) StepEvery(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
 	if len(every) != len(seqs) {
 		return nil, fmt.Errorf("batch step: %d every flags for %d sequences", len(every), len(seqs))
@@ -215,6 +223,9 @@ func (b *Batch) step(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.
 	for i, s := range seqs {
 		s.n += len(tokens[i])
 	}
+	if every != nil && b.Gather {
+		return b.everyLogits(tokens, every), nil
+	}
 	// Only each sequence's last row needs logits: the head, a product with
 	// Vocab columns, runs on S rows.
 	b.last.Resize(S, d)
@@ -229,31 +240,43 @@ func (b *Batch) step(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.
 		hi := min(lo+b.group, S)
 		b.logitsOf(rows(&b.logits, lo, hi, c.Vocab), rows(&b.final, lo, hi, d))
 	}
-	if every == nil {
-		return &b.logits, nil
+	if every != nil {
+		return b.everyLogits(tokens, every), nil
 	}
-	return b.everyLogits(tokens, every), nil
+	return &b.logits, nil
 }
 
-// everyLogits returns the logits of a StepEvery: Step's last rows (in
-// b.logits) with, before those of the sequences marked in every, the
-// logits of their other rows.
+// everyLogits returns the logits of a StepEvery: the rows of b.x it
+// wants (every row of the sequences marked, the last of the others)
+// gathered in order and through the final LayerNorm, then through the
+// output layer: with Gather, as one product; else each sequence's rows
+// but the last as a product of their own, and the last rows copied from
+// Step's logits in b.logits.
 func (b *Batch) everyLogits(tokens [][]int32, every []bool) *tensor.Tensor {
 	d, V := b.cfg.Dim, b.cfg.Vocab
 	n := 0
 	for i, t := range tokens {
+		lo := b.at[i] + len(t) - 1
 		if every[i] {
-			n += len(t)
-		} else {
-			n++
+			lo = b.at[i]
 		}
+		// a1 and a2 are free once the blocks have run, and have a row
+		// for every token of the step.
+		copy(b.a1.Data[n*d:], b.x.Data[lo*d:(b.at[i]+len(t))*d])
+		n += b.at[i] + len(t) - lo
 	}
+	gathered, final := rows(&b.a1, 0, n, d), rows(&b.a2, 0, n, d)
 	b.all.Resize(n, V)
+	if b.Gather {
+		b.norm.Forward(final, gathered)
+		b.logitsOf(&b.all, final)
+		return &b.all
+	}
 	r := 0
 	for i, t := range tokens {
 		if k := len(t) - 1; every[i] && k > 0 {
-			x, f := rows(&b.x, b.at[i], b.at[i]+k, d), rows(&b.a1, b.at[i], b.at[i]+k, d)
-			b.norm.Forward(f, x)
+			f := rows(final, r, r+k, d)
+			b.norm.Forward(f, rows(gathered, r, r+k, d))
 			b.logitsOf(rows(&b.all, r, r+k, V), f)
 			r += k
 		}
