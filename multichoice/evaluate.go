@@ -2,6 +2,7 @@ package multichoice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -99,7 +100,7 @@ func Evaluate(ctx context.Context, sc *Scorer, set *Set, o Options) (Result, []S
 		}
 	}
 	if len(samples) == 0 {
-		return Result{}, nil, errNoExamples
+		return Result{}, nil, errors.New("no examples to evaluate")
 	}
 	return Summarize(samples), samples, nil
 }

@@ -1,7 +1,6 @@
 package multichoice
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -271,6 +270,3 @@ func argmax(row []float32) int32 {
 	}
 	return int32(best)
 }
-
-// errNoExamples is the error of an evaluation of nothing.
-var errNoExamples = errors.New("no examples to evaluate")
