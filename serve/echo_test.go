@@ -214,3 +214,23 @@ func TestEchoMatchesScorer(t *testing.T) {
 		})
 	}
 }
+
+// TestEchoBegin checks the echo of a prompt after the tokens the server
+// puts before it (a beginning-of-sequence token): listed first, with a
+// null logprob, at offset 0, taking no room in the echoed text; a prompt
+// of token ids is read as it is, with none put before it.
+func TestEchoBegin(t *testing.T) {
+	url := newConfigTest(t, &tokenizer.Config{Begin: []int32{2}})
+	c := complete(t, url, `{"prompt":"abc","max_tokens":0,"echo":true,"logprobs":1}`).Choices[0]
+	lp := c.Logprobs
+	if c.Text != "abc" || len(lp.Tokens) != 4 || lp.Tokens[0] != "\x02" || lp.TokenLogprobs[0] != nil || lp.TokenLogprobs[1] == nil {
+		t.Fatalf("echo after Begin: text %q, logprobs %+v", c.Text, lp)
+	}
+	if want := []int{0, 0, 1, 2}; fmt.Sprint(lp.TextOffset) != fmt.Sprint(want) {
+		t.Errorf("offsets %v, want %v: Begin is not in the text", lp.TextOffset, want)
+	}
+	ids := complete(t, url, `{"prompt":[97,98,99],"max_tokens":0,"echo":true,"logprobs":1}`).Choices[0]
+	if len(ids.Logprobs.Tokens) != 3 || fmt.Sprint(ids.Logprobs.TextOffset) != "[0 1 2]" {
+		t.Errorf("token ids: %+v, want the 3 tokens as given", ids.Logprobs)
+	}
+}

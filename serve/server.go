@@ -33,6 +33,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,9 +121,13 @@ type loaded struct {
 	tok    tokenizer.Tokenizer
 	eot    int32
 	hasEOT bool
-	limit  int // positions per sequence
-	kvRow  int64
-	sched  *scheduler
+	// cfg gives the ids put before a prompt and those that end a
+	// sequence; chat is the model's chat template, nil without one.
+	cfg   *tokenizer.Config
+	chat  *chatTemplate
+	limit int // positions per sequence
+	kvRow int64
+	sched *scheduler
 
 	weights    [32]byte // weightDigest of the model as Ready got it
 	hasWeights bool     // whether its float32 weights were there to hash
@@ -175,11 +180,30 @@ func New(o Options) *Server {
 // Ready starts serving model m with tokenizer tok; the completion
 // endpoints answer from now on.
 func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
+	return s.ReadyConfig(m, tok, tokenizer.DefaultConfig(tok))
+}
+
+// ReadyConfig is Ready with the configuration cfg of the tokenizer (from
+// the model's directory, see tokenizer.ReadConfig): prompts start with
+// its Begin, sequences stop at its EOS, and /v1/chat/completions renders
+// conversations with its chat template, if it has one, rather than as a
+// plain transcript. A chat template that does not compile, or cannot
+// render a conversation of one user message, is refused here.
+func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *tokenizer.Config) error {
 	c := m.Config()
 	if tok.VocabSize() > c.Vocab {
 		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
-	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c)}
+	if cfg == nil {
+		cfg = tokenizer.DefaultConfig(tok)
+	}
+	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c), cfg: cfg}
+	if cfg.ChatTemplate != "" {
+		var err error
+		if l.chat, err = newChatTemplate(cfg); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
 	// The weights name the model in a prefix-cache file: hash them before
 	// bf16 inference releases their float32 values.
 	if s.opts.CacheDir != "" {
@@ -400,13 +424,17 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) (*completio
 // request is a validated completion request: its prompts, their tokens
 // and the settings of generation.
 type request struct {
-	chat    bool
-	prompts []string
-	tokens  [][]int32 // of each prompt; given by the client, or encoded by generate
-	set     sampling
-	stream  bool
-	usage   bool
-	echo    bool
+	chat bool
+	// templated is set for a chat rendered by the model's own template,
+	// whose text holds its special tokens (and no plain-transcript stop).
+	templated bool
+	prompts   []string
+	tokens    [][]int32 // of each prompt; given by the client, or encoded by generate
+	begin     []int     // of each prompt, the tokens generate put before its text
+	set       sampling
+	stream    bool
+	usage     bool
+	echo      bool
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
@@ -438,7 +466,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return err
 	}
-	prompt, err := chatPrompt(req.Messages)
+	var prompt string
+	if l.chat != nil {
+		prompt, err = templatePrompt(l.chat, req.Messages)
+	} else {
+		prompt, err = chatPrompt(req.Messages)
+	}
 	if err != nil {
 		return err
 	}
@@ -450,7 +483,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	default:
 		return errorf(http.StatusBadRequest, "invalid_value", "logprobs: supported on /v1/completions only")
 	}
-	rq := &request{chat: true, prompts: []string{prompt}, stream: req.Stream}
+	rq := &request{chat: true, templated: l.chat != nil, prompts: []string{prompt}, stream: req.Stream}
 	return s.generate(w, r, l, req, rq, 256)
 }
 
@@ -462,7 +495,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return err
 	}
 	rq.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	if rq.chat {
+	if rq.chat && !rq.templated {
 		set.stop = append(set.stop, chatStop)
 	}
 	if len(rq.prompts)*set.n > maxChoices { // both at most maxChoices: no overflow
@@ -474,11 +507,18 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	given := rq.tokens
 	rq.tokens = nil
 	for i, p := range rq.prompts {
+		// A template writes the beginning-of-sequence token itself, as
+		// transformers' apply_chat_template encodes without special tokens;
+		// prompts of token ids are read as they are, as vLLM does.
 		var ids []int32
+		if given == nil && !rq.templated {
+			ids = slices.Clone(l.cfg.Begin)
+		}
+		rq.begin = append(rq.begin, len(ids))
 		if given != nil {
 			ids = given[i]
 		} else {
-			ids = l.tok.Encode(nil, []byte(p))
+			ids = l.tok.Encode(ids, []byte(p))
 		}
 		if len(ids) == 0 {
 			if !l.hasEOT {
@@ -509,7 +549,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		for p, ids := range rq.tokens {
 			var offsets []int
 			if echo {
-				offsets = textOffsets(l.tok, ids)
+				offsets = textOffsets(l.tok, ids, rq.begin[p])
 			}
 			for c := range set.n {
 				idx := p*set.n + c
@@ -520,8 +560,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 				jobs = append(jobs, &job{
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset, echo: echo, offsets: offsets,
 					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
-					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
-					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat},
+					text:    newTextStream(set.stop), tok: l.tok, eos: l.cfg.EOS, top: set.logprobs,
+					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat && !rq.templated},
 				})
 			}
 		}
@@ -599,12 +639,17 @@ func (rq *request) jobs() bool {
 }
 
 // textOffsets returns the byte offset of each token in the text of ids.
-func textOffsets(tok tokenizer.Tokenizer, ids []int32) []int {
+// The first begin tokens, put before the prompt by the server, are not
+// in its text: at offset 0, they take no room.
+func textOffsets(tok tokenizer.Tokenizer, ids []int32, begin int) []int {
 	offsets := make([]int, len(ids))
 	var buf []byte
 	at := 0
 	for i := range ids {
 		offsets[i] = at
+		if i < begin {
+			continue
+		}
 		buf, _ = tok.Decode(buf[:0], ids[i:i+1]) // ids are checked against the vocabulary
 		at += len(buf)
 	}

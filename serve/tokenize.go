@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"unicode/utf8"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
 )
 
 // POST /tokenize and POST /detokenize, in llama.cpp's form and in
@@ -27,10 +30,11 @@ import (
 // encoded as it is: "<|endoftext|>" in a prompt is text, not the token.
 
 type tokenizeRequest struct {
-	Content    *string `json:"content"`
-	Prompt     *string `json:"prompt"` // vLLM's name for content
-	AddSpecial bool    `json:"add_special"`
-	WithPieces bool    `json:"with_pieces"`
+	Content          *string `json:"content"`
+	Prompt           *string `json:"prompt"` // vLLM's name for content
+	AddSpecial       bool    `json:"add_special"`
+	AddSpecialTokens *bool   `json:"add_special_tokens"` // vLLM's; true unless given
+	WithPieces       bool    `json:"with_pieces"`
 }
 
 type detokenizeRequest struct {
@@ -81,7 +85,16 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
 	case vllm:
 		req.Content = req.Prompt
 	}
-	ids := l.tok.Encode(nil, []byte(*req.Content))
+	if req.AddSpecialTokens != nil {
+		req.AddSpecial = req.AddSpecial || *req.AddSpecialTokens
+	} else if vllm {
+		req.AddSpecial = true // vLLM's default
+	}
+	var ids []int32
+	if req.AddSpecial {
+		ids = slices.Clone(l.cfg.Begin) // as a completion's prompt starts
+	}
+	ids = l.tok.Encode(ids, []byte(*req.Content))
 	if !req.WithPieces {
 		if ids == nil {
 			ids = []int32{}
@@ -141,7 +154,9 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		ids[i] = int32(id)
 	}
-	b, err := l.tok.Decode(nil, ids)
+	// The text as Hugging Face's libraries decode it: less the space a
+	// SentencePiece-kind tokenizer put before the text.
+	b, err := tokenizer.Text(l.tok, nil, ids)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "%v", err)
 	}
