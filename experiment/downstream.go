@@ -150,6 +150,9 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", c.Dir, err)
 		}
+		if c.TokenizerConfig != nil {
+			sc.Begin = c.TokenizerConfig.Begin
+		}
 		for _, set := range sets {
 			for _, k := range shots {
 				key := Score{Model: dm.dir, File: set.Path, Shots: k}

@@ -2,6 +2,7 @@ package multichoice
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -27,6 +28,11 @@ type Scorer struct {
 	limit  int   // positions a sequence may take, 0 for no limit
 	batch  *model.Batch
 	seqs   []*model.Sequence // [0] reads the context, [1+j] continuation j
+	// Begin are the tokens put before every context: the model's
+	// beginning-of-sequence token where its tokenizer adds one
+	// (tokenizer.Config.Begin), as generate and serve put it before a
+	// prompt. An empty context is Begin alone, when there is one.
+	Begin []int32
 	// Separate reads the context again for each continuation, in the
 	// same batched steps, instead of continuing each from a copy of the
 	// state after it: what a model whose decoding state cannot be copied
@@ -190,13 +196,17 @@ func (s *Scorer) encode(context string, continuations []string) ([]int32, [][]in
 	ctx := s.tok.Encode(nil, []byte(trimmed))
 	conts := make([][]int32, len(continuations))
 	if len(ctx) == 0 {
-		if !s.empty {
-			return nil, nil, fmt.Errorf("an empty context, and the tokenizer %s has no end-of-text token to stand for it", s.tok.Name())
+		prefix := s.Begin
+		if len(prefix) == 0 {
+			if !s.empty {
+				return nil, nil, fmt.Errorf("an empty context, and the tokenizer %s has no end-of-text token to stand for it", s.tok.Name())
+			}
+			prefix = []int32{s.prefix}
 		}
 		for j, c := range continuations {
 			conts[j] = s.tok.Encode(nil, []byte(space+c))
 		}
-		return []int32{s.prefix}, conts, nil
+		return prefix, conts, nil
 	}
 	for j, c := range continuations {
 		s.ids = s.tok.Encode(s.ids[:0], []byte(trimmed+space+c))
@@ -204,7 +214,7 @@ func (s *Scorer) encode(context string, continuations []string) ([]int32, [][]in
 			conts[j] = append([]int32(nil), s.ids[len(ctx):]...)
 		}
 	}
-	return ctx, conts, nil
+	return append(slices.Clone(s.Begin), ctx...), conts, nil
 }
 
 // feed steps seqs through their tokens together, at most stepRows rows a

@@ -261,4 +261,32 @@ func TestScoreEdges(t *testing.T) {
 	if _, err := byteScorer.Score(" ", []string{"a", "b"}); err == nil || !strings.Contains(err.Error(), "no end-of-text token") {
 		t.Errorf("empty context with the byte tokenizer: %v", err)
 	}
+
+	// A beginning-of-sequence token before every context, and standing
+	// for an empty one.
+	byteScorer.Begin = []int32{2}
+	bm := byteScorer.m
+	for _, ctx := range []string{"The sky is", ""} {
+		got, err := byteScorer.Score(ctx, []string{" blue", " green"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, c := range []string{" blue", " green"} {
+			in := append([]int32{2}, tokenizer.Byte.Encode(nil, []byte(ctx+c))...)
+			logits := bm.Forward(in[:len(in)-1], 1, len(in)-1)
+			V := bm.Config().Vocab
+			var ll float64
+			for k := 1 + len(ctx); k < len(in); k++ {
+				row := logits.Data[(k-1)*V : k*V]
+				var sum float64
+				for _, l := range row {
+					sum += math.Exp(float64(l))
+				}
+				ll += float64(row[in[k]]) - math.Log(sum)
+			}
+			if math.Abs(got.LogLik[j]-ll) > 1e-3 {
+				t.Errorf("context %q after Begin, choice %q: log-likelihood %.6f, reference %.6f", ctx, c, got.LogLik[j], ll)
+			}
+		}
+	}
 }

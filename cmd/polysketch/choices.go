@@ -104,6 +104,9 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 	if f.separate {
 		sc.Separate = true
 	}
+	if c.TokenizerConfig != nil {
+		sc.Begin = c.TokenizerConfig.Begin // as generate and serve start a prompt
+	}
 	var samplesOut *os.File
 	if f.samples != "" {
 		if samplesOut, err = os.Create(f.samples); err != nil {
