@@ -1,19 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/multichoice"
 	"github.com/polysketch/polysketch/train"
 )
@@ -107,13 +108,7 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 	if c.TokenizerConfig != nil {
 		sc.Begin = c.TokenizerConfig.Begin // as generate and serve start a prompt
 	}
-	var samplesOut *os.File
-	if f.samples != "" {
-		if samplesOut, err = os.Create(f.samples); err != nil {
-			return fmt.Errorf("eval: --log-samples: %w", err)
-		}
-		defer samplesOut.Close()
-	}
+	var logged bytes.Buffer // --log-samples, written whole at the end
 	ctx, stop := interruptible()
 	defer stop()
 	p := newProgress(stderr, 1)
@@ -134,14 +129,14 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
-		if samplesOut != nil {
+		if f.samples != "" {
 			for _, s := range samples {
 				line := struct {
 					File  string `json:"file"`
 					Shots int    `json:"shots"`
 					multichoice.Sample
 				}{set.Path, f.shots, s}
-				if err := writeJSONLine(samplesOut, line); err != nil {
+				if err := writeJSONLine(&logged, line); err != nil {
 					return fmt.Errorf("eval: --log-samples: %w", err)
 				}
 			}
@@ -152,8 +147,9 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 			AccBytes: res.AccBytes.Value, AccBytesStderr: finite(res.AccBytes.StdErr), Seconds: time.Now().Sub(start).Seconds(),
 		})
 	}
-	if samplesOut != nil {
-		if err := samplesOut.Close(); err != nil {
+	if f.samples != "" {
+		// Atomically: an evaluation that fails leaves a file there as it was.
+		if err := atomicfile.Write(f.samples, func(w io.Writer) error { _, err := w.Write(logged.Bytes()); return err }); err != nil {
 			return fmt.Errorf("eval: --log-samples: %w", err)
 		}
 	}
