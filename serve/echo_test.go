@@ -49,7 +49,7 @@ func echoConfigs() map[string]model.Config {
 // tokens that echo with logprobs returns, as OpenAI's completions API and
 // vLLM do: the first token with null for its logprob and alternatives,
 // the others against a float64 reference from Forward over the whole
-// prompt, read here in chunks of 16; with max_tokens 0, with tokens
+// prompt, read here in chunks of 32; with max_tokens 0, with tokens
 // generated after the prompt (whose entries follow, unchanged), with
 // several prompts, with the prompt as token ids, streamed, and after the
 // prefix cache holds the prompt's state.
@@ -57,7 +57,7 @@ func TestEchoLogprobs(t *testing.T) {
 	for name, cfg := range echoConfigs() {
 		t.Run(name, func(t *testing.T) {
 			m := testModel(t, cfg)
-			_, ts := newTest(t, Options{PrefillChunk: 16, CacheMemory: 1 << 24}, m)
+			_, ts := newTest(t, Options{PrefillChunk: 16, StepRows: 32, CacheMemory: 1 << 24}, m)
 			prompts := []string{
 				strings.Repeat("func main() { fmt.Println(\"héllo\") }\n", 4)[:150],
 				"x",
@@ -163,6 +163,14 @@ func TestEchoLogprobs(t *testing.T) {
 			c, _ := json.Marshal(again.Choices[0].Logprobs)
 			if string(c) != string(b) {
 				t.Error("echo after the prefix cache kept the prompt's state: the logprobs differ")
+			}
+			// Echo requests read in chunks of their own: they leave no
+			// state in the cache.
+			fresh := strings.Repeat("package main // echoed only\n", 4)
+			complete(t, ts.URL, body(fresh, 0, ""))
+			plain := complete(t, ts.URL, fmt.Sprintf(`{"prompt":%q,"max_tokens":1}`, fresh))
+			if n := plain.Usage.PromptTokensDetails.CachedTokens; n != 0 {
+				t.Errorf("a prompt only echoed before resumed from %d cached tokens", n)
 			}
 		})
 	}

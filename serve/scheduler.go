@@ -44,8 +44,9 @@ type job struct {
 	offset  int     // bytes of text so far, for logprobs' text offsets
 	// echo asks for the logprobs of the prompt's tokens (echo with
 	// logprobs), at the byte offsets offsets of the prompt's text; such a
-	// job reads its whole prompt, never resuming from the prefix cache,
-	// and with max 0 ends after it.
+	// job reads its whole prompt in chunks of StepRows, neither resuming
+	// from the prefix cache nor adding to it, and with max 0 ends after
+	// it.
 	echo    bool
 	offsets []int
 	out     *mailbox
@@ -331,7 +332,16 @@ func (s *scheduler) step() {
 	prefills := 0
 	for _, j := range s.active {
 		if j.fed < len(j.prompt) {
-			c := min(s.chunk, len(j.prompt)-j.fed)
+			chunk := s.chunk
+			if j.echo {
+				// Every row's logits go through the output layer, as a
+				// product of the chunk's rows: the longer the chunk, the
+				// less its weights are packed again (GPT-2's are 51 MB).
+				// Such a job never shares the prefix cache, whose states
+				// must come from chunks of s.chunk.
+				chunk = s.rows
+			}
+			c := min(chunk, len(j.prompt)-j.fed)
 			if prefills > 0 && rows+c > s.rows {
 				continue
 			}
