@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,6 +37,7 @@ import (
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
@@ -186,16 +186,16 @@ func Lookup(name string) (*Experiment, error) {
 func (e *Experiment) Plan(o Options) (Plan, error) {
 	if e.Name == "task" {
 		if o.TaskFile == "" {
-			return Plan{}, errors.New("experiment task needs a task file (--task FILE)")
+			return Plan{}, field.Errorf("experiment task needs a task file (%s)", field.Name("task_file"))
 		}
 		if o.Context < 1 {
-			return Plan{}, fmt.Errorf("context %d: must be positive", o.Context)
+			return Plan{}, field.Invalid("context", o.Context, "must be positive")
 		}
 	} else if o.TaskFile != "" {
-		return Plan{}, fmt.Errorf("experiment %s takes no task file; the experiment task does", e.Name)
+		return Plan{}, field.Errorf("experiment %s takes no task file (%s); the experiment task does", e.Name, field.Name("task_file"))
 	}
 	if o.Steps < 0 {
-		return Plan{}, fmt.Errorf("--steps %d: must be positive (or 0 for the default)", o.Steps)
+		return Plan{}, field.Invalid("steps", o.Steps, "must be positive (or 0 for the default)")
 	}
 	if err := checkDownstream(e, o); err != nil {
 		return Plan{}, err
@@ -325,7 +325,7 @@ func claim(dir string, plan Plan) error {
 		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {
 			return fmt.Errorf("%s is not empty and holds no %s: choose an empty or new directory for the experiment", dir, PlanFile)
 		}
-		return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(want); return err })
+		return atomicfile.WriteBytes(path, want)
 	case err != nil:
 		return fmt.Errorf("experiment directory: %w", err)
 	case !bytes.Equal(have, want):

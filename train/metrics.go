@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/polysketch/polysketch/internal/atomicfile"
-
 	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/internal/atomicfile"
 )
 
 // Metrics is one line of a run's metrics log (metrics.jsonl): the
@@ -120,7 +118,7 @@ func openMetrics(path string, step int) (*metricsLog, []Metrics, int, error) {
 	}
 	// Rewrite it whole through a temporary file, so that a crash now
 	// loses nothing.
-	if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+	if err := atomicfile.WriteBytes(path, buf.Bytes()); err != nil {
 		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)

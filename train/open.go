@@ -10,6 +10,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -73,11 +74,11 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	}
 	given, err := tokenizer.Open(arg)
 	if err != nil {
-		return fmt.Errorf("--tokenizer: %w", err)
+		return field.Errorf("%s: %w", field.Name("tokenizer"), err)
 	}
 	if given.Name() != s.Tokenizer.Name() {
-		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
-			arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize())
+		return field.Errorf("%s %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop %s to use the checkpoint's own",
+			field.Name("tokenizer"), arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize(), field.Name("tokenizer"))
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ type Run struct {
 	// its own stage, and with Mode ResumeOrNew, a checkpoint of another
 	// stage is the previous stage's, which a new run of this one starts
 	// from (see Init). A stage other than "" keeps its metrics log and
-	// loss curve in files of its own (MetricsPath, PlotPath).
+	// loss curves in files of its own (StageFile).
 	Stage string
 	// Init, if not nil, prepares the model of a new run, made from Model:
 	// it may load weights into it, from prev, the previous stage's

@@ -186,17 +186,8 @@ func TestDistributedTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	trs, errs := startRanks(2, dir, func(int) Run { return Run{Model: mc, Recipe: tc, Source: &Task{Set: set}} })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, err := range runAll(t, trs, 0) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	trs, errs := trainRanks(t, dir, 2, func(int) Run { return Run{Model: mc, Recipe: tc, Source: &Task{Set: set}} }, 0)
+	noErrors(t, errs)
 	a, b := readMetrics(t, one), readMetrics(t, dir)
 	sameRun(t, a, b)
 	for i := range a {

@@ -39,9 +39,10 @@ where its tokenizer adds one (Llama's <s>).
 flags:
 `
 
-func runGenerate(args []string, stdout io.Writer) error {
+func runGenerate(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("generate", generateHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	ck.register(fs)
 	var (
 		prompt  = fs.String("prompt", "func main() {\n", "text to continue")

@@ -51,9 +51,10 @@ non-zero.
 flags:
 `
 
-func runServe(args []string, stdout io.Writer) error {
+func runServe(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (

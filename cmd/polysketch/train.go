@@ -87,7 +87,7 @@ type trainOptions struct {
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
 	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, "the Go source tree, GOROOT/src", `"text"`)
-	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
+	tokenizerFlag(fs, &tc.Tokenizer, "the tokenizer; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
 	shapeFlags(fs, mc)
@@ -128,6 +128,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
 	fs := newFlags("train", trainHelp, stdout, mechanismList(mc.Attention), func(w io.Writer) { fmt.Fprint(w, taskHelp) })
+	defer asCLI(fs, &err)
 	var af attentionFlags
 	trainFlags(fs, &mc, &tc, &o, &af)
 	if err := parseFlags(fs, args); err != nil {
