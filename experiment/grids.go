@@ -268,7 +268,7 @@ var experiments = []*Experiment{
 	{
 		Name:     "downstream",
 		Summary:  "003 Table 1's layout: perplexity beside 0-shot and k-shot multiple-choice accuracy (HellaSwag, PIQA, ARC files), of given checkpoints or of Table 1's mechanisms trained here",
-		Duration: "about 40 minutes to train (estimated), then about 1 s a question at 5 shots for each model",
+		Duration: "about 15 minutes to train (estimated from the lm experiment's runs of this size), then up to 0.6 s a question at 5 shots for each model (the default model's, measured)",
 		kind:     downstreamKind,
 		grid: func(o Options) []Run {
 			if len(o.Checkpoints) > 0 {
