@@ -109,7 +109,7 @@ func TestBatchInvariance(t *testing.T) {
 	// Wide enough for products of many rows at a time, and a GLU whose
 	// output sums over more than one k block of the packed products.
 	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 288, 40; return c }
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		cfg  Config
 		prec nn.Precision
@@ -121,7 +121,19 @@ func TestBatchInvariance(t *testing.T) {
 		{"polysketch/bf16", tiny("polysketch:learned"), nn.BF16},
 		{"polysketch/wide/bf16", wide(tiny("polysketch:learned")), nn.BF16},
 		{"flash/wide/bf16", wide(tiny("flash")), nn.BF16},
-	} {
+	}
+	for _, a := range architectures() { // imported models' architectures, grouped heads and all
+		cases = append(cases, struct {
+			name string
+			cfg  Config
+			prec nn.Precision
+		}{a.name, a.cfg, nn.FP32}, struct {
+			name string
+			cfg  Config
+			prec nn.Precision
+		}{a.name + "/wide/bf16", wide(a.cfg), nn.BF16})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			m := mustNew(t, c)

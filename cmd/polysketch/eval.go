@@ -94,6 +94,9 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	}
 
 	c, err := ck.open()
+	if err == nil {
+		err = c.NeedTokenizer()
+	}
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
