@@ -115,8 +115,17 @@ type Batch struct {
 	tokens, posIDs        []int32
 	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
 	last, final, logits   tensor.Tensor // one row per sequence
+	all                   tensor.Tensor // StepEvery's logits
 	at                    []int         // first row of each sequence
 	order                 []int         // of the sequences in attend
+
+	// Gather makes StepEvery compute all the logits it returns as one
+	// matrix product, which multiplies the output layer's weights much
+	// faster than a product per sequence when many sequences want a few
+	// rows each and the vocabulary is large; but then a row's last bits
+	// depend on the rows it shares the step with (a server must not set
+	// it: its responses would change with the load).
+	Gather bool
 }
 
 // seqWorker is the state of one goroutine of a step's attention: RoPE
@@ -174,6 +183,26 @@ func (m *Model) NewBatch() *Batch {
 // outside the vocabulary, an empty chunk, a sequence listed twice, or a
 // chunk that passes a sequence's Limit.
 func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error) {
+	return b.step(seqs, tokens, nil)
+}
+
+// StepEvery is Step that also returns the logits after every token, not
+// only the last, of the sequences whose every[i] is true: what scoring a
+// text under the model needs (the log-probability of each of its tokens
+// given those before). The result has len(tokens[i]) rows for such a
+// sequence and one for the others, sequence after sequence in the order
+// of seqs; like Step's, it belongs to the Batch. A sequence's last row is
+// Step's, bit for bit; its rows before go through the output layer as
+// one matrix product of their own, so that they do not depend on the
+// other sequences of the step either (unless Gather is set).
+func (b *Batch) StepEvery(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
+	if len(every) != len(seqs) {
+		return nil, fmt.Errorf("batch step: %d every flags for %d sequences", len(every), len(seqs))
+	}
+	return b.step(seqs, tokens, every)
+}
+
+func (b *Batch) step(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
 	if err := b.check(seqs, tokens); err != nil {
 		return nil, err
 	}
@@ -211,6 +240,9 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 	for i, s := range seqs {
 		s.n += len(tokens[i])
 	}
+	if every != nil && b.Gather {
+		return b.everyLogits(tokens, every), nil
+	}
 	// Only each sequence's last row needs logits: the head, a product with
 	// Vocab columns, runs on S rows.
 	b.last.Resize(S, d)
@@ -223,18 +255,66 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 	b.norm.Forward(&b.final, &b.last)
 	for lo := 0; lo < S; lo += b.group {
 		hi := min(lo+b.group, S)
-		f, out := rows(&b.final, lo, hi, d), rows(&b.logits, lo, hi, c.Vocab)
-		if b.head != nil {
-			b.head.Forward(out, f)
-		} else {
-			b.embed.Logits(out, f)
-			scale(1/b.embScale, out.Data)
-			if b.bias != nil {
-				addRows(out.Data, b.bias.Value.Data)
-			}
-		}
+		b.logitsOf(rows(&b.logits, lo, hi, c.Vocab), rows(&b.final, lo, hi, d))
+	}
+	if every != nil {
+		return b.everyLogits(tokens, every), nil
 	}
 	return &b.logits, nil
+}
+
+// everyLogits returns the logits of a StepEvery: the rows of b.x it
+// wants (every row of the sequences marked, the last of the others)
+// gathered in order and through the final LayerNorm, then through the
+// output layer: with Gather, as one product; else each sequence's rows
+// but the last as a product of their own, and the last rows copied from
+// Step's logits in b.logits.
+func (b *Batch) everyLogits(tokens [][]int32, every []bool) *tensor.Tensor {
+	d, V := b.cfg.Dim, b.cfg.Vocab
+	n := 0
+	for i, t := range tokens {
+		lo := b.at[i] + len(t) - 1
+		if every[i] {
+			lo = b.at[i]
+		}
+		// a1 and a2 are free once the blocks have run, and have a row
+		// for every token of the step.
+		copy(b.a1.Data[n*d:], b.x.Data[lo*d:(b.at[i]+len(t))*d])
+		n += b.at[i] + len(t) - lo
+	}
+	gathered, final := rows(&b.a1, 0, n, d), rows(&b.a2, 0, n, d)
+	b.all.Resize(n, V)
+	if b.Gather {
+		b.norm.Forward(final, gathered)
+		b.logitsOf(&b.all, final)
+		return &b.all
+	}
+	r := 0
+	for i, t := range tokens {
+		if k := len(t) - 1; every[i] && k > 0 {
+			f := rows(final, r, r+k, d)
+			b.norm.Forward(f, rows(gathered, r, r+k, d))
+			b.logitsOf(rows(&b.all, r, r+k, V), f)
+			r += k
+		}
+		copy(b.all.Data[r*V:(r+1)*V], b.logits.Data[i*V:(i+1)*V])
+		r++
+	}
+	return &b.all
+}
+
+// logitsOf computes the logits out of rows f of the final LayerNorm's
+// output.
+func (b *Batch) logitsOf(out, f *tensor.Tensor) {
+	if b.head != nil {
+		b.head.Forward(out, f)
+		return
+	}
+	b.embed.Logits(out, f)
+	scale(1/b.embScale, out.Data)
+	if b.bias != nil {
+		addRows(out.Data, b.bias.Value.Data)
+	}
 }
 
 // addPositions adds the position embeddings of each sequence's tokens,
