@@ -3,6 +3,7 @@ package multichoice
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unicode"
@@ -186,7 +187,16 @@ func (s *Scorer) Score(context string, continuations []string) (Scores, error) {
 		j := which[i]
 		add(j, row, conts[j][k+1])
 	})
-	return sc, err
+	if err != nil {
+		return sc, err
+	}
+	for j, ll := range sc.LogLik {
+		if math.IsNaN(ll) || math.IsInf(ll, 0) {
+			// Finite logits give finite log-likelihoods.
+			return sc, fmt.Errorf("continuation %d: log-likelihood %v: the model's logits are not finite; its weights or activations overflow", j, ll)
+		}
+	}
+	return sc, nil
 }
 
 // encode tokenizes a context and its continuations as the harness's

@@ -301,3 +301,27 @@ func tokensOf(t testing.TB, tok tokenizer.Tokenizer, dst []int32, text string) [
 	}
 	return ids
 }
+
+// TestScoreOverflow scores with a model whose output layer overflows
+// (every weight 3e38, finite): Score must fail saying so, not return
+// log-likelihoods of NaN that compare as neither better nor worse.
+func TestScoreOverflow(t *testing.T) {
+	m := testModel(t, polysketch, 256, 64)
+	for _, p := range m.Params() {
+		if p.Name == "head.weight" {
+			for i := range p.Value.Data {
+				p.Value.Data[i] = 3e38
+			}
+		}
+	}
+	for _, separate := range []bool{false, true} {
+		sc, err := NewScorer(m, tokenizer.Byte)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Separate = separate
+		if _, err := sc.Score("The sky is", []string{" blue", " green"}); err == nil || !strings.Contains(err.Error(), "not finite") {
+			t.Errorf("separate %v: %v, want an error saying the logits are not finite", separate, err)
+		}
+	}
+}
