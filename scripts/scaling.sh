@@ -119,7 +119,7 @@ for section in $SECTIONS; do
 		all=$THREADS
 		THREADS="1 $max"
 		for p in $PRECISIONS; do
-			train "gpt2-small-$p" --layers 12 --dim 768 --heads 12 --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2 --precision "$p"
+			train "gpt2-small-$p" --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2 --precision "$p"
 		done
 		THREADS=$all
 		;;
