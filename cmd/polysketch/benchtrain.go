@@ -53,8 +53,8 @@ before it (see bench attention): model, optimizer and activations.
 cpu_seconds is the CPU time of the process (user and system, all threads)
 per timed step, on average: with more threads it should stay that of one
 thread, the work split, not grown. spin_seconds is the part of it that
-the goroutines of the parallel runtime spent spinning, waiting for work
-or for each other.
+the goroutines of the parallel runtime spent spinning on a processor,
+waiting for work or for each other.
 
 --phases W adds, for each case, one more step at GOMAXPROCS=1 with every
 parallel phase split as for W threads, and reports the share of that

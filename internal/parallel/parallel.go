@@ -196,9 +196,9 @@ func (p *pool) close(j *job) {
 	// No goroutine joins j now; wait for those inside, spinning first:
 	// they are finishing an item each.
 	if j.inside.Load() != 0 {
-		start := time.Now()
+		c := startSpin()
 		for spins := 0; j.inside.Load() != 0; spins++ {
-			if spins%16 == 15 && time.Since(start) > spinFor {
+			if spins%16 == 15 && c.expired() {
 				stats.sleeps.Add(1)
 				j.asleep.Store(true)
 				if j.inside.Load() != 0 || !j.asleep.CompareAndSwap(true, false) {
@@ -208,7 +208,7 @@ func (p *pool) close(j *job) {
 			}
 			runtime.Gosched()
 		}
-		stats.spin.Add(int64(time.Since(start)))
+		c.stop()
 	}
 	j.fn, j.fn1 = nil, nil
 	p.mu.Lock()
@@ -292,27 +292,60 @@ func (p *pool) popParked(j *job, dst []*worker) int {
 // processor between looks, and reports whether one came.
 func (p *pool) spin(gen uint64) bool {
 	p.spinning.Add(1)
-	start := time.Now()
+	c := startSpin()
 	defer func() {
 		p.spinning.Add(-1)
-		stats.spin.Add(int64(time.Since(start)))
+		c.stop()
 	}()
 	for spins := 0; ; spins++ {
 		if p.gen.Load() != gen {
 			return true
 		}
-		if spins%16 == 15 && time.Since(start) > spinFor {
+		if spins%16 == 15 && c.expired() {
 			return false
 		}
 		runtime.Gosched()
 	}
 }
 
+// spinClock times a spin: the wall time since it started, which ends it
+// after spinFor, and the time it spent on a processor, for Stats. A gap
+// longer than offCPU between two looks at the clock (16 yields, a few
+// µs) is time the OS ran other threads, not spinning.
+type spinClock struct {
+	start, last time.Time
+	on          time.Duration
+}
+
+const offCPU = 20 * time.Microsecond
+
+func startSpin() spinClock {
+	now := time.Now()
+	return spinClock{start: now, last: now}
+}
+
+// expired reports whether spinFor has passed since the spin started.
+func (c *spinClock) expired() bool {
+	now := time.Now()
+	if d := now.Sub(c.last); d < offCPU {
+		c.on += d
+	}
+	c.last = now
+	return now.Sub(c.start) > spinFor
+}
+
+// stop adds the spin's time on a processor to Stats.
+func (c *spinClock) stop() {
+	c.expired()
+	stats.spin.Add(int64(c.on))
+}
+
 // Stats counts what the pool has spent waiting since the process started.
 type Stats struct {
-	// Spin is the time goroutines spent spinning: the pool's, looking
-	// for a phase, and callers, waiting for the items others finish. It
-	// is CPU time that does no work.
+	// Spin is the time goroutines spent spinning, on a processor: the
+	// pool's, looking for a phase, and callers, waiting for the items
+	// others finish. It is CPU time that does no work. (Time the OS gave
+	// other threads meanwhile is left out, as well as it can be seen.)
 	Spin time.Duration
 	// Parks counts the pool's goroutines going to sleep for want of a
 	// phase (each costs a wake later), Sleeps the callers that slept
