@@ -15,7 +15,10 @@
 # and of the CPU time per step relative to one thread's (the work must
 # not grow with threads: at most 1.1×).
 #
-# Sections (SECTIONS, default all): train (bench train, default model,
+# Sections (SECTIONS, default all): control (independent busy loops on 1
+# and on the most threads: their time should not grow with threads; if it
+# does, the machine is not quiet and no ratio below means anything),
+# train (bench train, default model,
 # N = 1024, 8192 tokens a step), serial (the serial share of one step at
 # GOMAXPROCS=1, split for the most threads), decode (BenchmarkBatchStep
 # of ./model, S = 1 and 16 sequences), gpt2 (bench train at the
@@ -35,7 +38,7 @@ if [ -z "${THREADS:-}" ]; then
 fi
 ROUNDS=${ROUNDS:-3}
 PRECISIONS=${PRECISIONS:-fp32}
-SECTIONS=${SECTIONS:-train serial decode gpt2}
+SECTIONS=${SECTIONS:-control train serial decode gpt2}
 max=$(echo "$THREADS" | tr ' ' '\n' | sort -n | tail -1)
 lock=/tmp/bench.lock
 
@@ -91,6 +94,49 @@ train() {
 
 for section in $SECTIONS; do
 	case $section in
+	control)
+		mkdir -p "$tmp/burn"
+		cat >"$tmp/burn/main.go" <<-'EOF'
+			package main
+
+			import (
+				"fmt"
+				"os"
+				"strconv"
+				"sync"
+				"time"
+			)
+
+			func main() {
+				n, _ := strconv.Atoi(os.Args[1])
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range n {
+					wg.Go(func() {
+						s := 1.0
+						for k := range 300_000_000 {
+							s = s*1.0000001 + float64(k&7)
+						}
+						if s == 0 {
+							fmt.Println(s)
+						}
+					})
+				}
+				wg.Wait()
+				fmt.Printf("%.3f\n", time.Since(start).Seconds())
+			}
+		EOF
+		(cd "$tmp/burn" && GO111MODULE=off go build -o burn main.go)
+		echo
+		echo "## control: seconds of n independent busy loops on n threads (a quiet machine: the same for every n)"
+		for r in $(seq "$ROUNDS"); do
+			printf 'round %s' "$r"
+			for t in 1 $max; do
+				printf '  %s threads %s s' "$t" "$(GOMAXPROCS=$t flock "$lock" "$tmp/burn/burn" "$t")"
+			done
+			echo
+		done
+		;;
 	train)
 		for p in $PRECISIONS; do
 			train "train-$p" --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 3 --precision "$p"

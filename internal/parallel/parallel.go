@@ -311,7 +311,9 @@ func (p *pool) spin(gen uint64) bool {
 // spinClock times a spin: the wall time since it started, which ends it
 // after spinFor, and the time it spent on a processor, for Stats. A gap
 // longer than offCPU between two looks at the clock (16 yields, a few
-// µs) is time the OS ran other threads, not spinning.
+// µs) is time the OS ran other threads: the machine has more runnable
+// threads than cores, where a spinning thread takes its share from the
+// threads that work, this process's included, so the spin ends there too.
 type spinClock struct {
 	start, last time.Time
 	on          time.Duration
@@ -324,14 +326,16 @@ func startSpin() spinClock {
 	return spinClock{start: now, last: now}
 }
 
-// expired reports whether spinFor has passed since the spin started.
+// expired reports whether the spin should end: spinFor has passed since
+// it started, or the OS ran other threads in the last gap.
 func (c *spinClock) expired() bool {
 	now := time.Now()
-	if d := now.Sub(c.last); d < offCPU {
+	d := now.Sub(c.last)
+	if d < offCPU {
 		c.on += d
 	}
 	c.last = now
-	return now.Sub(c.start) > spinFor
+	return d >= offCPU || now.Sub(c.start) > spinFor
 }
 
 // stop adds the spin's time on a processor to Stats.
