@@ -124,6 +124,9 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 	var out []Result
 	for _, dm := range models {
 		c, err := train.Open(dm.dir)
+		if err == nil {
+			err = c.NeedTokenizer() // its perplexity and its choices are read as text
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/model"
 )
 
 // TestDownstream runs the downstream experiment's --quick grid (two
@@ -114,5 +117,31 @@ func TestDownstream(t *testing.T) {
 	lm, _ := Lookup("lm")
 	if _, err := lm.Plan(Options{Seed: 1, Choices: []string{"/q.jsonl"}}); err == nil || !strings.Contains(err.Error(), "the experiment downstream does") {
 		t.Errorf("lm with multiple-choice files: %v", err)
+	}
+}
+
+// TestDownstreamNoTokenizer: a checkpoint that reads and writes token ids
+// alone (an import without a tokenizer.json) cannot be scored on text,
+// and is refused in one line naming it, not with a panic.
+func TestDownstreamNoTokenizer(t *testing.T) {
+	e, err := Lookup("downstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := model.DefaultConfig()
+	mc.Layers, mc.Dim, mc.Heads, mc.Context = 1, 16, 2, 16
+	m, err := model.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ids-only")
+	if err := checkpoint.Save(dir, &checkpoint.Checkpoint{Model: m}); err != nil {
+		t.Fatal(err)
+	}
+	o := quickOptions(t, t.TempDir())
+	o.Choices, o.Checkpoints = choiceFiles(t, "piqa.jsonl"), []string{dir}
+	_, err = e.Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "no tokenizer") {
+		t.Errorf("error %v, want one naming %s and its missing tokenizer", err, dir)
 	}
 }
