@@ -31,7 +31,7 @@ func runExport(args []string, stdout io.Writer) error {
 	fs := newFlags("export", exportHelp, stdout)
 	path := fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
 	out := fs.String("out", "", "Hugging Face model directory to write (required)")
-	force := fs.Bool("force", false, "replace what --out holds")
+	force := fs.Bool("force", false, "replace the Hugging Face model directory in --out (never a checkpoint or a run)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

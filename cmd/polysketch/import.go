@@ -15,6 +15,7 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/train"
 )
 
 const importHelp = `usage: polysketch import [flags] HF_DIR --out DIR
@@ -208,7 +209,9 @@ func flagTakesValue(fs *flag.FlagSet, arg string) bool {
 }
 
 // checkOut refuses an --out that holds something, unless force and it is
-// a checkpoint (which a save then replaces as a whole).
+// what the command writes: a checkpoint for import (which a save then
+// replaces as a whole), a Hugging Face model directory for export (never
+// a checkpoint, which has a config.json too, nor a run directory).
 func checkOut(out string, force bool, cmd string) error {
 	entries, err := os.ReadDir(out)
 	if errors.Is(err, os.ErrNotExist) {
@@ -225,6 +228,9 @@ func checkOut(out string, force bool, cmd string) error {
 	}
 	if cmd == "import" && !checkpoint.Exists(out) {
 		return fmt.Errorf("%s: --out %s holds files but no checkpoint: --force replaces a checkpoint only; choose another directory", cmd, out)
+	}
+	if cmd == "export" && (checkpoint.Exists(train.CheckpointIn(out)) || !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == hf.ConfigFile })) {
+		return fmt.Errorf("%s: --out %s holds files but no Hugging Face model (a %s, and no checkpoint): --force replaces an exported model only; choose another directory", cmd, out, hf.ConfigFile)
 	}
 	return nil
 }

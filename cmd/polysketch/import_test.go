@@ -221,6 +221,18 @@ func TestExportRoundTrip(t *testing.T) {
 	if err := run([]string{"export", "--checkpoint", runDir, "--out", exported}, &out); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("export over a directory: %v", err)
 	}
+	// --force replaces an exported model, never the checkpoint or run
+	// it reads, nor any other directory.
+	runOK(t, "export", "--checkpoint", runDir, "--out", exported, "--force")
+	for _, dst := range []string{runDir, train.CheckpointIn(runDir), filepath.Dir(runDir)} {
+		err := run([]string{"export", "--checkpoint", runDir, "--out", dst, "--force"}, &out)
+		if err == nil || !strings.Contains(err.Error(), "no Hugging Face model") {
+			t.Errorf("export --force over %s: %v", dst, err)
+		}
+		if _, err := train.Open(runDir); err != nil {
+			t.Fatalf("after export --force over %s: %v", dst, err)
+		}
+	}
 	def, _ := saveTiny(t, "softmax", 16)
 	if err := run([]string{"export", "--checkpoint", def, "--out", filepath.Join(dir, "x")}, &out); err == nil || !strings.Contains(err.Error(), "the Llama layout has rmsnorm") {
 		t.Errorf("export of the default architecture: %v", err)
