@@ -84,6 +84,12 @@ func runImport(args []string, stdout io.Writer) (err error) {
 		if v := imp.Model.Config().Vocab; tok.VocabSize() > v {
 			return fmt.Errorf("import: %s has %d tokens, more than the model's vocab_size %d", filepath.Join(src, hf.TokenizerFile), tok.VocabSize(), v)
 		}
+		// The files kept beside it, as every command that opens the
+		// checkpoint will read them: one they would refuse is refused
+		// now, before anything is written.
+		if _, err := tokenizer.ReadConfig(src, tok); err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
 		c.State.Tokenizer = tok.Name()
 		tokDesc = fmt.Sprintf("%s (%d tokens)", tok.Name(), tok.VocabSize())
 	}

@@ -149,6 +149,35 @@ func TestImportRefuses(t *testing.T) {
 	}
 }
 
+// TestImportTokenizerFiles: the tokenizer's configuration files an import
+// keeps are checked as every command that opens the checkpoint checks
+// them, so that a file no command would take is refused before anything
+// is written, rather than making a checkpoint that nothing opens.
+func TestImportTokenizerFiles(t *testing.T) {
+	for _, c := range []struct {
+		file, content, want string
+	}{
+		{"tokenizer_config.json", `{"chat_template": 42}`, "chat_template: want a string"},
+		{"tokenizer_config.json", `{"eos_token": "<|no such token|>"}`, `eos_token "<|no such token|>" is no token`},
+		{"tokenizer_config.json", `{"bos_token": `, "not valid JSON"},
+		{"generation_config.json", `{"eos_token_id": 50256}`, "eos_token_id 50256 is outside the vocabulary"},
+	} {
+		src := hfWithTokenizer(t, "hello world, hello polysketch. ")
+		if err := os.WriteFile(filepath.Join(src, c.file), []byte(c.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "ck")
+		var buf bytes.Buffer
+		err := run([]string{"import", src, "--out", out}, &buf)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.file) {
+			t.Errorf("%s %s: %v, want an error naming the file and containing %q", c.file, c.content, err, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s %s: the refused import wrote --out", c.file, c.content)
+		}
+	}
+}
+
 // trainLlama trains a small model of the Llama layout (softmax attention,
 // grouped heads) for a few steps and returns its run directory.
 func trainLlama(t *testing.T) string {
