@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -93,9 +94,21 @@ func runImport(args []string, stdout io.Writer) (err error) {
 		c.State.Tokenizer = tok.Name()
 		tokDesc = fmt.Sprintf("%s (%d tokens)", tok.Name(), tok.VocabSize())
 	}
-	if err := checkpoint.Save(*out, c); err != nil {
+	// Until now a signal ends the process with nothing written; while the
+	// checkpoint is written it stops the save, which then leaves --out as
+	// it was and nothing of its own behind.
+	ctx, stop := interruptible()
+	defer stop()
+	if importSaving != nil {
+		importSaving(ctx)
+	}
+	if err := checkpoint.SaveContext(ctx, *out, c); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("import: interrupted: %s left as it was", *out)
+		}
 		return fmt.Errorf("import: %w", err)
 	}
+	stop()
 	if err := checkpoint.Verify(*out); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
@@ -126,6 +139,11 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	fmt.Fprintf(stdout, "checkpoint %s written and verified in %s\n", *out, time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// importSaving, if set, is called as the import starts writing its
+// checkpoint, with the context that a signal cancels (a test interrupts
+// it there).
+var importSaving func(ctx context.Context)
 
 // describeModel is one line of a model's shape and architecture.
 func describeModel(c model.Config) string {

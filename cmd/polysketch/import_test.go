@@ -178,6 +178,36 @@ func TestImportTokenizerFiles(t *testing.T) {
 	}
 }
 
+// TestImportInterrupted: Ctrl-C while the checkpoint is written stops
+// the import, leaves the checkpoint --force was replacing as it was, and
+// leaves nothing of the new one (a hidden temporary directory as large
+// as the weights, before).
+func TestImportInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	runOK(t, "import", fixture("gpt2"), "--out", ck)
+	before, _ := os.ReadFile(filepath.Join(ck, "manifest.json"))
+	importSaving = func(ctx context.Context) {
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-ctx.Done()
+	}
+	defer func() { importSaving = nil }()
+	var out bytes.Buffer
+	err := run([]string{"import", "--force", fixture("llama"), "--out", ck}, &out)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("import interrupted: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(ck, "manifest.json")); !bytes.Equal(before, after) {
+		t.Error("the interrupted import changed the checkpoint it was replacing")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("the interrupted import left %q", left)
+	}
+	if _, err := train.Open(ck); err != nil {
+		t.Error(err)
+	}
+}
+
 // trainLlama trains a small model of the Llama layout (softmax attention,
 // grouped heads) for a few steps and returns its run directory.
 func trainLlama(t *testing.T) string {
