@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
@@ -461,5 +462,33 @@ func TestTrainFrom(t *testing.T) {
 	err = run([]string{"train", "--from", ck, "--layers", "3", "--out", filepath.Join(dir, "x")}, &buf)
 	if err == nil || !strings.Contains(err.Error(), "--from and --layers") {
 		t.Errorf("train --from --layers: %v", err)
+	}
+
+	// Learned positions (GPT-2's) are a table of the model's context: a
+	// run from it trains at that length, and another --context is
+	// refused rather than dropped.
+	m, err := model.New(model.Config{Vocab: 256, Dim: 16, Layers: 1, Heads: 2, Context: 32, Attention: attention.FlashConfig{Block: 16},
+		Positions: model.PositionsLearned, Norm: model.NormLayer, FFN: model.FFNGELU, EmbedScale: 1, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned := filepath.Join(dir, "learned")
+	if err := checkpoint.Save(learned, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"}}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"train", "--from", learned, "--corpus", filepath.Join(dir, "corpus.txt"), "--cache-dir", filepath.Join(dir, "cache"), "--batch", "2", "--eval-batches", "1", "--steps", "1"}
+	for _, n := range []string{"16", "64"} {
+		out := filepath.Join(dir, "learned-"+n)
+		err = run(append(args, "--out", out, "--context", n), &buf)
+		if err == nil || !strings.Contains(err.Error(), "--context "+n+": "+learned+"'s positions are a learned table of 32") {
+			t.Errorf("train --from a model of learned positions --context %s: %v", n, err)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("the refused run wrote %s", out)
+		}
+	}
+	runOK(t, append(args, "--out", filepath.Join(dir, "learned-run"))...)
+	if s, err := train.Open(filepath.Join(dir, "learned-run")); err != nil || s.Model.Config().Context != 32 {
+		t.Errorf("train --from a model of learned positions: %v", err)
 	}
 }
