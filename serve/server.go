@@ -192,7 +192,7 @@ func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
 func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *tokenizer.Config) error {
 	c := m.Config()
 	if tok.VocabSize() > c.Vocab {
-		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
+		return fmt.Errorf("tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
 	if cfg == nil {
 		cfg = tokenizer.DefaultConfig(tok)
@@ -201,7 +201,7 @@ func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *token
 	if cfg.ChatTemplate != "" {
 		var err error
 		if l.chat, err = newChatTemplate(cfg); err != nil {
-			return fmt.Errorf("serve: %w", err)
+			return err
 		}
 	}
 	// The weights name the model in a prefix-cache file: hash them before
@@ -212,7 +212,7 @@ func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *token
 	if s.opts.Precision == nn.BF16 && m.Precision() != nn.BF16 {
 		m.SetPrecision(nn.BF16)
 		if err := m.ReleaseFP32(); err != nil {
-			return fmt.Errorf("serve: %w", err)
+			return err
 		}
 	}
 	l.eot, l.hasEOT = tokenizer.EndOfText(tok)

@@ -179,6 +179,22 @@ func TestImportTokenizerFiles(t *testing.T) {
 	}
 }
 
+// TestServeBadTemplate: a chat template that does not compile stops serve
+// in one line naming the checkpoint it came with, "serve:" said once.
+func TestServeBadTemplate(t *testing.T) {
+	src := hfWithTokenizer(t, "hello world, hello polysketch. ")
+	if err := os.WriteFile(filepath.Join(src, "tokenizer_config.json"), []byte(`{"chat_template": "{{ messages"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(t.TempDir(), "ck")
+	runOK(t, "import", src, "--out", ck)
+	var out bytes.Buffer
+	err := run([]string{"serve", "--checkpoint", ck, "--addr", "127.0.0.1:0"}, &out)
+	if err == nil || !strings.HasPrefix(err.Error(), "serve: checkpoint "+ck+": chat_template: ") || strings.Count(err.Error(), "serve:") != 1 {
+		t.Errorf("serve with a template that does not compile: %v", err)
+	}
+}
+
 // TestImportInterrupted: Ctrl-C while the checkpoint is written stops
 // the import, leaves the checkpoint --force was replacing as it was, and
 // leaves nothing of the new one (a hidden temporary directory as large
