@@ -500,6 +500,8 @@ func TestEvalGenerateErrors(t *testing.T) {
 		{[]string{"eval", "--checkpoint", softmax, "--corpus", filepath.Join(dir, "nothere.txt")}, "nothere.txt"},
 		{[]string{"generate", "--checkpoint", filepath.Join(dir, "nothere")}, "no checkpoint"},
 		{[]string{"generate", "--checkpoint", softmax, "--prompt", ""}, "--prompt is empty"},
+		{[]string{"generate", "--checkpoint", softmax, "--prompt-ids", ""}, "--prompt-ids is empty"},
+		{[]string{"generate", "--checkpoint", softmax, "--prompt-ids", "1,,2"}, `--prompt-ids: "" is not a token id`},
 		{[]string{"generate", "--checkpoint", softmax, "--temperature", "-1"}, "--temperature -1"},
 		{[]string{"generate", "--checkpoint", softmax, "--top-p", "0"}, "--top-p 0"},
 		{[]string{"generate", "--checkpoint", softmax, "--top-k", "-2"}, "--top-k -2"},
