@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/multichoice"
 	"github.com/polysketch/polysketch/train"
@@ -133,7 +134,7 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 		if recipe, _ := c.Recipe(); recipe.Task != nil {
 			return nil, fmt.Errorf("checkpoint %s was trained on a task, not on text", c.Dir)
 		}
-		res := Result{Run: dm.run, Row: dm.row, Mechanism: dm.mechanism, Column: "downstream", Step: c.State.Step}
+		res := Result{Run: dm.run, Row: dm.row, Mechanism: dm.mechanism, Column: "downstream", Step: c.State.Step, Tokenizer: c.Tokenizer.Name()}
 		if res.Mechanism == "" {
 			res.Mechanism = c.Model.Config().Attention.Mechanism()
 		}
@@ -232,6 +233,20 @@ func taskName(path string) string {
 	return base
 }
 
+// downstreamTokens says in whose tokens the perplexities of rs are: each
+// model's, in its own tokenizer's.
+func downstreamTokens(rs []Result) string {
+	for _, r := range rs {
+		if r.Tokenizer != rs[0].Tokenizer {
+			return "each model in its own tokens"
+		}
+	}
+	if len(rs) == 0 || rs[0].Tokenizer == "" || rs[0].Tokenizer == tokenizer.Byte.Name() {
+		return "bytes"
+	}
+	return rs[0].Tokenizer + " tokens"
+}
+
 // downstreamTable returns the markdown of the downstream experiment: 003
 // Table 1's layout, once with acc and once with acc_norm.
 func downstreamTable(plan Plan, rs []Result) string {
@@ -248,7 +263,7 @@ func downstreamTable(plan Plan, rs []Result) string {
 		files = append(files, filepath.Base(f))
 	}
 	fmt.Fprintf(&b, "downstream: validation perplexity (%s) beside multiple-choice accuracy in %% (`%s --choices %s --shots %d --limit %d --seed %d`)\n",
-		tokens(plan), cmd, strings.Join(files, ","), plan.Shots, plan.Limit, plan.Seed)
+		downstreamTokens(rs), cmd, strings.Join(files, ","), plan.Shots, plan.Limit, plan.Seed)
 	shots := []int{0}
 	if plan.Shots > 0 {
 		shots = append(shots, plan.Shots)

@@ -145,3 +145,24 @@ func TestDownstreamNoTokenizer(t *testing.T) {
 		t.Errorf("error %v, want one naming %s and its missing tokenizer", err, dir)
 	}
 }
+
+// TestDownstreamTokens: the table says in whose tokens the perplexities
+// are, from the models scored: one vocabulary named, or each model's own
+// where they differ (perplexities per token of different vocabularies do
+// not compare), never bytes for a model of another tokenizer.
+func TestDownstreamTokens(t *testing.T) {
+	plan := Plan{Experiment: "downstream", Seed: 1, Checkpoints: []string{"/a", "/b"}, Choices: choiceFiles(t, "piqa.jsonl")}
+	for _, c := range []struct {
+		tokenizers []string
+		want       string
+	}{
+		{[]string{"byte", "byte"}, "validation perplexity (bytes)"},
+		{[]string{"gpt2", "gpt2"}, "validation perplexity (gpt2 tokens)"},
+		{[]string{"byte", "bpe-0123456789abcdef"}, "validation perplexity (each model in its own tokens)"},
+	} {
+		rs := []Result{{Row: "a", Tokenizer: c.tokenizers[0]}, {Row: "b", Tokenizer: c.tokenizers[1]}}
+		if table := downstreamTable(plan, rs); !strings.Contains(table, c.want) {
+			t.Errorf("tokenizers %v: the table says\n%s\nwant %q", c.tokenizers, table, c.want)
+		}
+	}
+}
