@@ -101,6 +101,9 @@ func TestReadFileErrors(t *testing.T) {
 			"hellaswag (ctx, endings, label)", "piqa (goal, sol1, sol2, label)",
 			"arc (question, choices.text, choices.label, answerKey)", "generic (context, choices, answer)",
 		}},
+		{"null.jsonl", `{"context": null, "choices": ["b", "c"], "answer": 0}`, Auto, []string{
+			"null.jsonl: no known multiple-choice format", "fields answer, choices, context (null)",
+		}},
 		{"range.jsonl", `{"context": "a", "choices": ["b", "c"], "answer": 0}` + "\n\n" +
 			`{"context": "a", "choices": ["b", "c"], "answer": 2}`, Auto, []string{"range.jsonl:3: label 2 out of range: 2 choices"}},
 		{"negative.jsonl", `{"goal": "g", "sol1": "a", "sol2": "b", "label": -1}`, Auto, []string{"negative.jsonl:1: label -1 out of range"}},
