@@ -179,6 +179,38 @@ func TestImportTokenizerFiles(t *testing.T) {
 	}
 }
 
+// TestLogitsOut: logits writes --out as any file, but never over its
+// own --ids, nor into the checkpoint it reads.
+func TestLogitsOut(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	runOK(t, "import", fixture("llama"), "--out", ck)
+	ids := filepath.Join(dir, "ids.safetensors")
+	if err := safetensors.WriteRaw(ids, map[string]safetensors.Raw{"input_ids": {DType: "I64", Shape: []int{3}, Data: safetensors.I64([]int64{1, 2, 3})}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(ids)
+	weights := filepath.Join(ck, "model.safetensors")
+	for _, c := range []struct{ out, want string }{
+		{ids, "--out " + ids + " is the --ids file"},
+		{filepath.Join(dir, ".", "ids.safetensors"), "is the --ids file"},
+		{weights, "--out " + weights + " is inside the checkpoint " + ck},
+	} {
+		var buf bytes.Buffer
+		err := run([]string{"logits", "--checkpoint", ck, "--ids", ids, "--out", c.out}, &buf)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("logits --out %s: %v, want an error containing %q", c.out, err, c.want)
+		}
+	}
+	if after, _ := os.ReadFile(ids); !bytes.Equal(before, after) {
+		t.Error("logits overwrote its --ids")
+	}
+	if _, err := train.Open(ck); err != nil {
+		t.Errorf("logits wrote into the checkpoint: %v", err)
+	}
+	runOK(t, "logits", "--checkpoint", ck, "--ids", ids, "--out", filepath.Join(dir, "logits.safetensors"))
+}
+
 // TestServeBadTemplate: a chat template that does not compile stops serve
 // in one line naming the checkpoint it came with, "serve:" said once.
 func TestServeBadTemplate(t *testing.T) {
