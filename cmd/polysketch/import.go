@@ -16,6 +16,7 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/serve"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -88,8 +89,16 @@ func runImport(args []string, stdout io.Writer) (err error) {
 		// The files kept beside it, as every command that opens the
 		// checkpoint will read them: one they would refuse is refused
 		// now, before anything is written.
-		if _, err := tokenizer.ReadConfig(src, tok); err != nil {
+		cfg, err := tokenizer.ReadConfig(src, tok)
+		if err != nil {
 			return fmt.Errorf("import: %w", err)
+		}
+		if err := serve.CheckChatTemplate(cfg); err != nil {
+			file := hf.TokenizerCfg
+			if _, ok := imp.Files[hf.ChatTemplate]; ok {
+				file = hf.ChatTemplate // which ReadConfig prefers
+			}
+			return fmt.Errorf("import: %s: %w; serve could not chat with the model: fix the template, or remove it for the plain rendering", filepath.Join(src, file), err)
 		}
 		c.State.Tokenizer = tok.Name()
 		tokDesc = fmt.Sprintf("%s (%d tokens)", tok.Name(), tok.VocabSize())

@@ -162,6 +162,10 @@ func TestImportTokenizerFiles(t *testing.T) {
 		{"tokenizer_config.json", `{"eos_token": "<|no such token|>"}`, `eos_token "<|no such token|>" is no token`},
 		{"tokenizer_config.json", `{"bos_token": `, "not valid JSON"},
 		{"generation_config.json", `{"eos_token_id": 50256}`, "eos_token_id 50256 is outside the vocabulary"},
+		// A template serve would refuse: refused here, where it can be
+		// fixed, rather than in a checkpoint whose checksums cover it.
+		{"tokenizer_config.json", `{"chat_template": "{% for m in messages %}{{ m.content }"}`, "chat_template: "},
+		{"chat_template.jinja", `{{ raise_exception("no") }}`, "does not render"},
 	} {
 		src := hfWithTokenizer(t, "hello world, hello polysketch. ")
 		if err := os.WriteFile(filepath.Join(src, c.file), []byte(c.content), 0o644); err != nil {
@@ -214,12 +218,13 @@ func TestLogitsOut(t *testing.T) {
 // TestServeBadTemplate: a chat template that does not compile stops serve
 // in one line naming the checkpoint it came with, "serve:" said once.
 func TestServeBadTemplate(t *testing.T) {
-	src := hfWithTokenizer(t, "hello world, hello polysketch. ")
-	if err := os.WriteFile(filepath.Join(src, "tokenizer_config.json"), []byte(`{"chat_template": "{{ messages"}`), 0o644); err != nil {
+	// As a checkpoint written before import checked templates.
+	_, m := saveTiny(t, "softmax", 16)
+	ck := filepath.Join(t.TempDir(), "ck")
+	if err := checkpoint.Save(ck, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"},
+		Files: map[string][]byte{"tokenizer_config.json": []byte(`{"chat_template": "{{ messages"}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	ck := filepath.Join(t.TempDir(), "ck")
-	runOK(t, "import", src, "--out", ck)
 	var out bytes.Buffer
 	err := run([]string{"serve", "--checkpoint", ck, "--addr", "127.0.0.1:0"}, &out)
 	if err == nil || !strings.HasPrefix(err.Error(), "serve: checkpoint "+ck+": chat_template: ") || strings.Count(err.Error(), "serve:") != 1 {
