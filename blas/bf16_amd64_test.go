@@ -147,3 +147,71 @@ func BenchmarkPeakAMX(b *testing.B) {
 	}
 	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 }
+
+// TestTDPBF16PS checks that amxEmulated, the model of TDPBF16PS that
+// the tests on CPUs without AMX run, computes what the AMX kernel does,
+// bit for bit: operands whose sums round differently in each order of
+// addition (so that the order the model claims is the instruction's),
+// and operands over the whole exponent range with zeros, Infs and NaNs
+// (so that sums overflow, flush and meet Inf of either sign); ragged
+// rows, strips and column masks; alpha and beta, and NaNs in C at beta
+// 0.
+func TestTDPBF16PS(t *testing.T) {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile {
+		t.Skip("this CPU has no AMX (amx_bf16, amx_tile): the instruction was not run (TestGemmBF16Tiles runs the tile driver on amxEmulated)")
+	}
+	if !amxPermitted() {
+		t.Skip("the OS refused the AMX tiles")
+	}
+	rng := rand.New(rand.NewPCG(85, 86))
+	mid := func() uint32 { // exponents 2⁻⁷..2⁸: sums that round
+		return uint32(rng.IntN(2))<<15 | uint32(120+rng.IntN(16))<<7 | uint32(rng.IntN(128))
+	}
+	n := 400
+	if testing.Short() {
+		n = 60
+	}
+	for it := 0; it < n; it++ {
+		gen := mid
+		if it%2 == 1 {
+			gen = func() uint32 { return randBF16Bits(rng) }
+		}
+		chunks, nstrips, rows := 1+rng.IntN(4), 1+rng.IntN(3), 1+rng.IntN(amxBlock)
+		cols := 1 + rng.IntN(nrBF16)
+		lda := chunks*16 + 16*rng.IntN(2)
+		a := make([]uint32, amxBlock*lda)
+		for i := range a {
+			a[i] = gen() | gen()<<16
+		}
+		bs := chunks * 16 * nrBF16
+		b := make([]uint32, nstrips*bs)
+		for i := range b {
+			b[i] = gen() | gen()<<16
+		}
+		alpha, beta := float32(1), float32(0)
+		if rng.IntN(2) == 0 {
+			alpha, beta = -0.75, 1.5
+		}
+		ldc := nstrips*nrBF16 + 3
+		c := make([]float32, amxBlock*ldc)
+		for i := range c {
+			c[i] = float32(rng.NormFloat64())
+			if beta == 0 {
+				c[i] = float32(math.NaN())
+			}
+		}
+		want := append([]float32(nil), c...)
+		got := append([]float32(nil), c...)
+		mask := colMask(cols)
+		tmp := make([]float32, amxBlock*nrBF16)
+		amxEmulated(a, lda, b, bs, nstrips, chunks, tmp, rows, want, ldc, alpha, beta, mask)
+		tilesAMX(a, lda, b, bs, nstrips, chunks, tmp, rows, got, ldc, alpha, beta, mask)
+		for i := range got {
+			g, w := got[i], want[i]
+			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w && i/ldc < rows && i%ldc < (nstrips-1)*nrBF16+cols) {
+				t.Fatalf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, alpha %v, beta %v): C[%d,%d] = %v (%#08x), model %v (%#08x)",
+					it, chunks, nstrips, rows, cols, alpha, beta, i/ldc, i%ldc, g, math.Float32bits(g), w, math.Float32bits(w))
+			}
+		}
+	}
+}

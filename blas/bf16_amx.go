@@ -60,7 +60,8 @@ func packAMX(kn *bf16Kernel, t Transpose, a General, k, i0, rows int, dst, tmp [
 
 // runTiles computes g (more than RowBlockBF16 rows) with kn.tiles on up
 // to threads goroutines, splitting C into items of row blocks by strip
-// chunks.
+// chunks. It works on a copy of g, which its goroutines share, so that
+// only this path moves the product to the heap.
 func (h gemmBF16) runTiles(threads int) {
 	g := &h
 	ws := bf16Pool.Get().(*bf16Workspace)
@@ -68,10 +69,6 @@ func (h gemmBF16) runTiles(threads int) {
 	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
-	if threads < 2 || g.m*g.n*g.k < parallelMin {
-		g.tileItem(ws, bp, 0, blocks, 0, nStr)
-		return
-	}
 	want := 3 * threads
 	rb := min(blocks, want)
 	cb := min(nStr, ceilDiv(want, rb))

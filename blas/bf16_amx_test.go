@@ -11,9 +11,12 @@ import (
 // amxEmulated models amxBF16 in Go, TDPBF16PS as Intel's pseudocode
 // describes it: within each instruction (16 pairs of k), the even and
 // the odd products of an element are summed apart from zero, each
-// product added with one rounding, and the two sums then added to the
-// accumulator. It lets the tile driver (packing, blocking, strides,
-// masks) be tested on CPUs without AMX; the instruction itself is not.
+// product added with one rounding (fmaBF16), then the two sums are added
+// together and their sum to the accumulator, each addition rounded once
+// and flushed below 2⁻¹²⁶. TestTDPBF16PS checks it against the
+// instruction where the CPU has AMX; on CPUs without AMX it lets the
+// tile driver (packing, blocking, strides, masks) be tested with the
+// instruction's bits.
 func amxEmulated(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32) {
 	for t := 0; t < nstrips; t++ {
 		strip := b[t*bs:]
@@ -27,7 +30,7 @@ func amxEmulated(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp [
 						even = fmaBF16(even, x&0xffff, y&0xffff)
 						odd = fmaBF16(odd, x>>16, y>>16)
 					}
-					acc = flush(flush(acc+even) + odd)
+					acc = flush(acc + flush(even+odd))
 				}
 				tmp[i*nrBF16+j] = acc
 			}
@@ -57,12 +60,17 @@ func flush(x float32) float32 {
 	return x
 }
 
+// emulatedTiles returns the portable kernel with emulated AMX tiles.
+func emulatedTiles() *bf16Kernel {
+	emu := *goBF16
+	emu.name, emu.tiles = "go+emulated-tiles", amxEmulated
+	return &emu
+}
+
 // tileKernels returns the kernels with tiles this CPU runs, and the
 // portable kernel with emulated tiles.
 func tileKernels() []*bf16Kernel {
-	emu := *goBF16
-	emu.name, emu.tiles = "go+emulated-tiles", amxEmulated
-	ks := []*bf16Kernel{&emu}
+	ks := []*bf16Kernel{emulatedTiles()}
 	for _, kn := range bf16Kernels() {
 		if kn.tiles != nil {
 			ks = append(ks, kn)

@@ -185,7 +185,14 @@ func (g *gemmBF16) run(threads int) {
 		return
 	}
 	if g.kn.tiles != nil && g.m > rowBlockBF16 {
-		g.runTiles(threads)
+		if threads > 1 && g.m*g.n*g.k >= parallelMin {
+			g.runTiles(threads)
+			return
+		}
+		ws := bf16Pool.Get().(*bf16Workspace)
+		g.tileItem(ws, g.packB(ws), 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
+		ws.pb = PackedBF16{}
+		bf16Pool.Put(ws)
 		return
 	}
 	if threads > 1 && g.split() {
