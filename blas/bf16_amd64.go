@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -22,7 +23,7 @@ var avx512BF16 = &bf16Kernel{name: "avx512bf16", mr: 14, mc: 168, tile: tileBF16
 // amxBF16Kernel is avx512BF16 with AMX tiles for products of more than
 // RowBlockBF16 rows.
 var amxBF16Kernel = &bf16Kernel{name: "amx", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, tiles: tilesAMX}
+	cvt: cvtBF16, inter: interBF16, tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
 // first.
@@ -67,13 +68,62 @@ var amxConfig = func() (c [64]byte) {
 	return c
 }()
 
-func tilesAMX(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32) {
-	_ = a[amxBlock*lda-1]
-	_ = a[chunks*16-1]
-	_ = b[(nstrips-1)*bs+chunks*16*nrBF16-1]
+func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch) {
+	_ = a[chunks*chunkWords-1]
+	_ = b[(nstrips-1)*bs+chunks*chunkWords-1]
 	_ = tmp[amxBlock*nrBF16-1]
-	_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
-	amxBF16(&amxConfig[0], &a[0], 4*lda, &b[0], 4*bs, nstrips, chunks, &tmp[0], rows, &c[0], ldc, alpha, beta, accumFlag(beta), mask)
+	var accp *float32
+	if mode&(amxLoad|amxStore) != 0 {
+		_ = acc[nstrips*amxBlock*nrBF16-1]
+		accp = &acc[0]
+	}
+	if mode&amxStore == 0 {
+		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
+		if mode&amxDirect != 0 {
+			_ = c[(amxBlock-1)*ldc+nstrips*nrBF16-1]
+		}
+	}
+	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
+}
+
+// prefetchAMX sets pf to fetch rows rows of cols floats, stride floats
+// apart, from data[0] on, in segments of 512 bytes. The addresses are
+// only hints: a prefetch never faults, and data stays referenced by the
+// product for as long as the kernel runs.
+func prefetchAMX(pf *amxPrefetch, data []float32, rows, cols, stride int) {
+	start := int(uintptr(unsafe.Pointer(&data[0])))
+	segs := ceilDiv(4*cols, 512)
+	*pf = amxPrefetch{start, start, segs, segs, rows, 4 * stride}
+}
+
+// packTilesAMX is packTilesGo with assembly for the chunks wholly within
+// k, of any rows of A as stored and of 32 rows of Aᵀ.
+func packTilesAMX(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32) {
+	dst = dst[:(c1-c0)*chunkWords]
+	n := max(0, min(c1, k/32)-c0) // chunks wholly within k
+	switch {
+	case n == 0:
+	case t == NoTrans:
+		_ = a.Data[(i0+rows-1)*a.Stride+32*(c0+n)-1]
+		src := a.Data[i0*a.Stride+32*c0:]
+		amxPackRows(&dst[0], &src[0], a.Stride, min(rows, 16), n)
+		if rows > 16 {
+			amxPackRows(&dst[16], &src[16*a.Stride], a.Stride, rows-16, n)
+		}
+		for c := 0; c < n && rows < amxBlock; c++ {
+			for i := rows; i < amxBlock; i++ {
+				clear(dst[c*chunkWords+tileRow(i) : c*chunkWords+tileRow(i)+16])
+			}
+		}
+	case rows == amxBlock:
+		_ = a.Data[(32*(c0+n)-1)*a.Stride+i0+amxBlock-1]
+		amxPackCols(&dst[0], &a.Data[32*c0*a.Stride+i0], a.Stride, n)
+	default:
+		n = 0
+	}
+	if c0+n < c1 {
+		packTilesGo(t, a, k, i0, rows, c0+n, c1, dst[n*chunkWords:])
+	}
 }
 
 func accumFlag(beta float32) int {

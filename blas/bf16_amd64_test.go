@@ -3,6 +3,7 @@
 package blas
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -153,9 +154,9 @@ func BenchmarkPeakAMX(b *testing.B) {
 // bit for bit: operands whose sums round differently in each order of
 // addition (so that the order the model claims is the instruction's),
 // and operands over the whole exponent range with zeros, Infs and NaNs
-// (so that sums overflow, flush and meet Inf of either sign); ragged
-// rows, strips and column masks; alpha and beta, and NaNs in C at beta
-// 0.
+// (so that sums overflow, flush and meet Inf of either sign); partial
+// sums loaded and stored; ragged rows, strips and column masks; alpha
+// and beta, and NaNs in C at beta 0.
 func TestTDPBF16PS(t *testing.T) {
 	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile {
 		t.Skip("this CPU has no AMX (amx_bf16, amx_tile): the instruction was not run (TestGemmBF16Tiles runs the tile driver on amxEmulated)")
@@ -169,7 +170,7 @@ func TestTDPBF16PS(t *testing.T) {
 	}
 	n := 400
 	if testing.Short() {
-		n = 60
+		n = 80
 	}
 	for it := 0; it < n; it++ {
 		gen := mid
@@ -178,19 +179,32 @@ func TestTDPBF16PS(t *testing.T) {
 		}
 		chunks, nstrips, rows := 1+rng.IntN(4), 1+rng.IntN(3), 1+rng.IntN(amxBlock)
 		cols := 1 + rng.IntN(nrBF16)
-		lda := chunks*16 + 16*rng.IntN(2)
-		a := make([]uint32, amxBlock*lda)
+		a := make([]uint32, chunks*chunkWords)
 		for i := range a {
 			a[i] = gen() | gen()<<16
 		}
-		bs := chunks * 16 * nrBF16
+		bs := (chunks + rng.IntN(2)) * chunkWords
 		b := make([]uint32, nstrips*bs)
 		for i := range b {
 			b[i] = gen() | gen()<<16
 		}
+		mode := []int{0, amxStore, amxLoad | amxStore, amxLoad}[rng.IntN(4)]
 		alpha, beta := float32(1), float32(0)
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 0:
 			alpha, beta = -0.75, 1.5
+			mode |= amxBeta
+		case 1:
+			if rng.IntN(2) == 0 {
+				rows, cols = amxBlock, nrBF16
+			}
+			if rows == amxBlock {
+				mode |= amxDirect
+			}
+		}
+		acc := make([]float32, nstrips*1024)
+		for i := range acc {
+			acc[i] = math.Float32frombits(gen()<<16 | uint32(rng.IntN(1<<16)))
 		}
 		ldc := nstrips*nrBF16 + 3
 		c := make([]float32, amxBlock*ldc)
@@ -200,17 +214,25 @@ func TestTDPBF16PS(t *testing.T) {
 				c[i] = float32(math.NaN())
 			}
 		}
-		want := append([]float32(nil), c...)
-		got := append([]float32(nil), c...)
+		want, wantAcc := append([]float32(nil), c...), append([]float32(nil), acc...)
+		got, gotAcc := append([]float32(nil), c...), append([]float32(nil), acc...)
 		mask := colMask(cols)
 		tmp := make([]float32, amxBlock*nrBF16)
-		amxEmulated(a, lda, b, bs, nstrips, chunks, tmp, rows, want, ldc, alpha, beta, mask)
-		tilesAMX(a, lda, b, bs, nstrips, chunks, tmp, rows, got, ldc, alpha, beta, mask)
+		amxEmulated(a, b, bs, nstrips, chunks, wantAcc, mode, want, ldc, rows, alpha, beta, mask, tmp, nil)
+		var pf amxPrefetch
+		prefetchAMX(&pf, c, amxBlock, ldc, ldc) // anything: prefetching changes no result
+		tilesAMX(a, b, bs, nstrips, chunks, gotAcc, mode, got, ldc, rows, alpha, beta, mask, tmp, &pf)
+		what := fmt.Sprintf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, mode %#x, alpha %v, beta %v)", it, chunks, nstrips, rows, cols, mode, alpha, beta)
 		for i := range got {
 			g, w := got[i], want[i]
 			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w && i/ldc < rows && i%ldc < (nstrips-1)*nrBF16+cols) {
-				t.Fatalf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, alpha %v, beta %v): C[%d,%d] = %v (%#08x), model %v (%#08x)",
-					it, chunks, nstrips, rows, cols, alpha, beta, i/ldc, i%ldc, g, math.Float32bits(g), w, math.Float32bits(w))
+				t.Fatalf("%s: C[%d,%d] = %v (%#08x), model %v (%#08x)", what, i/ldc, i%ldc, g, math.Float32bits(g), w, math.Float32bits(w))
+			}
+		}
+		for i := range gotAcc {
+			g, w := gotAcc[i], wantAcc[i]
+			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+				t.Fatalf("%s: partial sum %d = %v (%#08x), model %v (%#08x)", what, i, g, math.Float32bits(g), w, math.Float32bits(w))
 			}
 		}
 	}

@@ -28,11 +28,16 @@ type bf16Kernel struct {
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
 	// tiles, where not nil, computes products of more than RowBlockBF16
-	// rows in blocks of 32 (AMX; see bf16_amx.go).
-	tiles tilesFunc
+	// rows in blocks of 32 (AMX; see bf16_amx.go), from A converted by
+	// packTiles.
+	tiles     tilesFunc
+	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
+	// prefetch, where not nil, sets pf to fetch rows rows of cols
+	// elements, stride apart, from data[0] on.
+	prefetch func(pf *amxPrefetch, data []float32, rows, cols, stride int)
 }
 
-var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
+var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo, packTiles: packTilesGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
 // the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
@@ -148,9 +153,10 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // bf16Workspace holds a product's packed operands; pooled so that calls
 // in a steady state do not allocate.
 type bf16Workspace struct {
-	a, b, t []uint32
-	tmp     []float32
-	pb      PackedBF16
+	a, b, t  []uint32
+	tmp, acc []float32
+	pb       PackedBF16
+	pf       amxPrefetch
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}

@@ -112,11 +112,25 @@ func vdpbf16psLoop(n int)
 // vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).
 func vfmaddLoop(n int)
 
-// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles
-// (TDPBF16PS); see package _asm.
+// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums
+// of them, with AMX tiles (TDPBF16PS); see package _asm.
 //
 //go:noescape
-func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+
+// amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],
+// src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,
+// c < chunks, p < 16.
+//
+//go:noescape
+func amxPackRows(dst *uint32, src *float32, lda int, rows int, chunks int)
+
+// amxPackCols sets dst[512c + 32(i mod 16) + 16(i div 16) + p] to the bf16 pair
+// (src[(32c + 2p)·lda + i], src[(32c + 2p + 1)·lda + i]) rounded by
+// VCVTNE2PS2BF16, for i < 32, c < chunks, p < 16.
+//
+//go:noescape
+func amxPackCols(dst *uint32, src *float32, lda int, chunks int)
 
 // tdpbf16psLoop runs 4·n TDPBF16PS on tiles configured by cfg (16×64 bytes
 // each: 16·16·32·2 flops per instruction), then releases the tiles.

@@ -9938,25 +9938,78 @@ fma_loop:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
-// Requires: AVX, AVX512F
-TEXT ·amxBF16(SB), NOSPLIT, $0-108
+// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI
 
 	// bf16enc: ldtilecfg [rdi]
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x78
-	BYTE $0x49
-	BYTE $0x07
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), DX
-	MOVQ b+24(FP), R8
-	MOVQ $0x00000080, R9
-	MOVQ nstrips+40(FP), R12
-	MOVQ c+72(FP), R13
+	BYTE         $0xc4
+	BYTE         $0xe2
+	BYTE         $0x78
+	BYTE         $0x49
+	BYTE         $0x07
+	MOVQ         a+8(FP), AX
+	MOVQ         b+16(FP), R9
+	MOVQ         pf+112(FP), R14
+	MOVQ         $0x00000080, R15
+	MOVQ         nstrips+32(FP), R12
+	MOVQ         c+64(FP), R13
+	MOVQ         acc+48(FP), DI
+	MOVQ         mode+56(FP), BX
+	MOVQ         ldc+72(FP), DX
+	SHLQ         $0x02, DX
+	VBROADCASTSS alpha+88(FP), Z30
+	VBROADCASTSS beta+92(FP), Z31
 
 amx_strip:
+	MOVQ  mode+56(FP), BX
+	TESTQ $0x00000001, BX
+	JZ    amx_zero
+
+	// bf16enc: tileloadd tmm0, [rdi+r15*1]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x3f
+
+	// bf16enc: tileloadd tmm1, [rdi+r15*1+64]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x3f
+	BYTE $0x40
+
+	// bf16enc: tileloadd tmm2, [rdi+r15*1+2048]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x3f
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+
+	// bf16enc: tileloadd tmm3, [rdi+r15*1+2112]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x3f
+	BYTE $0x40
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	JMP  amx_chunks
+
+amx_zero:
 	// bf16enc: tilezero tmm0
 	BYTE $0xc4
 	BYTE $0xe2
@@ -9984,45 +10037,53 @@ amx_strip:
 	BYTE $0x7b
 	BYTE $0x49
 	BYTE $0xd8
-	MOVQ SI, AX
-	LEAQ (SI)(DX*8), BX
-	LEAQ (BX)(DX*8), BX
-	MOVQ R8, R10
-	LEAQ 64(R8), R11
-	MOVQ chunks+48(FP), CX
+
+amx_chunks:
+	TESTQ $0x00000002, BX
+	JNZ   amx_nocpf
+	CMPQ  R12, $0x01
+	JE    amx_nocpf
+	LEAQ  128(R13), BX
+	JMP   amx_cpf
+
+amx_nocpf:
+	XORL BX, BX
+
+amx_cpf:
+	MOVQ AX, SI
+	MOVQ R9, R8
+	MOVQ chunks+40(FP), CX
 
 amx_chunk:
-	// bf16enc: tileloadd tmm4, [rax+rdx*1]
+	// bf16enc: tileloadd tmm4, [rsi+r15*1]
 	BYTE $0xc4
-	BYTE $0xe2
+	BYTE $0xa2
 	BYTE $0x7b
 	BYTE $0x4b
 	BYTE $0x24
-	BYTE $0x10
+	BYTE $0x3e
 
-	// bf16enc: tileloadd tmm5, [rbx+rdx*1]
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x2c
-	BYTE $0x13
-
-	// bf16enc: tileloadd tmm6, [r10+r9*1]
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x34
-	BYTE $0x0a
-
-	// bf16enc: tileloadd tmm7, [r11+r9*1]
-	BYTE $0xc4
-	BYTE $0x82
-	BYTE $0x7b
-	BYTE $0x4b
-	BYTE $0x3c
-	BYTE $0x0b
+	// bf16enc: tileloadd tmm6, [r8+r15*1]
+	BYTE       $0xc4
+	BYTE       $0x82
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x34
+	BYTE       $0x38
+	MOVQ       bs+24(FP), R10
+	ADDQ       R9, R10
+	MOVQ       R8, R11
+	ADDQ       $0x00000800, R11
+	CMPQ       CX, $0x01
+	CMOVQEQ    R10, R11
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	PREFETCHT0 256(R11)
+	PREFETCHT0 320(R11)
+	PREFETCHT0 384(R11)
+	PREFETCHT0 448(R11)
 
 	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
 	BYTE $0xc4
@@ -10031,6 +10092,23 @@ amx_chunk:
 	BYTE $0x5c
 	BYTE $0xc4
 
+	// bf16enc: tileloadd tmm7, [r8+r15*1+64]
+	BYTE       $0xc4
+	BYTE       $0x82
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x7c
+	BYTE       $0x38
+	BYTE       $0x40
+	PREFETCHT0 512(R11)
+	PREFETCHT0 576(R11)
+	PREFETCHT0 640(R11)
+	PREFETCHT0 704(R11)
+	PREFETCHT0 768(R11)
+	PREFETCHT0 832(R11)
+	PREFETCHT0 896(R11)
+	PREFETCHT0 960(R11)
+
 	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
 	BYTE $0xc4
 	BYTE $0xe2
@@ -10038,102 +10116,261 @@ amx_chunk:
 	BYTE $0x5c
 	BYTE $0xcc
 
+	// bf16enc: tileloadd tmm5, [rsi+r15*1+64]
+	BYTE       $0xc4
+	BYTE       $0xa2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x6c
+	BYTE       $0x3e
+	BYTE       $0x40
+	PREFETCHT0 1024(R11)
+	PREFETCHT0 1088(R11)
+	PREFETCHT0 1152(R11)
+	PREFETCHT0 1216(R11)
+	PREFETCHT0 1280(R11)
+	PREFETCHT0 1344(R11)
+	PREFETCHT0 1408(R11)
+	PREFETCHT0 1472(R11)
+
 	// bf16enc: tdpbf16ps tmm2, tmm5, tmm6
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x4a
-	BYTE $0x5c
-	BYTE $0xd5
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x4a
+	BYTE       $0x5c
+	BYTE       $0xd5
+	PREFETCHT0 1536(R11)
+	PREFETCHT0 1600(R11)
+	PREFETCHT0 1664(R11)
+	PREFETCHT0 1728(R11)
+	PREFETCHT0 1792(R11)
+	PREFETCHT0 1856(R11)
+	PREFETCHT0 1920(R11)
+	PREFETCHT0 1984(R11)
+	TESTQ      BX, BX
+	JZ         amx_cdone
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	PREFETCHT0 (BX)(DX*1)
+	PREFETCHT0 64(BX)(DX*1)
+	LEAQ       (BX)(DX*2), BX
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	PREFETCHT0 (BX)(DX*1)
+	PREFETCHT0 64(BX)(DX*1)
+	LEAQ       (BX)(DX*2), BX
 
+amx_cdone:
+	MOVQ       (R14), R10
+	TESTQ      R10, R10
+	JZ         amx_nopf
+	PREFETCHT1 (R10)
+	PREFETCHT1 64(R10)
+	PREFETCHT1 128(R10)
+	PREFETCHT1 192(R10)
+	PREFETCHT1 256(R10)
+	PREFETCHT1 320(R10)
+	PREFETCHT1 384(R10)
+	PREFETCHT1 448(R10)
+	ADDQ       $0x00000200, R10
+	DECQ       16(R14)
+	JNZ        amx_pfnext
+	MOVQ       8(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JNZ        amx_pfnext
+	XORL       R10, R10
+
+amx_pfnext:
+	MOVQ R10, (R14)
+
+amx_nopf:
 	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
-	BYTE $0xc4
-	BYTE $0xe2
-	BYTE $0x42
-	BYTE $0x5c
-	BYTE $0xdd
-	ADDQ $0x40, AX
-	ADDQ $0x40, BX
-	ADDQ $0x00000800, R10
-	ADDQ $0x00000800, R11
-	DECQ CX
-	JNZ  amx_chunk
-	MOVQ tmp+56(FP), DI
+	BYTE  $0xc4
+	BYTE  $0xe2
+	BYTE  $0x42
+	BYTE  $0x5c
+	BYTE  $0xdd
+	ADDQ  $0x00000800, SI
+	ADDQ  $0x00000800, R8
+	DECQ  CX
+	JNZ   amx_chunk
+	MOVQ  mode+56(FP), BX
+	TESTQ $0x00000002, BX
+	JZ    amx_finish
 
-	// bf16enc: tilestored [rdi+r9*1], tmm0
+	// bf16enc: tilestored [rdi+r15*1], tmm0
 	BYTE $0xc4
 	BYTE $0xa2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x04
-	BYTE $0x0f
-	LEAQ 64(DI), R10
+	BYTE $0x3f
 
-	// bf16enc: tilestored [r10+r9*1], tmm1
+	// bf16enc: tilestored [rdi+r15*1+64], tmm1
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xa2
 	BYTE $0x7a
 	BYTE $0x4b
-	BYTE $0x0c
-	BYTE $0x0a
-	LEAQ 2048(DI), R10
+	BYTE $0x4c
+	BYTE $0x3f
+	BYTE $0x40
 
-	// bf16enc: tilestored [r10+r9*1], tmm2
+	// bf16enc: tilestored [rdi+r15*1+2048], tmm2
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xa2
 	BYTE $0x7a
 	BYTE $0x4b
-	BYTE $0x14
-	BYTE $0x0a
-	LEAQ 2112(DI), R10
+	BYTE $0x94
+	BYTE $0x3f
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
 
-	// bf16enc: tilestored [r10+r9*1], tmm3
+	// bf16enc: tilestored [rdi+r15*1+2112], tmm3
 	BYTE $0xc4
-	BYTE $0x82
+	BYTE $0xa2
 	BYTE $0x7a
 	BYTE $0x4b
-	BYTE $0x1c
-	BYTE $0x0a
+	BYTE $0x9c
+	BYTE $0x3f
+	BYTE $0x40
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	JMP  amx_next
+
+amx_finish:
 	MOVL $0xffffffff, R10
 	CMPQ R12, $0x01
 	JNE  amx_mask
-	MOVL mask+104(FP), R10
+	MOVL mask+96(FP), R10
 
 amx_mask:
-	KMOVW        R10, K1
-	SHRL         $0x10, R10
-	KMOVW        R10, K2
-	VBROADCASTSS alpha+88(FP), Z30
-	VBROADCASTSS beta+92(FP), Z31
-	MOVQ         rows+64(FP), CX
-	MOVQ         ldc+80(FP), R11
-	SHLQ         $0x02, R11
-	MOVQ         R13, R10
-	MOVQ         accum+96(FP), BX
+	TESTQ $0x00000004, BX
+	JZ    amx_tmp
+	CMPL  R10, $0xffffffff
+	JNE   amx_tmp
+
+	// bf16enc: tilestored [r13+rdx*1], tmm0
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x44
+	BYTE $0x15
+	BYTE $0x00
+
+	// bf16enc: tilestored [r13+rdx*1+64], tmm1
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x15
+	BYTE $0x40
+	MOVQ DX, R11
+	SHLQ $0x04, R11
+	ADDQ R13, R11
+
+	// bf16enc: tilestored [r11+rdx*1], tmm2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x13
+
+	// bf16enc: tilestored [r11+rdx*1+64], tmm3
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x5c
+	BYTE $0x13
+	BYTE $0x40
+	JMP  amx_next
+
+amx_tmp:
+	KMOVW R10, K1
+	SHRL  $0x10, R10
+	KMOVW R10, K2
+	MOVQ  tmp+104(FP), R10
+
+	// bf16enc: tilestored [r10+r15*1], tmm0
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x3a
+
+	// bf16enc: tilestored [r10+r15*1+64], tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x3a
+	BYTE $0x40
+
+	// bf16enc: tilestored [r10+r15*1+2048], tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x3a
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+
+	// bf16enc: tilestored [r10+r15*1+2112], tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x3a
+	BYTE $0x40
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	MOVQ rows+80(FP), CX
+	MOVQ R13, R11
 
 amx_row:
-	VMULPS    (DI), Z30, Z0
-	VMULPS    64(DI), Z30, Z1
-	TESTQ     BX, BX
+	VMULPS    (R10), Z30, Z0
+	VMULPS    64(R10), Z30, Z1
+	TESTQ     $0x00000008, BX
 	JZ        amx_store
-	VMOVUPS.Z (R10), K1, Z2
-	VMOVUPS.Z 64(R10), K2, Z3
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
 	VMULPS    Z31, Z2, Z2
 	VMULPS    Z31, Z3, Z3
 	VADDPS    Z2, Z0, Z0
 	VADDPS    Z3, Z1, Z1
 
 amx_store:
-	VMOVUPS Z0, K1, (R10)
-	VMOVUPS Z1, K2, 64(R10)
-	ADDQ    $0x00000080, DI
-	ADDQ    R11, R10
+	VMOVUPS Z0, K1, (R11)
+	VMOVUPS Z1, K2, 64(R11)
+	ADDQ    R15, R10
+	ADDQ    DX, R11
 	DECQ    CX
 	JNZ     amx_row
-	ADDQ    $0x00000080, R13
-	MOVQ    bs+32(FP), CX
-	ADDQ    CX, R8
-	DECQ    R12
-	JNZ     amx_strip
+
+amx_next:
+	ADDQ $0x00001000, DI
+	ADDQ $0x00000080, R13
+	MOVQ bs+24(FP), CX
+	ADDQ CX, R9
+	DECQ R12
+	JNZ  amx_strip
 
 	// bf16enc: tilerelease
 	BYTE $0xc4
@@ -10141,6 +10378,617 @@ amx_store:
 	BYTE $0x78
 	BYTE $0x49
 	BYTE $0xc0
+	VZEROUPPER
+	RET
+
+// func amxPackRows(dst *uint32, src *float32, lda int, rows int, chunks int)
+// Requires: AVX, AVX512F
+TEXT ·amxPackRows(SB), NOSPLIT, $0-40
+	MOVQ  dst+0(FP), DI
+	MOVQ  src+8(FP), SI
+	MOVQ  lda+16(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  rows+24(FP), BX
+	TESTQ BX, BX
+	JZ    rows_done
+
+rows_row:
+	MOVQ chunks+32(FP), CX
+	MOVQ SI, R8
+	MOVQ DI, R9
+
+rows_chunk:
+	VMOVUPS (R8), Z1
+	VMOVUPS 64(R8), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS Z0, (R9)
+	ADDQ    $0x80, R8
+	ADDQ    $0x00000800, R9
+	DECQ    CX
+	JNZ     rows_chunk
+	ADDQ    DX, SI
+	ADDQ    $0x80, DI
+	DECQ    BX
+	JNZ     rows_row
+
+rows_done:
+	VZEROUPPER
+	RET
+
+// func amxPackCols(dst *uint32, src *float32, lda int, chunks int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·amxPackCols(SB), NOSPLIT, $0-32
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    lda+16(FP), DX
+	SHLQ    $0x02, DX
+	VMOVUPS bf16interleave<>+0(SB), Z31
+	MOVQ    chunks+24(FP), CX
+	TESTQ   CX, CX
+	JZ      cols_done
+
+cols_chunk:
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc0
+	VPERMW  Z0, Z31, Z0
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc8
+	VPERMW  Z1, Z31, Z1
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm2, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd0
+	VPERMW  Z2, Z31, Z2
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm3, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd8
+	VPERMW  Z3, Z31, Z3
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm4, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe0
+	VPERMW  Z4, Z31, Z4
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm5, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe8
+	VPERMW  Z5, Z31, Z5
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm6, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf0
+	VPERMW  Z6, Z31, Z6
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm7, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf8
+	VPERMW  Z7, Z31, Z7
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm8, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc0
+	VPERMW  Z8, Z31, Z8
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm9, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc8
+	VPERMW  Z9, Z31, Z9
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm10, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd0
+	VPERMW  Z10, Z31, Z10
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm11, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd8
+	VPERMW  Z11, Z31, Z11
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm12, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe0
+	VPERMW  Z12, Z31, Z12
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm13, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe8
+	VPERMW  Z13, Z31, Z13
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm14, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf0
+	VPERMW  Z14, Z31, Z14
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS (R8), Z16
+	VMOVUPS (R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm15, zmm17, zmm16
+	BYTE        $0x62
+	BYTE        $0x32
+	BYTE        $0x77
+	BYTE        $0x40
+	BYTE        $0x72
+	BYTE        $0xf8
+	VPERMW      Z15, Z31, Z15
+	LEAQ        (R8)(DX*2), R8
+	VPUNPCKLDQ  Z1, Z0, Z16
+	VPUNPCKHDQ  Z1, Z0, Z17
+	VPUNPCKLDQ  Z3, Z2, Z18
+	VPUNPCKHDQ  Z3, Z2, Z19
+	VPUNPCKLDQ  Z5, Z4, Z20
+	VPUNPCKHDQ  Z5, Z4, Z21
+	VPUNPCKLDQ  Z7, Z6, Z22
+	VPUNPCKHDQ  Z7, Z6, Z23
+	VPUNPCKLDQ  Z9, Z8, Z24
+	VPUNPCKHDQ  Z9, Z8, Z25
+	VPUNPCKLDQ  Z11, Z10, Z26
+	VPUNPCKHDQ  Z11, Z10, Z27
+	VPUNPCKLDQ  Z13, Z12, Z28
+	VPUNPCKHDQ  Z13, Z12, Z29
+	VPUNPCKLDQ  Z15, Z14, Z30
+	VPUNPCKHDQ  Z15, Z14, Z0
+	VPUNPCKLQDQ Z18, Z16, Z1
+	VPUNPCKHQDQ Z18, Z16, Z2
+	VPUNPCKLQDQ Z19, Z17, Z3
+	VPUNPCKHQDQ Z19, Z17, Z4
+	VPUNPCKLQDQ Z22, Z20, Z5
+	VPUNPCKHQDQ Z22, Z20, Z6
+	VPUNPCKLQDQ Z23, Z21, Z7
+	VPUNPCKHQDQ Z23, Z21, Z8
+	VPUNPCKLQDQ Z26, Z24, Z9
+	VPUNPCKHQDQ Z26, Z24, Z10
+	VPUNPCKLQDQ Z27, Z25, Z11
+	VPUNPCKHQDQ Z27, Z25, Z12
+	VPUNPCKLQDQ Z30, Z28, Z13
+	VPUNPCKHQDQ Z30, Z28, Z14
+	VPUNPCKLQDQ Z0, Z29, Z15
+	VPUNPCKHQDQ Z0, Z29, Z16
+	VSHUFI32X4  $0x88, Z5, Z1, Z18
+	VSHUFI32X4  $0xdd, Z5, Z1, Z17
+	VSHUFI32X4  $0x88, Z13, Z9, Z19
+	VSHUFI32X4  $0xdd, Z13, Z9, Z20
+	VSHUFI32X4  $0x88, Z19, Z18, Z22
+	VSHUFI32X4  $0xdd, Z19, Z18, Z21
+	VSHUFI32X4  $0x88, Z20, Z17, Z23
+	VSHUFI32X4  $0xdd, Z20, Z17, Z24
+	VSHUFI32X4  $0x88, Z6, Z2, Z26
+	VSHUFI32X4  $0xdd, Z6, Z2, Z25
+	VSHUFI32X4  $0x88, Z14, Z10, Z27
+	VSHUFI32X4  $0xdd, Z14, Z10, Z28
+	VSHUFI32X4  $0x88, Z27, Z26, Z30
+	VSHUFI32X4  $0xdd, Z27, Z26, Z29
+	VSHUFI32X4  $0x88, Z28, Z25, Z0
+	VSHUFI32X4  $0xdd, Z28, Z25, Z1
+	VSHUFI32X4  $0x88, Z7, Z3, Z5
+	VSHUFI32X4  $0xdd, Z7, Z3, Z9
+	VSHUFI32X4  $0x88, Z15, Z11, Z13
+	VSHUFI32X4  $0xdd, Z15, Z11, Z18
+	VSHUFI32X4  $0x88, Z13, Z5, Z19
+	VSHUFI32X4  $0xdd, Z13, Z5, Z17
+	VSHUFI32X4  $0x88, Z18, Z9, Z20
+	VSHUFI32X4  $0xdd, Z18, Z9, Z2
+	VSHUFI32X4  $0x88, Z8, Z4, Z6
+	VSHUFI32X4  $0xdd, Z8, Z4, Z10
+	VSHUFI32X4  $0x88, Z16, Z12, Z14
+	VSHUFI32X4  $0xdd, Z16, Z12, Z26
+	VSHUFI32X4  $0x88, Z14, Z6, Z27
+	VSHUFI32X4  $0xdd, Z14, Z6, Z25
+	VSHUFI32X4  $0x88, Z26, Z10, Z28
+	VSHUFI32X4  $0xdd, Z26, Z10, Z3
+	VMOVUPS     Z22, (DI)
+	VMOVUPS     Z30, 128(DI)
+	VMOVUPS     Z19, 256(DI)
+	VMOVUPS     Z27, 384(DI)
+	VMOVUPS     Z23, 512(DI)
+	VMOVUPS     Z0, 640(DI)
+	VMOVUPS     Z20, 768(DI)
+	VMOVUPS     Z28, 896(DI)
+	VMOVUPS     Z21, 1024(DI)
+	VMOVUPS     Z29, 1152(DI)
+	VMOVUPS     Z17, 1280(DI)
+	VMOVUPS     Z25, 1408(DI)
+	VMOVUPS     Z24, 1536(DI)
+	VMOVUPS     Z1, 1664(DI)
+	VMOVUPS     Z2, 1792(DI)
+	VMOVUPS     Z3, 1920(DI)
+	MOVQ        SI, R8
+	VMOVUPS     64(R8), Z16
+	VMOVUPS     64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc0
+	VPERMW  Z0, Z31, Z0
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc8
+	VPERMW  Z1, Z31, Z1
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm2, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd0
+	VPERMW  Z2, Z31, Z2
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm3, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd8
+	VPERMW  Z3, Z31, Z3
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm4, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe0
+	VPERMW  Z4, Z31, Z4
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm5, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe8
+	VPERMW  Z5, Z31, Z5
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm6, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf0
+	VPERMW  Z6, Z31, Z6
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm7, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0xb2
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf8
+	VPERMW  Z7, Z31, Z7
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm8, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc0
+	VPERMW  Z8, Z31, Z8
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm9, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xc8
+	VPERMW  Z9, Z31, Z9
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm10, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd0
+	VPERMW  Z10, Z31, Z10
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm11, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xd8
+	VPERMW  Z11, Z31, Z11
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm12, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe0
+	VPERMW  Z12, Z31, Z12
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm13, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xe8
+	VPERMW  Z13, Z31, Z13
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm14, zmm17, zmm16
+	BYTE    $0x62
+	BYTE    $0x32
+	BYTE    $0x77
+	BYTE    $0x40
+	BYTE    $0x72
+	BYTE    $0xf0
+	VPERMW  Z14, Z31, Z14
+	LEAQ    (R8)(DX*2), R8
+	VMOVUPS 64(R8), Z16
+	VMOVUPS 64(R8)(DX*1), Z17
+
+	// bf16enc: vcvtne2ps2bf16 zmm15, zmm17, zmm16
+	BYTE        $0x62
+	BYTE        $0x32
+	BYTE        $0x77
+	BYTE        $0x40
+	BYTE        $0x72
+	BYTE        $0xf8
+	VPERMW      Z15, Z31, Z15
+	LEAQ        (R8)(DX*2), R8
+	VPUNPCKLDQ  Z1, Z0, Z16
+	VPUNPCKHDQ  Z1, Z0, Z17
+	VPUNPCKLDQ  Z3, Z2, Z18
+	VPUNPCKHDQ  Z3, Z2, Z19
+	VPUNPCKLDQ  Z5, Z4, Z20
+	VPUNPCKHDQ  Z5, Z4, Z21
+	VPUNPCKLDQ  Z7, Z6, Z22
+	VPUNPCKHDQ  Z7, Z6, Z23
+	VPUNPCKLDQ  Z9, Z8, Z24
+	VPUNPCKHDQ  Z9, Z8, Z25
+	VPUNPCKLDQ  Z11, Z10, Z26
+	VPUNPCKHDQ  Z11, Z10, Z27
+	VPUNPCKLDQ  Z13, Z12, Z28
+	VPUNPCKHDQ  Z13, Z12, Z29
+	VPUNPCKLDQ  Z15, Z14, Z30
+	VPUNPCKHDQ  Z15, Z14, Z0
+	VPUNPCKLQDQ Z18, Z16, Z1
+	VPUNPCKHQDQ Z18, Z16, Z2
+	VPUNPCKLQDQ Z19, Z17, Z3
+	VPUNPCKHQDQ Z19, Z17, Z4
+	VPUNPCKLQDQ Z22, Z20, Z5
+	VPUNPCKHQDQ Z22, Z20, Z6
+	VPUNPCKLQDQ Z23, Z21, Z7
+	VPUNPCKHQDQ Z23, Z21, Z8
+	VPUNPCKLQDQ Z26, Z24, Z9
+	VPUNPCKHQDQ Z26, Z24, Z10
+	VPUNPCKLQDQ Z27, Z25, Z11
+	VPUNPCKHQDQ Z27, Z25, Z12
+	VPUNPCKLQDQ Z30, Z28, Z13
+	VPUNPCKHQDQ Z30, Z28, Z14
+	VPUNPCKLQDQ Z0, Z29, Z15
+	VPUNPCKHQDQ Z0, Z29, Z16
+	VSHUFI32X4  $0x88, Z5, Z1, Z18
+	VSHUFI32X4  $0xdd, Z5, Z1, Z17
+	VSHUFI32X4  $0x88, Z13, Z9, Z19
+	VSHUFI32X4  $0xdd, Z13, Z9, Z20
+	VSHUFI32X4  $0x88, Z19, Z18, Z22
+	VSHUFI32X4  $0xdd, Z19, Z18, Z21
+	VSHUFI32X4  $0x88, Z20, Z17, Z23
+	VSHUFI32X4  $0xdd, Z20, Z17, Z24
+	VSHUFI32X4  $0x88, Z6, Z2, Z26
+	VSHUFI32X4  $0xdd, Z6, Z2, Z25
+	VSHUFI32X4  $0x88, Z14, Z10, Z27
+	VSHUFI32X4  $0xdd, Z14, Z10, Z28
+	VSHUFI32X4  $0x88, Z27, Z26, Z30
+	VSHUFI32X4  $0xdd, Z27, Z26, Z29
+	VSHUFI32X4  $0x88, Z28, Z25, Z0
+	VSHUFI32X4  $0xdd, Z28, Z25, Z1
+	VSHUFI32X4  $0x88, Z7, Z3, Z5
+	VSHUFI32X4  $0xdd, Z7, Z3, Z9
+	VSHUFI32X4  $0x88, Z15, Z11, Z13
+	VSHUFI32X4  $0xdd, Z15, Z11, Z18
+	VSHUFI32X4  $0x88, Z13, Z5, Z19
+	VSHUFI32X4  $0xdd, Z13, Z5, Z17
+	VSHUFI32X4  $0x88, Z18, Z9, Z20
+	VSHUFI32X4  $0xdd, Z18, Z9, Z2
+	VSHUFI32X4  $0x88, Z8, Z4, Z6
+	VSHUFI32X4  $0xdd, Z8, Z4, Z10
+	VSHUFI32X4  $0x88, Z16, Z12, Z14
+	VSHUFI32X4  $0xdd, Z16, Z12, Z26
+	VSHUFI32X4  $0x88, Z14, Z6, Z27
+	VSHUFI32X4  $0xdd, Z14, Z6, Z25
+	VSHUFI32X4  $0x88, Z26, Z10, Z28
+	VSHUFI32X4  $0xdd, Z26, Z10, Z3
+	VMOVUPS     Z22, 64(DI)
+	VMOVUPS     Z30, 192(DI)
+	VMOVUPS     Z19, 320(DI)
+	VMOVUPS     Z27, 448(DI)
+	VMOVUPS     Z23, 576(DI)
+	VMOVUPS     Z0, 704(DI)
+	VMOVUPS     Z20, 832(DI)
+	VMOVUPS     Z28, 960(DI)
+	VMOVUPS     Z21, 1088(DI)
+	VMOVUPS     Z29, 1216(DI)
+	VMOVUPS     Z17, 1344(DI)
+	VMOVUPS     Z25, 1472(DI)
+	VMOVUPS     Z24, 1600(DI)
+	VMOVUPS     Z1, 1728(DI)
+	VMOVUPS     Z2, 1856(DI)
+	VMOVUPS     Z3, 1984(DI)
+	MOVQ        DX, R8
+	SHLQ        $0x05, R8
+	ADDQ        R8, SI
+	ADDQ        $0x00000800, DI
+	DECQ        CX
+	JNZ         cols_chunk
+
+cols_done:
 	VZEROUPPER
 	RET
 

@@ -28,6 +28,7 @@ func bf16Kernels() {
 	interleaveBF16()
 	peakLoops()
 	amxBF16()
+	amxPack()
 	amxLoop()
 }
 
@@ -253,6 +254,9 @@ func cvtBF16() {
 	RET()
 }
 
+// interleaveIdx is the table of VPERMW indices of interleaveBF16.
+var interleaveIdx Mem
+
 // interleaveBF16 generates the packing of two rows into pairs (rows 2p
 // and 2p+1 of B as stored, or of A transposed: the pairs' two elements
 // lie a row apart).
@@ -263,6 +267,7 @@ func interleaveBF16() {
 		DATA(4*j, U16(j))
 		DATA(4*j+2, U16(16+j))
 	}
+	interleaveIdx = idx
 
 	TEXT("interleaveBF16AVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, blocks int)")
 	Pragma("noescape")
@@ -327,118 +332,378 @@ func peakLoops() {
 	RET()
 }
 
-// amxBF16 generates the AMX kernel: for a block of 32 rows of A (bf16
-// pairs, rows lda bytes apart, padded with zero rows and pairs) and
+// The modes of amxBF16, bits of its mode argument (as amxLoad etc. in
+// package blas).
+const (
+	amxLoad   = 1 // start from the partial sums in acc, not from zero
+	amxStore  = 2 // end by storing the sums to acc, not by finishing C
+	amxDirect = 4 // finish by storing the tiles into C (alpha 1, beta 0, 32 rows)
+	amxBeta   = 8 // finish with beta·C added
+)
+
+// The fields of package blas's amxPrefetch, by byte offset.
+const (
+	pfPtr    = 0  // the next segment of 512 bytes to prefetch; 0: none
+	pfRow    = 8  // the start of its row
+	pfSeg    = 16 // segments left in the row
+	pfSegs   = 24 // segments a row
+	pfRows   = 32 // rows left
+	pfStride = 40 // bytes from row to row
+)
+
+// amxBF16 generates the AMX kernel: for a block of 32 rows of A and
 // nstrips strips of packed B (bs bytes apart), it computes each 32×32
-// tile of C in four tile registers, 16 pairs of k (32 bf16) per
-// TDPBF16PS, stores it to tmp (32×32 floats) and writes alpha·tmp (+
-// beta·C) into the first rows rows of C, the last strip's columns under
-// mask. Tile state belongs to the OS thread, and Go moves goroutines
-// between threads between calls: each call loads the configuration,
-// computes, and releases the tiles.
+// tile of C in four tile registers over chunks chunks of 16 pairs of k
+// (32 elements), one TDPBF16PS per tile and chunk. A is packed in tile
+// order, chunk by chunk: 2 KB of 16 lines of 128 bytes, each line rows
+// r and r+16 (16 pairs each); B's strips are PackedBF16's, 2 KB a chunk
+// of 16 lines of 128 bytes, each line a pair row of 32 columns. Every
+// tile is 16 rows of 64 bytes 128 bytes apart, and an operand's two
+// tiles share their cache lines.
 //
-// Tiles: 0–3 accumulate C (rows 0–15 and 16–31 by columns 0–15 and
-// 16–31), 4–5 hold A's two 16-row halves, 6–7 B's two 16-column halves;
-// all 16 rows of 64 bytes (the configuration cfg is built in Go).
+// The sums start from zero, or (amxLoad) from acc, 32×32 floats a strip,
+// and end stored to acc (amxStore), so that a product's k may be split
+// into blocks whose operands stay in the caches; or they finish C: C =
+// alpha·sum (+ beta·C with amxBeta) in the first rows rows, the last
+// strip's columns under mask, through tmp (32×32 floats); or, with
+// amxDirect, stored into C as they are (alpha 1, beta 0, 32 rows, whole
+// strips). Storing and loading the sums is exact, so the split does not
+// change the bits.
+//
+// The tile unit multiplies faster than L2 delivers tiles, so while a
+// chunk multiplies, the next chunk of B (the next strip's first, after
+// the last) is fetched into L1, and a segment of 512 bytes of the next
+// block of A's rows (as the state pf says) into L2, so that converting
+// it does not wait on memory.
+//
+// Tile state belongs to the OS thread, and Go moves goroutines between
+// threads between calls: each call loads the configuration, computes,
+// and releases the tiles. Tiles: 0–3 accumulate C (rows 0–15 and 16–31
+// by columns 0–15 and 16–31), 4–5 hold A's two 16-row halves, 6–7 B's
+// two 16-column halves; all 16 rows of 64 bytes (the configuration cfg
+// is built in Go). Each operand tile is loaded just before its first
+// use, so that loads and products overlap.
 func amxBF16() {
-	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
+	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, pf *[6]int)")
 	Pragma("noescape")
-	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles",
-		"(TDPBF16PS); see package _asm.")
-	cfg := Load(Param("cfg"), RDI)
-	ldtilecfg(cfg)
-	a0, a16, lda := RAX, RBX, RDX
-	Load(Param("a"), RSI)
-	Load(Param("lda"), lda)
-	strip, b16 := R8, R9
+	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums",
+		"of them, with AMX tiles (TDPBF16PS); see package _asm.")
+	ldtilecfg(Load(Param("cfg"), RDI))
+	aBase, aCur := RAX, RSI
+	Load(Param("a"), aBase)
+	strip, bCur := R9, R8
 	Load(Param("b"), strip)
-	MOVQ(U32(128), b16)
-	nstr := R12
+	pfs, s128 := R14, R15
+	Load(Param("pf"), pfs)
+	MOVQ(U32(128), s128)
+	nstr, cptr, accp, mode, ldc := R12, R13, RDI, RBX, RDX
 	Load(Param("nstrips"), nstr)
-	c := R13
-	Load(Param("c"), c)
+	Load(Param("c"), cptr)
+	Load(Param("acc"), accp)
+	Load(Param("mode"), mode)
+	Load(Param("ldc"), ldc)
+	SHLQ(U8(2), ldc)
+	VBROADCASTSS(addr("alpha"), Z30)
+	VBROADCASTSS(addr("beta"), Z31)
 
 	Label("amx_strip")
+	Load(Param("mode"), mode)
+	TESTQ(U32(amxLoad), mode)
+	JZ(LabelRef("amx_zero"))
+	for t := 0; t < 4; t++ {
+		tileloadd(t, accp, s128, 2048*(t/2)+64*(t%2))
+	}
+	JMP(LabelRef("amx_chunks"))
+	Label("amx_zero")
 	for t := 0; t < 4; t++ {
 		tilezero(t)
 	}
-	MOVQ(RSI, a0)
-	LEAQ(Mem{Base: RSI, Index: lda, Scale: 8}, a16)
-	LEAQ(Mem{Base: a16, Index: lda, Scale: 8}, a16) // row 16
-	bp, bq := R10, R11
-	MOVQ(strip, bp)
-	LEAQ(Mem{Base: strip, Disp: 64}, bq)
+	Label("amx_chunks")
+	// In the k loop, mode's register walks the rows of the next strip's
+	// block of C, fetching them (no other core holds them: they come
+	// exclusive, ready for the stores) while the tiles multiply (0:
+	// nothing to fetch).
+	cpf := mode
+	TESTQ(U32(amxStore), mode)
+	JNZ(LabelRef("amx_nocpf"))
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("amx_nocpf"))
+	LEAQ(Mem{Base: cptr, Disp: 128}, cpf)
+	JMP(LabelRef("amx_cpf"))
+	Label("amx_nocpf")
+	XORL(cpf.As32(), cpf.As32())
+	Label("amx_cpf")
+	MOVQ(aBase, aCur)
+	MOVQ(strip, bCur)
 	Load(Param("chunks"), RCX)
 	Label("amx_chunk")
-	tileloadd(4, a0, lda)
-	tileloadd(5, a16, lda)
-	tileloadd(6, bp, b16)
-	tileloadd(7, bq, b16)
+	tileloadd(4, aCur, s128, 0)
+	tileloadd(6, bCur, s128, 0)
+	// B's next chunk: bCur+2 KB, or the next strip's first after the
+	// last.
+	next, pf := R10, R11
+	Load(Param("bs"), next)
+	ADDQ(strip, next)
+	MOVQ(bCur, pf)
+	ADDQ(U32(2048), pf)
+	CMPQ(RCX, U8(1))
+	CMOVQEQ(next, pf)
+	prefetchB := func(q int) {
+		for l := 8 * q; l < 8*q+8; l++ {
+			PREFETCHT0(Mem{Base: pf, Disp: 64 * l})
+		}
+	}
+	prefetchB(0)
 	tdpbf16ps(0, 4, 6)
+	tileloadd(7, bCur, s128, 64)
+	prefetchB(1)
 	tdpbf16ps(1, 4, 7)
+	tileloadd(5, aCur, s128, 64)
+	prefetchB(2)
 	tdpbf16ps(2, 5, 6)
+	prefetchB(3)
+	// Four rows of the next strip's C.
+	TESTQ(cpf, cpf)
+	JZ(LabelRef("amx_cdone"))
+	for r := 0; r < 2; r++ {
+		PREFETCHT0(Mem{Base: cpf})
+		PREFETCHT0(Mem{Base: cpf, Disp: 64})
+		PREFETCHT0(Mem{Base: cpf, Index: ldc, Scale: 1})
+		PREFETCHT0(Mem{Base: cpf, Index: ldc, Scale: 1, Disp: 64})
+		LEAQ(Mem{Base: cpf, Index: ldc, Scale: 2}, cpf)
+	}
+	Label("amx_cdone")
+	// A's next rows: a segment into L2, then on along the row, or to the
+	// next row.
+	seg := R10
+	MOVQ(Mem{Base: pfs, Disp: pfPtr}, seg)
+	TESTQ(seg, seg)
+	JZ(LabelRef("amx_nopf"))
+	for l := 0; l < 8; l++ {
+		PREFETCHT1(Mem{Base: seg, Disp: 64 * l})
+	}
+	ADDQ(U32(512), seg)
+	DECQ(Mem{Base: pfs, Disp: pfSeg})
+	JNZ(LabelRef("amx_pfnext"))
+	MOVQ(Mem{Base: pfs, Disp: pfRow}, seg)
+	ADDQ(Mem{Base: pfs, Disp: pfStride}, seg)
+	MOVQ(seg, Mem{Base: pfs, Disp: pfRow})
+	MOVQ(Mem{Base: pfs, Disp: pfSegs}, R11)
+	MOVQ(R11, Mem{Base: pfs, Disp: pfSeg})
+	DECQ(Mem{Base: pfs, Disp: pfRows})
+	JNZ(LabelRef("amx_pfnext"))
+	XORL(seg.As32(), seg.As32())
+	Label("amx_pfnext")
+	MOVQ(seg, Mem{Base: pfs, Disp: pfPtr})
+	Label("amx_nopf")
 	tdpbf16ps(3, 5, 7)
-	ADDQ(U8(64), a0)
-	ADDQ(U8(64), a16)
-	ADDQ(U32(16*128), bp)
-	ADDQ(U32(16*128), bq)
+	ADDQ(U32(2048), aCur)
+	ADDQ(U32(2048), bCur)
 	DECQ(RCX)
 	JNZ(LabelRef("amx_chunk"))
 
-	// The tile to tmp, rows 128 bytes apart.
-	Load(Param("tmp"), RDI)
-	tilestored(RDI, b16, 0)
-	LEAQ(Mem{Base: RDI, Disp: 64}, R10)
-	tilestored(R10, b16, 1)
-	LEAQ(Mem{Base: RDI, Disp: 16 * 128}, R10)
-	tilestored(R10, b16, 2)
-	LEAQ(Mem{Base: RDI, Disp: 16*128 + 64}, R10)
-	tilestored(R10, b16, 3)
+	Load(Param("mode"), mode)
+	TESTQ(U32(amxStore), mode)
+	JZ(LabelRef("amx_finish"))
+	for t := 0; t < 4; t++ {
+		tilestored(accp, s128, 2048*(t/2)+64*(t%2), t)
+	}
+	JMP(LabelRef("amx_next"))
 
-	// alpha·tmp (+ beta·C) into C, the columns under the mask on the
-	// last strip.
+	// The last strip takes its columns under the mask.
+	Label("amx_finish")
 	MOVL(U32(0xffffffff), R10L)
 	CMPQ(nstr, U8(1))
 	JNE(LabelRef("amx_mask"))
 	Load(Param("mask"), R10L)
 	Label("amx_mask")
+	TESTQ(U32(amxDirect), mode)
+	JZ(LabelRef("amx_tmp"))
+	CMPL(R10L, U32(0xffffffff))
+	JNE(LabelRef("amx_tmp"))
+	tilestored(cptr, ldc, 0, 0)
+	tilestored(cptr, ldc, 64, 1)
+	MOVQ(ldc, R11)
+	SHLQ(U8(4), R11)
+	ADDQ(cptr, R11)
+	tilestored(R11, ldc, 0, 2)
+	tilestored(R11, ldc, 64, 3)
+	JMP(LabelRef("amx_next"))
+
+	// alpha·sum (+ beta·C) into C through tmp, rows 128 bytes apart.
+	Label("amx_tmp")
 	KMOVW(R10L, K1)
 	SHRL(U8(16), R10L)
 	KMOVW(R10L, K2)
-	VBROADCASTSS(addr("alpha"), Z30)
-	VBROADCASTSS(addr("beta"), Z31)
+	Load(Param("tmp"), R10)
+	for t := 0; t < 4; t++ {
+		tilestored(R10, s128, 2048*(t/2)+64*(t%2), t)
+	}
 	Load(Param("rows"), RCX)
-	Load(Param("ldc"), R11)
-	SHLQ(U8(2), R11)
-	MOVQ(c, R10)
-	Load(Param("accum"), RBX)
+	MOVQ(cptr, R11)
 	Label("amx_row")
-	VMULPS(Mem{Base: RDI}, Z30, Z0)
-	VMULPS(Mem{Base: RDI, Disp: 64}, Z30, Z1)
-	TESTQ(RBX, RBX)
+	VMULPS(Mem{Base: R10}, Z30, Z0)
+	VMULPS(Mem{Base: R10, Disp: 64}, Z30, Z1)
+	TESTQ(U32(amxBeta), mode)
 	JZ(LabelRef("amx_store"))
-	VMOVUPS_Z(Mem{Base: R10}, K1, Z2)
-	VMOVUPS_Z(Mem{Base: R10, Disp: 64}, K2, Z3)
+	VMOVUPS_Z(Mem{Base: R11}, K1, Z2)
+	VMOVUPS_Z(Mem{Base: R11, Disp: 64}, K2, Z3)
 	VMULPS(Z31, Z2, Z2)
 	VMULPS(Z31, Z3, Z3)
 	VADDPS(Z2, Z0, Z0)
 	VADDPS(Z3, Z1, Z1)
 	Label("amx_store")
-	VMOVUPS(Z0, K1, Mem{Base: R10})
-	VMOVUPS(Z1, K2, Mem{Base: R10, Disp: 64})
-	ADDQ(U32(128), RDI)
-	ADDQ(R11, R10)
+	VMOVUPS(Z0, K1, Mem{Base: R11})
+	VMOVUPS(Z1, K2, Mem{Base: R11, Disp: 64})
+	ADDQ(s128, R10)
+	ADDQ(ldc, R11)
 	DECQ(RCX)
 	JNZ(LabelRef("amx_row"))
 
-	ADDQ(U32(128), c)
-	Load(Param("bs"), RCX)
-	ADDQ(RCX, strip)
+	Label("amx_next")
+	ADDQ(U32(4096), accp)
+	ADDQ(U32(128), cptr)
+	ADDQ(Load(Param("bs"), GP64()), strip)
 	DECQ(nstr)
 	JNZ(LabelRef("amx_strip"))
 	tilerelease()
 	VZEROUPPER()
 	RET()
+}
+
+// amxPack generates the packing of A for amxBF16, from float32 to bf16
+// pairs in tile order: chunk c, row i, pair p at dst[512c + 32(i mod 16)
+// + 16(i div 16) + p].
+//
+// amxPackRows reads op(A) = A, whose rows hold k contiguous: each row's
+// 32 elements of a chunk convert to its 16 pairs in one VCVTNE2PS2BF16;
+// it packs up to 16 rows, 128 bytes apart (called for rows 0–15 and
+// 16–31).
+// amxPackCols reads op(A) = Aᵀ, whose rows are A's columns: for a chunk,
+// the 32 rows of A (k) by 16 columns (rows of op(A)) convert and
+// interleave to 16 vectors of 16 pairs, one vector per pair p across 16
+// rows of op(A), which a 16×16 transpose of 32-bit words turns into one
+// vector per row of op(A).
+func amxPack() {
+	TEXT("amxPackRows", NOSPLIT, "func(dst *uint32, src *float32, lda, rows, chunks int)")
+	Pragma("noescape")
+	Doc("amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],",
+		"src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,",
+		"c < chunks, p < 16.")
+	dst, src, lda, rows := RDI, RSI, RDX, RBX
+	Load(Param("dst"), dst)
+	Load(Param("src"), src)
+	Load(Param("lda"), lda)
+	SHLQ(U8(2), lda)
+	Load(Param("rows"), rows)
+	TESTQ(rows, rows)
+	JZ(LabelRef("rows_done"))
+	Label("rows_row")
+	Load(Param("chunks"), RCX)
+	MOVQ(src, R8)
+	MOVQ(dst, R9)
+	Label("rows_chunk")
+	VMOVUPS(Mem{Base: R8}, Z1)
+	VMOVUPS(Mem{Base: R8, Disp: 64}, Z2)
+	vcvtne2ps2bf16(Z0, Z2, Z1)
+	VMOVUPS(Z0, Mem{Base: R9})
+	ADDQ(U8(128), R8)
+	ADDQ(U32(2048), R9)
+	DECQ(RCX)
+	JNZ(LabelRef("rows_chunk"))
+	ADDQ(lda, src)
+	ADDQ(U8(128), dst)
+	DECQ(rows)
+	JNZ(LabelRef("rows_row"))
+	Label("rows_done")
+	VZEROUPPER()
+	RET()
+
+	TEXT("amxPackCols", NOSPLIT, "func(dst *uint32, src *float32, lda, chunks int)")
+	Pragma("noescape")
+	Doc("amxPackCols sets dst[512c + 32(i mod 16) + 16(i div 16) + p] to the bf16 pair",
+		"(src[(32c + 2p)·lda + i], src[(32c + 2p + 1)·lda + i]) rounded by",
+		"VCVTNE2PS2BF16, for i < 32, c < chunks, p < 16.")
+	dst, src, lda = RDI, RSI, RDX
+	Load(Param("dst"), dst)
+	Load(Param("src"), src)
+	Load(Param("lda"), lda)
+	SHLQ(U8(2), lda)
+	VMOVUPS(interleaveIdx, Z31)
+	Load(Param("chunks"), RCX)
+	TESTQ(RCX, RCX)
+	JZ(LabelRef("cols_done"))
+	Label("cols_chunk")
+	for h := 0; h < 2; h++ { // rows 16h..16h+15 of op(A)
+		MOVQ(src, R8)
+		v := zmm[:16]
+		for p := 0; p < 16; p++ {
+			VMOVUPS(Mem{Base: R8, Disp: 64 * h}, Z16)
+			VMOVUPS(Mem{Base: R8, Index: lda, Scale: 1, Disp: 64 * h}, Z17)
+			vcvtne2ps2bf16(v[p], Z17, Z16)
+			VPERMW(v[p], Z31, v[p])
+			LEAQ(Mem{Base: R8, Index: lda, Scale: 2}, R8)
+		}
+		rowsOut := transpose16(v, zmm[16:31])
+		for i, r := range rowsOut {
+			VMOVUPS(r, Mem{Base: dst, Disp: 128*i + 64*h})
+		}
+	}
+	// The next chunk: 32 rows of A on, 2 KB of dst.
+	MOVQ(lda, R8)
+	SHLQ(U8(5), R8)
+	ADDQ(R8, src)
+	ADDQ(U32(2048), dst)
+	DECQ(RCX)
+	JNZ(LabelRef("cols_chunk"))
+	Label("cols_done")
+	VZEROUPPER()
+	RET()
+}
+
+// transpose16 emits the transpose of the 16×16 matrix of 32-bit words
+// whose row r is v[r], and returns the registers that hold the rows of
+// the transpose. pool holds the registers it may use besides v (at least
+// 2). Three rounds: words of row pairs interleaved (VPUNPCK[LH]DQ), then
+// quadwords of those (VPUNPCK[LH]QDQ), which leaves each 128-bit lane of
+// u[g][q] holding column 4L+q of rows 4g..4g+3; then two rounds of
+// VSHUFI32X4 gather the lanes L of the four groups.
+func transpose16(v, pool []VecPhysical) []VecPhysical {
+	free := append([]VecPhysical(nil), pool...)
+	// pair computes two results of a and b into free registers and
+	// frees a and b.
+	pair := func(a, b VecPhysical, f, g func(a, b, d VecPhysical)) (VecPhysical, VecPhysical) {
+		x, y := free[0], free[1]
+		free = free[2:]
+		f(a, b, x)
+		g(a, b, y)
+		free = append(free, a, b)
+		return x, y
+	}
+	lodq := func(a, b, d VecPhysical) { VPUNPCKLDQ(b, a, d) }
+	hidq := func(a, b, d VecPhysical) { VPUNPCKHDQ(b, a, d) }
+	loqdq := func(a, b, d VecPhysical) { VPUNPCKLQDQ(b, a, d) }
+	hiqdq := func(a, b, d VecPhysical) { VPUNPCKHQDQ(b, a, d) }
+	// Lanes (0, 2) of a then of b, and (1, 3).
+	even := func(a, b, d VecPhysical) { VSHUFI32X4(U8(0x88), b, a, d) }
+	odd := func(a, b, d VecPhysical) { VSHUFI32X4(U8(0xdd), b, a, d) }
+	var lo, hi [8]VecPhysical
+	for j := range lo {
+		lo[j], hi[j] = pair(v[2*j], v[2*j+1], lodq, hidq)
+	}
+	var u [4][4]VecPhysical
+	for g := range u {
+		u[g][0], u[g][1] = pair(lo[2*g], lo[2*g+1], loqdq, hiqdq)
+		u[g][2], u[g][3] = pair(hi[2*g], hi[2*g+1], loqdq, hiqdq)
+	}
+	out := make([]VecPhysical, 16)
+	for q := 0; q < 4; q++ {
+		x, y := pair(u[0][q], u[1][q], even, odd) // lanes 0, 2 and 1, 3 of groups 0, 1
+		z, w := pair(u[2][q], u[3][q], even, odd)
+		out[q], out[8+q] = pair(x, z, even, odd)
+		out[4+q], out[12+q] = pair(y, w, even, odd)
+	}
+	return out
 }
 
 // amxLoop generates the bare TDPBF16PS loop.
