@@ -150,11 +150,11 @@ func (d *cacheDecoder) chunkHead(w, i int) {
 	copy(vals[n0*h:], d.vn[i*n*h:(i+1)*n*h])
 	q, o := d.q[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	s := d.scores[w*n*total : (w+1)*n*total]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(n, h, q), mat(total, h, keys), 0, mat(n, total, s))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(n, h, q), blas.NewGeneral(total, h, keys), 0, blas.NewGeneral(n, total, s))
 	for t := 0; t < n; t++ {
 		row := s[t*total : (t+1)*total]
 		d.weigh(row[:n0+t+1])
 		clear(row[n0+t+1:])
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(n, total, s), mat(total, h, vals), 0, mat(n, h, o))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(n, total, s), blas.NewGeneral(total, h, vals), 0, blas.NewGeneral(n, h, o))
 }

@@ -107,9 +107,9 @@ func TestLoadRefusesHugeAttentionOptions(t *testing.T) {
 		value  any
 		want   string
 	}{
-		{"sketch_size", 2e9, "--sketch-size 2000000000: at most 1024"},
-		{"block", 1e12, "--block 1000000000000: at most 65536"},
-		{"degree", 1 << 40, "--degree 1099511627776: at most 64"},
+		{"sketch_size", 2e9, "sketch_size 2000000000: at most 1024"},
+		{"block", 1e12, "block 1000000000000: at most 65536"},
+		{"degree", 1 << 40, "degree 1099511627776: at most 64"},
 	} {
 		t.Run(tc.option, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ckpt")

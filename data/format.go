@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // A Format is how a corpus file holds its text, told by the file's name:
@@ -324,7 +326,7 @@ func (d *jsonDocs) parse(line []byte) ([]byte, error) {
 				}
 			}
 		})
-		return nil, d.errorf("no %q field (fields: %s): name the text field with --text-field", d.field, quoteList(fields, 8))
+		return nil, field.Errorf("%s:%d: no %q field (fields: %s): set %s to the field that holds the text", d.f.Path, d.line, d.field, quoteList(fields, 8), field.Name("text_field"))
 	}
 	var s *string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -398,27 +400,27 @@ type parquetDocs struct {
 	text   bytes.Reader
 }
 
-// openParquet opens the Parquet file f, open as file, at its column field
+// openParquet opens the Parquet file f, open as file, at its column column
 // (a dotted path for a nested one).
-func openParquet(file *os.File, f File, field string) (*parquetDocs, error) {
+func openParquet(file *os.File, f File, column string) (*parquetDocs, error) {
 	pf, err := parquet.OpenFile(file, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("corpus file %q is not a Parquet file polysketch can read: %v", f.Path, err)
 	}
 	schema := pf.Schema()
-	leaf, ok := schema.Lookup(strings.Split(field, ".")...)
+	leaf, ok := schema.Lookup(strings.Split(column, ".")...)
 	if !ok {
 		var cols []string
 		for _, c := range schema.Columns() {
 			cols = append(cols, strings.Join(c, "."))
 		}
-		return nil, fmt.Errorf("corpus file %q has no column %q (columns: %s): name the text column with --text-field", f.Path, field, quoteList(cols, 12))
+		return nil, field.Errorf("corpus file %q has no column %q (columns: %s): set %s to the column that holds the text", f.Path, column, quoteList(cols, 12), field.Name("text_field"))
 	}
 	switch t := leaf.Node.Type(); {
 	case t.Kind() != parquet.ByteArray:
-		return nil, fmt.Errorf("corpus file %q: column %q holds %v, not strings: name the text column with --text-field", f.Path, field, t.Kind())
+		return nil, field.Errorf("corpus file %q: column %q holds %v, not strings: set %s to the column that holds the text", f.Path, column, t.Kind(), field.Name("text_field"))
 	case leaf.MaxRepetitionLevel > 0:
-		return nil, fmt.Errorf("corpus file %q: column %q is a list, not one string a row: name the text column with --text-field", f.Path, field)
+		return nil, field.Errorf("corpus file %q: column %q is a list, not one string a row: set %s to the column that holds the text", f.Path, column, field.Name("text_field"))
 	}
 	return &parquetDocs{file: file, f: f, col: leaf.ColumnIndex, groups: pf.RowGroups(), buf: make([]parquet.Value, 256)}, nil
 }

@@ -302,14 +302,14 @@ func TestRecordErrors(t *testing.T) {
 		want        string
 	}{
 		{"syntax.jsonl", "", at("syntax.jsonl") + ":3: invalid JSON: "},
-		{"missing.jsonl", "", at("missing.jsonl") + `:2: no "text" field (fields: "body", "id"): name the text field with --text-field`},
+		{"missing.jsonl", "", at("missing.jsonl") + `:2: no "text" field (fields: "body", "id"): set text_field to the field that holds the text`},
 		{"number.jsonl", "", at("number.jsonl") + `:4: field "text" is a number, not a string`},
 		{"array.jsonl", "", at("array.jsonl") + `:1: an array, not a JSON object with a "text" field`},
 		{"nolf.jsonl", "", at("nolf.jsonl") + `:2: field "text" is a number`},
 		{"gz.jsonl.gz", "", at("gz.jsonl.gz") + ":2: invalid JSON: "},
 		{"notgz.txt.gz", "", "is not gzip data"},
 		{"cols.parquet", "", fmt.Sprintf(`corpus file %q has no column "text"`, at("cols.parquet"))},
-		{"cols.parquet", "body", fmt.Sprintf(`corpus file %q has no column "body" (columns: "id", "text", "lang"): name the text column with --text-field`, at("cols.parquet"))},
+		{"cols.parquet", "body", fmt.Sprintf(`corpus file %q has no column "body" (columns: "id", "text", "lang"): set text_field to the column that holds the text`, at("cols.parquet"))},
 		{"cols.parquet", "id", `column "id" holds INT64, not strings`},
 		{"cut.jsonl.gz", "", ": cannot read: unexpected EOF"}, // at the line the cut falls in
 		{"cut.txt.gz", "", fmt.Sprintf("cannot read corpus file %q: unexpected EOF", at("cut.txt.gz"))},

@@ -200,9 +200,9 @@ func TestApplyMechanism(t *testing.T) {
 		{spec: "polysketch:learned=true:local=false:sketch-size=64", want: attention.PolysketchConfig{Degree: 4, SketchSize: 64, Block: 32, Sketch: attention.Gaussian, Learned: true}},
 		{spec: "polysketch:learned:block=8", want: attention.PolysketchConfig{Degree: 4, SketchSize: 32, Block: 8, Local: true, Sketch: attention.Gaussian, Learned: true}},
 		{spec: "linear", err: `unknown attention mechanism "linear"`},
-		{spec: "polysketch:rank=3", err: "--rank is no option of polysketch attention: its options are --degree"},
-		{spec: "polynomial:degree=four", err: "--degree=four: want an integer"},
-		{spec: "polynomial:degree=3", err: "--degree 3: polynomial weights need an even degree"},
+		{spec: "polysketch:rank=3", err: "rank is no option of polysketch attention: its options are degree"},
+		{spec: "polynomial:degree=four", err: "degree=four: want an integer"},
+		{spec: "polynomial:degree=3", err: "degree 3: polynomial weights need an even degree"},
 	}
 	for _, tt := range tests {
 		mc := model.Config{Context: 32}
@@ -342,7 +342,7 @@ func TestSteps(t *testing.T) {
 		}
 	}
 	o.Steps = -1
-	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "--steps -1") {
+	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "steps -1") {
 		t.Errorf("steps -1: %v", err)
 	}
 }

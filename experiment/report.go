@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -97,7 +96,7 @@ func (e *Experiment) report(dir string, plan Plan, rs []Result, logf func(string
 }
 
 func write(path string, b []byte) error {
-	return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(b); return err })
+	return atomicfile.WriteBytes(path, b)
 }
 
 // Table returns the markdown table of results rs of plan: a row per

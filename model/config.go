@@ -3,10 +3,10 @@ package model
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // Config describes a model. Checkpoints store it as JSON (see
@@ -121,25 +121,25 @@ func layerSeed(seed uint64, layer int) uint64 {
 // saying what is wrong and how to fix it.
 func (c Config) Validate() error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(format string, args ...any) { errs = append(errs, field.Errorf(format, args...)) }
 	if c.Vocab < 1 {
-		add("vocab %d: need at least 1 token (256 for bytes)", c.Vocab)
+		errs = append(errs, field.Invalid("vocab", c.Vocab, "need at least 1 token (256 for bytes)"))
 	}
 	if c.Dim < 1 {
-		add("dim %d: must be positive", c.Dim)
+		errs = append(errs, field.Invalid("dim", c.Dim, "must be positive"))
 	}
 	if c.Layers < 1 {
-		add("layers %d: must be positive", c.Layers)
+		errs = append(errs, field.Invalid("layers", c.Layers, "must be positive"))
 	}
 	if c.Context < 1 {
-		add("context %d: must be positive", c.Context)
+		errs = append(errs, field.Invalid("context", c.Context, "must be positive"))
 	}
 	if c.Hidden < 0 {
-		add("hidden %d: must be positive, or 0 for 4·dim", c.Hidden)
+		errs = append(errs, field.Invalid("hidden", c.Hidden, "must be positive, or 0 for 4·dim"))
 	}
 	switch {
 	case c.Heads < 1:
-		add("heads %d: must be positive", c.Heads)
+		errs = append(errs, field.Invalid("heads", c.Heads, "must be positive"))
 	case c.Dim >= 1 && c.Dim%c.Heads != 0:
 		add("dim %d is not divisible by heads %d: choose heads dividing dim", c.Dim, c.Heads)
 	case c.Dim >= 1 && c.Dim/c.Heads%2 != 0:
@@ -149,13 +149,13 @@ func (c Config) Validate() error {
 	case PositionsRoPE:
 	case PositionsSinusoidal, PositionsLearned:
 		if !c.Bidirectional {
-			add("positions %q: an option of encoder models (bidirectional); decoders use rope", c.Positions)
+			add("%s %q: an option of encoder models (%s); decoders use rope", field.Name("positions"), c.Positions, field.Name("bidirectional"))
 		}
 	default:
-		add("positions %q: use %s, %s or %s", c.Positions, PositionsRoPE, PositionsSinusoidal, PositionsLearned)
+		errs = append(errs, field.Invalid("positions", c.Positions, "use %s, %s or %s", PositionsRoPE, PositionsSinusoidal, PositionsLearned))
 	}
 	if c.PostNorm && !c.Bidirectional {
-		add("post_norm: an option of encoder models (bidirectional); decoders are pre-LayerNorm")
+		add("%s: an option of encoder models (%s); decoders are pre-LayerNorm", field.Name("post_norm"), field.Name("bidirectional"))
 	}
 	if c.Attention == nil {
 		add("no attention mechanism: set one of %s", strings.Join(attention.Names(), ", "))

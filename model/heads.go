@@ -54,7 +54,7 @@ func headShape(op string, heads *tensor.Tensor, rows blas.General) (B, H, N, h i
 
 // matrix returns t as a row-major matrix of cols columns.
 func matrix(t *tensor.Tensor, cols int) blas.General {
-	return blas.General{Rows: t.Len() / cols, Cols: cols, Stride: cols, Data: t.Data}
+	return blas.NewGeneral(t.Len()/cols, cols, t.Data)
 }
 
 // headWorkers returns the goroutines for moving n floats between layouts:

@@ -485,10 +485,10 @@ func TestValidate(t *testing.T) {
 		{"none", "no attention mechanism", func(c *Config) { c.Attention = nil }},
 		{"degree", "degree 3", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 3 }) }},
 		{"degree pow2", "degree 6", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 6 }) }},
-		{"sketch size", "--sketch-size 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.SketchSize = 0 }) }},
+		{"sketch size", "sketch_size 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.SketchSize = 0 }) }},
 		{"sketch", "sketch \"x\"", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Sketch = "x" }) }},
-		{"block", "--block 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Block = 0 }) }},
-		{"flash block", "--block -1", func(c *Config) { c.Attention = attention.FlashConfig{Block: -1} }},
+		{"block", "block 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Block = 0 }) }},
+		{"flash block", "block -1", func(c *Config) { c.Attention = attention.FlashConfig{Block: -1} }},
 	} {
 		cfg := DefaultConfig()
 		c.f(&cfg)

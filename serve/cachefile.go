@@ -191,9 +191,9 @@ func (c *prefixCache) load(path string, id [32]byte, m *model.Model) (int, error
 	case binary.LittleEndian.Uint32(hdr[body:]) != crc32.Checksum(hdr[:body], castagnoli):
 		return 0, errors.New("header checksum mismatch: the file is damaged")
 	case [32]byte(hdr[len(cacheMagic):len(cacheMagic)+32]) != id:
-		return 0, errors.New("written for another model, tokenizer, --prefill-chunk or CPU")
+		return 0, errors.New("written for another model, tokenizer, prefill chunk or CPU")
 	case binary.LittleEndian.Uint32(hdr[len(cacheMagic)+32:]) != uint32(c.block):
-		return 0, errors.New("written for another --prefill-chunk")
+		return 0, errors.New("written for another prefill chunk")
 	}
 	seq, err := m.NewSequence()
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -19,12 +21,18 @@ type Saved struct {
 	*checkpoint.Checkpoint
 	Dir       string // the checkpoint's directory
 	Tokenizer tokenizer.Tokenizer
+	// TokenizerConfig is what the tokenizer_config.json,
+	// generation_config.json and chat_template.jinja beside the
+	// tokenizer.json say (an imported model has them): the tokens before a
+	// prompt and those that end generation, and the chat template.
+	TokenizerConfig *tokenizer.Config
 }
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
 // the tokenizer.json saved in it, or the built-in tokenizer its state
-// names. Every command that reads a checkpoint opens it here.
+// names, and the tokenizer's configuration files beside it. Every command
+// that reads a checkpoint opens it here.
 func Open(path string) (*Saved, error) {
 	dir := CheckpointIn(path)
 	c, err := checkpoint.Load(dir)
@@ -40,6 +48,9 @@ func Open(path string) (*Saved, error) {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if s.TokenizerConfig, err = tokenizer.ReadConfig(dir, s.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil
@@ -63,11 +74,11 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	}
 	given, err := tokenizer.Open(arg)
 	if err != nil {
-		return fmt.Errorf("--tokenizer: %w", err)
+		return field.Errorf("%s: %w", field.Name("tokenizer"), err)
 	}
 	if given.Name() != s.Tokenizer.Name() {
-		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
-			arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize())
+		return field.Errorf("%s %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop %s to use the checkpoint's own",
+			field.Name("tokenizer"), arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize(), field.Name("tokenizer"))
 	}
 	return nil
 }
@@ -108,34 +119,64 @@ var Resumable = []string{"steps", "eval_every", "eval_batches", "save_every", "p
 // given with another value than its checkpoint's.
 type Change struct {
 	Field string // the JSON name; an attention option by its own ("block")
+	// Saved and Given are the values as JSON; none for a field that is
+	// empty, and so absent, on its side.
 	Saved string
 	Given string
 }
 
 // Changes returns the fields in which mc and tc, the configuration a
 // resumed run is given, differ from the checkpoint's model and from its
-// recipe saved (from OpenRun), other than those Resumable allows: none
-// means the run may resume with them. Another attention mechanism is one
-// change, not one per option; a tokenizer given as a file that is the
-// checkpoint's own tokenizer is no change.
-func (s *Saved) Changes(saved Config, mc model.Config, tc Config) []Change {
-	if tc.Tokenizer != saved.Tokenizer {
-		if t, err := tokenizer.Open(tc.Tokenizer); err == nil && t.Name() == saved.Tokenizer {
-			tc.Tokenizer = saved.Tokenizer
+// recipe (from OpenRun), other than those Resumable allows: none means the
+// run may resume with them. Another attention mechanism is one change, not
+// one per option, and so is a task where there was none, or none where
+// there was one; a tokenizer given as a file that is the checkpoint's own
+// tokenizer is no change.
+func (s *Saved) Changes(recipe Config, mc model.Config, tc Config) []Change {
+	if tc.Tokenizer != recipe.Tokenizer {
+		if t, err := tokenizer.Open(tc.Tokenizer); err == nil && t.Name() == recipe.Tokenizer {
+			tc.Tokenizer = recipe.Tokenizer
 		}
 	}
 	smc := s.Model.Config()
-	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
 	var out []Change
-	for _, d := range append(checkpoint.Differences(smc, mc), checkpoint.Differences(saved, tc)...) {
-		if otherMechanism && strings.HasPrefix(d.Path, "attention_options.") {
-			continue // the mechanism's difference says it all
+	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
+	otherTask := (tc.Task == nil) != (recipe.Task == nil)
+	if otherTask {
+		out = append(out, Change{Field: "task", Saved: taskName(recipe.Task), Given: taskName(tc.Task)})
+	}
+	for _, d := range append(checkpoint.Differences(smc, mc), checkpoint.Differences(recipe, tc)...) {
+		if otherMechanism && strings.HasPrefix(d.Path, "attention_options.") || otherTask && (d.Path == "task" || strings.HasPrefix(d.Path, "task.")) {
+			continue // the mechanism's or task's difference says it all
 		}
 		field := strings.TrimPrefix(d.Path, "attention_options.")
 		if slices.Contains(Resumable, field) {
 			continue
 		}
-		out = append(out, Change{Field: field, Saved: d.A, Given: d.B})
+		out = append(out, Change{Field: field, Saved: none(d.A), Given: none(d.B)})
 	}
 	return out
+}
+
+// none shows a field that one side lacks (an empty field omitted from its
+// JSON) as none.
+func none(v string) string {
+	if v == "missing" {
+		return "none"
+	}
+	return v
+}
+
+// taskName returns the name of task s as a Change shows it: JSON, none
+// for no task.
+func taskName(s *task.Spec) string {
+	if s == nil {
+		return "none"
+	}
+	name := s.Name
+	if s.Name == task.File {
+		name = s.Path
+	}
+	b, _ := json.Marshal(name)
+	return string(b)
 }

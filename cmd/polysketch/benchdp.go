@@ -74,6 +74,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	var opt train.DistOptions
 	asJSON := false
 	fs := newFlags("bench dp", benchDPHelp, stdout)
+	defer asCLI(fs, &err)
 	shapeFlags(fs, &mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "tokens per sequence")
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
@@ -81,7 +82,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	fs.IntVar(&tc.Steps, "steps", 5, "timed steps, after one warm-up step")
 	fs.BoolVar(&opt.NoOverlap, "no-overlap", false, "send each micro-batch's gradients after its backward pass, not layer by layer")
 	fs.BoolVar(&opt.Allreduce, "allreduce", false, "sum gradients with MPI_Allreduce instead of the fixed-order reduction (not reproducible)")
-	fs.BoolVar(&asJSON, "json", false, "print a JSON line")
+	jsonFlag(fs, &asJSON, "a JSON line")
 	tokName := vocabFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -94,18 +95,8 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	steps := tc.Steps
 	tc.Steps += 2 // a warm-up step first, and a last one that validates and saves
 	tc.Warmup, tc.EvalEvery, tc.SaveEvery, tc.EvalBatches = 0, 0, 0, 1
-	if err := mc.Validate(); err != nil {
-		return fmt.Errorf("bench dp: %s", oneLine(err))
-	}
-	if err := tc.Validate(); err != nil {
-		return fmt.Errorf("bench dp: %s", oneLine(err))
-	}
-	if tc.Accum%k != 0 {
-		return fmt.Errorf("bench dp: --accum %d is not a multiple of the %d ranks", tc.Accum, k)
-	}
 
-	// Random printable text: the same on every rank, so the start-up
-	// check passes.
+	// Random printable text: the same on every rank, so that they agree.
 	dir, err := os.MkdirTemp("", "polysketch-bench-dp-")
 	if err != nil {
 		return err
@@ -130,19 +121,15 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	defer trainTokens.Close()
 	defer valTokens.Close()
 	tc.Tokenizer, tc.Corpus = tok.Name(), nil
-	out := filepath.Join(dir, "run")
-	var t *train.Trainer
-	if dr == nil {
-		t, err = train.New(out, mc, tc, trainTokens, valTokens)
-	} else {
-		if err = dr.check(nil, &startParts{Model: mc, Train: tc, Tokens: tokensDigest(trainTokens, valTokens)}); err == nil {
-			dr.started = true
-			t, err = train.Join(dr.comm, opt, out, mc, nil, tc, trainTokens, valTokens)
-		}
-	}
+	dr.startAgreement()
+	t, err := train.Start(filepath.Join(dir, "run"), train.Run{
+		Model: mc, Recipe: tc, Comm: dr.commOrNil(), Dist: opt,
+		Source: &train.Corpus{Train: trainTokens, Val: valTokens},
+	})
 	if err != nil {
-		return fmt.Errorf("bench dp: %w", err)
+		return runError("bench dp", filepath.Join(dir, "run"), err)
 	}
+	dr.startTraining()
 	defer t.Close()
 	var start time.Time
 	var elapsed, wait, cpu time.Duration

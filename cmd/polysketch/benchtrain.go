@@ -77,11 +77,12 @@ type benchTrainConfig struct {
 	precision  nn.Precision
 }
 
-func benchTrain(args []string, stdout io.Writer) error {
+func benchTrain(args []string, stdout io.Writer) (err error) {
 	if n, _ := mpi.Launched(); n > 1 {
 		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
 	}
 	fs := newFlags("bench train", benchTrainHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
@@ -94,7 +95,7 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
 	tokName := vocabFlag(fs)
-	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -135,7 +136,7 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: %s", m.name, oneLine(err))
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
 	return nil

@@ -41,9 +41,10 @@ type evalResult struct {
 	Tokens       int64   `json:"tokens"`
 }
 
-func runEval(args []string, stdout io.Writer) error {
+func runEval(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("eval", evalHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	var (
 		corpus              []string
 		textField, cacheDir string
@@ -54,8 +55,9 @@ func runEval(args []string, stdout io.Writer) error {
 		split   = fs.String("split", "", "part of the corpus: val, train or all (default: val of the training corpus, all of a --corpus)")
 		batch   = fs.Int("batch", 8, "sequences per batch")
 		batches = fs.Int("batches", 100, "batches at most; 0 evaluates everything")
-		asJSON  = fs.Bool("json", false, "print the result as a JSON object")
 	)
+	var asJSON bool
+	jsonFlag(fs, &asJSON, "the result as a JSON object")
 	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
@@ -92,7 +94,7 @@ func runEval(args []string, stdout io.Writer) error {
 	recipe, _ := c.Recipe()
 	if spec := recipe.Task; spec != nil {
 		if len(corpus) == 0 {
-			return evalTask(stdout, c, *spec, *taskFile, *batch, *asJSON)
+			return evalTask(stdout, c, *spec, *taskFile, *batch, asJSON)
 		}
 		if v := c.Model.Config().Vocab; v != tok.VocabSize() {
 			return fmt.Errorf("eval: checkpoint %s was trained on the task %s, with %d token ids, not on text: drop --corpus to score it on its test examples", dir, spec.Name, v)
@@ -152,7 +154,7 @@ func runEval(args []string, stdout io.Writer) error {
 		Checkpoint: dir, Step: c.State.Step, Corpus: describeCorpus(corpus), Split: *split,
 		Loss: total.Loss, Perplexity: total.Perplexity(), BitsPerToken: total.BitsPerToken(), Tokens: total.Tokens,
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSONLine(stdout, r)
 	}
 	_, err = fmt.Fprintf(stdout, "checkpoint %s (step %d) on %s, split %s: loss %.4f nats/token, perplexity %.3f, %.3f bits/token, over %d tokens\n",

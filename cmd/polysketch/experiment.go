@@ -32,12 +32,13 @@ thread beside another experiment, so alone they are shorter; --quick
 versions take seconds):
 `
 
-func runExperiment(args []string, stdout io.Writer) error {
+func runExperiment(args []string, stdout io.Writer) (err error) {
 	help := experimentHelp
 	for _, e := range experiment.List() {
 		help += fmt.Sprintf("  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
 	}
 	fs := newFlags("experiment", help+"\nflags:\n", stdout)
+	defer asCLI(fs, &err)
 	var (
 		dir, cacheDir string
 		textField     string
@@ -54,7 +55,8 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
 	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
-	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
+	tokName := tokenizer.Byte.Name()
+	tokenizerFlag(fs, &tokName, "lm and speed: the vocabulary of the models and the corpus")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
@@ -85,7 +87,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
 	}
-	tok, err := openTokenizer("experiment", *tokName)
+	tok, err := openTokenizer("experiment", tokName)
 	if err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("experiment %s: %s", name, oneLine(err))
+		return fmt.Errorf("experiment %s: %w", name, err)
 	}
 	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {

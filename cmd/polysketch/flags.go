@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -25,11 +26,27 @@ func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }
 
+// tokenizerFlag defines --tokenizer on fs, bound to p with its current
+// value as default: what use says it is for, then what it takes (byte,
+// gpt2, or a tokenizer.json or a directory holding one). Open the value
+// with openTokenizer.
+func tokenizerFlag(fs *flag.FlagSet, p *string, use string) {
+	fs.StringVar(p, "tokenizer", *p, use+"; "+tokenizerFlagHelp)
+}
+
 // vocabFlag defines --tokenizer for the benchmarks that train a model
 // (bench train, bench dp), whose output layer's cost grows with the
-// vocabulary's size; open the value with openTokenizer.
+// vocabulary's size.
 func vocabFlag(fs *flag.FlagSet) *string {
-	return fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
+	name := "byte"
+	tokenizerFlag(fs, &name, "the vocabulary of the model, whose size the output layer's cost grows with")
+	return &name
+}
+
+// jsonFlag defines --json on fs, bound to p: print what instead of text
+// for people (writeJSONLine).
+func jsonFlag(fs *flag.FlagSet, p *bool, what string) {
+	fs.BoolVar(p, "json", false, "print "+what)
 }
 
 // checkpointFlags is the flag group of the commands that use a trained
@@ -44,7 +61,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "checkpoint", "run", "checkpoint directory, or the run directory holding it")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
+	tokenizerFlag(fs, &f.tokenizer, "the tokenizer to check against the checkpoint's (default: the checkpoint's own)")
 	f.attention.register(fs, "the checkpoint's", false)
 }
 
@@ -112,3 +129,58 @@ func (l *listFlag) Set(s string) error {
 	}
 	return nil
 }
+
+// fieldFlags maps the fields of the library's configurations, as its
+// errors and a refused resume's changes name them (their JSON names; a
+// task's as task.NAME), to the flags that set them, where the flag is not
+// the name with hyphens for underscores.
+var fieldFlags = map[string]string{
+	"task.name":          "task",
+	"task.path":          "task",
+	"task.length":        "context",
+	"task.seed":          "seed",
+	"task.count":         "task-count",
+	"task.vocab":         "task-vocab",
+	"task.train":         "task-train",
+	"task.test":          "task-test",
+	"task.bidirectional": "bidirectional",
+	"task_file":          "task", // experiment.Options.TaskFile
+}
+
+// flagOf returns the flag that sets the library's field, "--" included.
+func flagOf(field string) string {
+	if f, ok := fieldFlags[field]; ok {
+		return "--" + f
+	}
+	return "--" + strings.ReplaceAll(field, "_", "-")
+}
+
+// asCLI rewrites *err, a command's error, as the command line shows it:
+// in one line (errors.Join's lines joined), and with the fields that the
+// library's errors in it name (internal/field) named as the flags of fs
+// that set them; a field fs has no flag for keeps the library's name.
+// Every command that reports the library's errors defers it.
+func asCLI(fs *flag.FlagSet, err *error) {
+	if *err == nil {
+		return
+	}
+	msg := oneLine(errors.New(field.Rename(*err, func(name string) string {
+		f := flagOf(name)
+		if fs.Lookup(strings.TrimPrefix(f, "--")) == nil {
+			return name
+		}
+		return f
+	})))
+	if msg != (*err).Error() {
+		*err = &flagError{msg, *err}
+	}
+}
+
+// flagError is an error said in the words of the command line.
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() error { return e.err }

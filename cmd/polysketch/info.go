@@ -58,10 +58,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if err := readJSON(filepath.Join(ckDir, "config.json"), &cfg); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
-	var state struct {
-		checkpoint.State
-		Precision string `json:"precision"`
-	}
+	var state checkpoint.State
 	if err := readJSON(filepath.Join(ckDir, "state.json"), &state); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
@@ -105,12 +102,8 @@ func runInfo(args []string, stdout io.Writer) error {
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
 	line("tokenizer", "%s", state.Tokenizer)
-	precision := state.Precision
-	if precision == "" {
-		precision = "fp32"
-	}
-	line("precision", "%s", precision)
 	if tc != nil {
+		line("precision", "%s", tc.Precision) // the recipe's: a run resumes with the one it is given
 		line("step", "%d of %d", state.Step, tc.Steps)
 	} else {
 		line("step", "%d", state.Step)

@@ -51,9 +51,10 @@ non-zero.
 flags:
 `
 
-func runServe(args []string, stdout io.Writer) error {
+func runServe(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (
@@ -139,7 +140,7 @@ func runServe(args []string, stdout io.Writer) error {
 	// Load while /health answers 503.
 	c, err := ck.open()
 	if err == nil {
-		err = srv.Ready(c.Model, c.Tokenizer)
+		err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
 	}
 	if err != nil {
 		hs.Close()

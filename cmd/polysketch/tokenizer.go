@@ -14,6 +14,7 @@ import (
 
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/atomicfile"
 )
 
 var tokenizerCommands = map[string]command{
@@ -37,7 +38,7 @@ func runTokenizer(args []string, stdout io.Writer) error {
 // stdin is what encode and decode read; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const tokenizerFlagHelp = "tokenizer: byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
+const tokenizerFlagHelp = "byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
 
 const tokenizerTrainHelp = `usage: polysketch tokenizer train [flags]
 
@@ -56,8 +57,9 @@ polysketch tokenizer encode and decode.
 flags:
 `
 
-func runTokenizerTrain(args []string, stdout io.Writer) error {
+func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("tokenizer train", tokenizerTrainHelp, stdout)
+	defer asCLI(fs, &err)
 	var corpus []string
 	var textField string
 	special := specialFlag{list: tokenizer.DefaultSpecial}
@@ -158,10 +160,10 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("tokenizer train: --out: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
-	if err := writeAtomic(path, tok.JSON()); err != nil {
+	if err := atomicfile.WriteBytes(path, tok.JSON()); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
 	total2 := time.Since(start)
@@ -197,29 +199,6 @@ func (p *progress) ticker(line func() string) (stop func()) {
 	return func() { close(quit); <-finished }
 }
 
-// writeAtomic writes b to path through a temporary file renamed over it,
-// so that path holds the old file or the new one, never a part.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o644) // CreateTemp makes it private
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
-}
-
 // specialFlag is the list of special tokens: repeated, "" for none. Unlike
 // listFlag it does not split at commas, which a token may hold.
 type specialFlag struct {
@@ -241,11 +220,14 @@ func (s *specialFlag) Set(v string) error {
 
 func runTokenizerEncode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer encode", "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
+	nul := fs.Bool("nul", false, "stdin holds texts separated by NUL bytes: encode each alone, one JSON array a line")
+	special := fs.Bool("special", false, "put the tokens the tokenizer.json's post-processor adds around a text (Llama's <s>) before and after it, as Hugging Face's libraries encode by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer encode", *name)
+	tok, err := openTokenizer("tokenizer encode", name)
 	if err != nil {
 		return err
 	}
@@ -253,26 +235,38 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer encode: reading stdin: %w", err)
 	}
-	ids := tok.Encode(nil, text)
-	w := bufio.NewWriter(stdout)
-	w.WriteByte('[')
-	for i, id := range ids {
-		if i > 0 {
-			w.WriteByte(',')
-		}
-		fmt.Fprint(w, id)
+	var before, after []int32
+	if b, ok := tok.(*tokenizer.BPE); ok && *special {
+		before, after = b.Wrap()
 	}
-	w.WriteString("]\n")
+	texts := [][]byte{text}
+	if *nul {
+		texts = bytes.Split(text, []byte{0})
+	}
+	w := bufio.NewWriter(stdout)
+	var ids []int32
+	for _, text := range texts {
+		ids = append(tok.Encode(append(ids[:0], before...), text), after...)
+		w.WriteByte('[')
+		for i, id := range ids {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			fmt.Fprint(w, id)
+		}
+		w.WriteString("]\n")
+	}
 	return w.Flush()
 }
 
 func runTokenizerDecode(args []string, stdout io.Writer) error {
-	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout.\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout, as\nHugging Face's libraries decode them (special tokens kept).\n\nflags:\n", stdout)
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer decode", *name)
+	tok, err := openTokenizer("tokenizer decode", name)
 	if err != nil {
 		return err
 	}
@@ -284,7 +278,7 @@ func runTokenizerDecode(args []string, stdout io.Writer) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("tokenizer decode: stdin: want one JSON array of token ids, found more after it")
 	}
-	text, err := tok.Decode(nil, ids)
+	text, err := tokenizer.Text(tok, nil, ids)
 	if err != nil {
 		return fmt.Errorf("tokenizer decode: %w", err)
 	}
