@@ -17,26 +17,52 @@ import (
 // lanes), and for one or two rows 128-column tiles that read four strips
 // of B at once. Its arithmetic is dot2's, so it matches the portable
 // kernel to the bit.
-var avx512BF16 = &bf16Kernel{name: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
+var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
 	cvt: cvtBF16, inter: interBF16}
 
-// amxBF16Kernel is avx512BF16 with AMX tiles for products of more than
+// avx512FMA is avx512BF16 with the tiles' products taken by float32 FMAs
+// (two per pair, on the halves of the pairs as float32, with MXCSR set
+// to flush as VDPBF16PS does): the same bits, on the two FMA ports of
+// Intel cores, where VDPBF16PS has one. Decoding keeps VDPBF16PS's wide
+// tiles, which read B no slower.
+var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, expand: expandPairs}
+
+// amxBF16Kernel is avx512FMA with AMX tiles for products of more than
 // RowBlockBF16 rows.
-var amxBF16Kernel = &bf16Kernel{name: "amx", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
+var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, expand: expandPairs,
+	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
-// first.
+// first, by what was measured (docs/bf16.md): AMX tiles where the CPU
+// has them (Intel); otherwise, on AMD cores, whose VDPBF16PS multiplies
+// twice as fast as their float32 FMAs, avx512bf16; on Intel cores, where
+// it has one port to the FMAs' two, avx512fma. All but the tiles give
+// the same bits, so the order changes speed only.
 func asmBF16Kernels() []*bf16Kernel {
-	var ks []*bf16Kernel
-	avx512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
-	if avx512 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
-		ks = append(ks, amxBF16Kernel)
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BW || !cpu.X86.HasAVX512BF16 {
+		return nil
 	}
-	if avx512 {
-		ks = append(ks, avx512BF16)
+	ks := []*bf16Kernel{avx512FMA, avx512BF16}
+	if isAMD() {
+		ks = []*bf16Kernel{avx512BF16, avx512FMA}
+	}
+	if cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
+		ks = append([]*bf16Kernel{amxBF16Kernel}, ks...)
 	}
 	return ks
+}
+
+// isAMD reports whether the CPU's vendor is AMD ("AuthenticAMD", or
+// Hygon's licensed Zen, "HygonGenuine").
+func isAMD() bool {
+	b, c, d := cpuVendor()
+	var v [12]byte
+	binary.LittleEndian.PutUint32(v[0:], b)
+	binary.LittleEndian.PutUint32(v[4:], d)
+	binary.LittleEndian.PutUint32(v[8:], c)
+	return string(v[:]) == "AuthenticAMD" || string(v[:]) == "HygonGenuine"
 }
 
 var (
@@ -78,10 +104,12 @@ func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c
 		accp = &acc[0]
 	}
 	if mode&amxStore == 0 {
-		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
-		if mode&amxDirect != 0 {
-			_ = c[(amxBlock-1)*ldc+nstrips*nrBF16-1]
+		// With amxDirect (rows 32) whole strips are stored, the last one
+		// under the mask through tmp.
+		if mode&amxDirect != 0 && rows != amxBlock {
+			panic("blas: tilesAMX: amxDirect with fewer than 32 rows")
 		}
+		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
 	}
 	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
 }
@@ -145,6 +173,27 @@ func wideBF16(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []fl
 	_ = b[3*bs+kp*nrBF16-1]
 	_ = c[(rows-1)*ldc+4*nrBF16-1]
 	wideBF16AVX512(rows, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
+}
+
+// tileFMA is tileBF16 with float32 FMAs, A's pairs expanded
+// (expandPairs): the pair p of row i at 2·(i·ars + p·aps) in words, with
+// ars and aps doubled by the caller.
+func tileFMA(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	_ = a[(rows-1)*ars+(kp-1)*aps+1]
+	_ = b[kp*nrBF16-1]
+	_ = c[(rows-1)*ldc+cols-1]
+	tileFMAAVX512(rows, kp, &a[0], ars, aps, &b[0], 0, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(cols))
+}
+
+// expandPairs sets dst[2i], dst[2i+1] to the float32 bits of the high
+// and the low half of src[i].
+func expandPairs(dst, src []uint32) {
+	n := len(src) / 16
+	if n > 0 {
+		_ = dst[32*n-1]
+		expandPairsAVX512(&dst[0], &src[0], n)
+	}
+	expandGo(dst[32*n:], src[16*n:])
 }
 
 func cvtBF16(dst []uint32, src []float32) {

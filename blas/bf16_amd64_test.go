@@ -32,18 +32,29 @@ func randBF16Bits(rng *rand.Rand) uint32 {
 	return uint32(rng.IntN(2))<<15 | uint32(e)<<7 | uint32(rng.IntN(128))
 }
 
-// TestVDPBF16PS checks that dot2 computes what the instruction does, on
-// the cases of TestDot2 and on random operands and accumulators over the
-// whole exponent range, near the flush threshold included.
+// TestVDPBF16PS checks that dot2 computes what the instruction does, and
+// what a step of the FMA kernels does (two VFMADD231PS under MXCSR's
+// flush-to-zero and denormals-are-zero), on the cases of TestDot2 and on
+// random operands and accumulators over the whole exponent range, near
+// the flush threshold included.
 func TestVDPBF16PS(t *testing.T) {
+	for _, step := range []struct {
+		name string
+		f    func(acc *float32, a, b *uint32)
+	}{{"VDPBF16PS", vdpbf16psVec}, {"the FMA step", fmaStepVec}} {
+		t.Run(step.name, func(t *testing.T) { testDot2Step(t, step.name, step.f) })
+	}
+}
+
+func testDot2Step(t *testing.T, name string, step func(acc *float32, a, b *uint32)) {
 	needAVX512BF16(t)
 	var acc, want [16]float32
 	var a, b [16]uint32
 	for _, c := range dot2Cases {
 		acc[0], a[0], b[0] = c.acc, c.a, c.b
-		vdpbf16psVec(&acc[0], &a[0], &b[0])
+		step(&acc[0], &a[0], &b[0])
 		if math.Float32bits(acc[0]) != math.Float32bits(c.want) {
-			t.Errorf("%s: VDPBF16PS gives %v (%#08x), want %v (%#08x)", c.name, acc[0], math.Float32bits(acc[0]), c.want, math.Float32bits(c.want))
+			t.Errorf("%s: %s gives %v (%#08x), want %v (%#08x)", c.name, name, acc[0], math.Float32bits(acc[0]), c.want, math.Float32bits(c.want))
 		}
 	}
 	rng := rand.New(rand.NewPCG(81, 82))
@@ -71,12 +82,12 @@ func TestVDPBF16PS(t *testing.T) {
 			want[i] = dot2(acc[i], a[i], b[i])
 		}
 		got := acc
-		vdpbf16psVec(&got[0], &a[0], &b[0])
+		step(&got[0], &a[0], &b[0])
 		for i := range got {
 			g, w := got[i], want[i]
 			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
-				t.Fatalf("acc %v (%#08x), a %#08x, b %#08x: VDPBF16PS %v (%#08x), dot2 %v (%#08x)",
-					acc[i], math.Float32bits(acc[i]), a[i], b[i], g, math.Float32bits(g), w, math.Float32bits(w))
+				t.Fatalf("acc %v (%#08x), a %#08x, b %#08x: %s %v (%#08x), dot2 %v (%#08x)",
+					acc[i], math.Float32bits(acc[i]), a[i], b[i], name, g, math.Float32bits(g), w, math.Float32bits(w))
 			}
 		}
 	}

@@ -109,7 +109,7 @@ func TestGemmBF16Tiles(t *testing.T) {
 		{3, 1 << 20, 8 << 10},  // k blocks first, ragged k blocks
 	}
 	rng := rand.New(rand.NewPCG(75, 76))
-	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}, {97, 160, 200}}
+	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {64, 48, 70}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}, {97, 160, 200}}
 	for _, kn := range ks {
 		activeBF16 = kn
 		t.Run(kn.name, func(t *testing.T) {

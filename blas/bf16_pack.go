@@ -184,6 +184,15 @@ func cvtGo(dst []uint32, src []float32) {
 	}
 }
 
+// expandGo sets dst[2i], dst[2i+1] to the float32 bits of the high and
+// the low half of src[i].
+func expandGo(dst, src []uint32) {
+	dst = dst[:2*len(src)]
+	for i, w := range src {
+		dst[2*i], dst[2*i+1] = w&0xffff0000, w<<16
+	}
+}
+
 // interGo sets dst[j] to the pair (r0[j], r1[j]).
 func interGo(dst []uint32, r0, r1 []float32) {
 	r1 = r1[:len(r0)]

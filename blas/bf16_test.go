@@ -445,9 +445,25 @@ func TestGemmBF16BadInput(t *testing.T) {
 
 func TestKernelBF16(t *testing.T) {
 	switch KernelBF16() {
-	case "go", "avx512bf16", "amx":
+	case "go", "avx512fma", "avx512bf16", "amx":
 	default:
 		t.Errorf("KernelBF16() = %q", KernelBF16())
+	}
+	// The code each shape takes, kernel by kernel.
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	want := map[string][3]string{ // 1 row, RowBlockBF16 rows, one more
+		"go":         {"go", "go", "go"},
+		"avx512bf16": {"avx512bf16", "avx512bf16", "avx512bf16"},
+		"avx512fma":  {"avx512bf16", "avx512fma", "avx512fma"},
+		"amx":        {"avx512bf16", "avx512fma", "amx"},
+	}
+	for _, kn := range bf16Kernels() {
+		activeBF16 = kn
+		for i, m := range []int{1, rowBlockBF16, rowBlockBF16 + 1} {
+			if got := KernelBF16For(m, 256, 256); got != want[kn.name][i] {
+				t.Errorf("%s: KernelBF16For(%d, 256, 256) = %q, want %q", kn.name, m, got, want[kn.name][i])
+			}
+		}
 	}
 }
 

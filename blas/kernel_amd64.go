@@ -94,6 +94,30 @@ func tileBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs
 //go:noescape
 func wideBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
 
+// cpuVendor returns EBX, ECX and EDX of CPUID leaf 0: the vendor's name in
+// EBX, EDX, ECX order.
+func cpuVendor() (ebx uint32, ecx uint32, edx uint32)
+
+// fmaStepVec sets acc[i] to one step of the FMA kernels on acc[i], the pair
+// a[i] and the pair b[i] for i < 16 (the high halves' product added, then the
+// low halves'), for tests of their arithmetic against dot2's.
+//
+//go:noescape
+func fmaStepVec(acc *float32, a *uint32, b *uint32)
+
+// tileFMAAVX512 computes rows ≤ 14 rows by 32 columns of C from bf16 pairs expanded to float32
+// of A (with strides ars, aps) and packed strips of B (bs words apart),
+// with float32 FMAs; see package _asm.
+//
+//go:noescape
+func tileFMAAVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// expandPairsAVX512 sets dst[2i] and dst[2i+1] to the float32 bits of the high
+// and the low bf16 of src[i], for i < 16·blocks.
+//
+//go:noescape
+func expandPairsAVX512(dst *uint32, src *uint32, blocks int)
+
 // cvtBF16AVX512 sets dst[i] to the bf16 pair (src[2i], src[2i+1]) rounded by
 // VCVTNE2PS2BF16, for i < 16·blocks.
 //

@@ -19,11 +19,20 @@ func bf16Kernels() {
 	vcvtne2ps2bf16Hook()
 	// Tiles of up to 14 rows by one 32-column strip of packed B: 28
 	// accumulators, 2 vectors of B, 2 broadcasts of A.
-	bf16Stream("tileBF16AVX512", 1, 14)
+	bf16Stream("tileBF16AVX512", 1, 14, false)
 	// Up to 2 rows by 4 strips, for decoding: 16 accumulators and 8
 	// vectors of B, so that each pair of A reads 512 bytes of B in four
 	// sequential streams.
-	bf16Stream("wideBF16AVX512", 4, 2)
+	bf16Stream("wideBF16AVX512", 4, 2, false)
+	// The tiles with float32 FMAs: 28 accumulators and 4 halves of B.
+	// (For decoding, bound by reading B, VDPBF16PS's wide tiles are as
+	// fast or faster on Intel too, and read A's pairs as they are.)
+	hiMask = GLOBL("bf16hi", RODATA|NOPTR)
+	DATA(0, U32(0xffff0000))
+	cpuVendor()
+	fmaStepHook()
+	bf16Stream("tileFMAAVX512", 1, 14, true)
+	expandPairs()
 	cvtBF16()
 	interleaveBF16()
 	peakLoops()
@@ -44,6 +53,49 @@ func vdpbf16psHook() {
 	VMOVUPS(Mem{Base: a}, Z1)
 	VMOVUPS(Mem{Base: b}, Z2)
 	vdpbf16ps(Z0, Z1, Z2)
+	VMOVUPS(Z0, Mem{Base: acc})
+	VZEROUPPER()
+	RET()
+}
+
+// cpuVendor generates CPUID leaf 0, whose registers spell the vendor.
+func cpuVendor() {
+	TEXT("cpuVendor", NOSPLIT, "func() (ebx, ecx, edx uint32)")
+	Doc("cpuVendor returns EBX, ECX and EDX of CPUID leaf 0: the vendor's name in", "EBX, EDX, ECX order.")
+	XORL(EAX, EAX)
+	XORL(ECX, ECX)
+	CPUID()
+	Store(EBX, ReturnIndex(0))
+	Store(ECX, ReturnIndex(1))
+	Store(EDX, ReturnIndex(2))
+	RET()
+}
+
+func fmaStepHook() {
+	TEXT("fmaStepVec", 0, "func(acc *float32, a, b *uint32)")
+	Pragma("noescape")
+	Doc("fmaStepVec sets acc[i] to one step of the FMA kernels on acc[i], the pair",
+		"a[i] and the pair b[i] for i < 16 (the high halves' product added, then the",
+		"low halves'), for tests of their arithmetic against dot2's.")
+	mxcsr := AllocLocal(8)
+	acc := Load(Param("acc"), RAX)
+	a := Load(Param("a"), RCX)
+	b := Load(Param("b"), RDX)
+	STMXCSR(mxcsr)
+	MOVL(mxcsr, R8L)
+	ORL(U32(0x8040), R8L)
+	MOVL(R8L, mxcsr.Offset(4))
+	LDMXCSR(mxcsr.Offset(4))
+	VMOVUPS(Mem{Base: acc}, Z0)
+	VMOVUPS(Mem{Base: a}, Z1)
+	VMOVUPS(Mem{Base: b}, Z2)
+	VPANDD_BCST(hiMask, Z1, Z3)
+	VPSLLD(U8(16), Z1, Z1)
+	VPANDD_BCST(hiMask, Z2, Z4)
+	VPSLLD(U8(16), Z2, Z2)
+	VFMADD231PS(Z3, Z4, Z0)
+	VFMADD231PS(Z1, Z2, Z0)
+	LDMXCSR(mxcsr)
 	VMOVUPS(Z0, Mem{Base: acc})
 	VZEROUPPER()
 	RET()
@@ -72,17 +124,34 @@ func vcvtne2ps2bf16Hook() {
 //
 // with A(i, p) = a[i·ars + p·aps], the pair p of row i, and b packed as
 // PackedBF16's strips (bs words apart). Each sum runs over the pairs in
-// order, one VDPBF16PS per pair, in one lane: the arithmetic of the
-// portable dot2, whatever the kernel or the tile. The epilogue rounds
-// alpha·sum and beta·C separately before adding them (no FMA), as
-// package blas's finish does. mask selects the columns of the last strip
-// (bit j for column j) that are stored.
-func bf16Stream(name string, nstrips, maxRows int) {
+// order in one lane, the high product of a pair, then the low, each
+// added with one rounding and results below 2⁻¹²⁶ flushed to zero: the
+// arithmetic of the portable dot2, whatever the kernel or the tile. With
+// fma false a pair is one VDPBF16PS; with fma true (for Intel cores,
+// where VDPBF16PS has one port and float32 FMAs two) two VFMADD231PS on
+// the pair's halves as float32, the A pair expanded in memory to two
+// floats (high, low) and broadcast from there, B's pairs split into
+// halves in registers; MXCSR's flush-to-zero and denormals-are-zero are
+// set for the k loop (and restored after it), which makes the FMAs round
+// and flush as VDPBF16PS does. The epilogue rounds alpha·sum and beta·C
+// separately before adding them (no FMA), as package blas's finish does.
+// mask selects the columns of the last strip (bit j for column j) that
+// are stored.
+func bf16Stream(name string, nstrips, maxRows int, fma bool) {
 	TEXT(name, NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes rows ≤ %d rows by %d columns of C from bf16 pairs", name, maxRows, 32*nstrips),
-		"of A (with strides ars, aps) and packed strips of B (bs words apart),",
-		"with AVX512_BF16; see package _asm.")
+	what := "bf16 pairs"
+	with := "with AVX512_BF16; see package _asm."
+	if fma {
+		what = "bf16 pairs expanded to float32"
+		with = "with float32 FMAs; see package _asm."
+	}
+	Doc(fmt.Sprintf("%s computes rows ≤ %d rows by %d columns of C from %s", name, maxRows, 32*nstrips, what),
+		"of A (with strides ars, aps) and packed strips of B (bs words apart),", with)
+	var mxcsr Mem
+	if fma {
+		mxcsr = AllocLocal(8)
+	}
 	rows := Load(Param("rows"), GP64())
 	for r := 1; r <= maxRows; r++ {
 		CMPQ(rows, U8(r))
@@ -90,14 +159,22 @@ func bf16Stream(name string, nstrips, maxRows int) {
 	}
 	RET()
 	for r := 1; r <= maxRows; r++ {
-		bf16StreamRows(name, nstrips, r)
+		bf16StreamRows(name, nstrips, r, fma, mxcsr)
 	}
 }
 
-func bf16StreamRows(name string, nstrips, rows int) {
+// hiMask keeps the high bf16 of a pair: the float32 it is the top of.
+// (Set before the FMA kernels are generated.)
+var hiMask Mem
+
+func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 	nvec := 2 * nstrips
 	nacc := rows * nvec
-	if nacc+nvec+2 > 32 {
+	nb := nvec
+	if fma {
+		nb = 2 * nvec
+	}
+	if nacc+nb+2*btoi(!fma) > 32 {
 		panic(fmt.Sprintf("%s: %d rows do not fit", name, rows))
 	}
 	pre := fmt.Sprintf("%s_%d", name, rows)
@@ -123,6 +200,15 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	}
 	bv := zmm[nacc : nacc+nvec]
 	bc := []VecPhysical{Z30, Z31}
+	bhi := zmm[nacc+nvec : nacc+2*nvec] // fma: B's high halves; bv the low
+	if fma {
+		// Flush to zero (bit 15) and denormals are zero (bit 6).
+		STMXCSR(mxcsr)
+		MOVL(mxcsr, R8L)
+		ORL(U32(0x8040), R8L)
+		MOVL(R8L, mxcsr.Offset(4))
+		LDMXCSR(mxcsr.Offset(4))
+	}
 
 	// Warm the C tile while the k loop runs: its rows, often far apart
 	// and not in cache, would otherwise be waited for at the stores.
@@ -145,8 +231,22 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	Label(pre + "_loop")
 	for v := range bv {
 		VMOVUPS(strip(v/2).Offset(64*(v%2)), bv[v])
+		if fma {
+			VPANDD_BCST(hiMask, bv[v], bhi[v])
+			VPSLLD(U8(16), bv[v], bv[v])
+		}
 	}
 	for i := 0; i < rows; i++ {
+		if fma {
+			row := strided(bases, rs, rs3, i)
+			for v := range bv {
+				VFMADD231PS_BCST(row, bhi[v], acc[i*nvec+v])
+			}
+			for v := range bv {
+				VFMADD231PS_BCST(row.Offset(4), bv[v], acc[i*nvec+v])
+			}
+			continue
+		}
 		x := bc[i%2]
 		VPBROADCASTD(strided(bases, rs, rs3, i), x)
 		for v := range bv {
@@ -160,8 +260,12 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	DECQ(kp)
 	JNZ(LabelRef(pre + "_loop"))
 
-	// C = alpha·acc (+ beta·C), the last strip under the mask.
+	// C = alpha·acc (+ beta·C), the last strip under the mask, with MXCSR
+	// as it was.
 	Label(pre + "_store")
+	if fma {
+		LDMXCSR(mxcsr)
+	}
 	mask := Load(Param("mask"), GP32())
 	KMOVW(mask, K1)
 	SHRL(U8(16), mask)
@@ -250,6 +354,44 @@ func cvtBF16() {
 	DECQ(n)
 	JNZ(LabelRef("cvt_loop"))
 	Label("cvt_done")
+	VZEROUPPER()
+	RET()
+}
+
+// expandPairs generates the expansion of A's bf16 pairs to float32 pairs
+// (high, low) for the FMA kernels.
+func expandPairs() {
+	// Dword indices into (hi, lo) that interleave them: hi0 lo0 hi1 lo1 …
+	idx := GLOBL("bf16expand", RODATA|NOPTR)
+	for j := 0; j < 32; j++ {
+		DATA(4*j, U32(j/2+16*(j%2)))
+	}
+	TEXT("expandPairsAVX512", NOSPLIT, "func(dst *uint32, src *uint32, blocks int)")
+	Pragma("noescape")
+	Doc("expandPairsAVX512 sets dst[2i] and dst[2i+1] to the float32 bits of the high",
+		"and the low bf16 of src[i], for i < 16·blocks.")
+	dst := Load(Param("dst"), RAX)
+	src := Load(Param("src"), RCX)
+	n := Load(Param("blocks"), RDX)
+	VMOVUPS(idx, Z4)
+	VMOVUPS(idx.Offset(64), Z5)
+	TESTQ(n, n)
+	JZ(LabelRef("expand_done"))
+	Label("expand_loop")
+	VMOVUPS(Mem{Base: src}, Z0)
+	VPANDD_BCST(hiMask, Z0, Z1)
+	VPSLLD(U8(16), Z0, Z0)
+	VMOVDQA32(Z4, Z2)
+	VPERMI2D(Z0, Z1, Z2) // Z2 = (Z1 ∪ Z0)[Z4]: hi0 lo0 … hi7 lo7
+	VMOVDQA32(Z5, Z3)
+	VPERMI2D(Z0, Z1, Z3)
+	VMOVUPS(Z2, Mem{Base: dst})
+	VMOVUPS(Z3, Mem{Base: dst, Disp: 64})
+	ADDQ(U8(64), src)
+	ADDQ(U32(128), dst)
+	DECQ(n)
+	JNZ(LabelRef("expand_loop"))
+	Label("expand_done")
 	VZEROUPPER()
 	RET()
 }
@@ -727,4 +869,11 @@ func amxLoop() {
 	JNZ(LabelRef("tdp_loop"))
 	tilerelease()
 	RET()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
