@@ -18,7 +18,7 @@ import (
 // of B at once. Its arithmetic is dot2's, so it matches the portable
 // kernel to the bit.
 var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16}
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16}
 
 // avx512FMA is avx512BF16 with the tiles' products taken by float32 FMAs
 // (two per pair, on the halves of the pairs as float32, with MXCSR set
@@ -26,12 +26,12 @@ var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCod
 // Intel cores, where VDPBF16PS has one. Decoding keeps VDPBF16PS's wide
 // tiles, which read B no slower.
 var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, expand: expandPairs}
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs}
 
 // amxBF16Kernel is avx512FMA with AMX tiles for products of more than
 // RowBlockBF16 rows.
 var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, expand: expandPairs,
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs,
 	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
@@ -203,6 +203,13 @@ func cvtBF16(dst []uint32, src []float32) {
 		cvtBF16AVX512(&dst[0], &src[0], n)
 	}
 	cvtGo(dst[16*n:], src[32*n:])
+}
+
+func pairRowsBF16(dst []uint32, r0, r1 []float32, strips, stride int) {
+	_ = dst[(strips-1)*stride+nrBF16-1]
+	_ = r0[nrBF16*strips-1]
+	_ = r1[nrBF16*strips-1]
+	pairRowsAVX512(&dst[0], &r0[0], &r1[0], strips, stride)
 }
 
 func interBF16(dst []uint32, r0, r1 []float32) {

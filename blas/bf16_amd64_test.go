@@ -248,3 +248,20 @@ func TestTDPBF16PS(t *testing.T) {
 		}
 	}
 }
+
+// amxBF16Name is the amx kernel's name, for the benchmarks that compare
+// it with the bare loop.
+const amxBF16Name = "amx"
+
+// peakAMXFlops is the flops of one peakAMXLoop call.
+const peakAMXFlops = 4 * 1000 * 16 * 16 * 32 * 2
+
+// peakAMXLoop returns BenchmarkPeakAMX's loop (4000 TDPBF16PS, on tiles
+// that hold no data, as a bare loop measures the unit), or nil where the
+// CPU or the OS lacks AMX.
+func peakAMXLoop() func() {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile || !amxPermitted() {
+		return nil
+	}
+	return func() { tdpbf16psLoop(&amxConfig[0], 1000) }
+}

@@ -29,6 +29,9 @@ type bf16Kernel struct {
 	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
+	// pairRows, where not nil, is inter for strips whole strips of 32
+	// columns, stride words apart in dst: one call per pair row of B.
+	pairRows func(dst []uint32, r0, r1 []float32, strips, stride int)
 	// expand, where not nil, sets dst[2i], dst[2i+1] to the float32 bits
 	// of the high and the low half of src[i]: tile reads A's pairs so
 	// expanded, at twice the strides (wide reads them as they are).
@@ -59,7 +62,7 @@ func (kn *bf16Kernel) codeFor(m int) string {
 var goBF16 = &bf16Kernel{name: "go", tileCode: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo, packTiles: packTilesGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
-// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
+// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, avx512fma, amx) when
 // this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
 // bf16Kernels() in turn.
 var activeBF16 = chooseBF16()

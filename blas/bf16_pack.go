@@ -98,7 +98,12 @@ func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, 
 				continue
 			}
 			r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j1]
-			for s := s0; s < s1; s++ {
+			s := s0
+			if full := min(s1, n/nrBF16) - s0; kn.pairRows != nil && full > 0 {
+				kn.pairRows(dst[s0*sw+p*nrBF16:], r0, r1, full, sw)
+				s += full
+			}
+			for ; s < s1; s++ {
 				lo, hi := (s-s0)*nrBF16, min((s-s0+1)*nrBF16, j1-j0)
 				kn.inter(dst[s*sw+p*nrBF16:s*sw+p*nrBF16+hi-lo], r0[lo:hi], r1[lo:hi])
 			}

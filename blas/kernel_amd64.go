@@ -124,6 +124,12 @@ func expandPairsAVX512(dst *uint32, src *uint32, blocks int)
 //go:noescape
 func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
 
+// pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])
+// rounded by VCVTNE2PS2BF16, for s < strips, j < 32.
+//
+//go:noescape
+func pairRowsAVX512(dst *uint32, r0 *float32, r1 *float32, strips int, stride int)
+
 // interleaveBF16AVX512 sets dst[j] to the bf16 pair (r0[j], r1[j]) rounded by
 // VCVTNE2PS2BF16, for j < 16·blocks.
 //

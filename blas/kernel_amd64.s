@@ -12903,6 +12903,54 @@ DATA bf16interleave<>+60(SB)/2, $0x000f
 DATA bf16interleave<>+62(SB)/2, $0x001f
 GLOBL bf16interleave<>(SB), RODATA|NOPTR, $64
 
+// func pairRowsAVX512(dst *uint32, r0 *float32, r1 *float32, strips int, stride int)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·pairRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ    dst+0(FP), AX
+	MOVQ    r0+8(FP), CX
+	MOVQ    r1+16(FP), DX
+	MOVQ    strips+24(FP), BX
+	MOVQ    stride+32(FP), SI
+	SHLQ    $0x02, SI
+	VMOVUPS bf16interleave<>+0(SB), Z7
+	TESTQ   BX, BX
+	JZ      pairrows_done
+
+pairrows_loop:
+	VMOVUPS (CX), Z1
+	VMOVUPS (DX), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VPERMW  Z0, Z7, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 64(DX), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VPERMW  Z0, Z7, Z0
+	VMOVUPS Z0, 64(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, DX
+	ADDQ    SI, AX
+	DECQ    BX
+	JNZ     pairrows_loop
+
+pairrows_done:
+	VZEROUPPER
+	RET
+
 // func interleaveBF16AVX512(dst *uint32, r0 *float32, r1 *float32, blocks int)
 // Requires: AVX, AVX512BW, AVX512F
 TEXT ·interleaveBF16AVX512(SB), NOSPLIT, $0-32

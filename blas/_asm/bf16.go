@@ -396,6 +396,41 @@ func expandPairs() {
 	RET()
 }
 
+// pairRows generates the packing of two rows of B (2p and 2p+1) into the
+// pair row p of every strip: what interleaveBF16 does for one strip, for
+// many in one call, so that packing a wide B costs one call per pair.
+func pairRows() {
+	TEXT("pairRowsAVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, strips, stride int)")
+	Pragma("noescape")
+	Doc("pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])",
+		"rounded by VCVTNE2PS2BF16, for s < strips, j < 32.")
+	dst := Load(Param("dst"), RAX)
+	r0 := Load(Param("r0"), RCX)
+	r1 := Load(Param("r1"), RDX)
+	n := Load(Param("strips"), RBX)
+	stride := Load(Param("stride"), RSI)
+	SHLQ(U8(2), stride)
+	VMOVUPS(interleaveIdx, Z7)
+	TESTQ(n, n)
+	JZ(LabelRef("pairrows_done"))
+	Label("pairrows_loop")
+	for h := 0; h < 2; h++ {
+		VMOVUPS(Mem{Base: r0, Disp: 64 * h}, Z1)
+		VMOVUPS(Mem{Base: r1, Disp: 64 * h}, Z2)
+		vcvtne2ps2bf16(Z0, Z2, Z1)
+		VPERMW(Z0, Z7, Z0)
+		VMOVUPS(Z0, Mem{Base: dst, Disp: 64 * h})
+	}
+	ADDQ(U32(128), r0)
+	ADDQ(U32(128), r1)
+	ADDQ(stride, dst)
+	DECQ(n)
+	JNZ(LabelRef("pairrows_loop"))
+	Label("pairrows_done")
+	VZEROUPPER()
+	RET()
+}
+
 // interleaveIdx is the table of VPERMW indices of interleaveBF16.
 var interleaveIdx Mem
 
@@ -410,6 +445,7 @@ func interleaveBF16() {
 		DATA(4*j+2, U16(16+j))
 	}
 	interleaveIdx = idx
+	pairRows()
 
 	TEXT("interleaveBF16AVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, blocks int)")
 	Pragma("noescape")
