@@ -577,3 +577,57 @@ func TestTokenizerFile(t *testing.T) {
 		t.Errorf("Load of an edited tokenizer.json: %v, want a checksum mismatch", err)
 	}
 }
+
+// TestModelFiles: an imported model's tokenizer_config.json and
+// generation_config.json are saved verbatim, checksummed, and loaded back;
+// another name is refused.
+func TestModelFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	c := newCheckpoint(t, 1, 3)
+	c.Files = map[string][]byte{"tokenizer_config.json": []byte(`{"eos_token": "</s>"}`), "generation_config.json": []byte(`{"eos_token_id": [1, 2]}`)}
+	if err := Save(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range c.Files {
+		if !bytes.Equal(got.Files[name], b) {
+			t.Errorf("%s: %q, want %q", name, got.Files[name], b)
+		}
+		if disk, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(disk, b) {
+			t.Errorf("%s on disk: %q, want %q", name, disk, b)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": [1, 3]}`), 0o644)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "generation_config.json: SHA-256 checksum mismatch") {
+		t.Errorf("Load of an edited generation_config.json: %v, want a checksum mismatch", err)
+	}
+	c.Files = map[string][]byte{"../x.json": nil}
+	if err := Save(filepath.Join(t.TempDir(), "other"), c); err == nil || !strings.Contains(err.Error(), `file "../x.json" is none of the model files`) {
+		t.Errorf("Save of another file: %v", err)
+	}
+}
+
+// TestVerify: Verify streams every file against the manifest.
+func TestVerify(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := Save(dir, newCheckpoint(t, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, weightsFile)
+	b := readFileT(t, path)
+	b[len(b)/2] ^= 1
+	os.WriteFile(path, b, 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "model.safetensors: SHA-256 checksum mismatch") {
+		t.Errorf("Verify of a flipped bit: %v", err)
+	}
+	os.WriteFile(path, b[:len(b)-1], 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "the manifest says") {
+		t.Errorf("Verify of a truncated file: %v", err)
+	}
+}

@@ -61,9 +61,10 @@ type Experiment struct {
 type kind int
 
 const (
-	taskKind  kind = iota // a task: exact match
-	lmKind                // the corpus: validation perplexity
-	speedKind             // the corpus: training steps per second
+	taskKind       kind = iota // a task: exact match
+	lmKind                     // the corpus: validation perplexity
+	speedKind                  // the corpus: training steps per second
+	downstreamKind             // the corpus's perplexity and multiple-choice accuracy (downstream.go)
 )
 
 // measure is what a task experiment's table shows of each run.
@@ -102,6 +103,12 @@ type Plan struct {
 	Corpus     []string `json:"corpus,omitempty"`
 	TextField  string   `json:"text_field,omitempty"`
 	Runs       []Run    `json:"runs"`
+	// The downstream experiment's models, when given rather than trained,
+	// its files of questions, shots and sample size (Options).
+	Checkpoints []string `json:"checkpoints,omitempty"`
+	Choices     []string `json:"choices,omitempty"`
+	Shots       int      `json:"shots,omitempty"`
+	Limit       int      `json:"limit,omitempty"`
 }
 
 // Options say how to run an experiment.
@@ -132,6 +139,16 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Progress, if not nil, is called after every step of every run.
 	Progress func(run string, p train.Progress)
+
+	// The downstream experiment: the checkpoints to score (absolute
+	// paths; none to train the grid's mechanisms and score those), the
+	// files of multiple-choice questions, the shots of its k-shot
+	// columns (0 for 0-shot only) and the questions sampled from each
+	// file (0 for all).
+	Checkpoints []string
+	Choices     []string
+	Shots       int
+	Limit       int
 }
 
 // The files of an experiment directory.
@@ -180,7 +197,13 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 	if o.Steps < 0 {
 		return Plan{}, field.Invalid("steps", o.Steps, "must be positive (or 0 for the default)")
 	}
+	if err := checkDownstream(e, o); err != nil {
+		return Plan{}, err
+	}
 	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o)}
+	if e.kind == downstreamKind {
+		p.Checkpoints, p.Choices, p.Shots, p.Limit = o.Checkpoints, o.Choices, o.Shots, o.Limit
+	}
 	if o.Steps > 0 {
 		for i := range p.Runs {
 			p.Runs[i].Train = withSteps(p.Runs[i].Train, o.Steps)
@@ -275,6 +298,11 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 		res.Note = note
 		results = append(results, res)
+	}
+	if e.kind == downstreamKind {
+		if results, err = e.downstream(ctx, o, plan, results, logf); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.report(o.Dir, plan, results, logf); err != nil {
 		return nil, err

@@ -55,13 +55,34 @@ func optionsFor(t *testing.T, e *Experiment, dir string) Options {
 	if e.Name == "task" {
 		o.TaskFile, o.Context = tinyTaskFile(t), 8
 	}
+	if e.kind == downstreamKind {
+		o.Choices, o.Shots = choiceFiles(t, "piqa.jsonl", "generic.jsonl"), 1
+	}
 	return o
+}
+
+// choiceFiles returns the absolute paths of multichoice's hand-written
+// questions.
+func choiceFiles(t *testing.T, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		p, err := filepath.Abs(filepath.Join("..", "multichoice", "testdata", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // TestQuick runs every experiment's --quick version, and some of them
 // twice in two directories, requiring the same table bit for bit.
 func TestQuick(t *testing.T) {
 	for _, e := range List() {
+		if e.kind == downstreamKind {
+			continue // TestDownstream runs it: its table and files are of another kind
+		}
 		t.Run(e.Name, func(t *testing.T) {
 			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 			o := optionsFor(t, e, a)
@@ -181,6 +202,9 @@ func TestPlansValid(t *testing.T) {
 			o := Options{Quick: quick, Seed: 1}
 			if e.Name == "task" {
 				o.TaskFile, o.Context = "x.jsonl", 64
+			}
+			if e.kind == downstreamKind {
+				o.Choices = []string{"/x.jsonl"}
 			}
 			if _, err := e.Plan(o); err != nil {
 				t.Errorf("%s (quick %v): %v", e.Name, quick, err)

@@ -36,6 +36,8 @@ type Result struct {
 	// Note says what the run took from others: the coefficients a
 	// frozen-best run (Run.FreezeBest) trained with.
 	Note string `json:"note,omitempty"`
+	// Downstream are the downstream experiment's scores of the model.
+	Downstream []Score `json:"downstream,omitempty"`
 
 	history []train.Metrics
 }
@@ -102,6 +104,9 @@ func write(path string, b []byte) error {
 // Table returns the markdown table of results rs of plan: a row per
 // mechanism, a column per size, as the paper lays its tables out.
 func (e *Experiment) Table(plan Plan, rs []Result) string {
+	if e.kind == downstreamKind {
+		return downstreamTable(plan, rs)
+	}
 	var rows, cols []string
 	cell := map[[2]string]string{}
 	for _, r := range rs {
@@ -193,6 +198,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // model's validation loss against step, one chart per size; training
 // speed against context length.
 func (e *Experiment) charts(plan Plan, rs []Result) []namedChart {
+	if e.kind == downstreamKind {
+		return nil // the table says it all
+	}
 	if e.kind == speedKind {
 		c := namedChart{file: "speed.png", Chart: chart.Chart{
 			Title: "training speed", X: chart.Axis{Label: "context length", Log: 2},

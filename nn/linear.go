@@ -41,6 +41,13 @@ func NewLinear(name string, in, out int, bias bool, rng *rand.Rand) *Linear {
 	return l
 }
 
+// Share returns a Linear with l's parameters and bf16 copies and state of
+// its own, to run the layer on other inputs (decoding) without disturbing
+// what a Forward kept for Backward.
+func (l *Linear) Share() *Linear {
+	return &Linear{In: l.In, Out: l.Out, Weight: l.Weight, Bias: l.Bias, BF16: l.BF16}
+}
+
 // Params lists the weight and, if present, the bias.
 func (l *Linear) Params() []*Param {
 	if l.Bias == nil {

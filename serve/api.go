@@ -102,12 +102,14 @@ type completionChoice struct {
 }
 
 // logprobs are the log-probabilities of a choice's tokens (legacy
-// completions format): each generated token, its log-probability under
-// the model (before temperature, top-k and top-p), the most likely
-// alternatives at its position, and its byte offset in the choice's text.
+// completions format): each token (with echo, the prompt's first), its
+// log-probability under the model (before temperature, top-k and top-p),
+// the most likely alternatives at its position, and its byte offset in
+// the choice's text. The prompt's first token has null for both, as
+// nothing predicts it.
 type logprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }

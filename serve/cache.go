@@ -233,8 +233,11 @@ func (c *prefixCache) resume(j *job) {
 		return
 	}
 	keep := 1 // the last prompt token gives the first logits
-	if j.cache.fill {
+	switch {
+	case j.cache.fill:
 		keep = 0
+	case j.echo:
+		keep = len(j.prompt) // every token's logits are wanted
 	}
 	snap, r, matched := c.lookup(j.prompt, keep)
 	if snap != nil {

@@ -19,7 +19,9 @@ import (
 // and the directory it was read from.
 type Saved struct {
 	*checkpoint.Checkpoint
-	Dir       string // the checkpoint's directory
+	Dir string // the checkpoint's directory
+	// Tokenizer is nil for a model imported without a tokenizer.json,
+	// whose ids alone it reads and writes (its state names none).
 	Tokenizer tokenizer.Tokenizer
 	// TokenizerConfig is what the tokenizer_config.json,
 	// generation_config.json and chat_template.jinja beside the
@@ -30,9 +32,10 @@ type Saved struct {
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
-// the tokenizer.json saved in it, or the built-in tokenizer its state
-// names, and the tokenizer's configuration files beside it. Every command
-// that reads a checkpoint opens it here.
+// the tokenizer.json saved in it, the built-in tokenizer its state names,
+// or none if it names none (an import without a tokenizer.json, whose
+// TokenizerConfig is then empty); and the tokenizer's configuration files
+// beside it. Every command that reads a checkpoint opens it here.
 func Open(path string) (*Saved, error) {
 	dir := CheckpointIn(path)
 	c, err := checkpoint.Load(dir)
@@ -47,6 +50,9 @@ func Open(path string) (*Saved, error) {
 		if s.Tokenizer.Name() != c.State.Tokenizer {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
+	} else if c.State.Tokenizer == "" {
+		s.TokenizerConfig = &tokenizer.Config{Special: map[string]string{}}
+		return s, nil
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -54,6 +60,15 @@ func Open(path string) (*Saved, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil
+}
+
+// NeedTokenizer fails for a checkpoint without a tokenizer, for the
+// commands that read or write text.
+func (s *Saved) NeedTokenizer() error {
+	if s.Tokenizer == nil {
+		return fmt.Errorf("checkpoint %s has no tokenizer (imported without a tokenizer.json): it reads and writes token ids alone", s.Dir)
+	}
+	return nil
 }
 
 // CheckpointIn returns the checkpoint directory that path names: path
@@ -75,6 +90,9 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	given, err := tokenizer.Open(arg)
 	if err != nil {
 		return field.Errorf("%s: %w", field.Name("tokenizer"), err)
+	}
+	if err := s.NeedTokenizer(); err != nil {
+		return err
 	}
 	if given.Name() != s.Tokenizer.Name() {
 		return field.Errorf("%s %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop %s to use the checkpoint's own",

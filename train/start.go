@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
+	"github.com/polysketch/polysketch/tensor"
 )
 
 // Run is what Start starts, or resumes, in a run directory.
@@ -75,6 +76,31 @@ type Run struct {
 	// loss a step minimizes (see Objective). Validation is the Source's
 	// next-token loss either way.
 	Objective Objective
+	// Files are model files the run's checkpoints keep
+	// (checkpoint.Checkpoint.Files): a fine-tuned imported model's
+	// tokenizer_config.json and generation_config.json. A resumed run
+	// keeps its checkpoint's.
+	Files map[string][]byte
+}
+
+// Weights returns a Run.Init that starts a new run from the weights of
+// from, a model of the run's configuration (an imported model, to
+// fine-tune it; another run's): every parameter is copied by its name.
+func Weights(from *model.Model) func(m *model.Model, prev *checkpoint.Checkpoint) error {
+	return func(m *model.Model, _ *checkpoint.Checkpoint) error {
+		src := map[string]*nn.Param{}
+		for _, p := range from.Params() {
+			src[p.Name] = p
+		}
+		for _, p := range m.Params() {
+			q, ok := src[p.Name]
+			if !ok || !tensor.SameShape(p.Value, q.Value) {
+				return fmt.Errorf("the weights to start from have no parameter %s of shape %v", p.Name, p.Value.Shape)
+			}
+			p.Value.CopyFrom(q.Value)
+		}
+		return nil
+	}
 }
 
 // Objective computes the loss of model m on batch b, and its gradient
@@ -312,7 +338,7 @@ func (s *starting) start() (*Trainer, error) {
 	}
 	if resume {
 		c := s.saved.Checkpoint
-		t.Model, t.state, t.saved, t.Resumed = c.Model, c.State, c.State.Step, true
+		t.Model, t.state, t.saved, t.Resumed, t.files = c.Model, c.State, c.State.Step, true, c.Files
 		if err := t.feed.setState(c.State.Data); err != nil {
 			return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
 		}
@@ -326,6 +352,7 @@ func (s *starting) start() (*Trainer, error) {
 			}
 		}
 		t.state = checkpoint.State{Tokenizer: tc.Tokenizer, Stage: r.Stage}
+		t.files = r.Files
 	}
 	t.params = t.Model.Params()
 	if r.Trainable != nil {

@@ -71,6 +71,8 @@ type Trainer struct {
 	release     func(failed bool) // the directory's lock; nil on ranks other than 0
 	closeSource bool              // the Source is a corpus Start loaded
 
+	files map[string][]byte // model files the checkpoints keep (Run.Files)
+
 	batch   Batch
 	saved   int  // step of the last checkpoint; -1 if none
 	pending bool // a checkpoint of this step is due
@@ -327,7 +329,7 @@ func (t *Trainer) save(pos []byte) error {
 		return err
 	}
 	t.state.Step, t.state.Data = t.opt.Step, pos
-	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state}
+	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state, Files: t.files}
 	if tok, err := tokenizer.Lookup(t.state.Tokenizer); err == nil {
 		if f, ok := tok.(*tokenizer.BPE); ok {
 			c.TokenizerJSON = f.JSON() // the ids' meaning travels with the weights

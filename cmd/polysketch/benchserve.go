@@ -29,9 +29,12 @@ latency (p50 and p99, measured by the clients), as a table or, with
 --json, as JSON lines.
 
 The server is --url if given (a running 'polysketch serve'); otherwise one
-started in this process for --checkpoint, or for an untrained model of the
-default configuration when --checkpoint is empty. The clients share the
-machine's CPU with an in-process server.
+started in this process for --checkpoint, for a model of --shape with
+random weights, or for an untrained model of the default configuration.
+The clients share the machine's CPU with an in-process server. A model
+without a tokenizer that covers its vocabulary (a named shape, or an
+import without tokenizer.json) reads the prompt's bytes as ids and writes
+every id of 128 and above as "<id>".
 
 flags:
 `
@@ -63,6 +66,7 @@ func benchServe(args []string, stdout io.Writer) error {
 		prompt    = fs.String("prompt", "func main() {\n", "prompt of every request")
 		key       = fs.String("api-key", "", "bearer token for --url")
 		seqs      = fs.Int("max-sequences", 16, "sequences decoded at once by the in-process server")
+		shape     = shapeFlag(fs)
 	)
 	var asJSON bool
 	jsonFlag(fs, &asJSON, "JSON lines instead of a table")
@@ -89,9 +93,12 @@ func benchServe(args []string, stdout io.Writer) error {
 	if base != "" && prec != nn.FP32 {
 		return errors.New("bench serve: --precision applies to the in-process server; give it to the serve command behind --url instead")
 	}
+	if *shape != "" && (*ckpt != "" || base != "") {
+		return usageError{errors.New("bench serve: --shape and --checkpoint or --url: give the in-process server one model")}
+	}
 	warnPrecision(stderr, prec)
 	if base == "" {
-		srv, err := startBenchServer(*ckpt, *seqs, prec)
+		srv, err := startBenchServer(*ckpt, *shape, *seqs, prec)
 		if err != nil {
 			return fmt.Errorf("bench serve: %w", err)
 		}
@@ -128,22 +135,38 @@ func benchServe(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// startBenchServer serves a checkpoint (or an untrained default model) on
-// a loopback port.
-func startBenchServer(dir string, seqs int, prec nn.Precision) (*benchServer, error) {
+// startBenchServer serves a checkpoint, a model of a shape with random
+// weights, or an untrained default model on a loopback port.
+func startBenchServer(dir, shape string, seqs int, prec nn.Precision) (*benchServer, error) {
 	var m *model.Model
 	var tok tokenizer.Tokenizer = tokenizer.Byte
-	if dir == "" {
-		var err error
-		if m, err = model.New(model.DefaultConfig()); err != nil {
-			return nil, err
-		}
-	} else {
+	switch {
+	case dir != "":
 		c, err := train.Open(dir)
 		if err != nil {
 			return nil, err
 		}
 		m, tok = c.Model, c.Tokenizer
+	default:
+		mc := model.DefaultConfig()
+		if shape != "" {
+			var err error
+			if mc, _, err = benchShape(shape); err != nil {
+				return nil, err
+			}
+			if mc.Vocab == 50257 {
+				if tok, err = tokenizer.GPT2(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		var err error
+		if m, err = model.New(mc); err != nil {
+			return nil, err
+		}
+	}
+	if tok == nil || tok.VocabSize() < m.Config().Vocab {
+		tok = idTokenizer{m.Config().Vocab}
 	}
 	o := serve.DefaultOptions()
 	o.MaxSequences, o.MaxQueue, o.Precision = seqs, 1<<16, prec
@@ -213,4 +236,33 @@ func quantile(xs []float64, q float64) float64 {
 	}
 	slices.Sort(xs)
 	return xs[min(len(xs)-1, int(q*float64(len(xs))))]
+}
+
+// idTokenizer stands in for the tokenizer of a model of random weights,
+// whose tokens mean nothing: bytes are read as the first 256 ids, and an
+// id is written as its ASCII byte below 128, else as "<id>".
+type idTokenizer struct{ vocab int }
+
+func (t idTokenizer) Name() string   { return fmt.Sprintf("ids-%d", t.vocab) }
+func (t idTokenizer) VocabSize() int { return t.vocab }
+
+func (t idTokenizer) Encode(dst []int32, text []byte) []int32 {
+	for _, b := range text {
+		dst = append(dst, int32(b))
+	}
+	return dst
+}
+
+func (t idTokenizer) Decode(dst []byte, ids []int32) ([]byte, error) {
+	for _, id := range ids {
+		switch {
+		case id < 0 || int(id) >= t.vocab:
+			return dst, fmt.Errorf("%s tokenizer: token id %d outside the vocabulary [0, %d)", t.Name(), id, t.vocab)
+		case id < 128:
+			dst = append(dst, byte(id))
+		default:
+			dst = fmt.Appendf(dst, "<%d>", id)
+		}
+	}
+	return dst, nil
 }

@@ -16,7 +16,9 @@ const evalHelp = `usage: polysketch eval [flags]
 
 Measures a checkpoint's loss and perplexity on a corpus: windows of the
 model's context length laid end to end, each token predicted from those
-before it in its window.
+before it in its window. With --choices, its accuracy on multiple-choice
+questions instead (HellaSwag, PIQA, ARC or a generic file; see
+docs/evaluation.md).
 
 Without --corpus it evaluates the validation split of the corpus the
 checkpoint was trained on (the Go source tree by default); with --corpus,
@@ -25,6 +27,13 @@ all of the given files (--split val or train picks one split of them).
 A checkpoint trained on a task is scored on the task's held-out test
 examples, or with --task FILE on all the examples of a task file of the
 same form (a test file kept apart from the training file).
+
+--choices scores each choice of a question by its log-likelihood after
+the question, as lm-evaluation-harness does, and prints acc (the choice
+of the highest log-likelihood) and acc_norm (per character of the
+choice), each with its standard error, in percent; --json adds acc_bytes
+(per byte). The question's context is read once and each choice
+continues from a copy of the model's state after it.
 
 flags:
 `
@@ -59,9 +68,14 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	var asJSON bool
 	jsonFlag(fs, &asJSON, "the result as a JSON object")
 	taskFile := fs.String("task", "", "task checkpoints: a task file of JSON lines to score on, all of its examples (default: the test examples held out of the training file)")
+	var choices choiceFlags
+	choices.register(fs)
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkChoiceFlags(fs, len(choices.files) > 0); err != nil {
 		return err
 	}
 	if *split == "" {
@@ -80,6 +94,9 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	}
 
 	c, err := ck.open()
+	if err == nil {
+		err = c.NeedTokenizer()
+	}
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -87,6 +104,9 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	warnPrecision(stderr, prec)
 	if err := inferIn(c.Model, prec); err != nil {
 		return fmt.Errorf("eval: %w", err)
+	}
+	if len(choices.files) > 0 {
+		return evalChoices(stdout, c, choices, asJSON)
 	}
 	if *taskFile != "" && len(corpus) > 0 {
 		return usageError{errors.New("eval: --task and --corpus: score on one or the other")}

@@ -60,6 +60,12 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
+	var checkpoints, choices []string
+	shots, limit := 5, 500
+	fs.Var(&listFlag{list: &checkpoints}, "checkpoints", "experiment downstream: checkpoints (or run directories) to score, comma-separated or repeated (default: train the grid's mechanisms and score those)")
+	fs.Var(&listFlag{list: &choices}, "choices", "experiment downstream: files of multiple-choice questions (HellaSwag, PIQA, ARC or generic; JSON lines or Parquet), comma-separated or repeated")
+	fs.IntVar(&shots, "shots", shots, "experiment downstream: the shots of the k-shot columns (0: 0-shot only)")
+	fs.IntVar(&limit, "limit", limit, "experiment downstream: questions sampled from each file with --seed, as the paper's 500 (0: all)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
 	if len(args) == 0 {
@@ -86,6 +92,15 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	}
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
+	}
+	if err := absPaths(checkpoints); err != nil {
+		return fmt.Errorf("experiment: --checkpoints: %w", err)
+	}
+	if err := absPaths(choices); err != nil {
+		return fmt.Errorf("experiment: --choices: %w", err)
+	}
+	if name != "downstream" {
+		shots, limit = 0, 0 // not the plan of any other experiment
 	}
 	tok, err := openTokenizer("experiment", tokName)
 	if err != nil {
@@ -116,6 +131,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
 		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField,
+		Checkpoints: checkpoints, Choices: choices, Shots: shots, Limit: limit,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/polysketch/polysketch/data/task"
@@ -36,6 +40,12 @@ tokens (generation_config.json's eos_token_id, tokenizer_config.json's
 eos_token), and its prompt starts with its beginning-of-sequence token
 where its tokenizer adds one (Llama's <s>).
 
+Ids in, ids out, for scripts: --prompt-ids 1,2,3 continues those token
+ids instead of --prompt's text (the only way for a model imported without
+a tokenizer), and --json prints one JSON object when done instead of
+streaming the text: {"prompt_ids": […], "ids": […], "text": "…"}, the
+generated ids and their text (absent without a tokenizer).
+
 flags:
 `
 
@@ -55,6 +65,8 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	fs.IntVar(&s.TopK, "top-k", s.TopK, "sample among the k most likely tokens only; 0 for all")
 	fs.Float64Var(&s.TopP, "top-p", s.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
+	promptIDs := fs.String("prompt-ids", "", "comma-separated token ids to continue, instead of --prompt's text")
+	asJSON := fs.Bool("json", false, "print the prompt's and the generated ids and the text as one JSON object when done, instead of streaming the text")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
 	if err := parseFlags(fs, args); err != nil {
@@ -69,8 +81,13 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.TopP)
 	case *n < 0:
 		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
-	case *prompt == "":
+	case *prompt == "" && *promptIDs == "":
 		return errors.New("generate: --prompt is empty: the model needs at least one token to start from")
+	}
+	textGiven := false
+	fs.Visit(func(f *flag.Flag) { textGiven = textGiven || f.Name == "prompt" })
+	if textGiven && *promptIDs != "" {
+		return usageError{errors.New("generate: --prompt and --prompt-ids: give the prompt as text or as ids, not both")}
 	}
 
 	c, err := ck.open()
@@ -85,7 +102,23 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	if *stopEOT {
 		eos = c.TokenizerConfig.EOS
 	}
-	ids := tok.Encode(slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
+	// Ids are taken as they are given, as transformers takes input_ids;
+	// text is encoded after the model's beginning-of-sequence tokens.
+	var ids []int32
+	if *promptIDs != "" {
+		if ids, err = parseIDs(*promptIDs, c.Model.Config().Vocab); err != nil {
+			return fmt.Errorf("generate: --prompt-ids: %w", err)
+		}
+		if tok != nil {
+			if p, err := tok.Decode(nil, ids); err == nil {
+				*prompt = string(p)
+			}
+		}
+	} else if err := c.NeedTokenizer(); err != nil {
+		return fmt.Errorf("generate: %w; give the prompt as --prompt-ids", err)
+	} else {
+		ids = tok.Encode(slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
+	}
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
 	}
@@ -110,8 +143,14 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 
 	ctx, stop := interruptible()
 	defer stop()
+	// With --json, or without a tokenizer, nothing streams: the ids (and
+	// text) come at the end.
+	text := stdout
+	if *asJSON || tok == nil {
+		text = io.Discard
+	}
 	if *echo {
-		if _, err := io.WriteString(stdout, *prompt); err != nil {
+		if _, err := io.WriteString(text, *prompt); err != nil {
 			return err
 		}
 	}
@@ -125,32 +164,93 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	}
 	prefill := time.Since(start)
 	start = time.Now()
-	var out []byte
+	var out, all []byte
+	var gen []int32
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
 		next := s.Next(logits.Data)
 		if slices.Contains(eos, next) {
 			break
 		}
-		if out, err = tok.Decode(out[:0], []int32{next}); err != nil {
-			return fmt.Errorf("generate: %w", err)
+		gen = append(gen, next)
+		if tok != nil {
+			if out, err = tok.Decode(out[:0], []int32{next}); err != nil {
+				return fmt.Errorf("generate: %w", err)
+			}
+			all = append(all, out...)
+			if _, err := text.Write(out); err != nil {
+				return err
+			}
+			flush(text)
 		}
-		if _, err := stdout.Write(out); err != nil {
-			return err
-		}
-		flush(stdout)
 		if generated++; generated < *n {
 			if logits, err = dec.Step([]int32{next}); err != nil {
 				return fmt.Errorf("generate: %w", err)
 			}
 		}
 	}
-	fmt.Fprintln(stdout)
+	if *asJSON || tok == nil {
+		if err := printGenerated(stdout, ids, gen, all, tok != nil, *asJSON); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout)
+	}
 	d := time.Since(start)
 	fmt.Fprintf(stderr, "generated %d tokens in %s (%.1f tokens/s) after a prompt of %d tokens in %s (%.1f tokens/s)\n",
 		generated, d.Round(time.Millisecond), float64(generated)/d.Seconds(),
 		len(ids), prefill.Round(time.Millisecond), float64(len(ids))/prefill.Seconds())
 	return nil
+}
+
+// printGenerated prints the generated ids: as one JSON object (with the
+// text, if there is a tokenizer), or as space-separated numbers.
+func printGenerated(w io.Writer, prompt, gen []int32, text []byte, hasText, asJSON bool) error {
+	if !asJSON {
+		for i, id := range gen {
+			if i > 0 {
+				fmt.Fprint(w, " ")
+			}
+			fmt.Fprint(w, id)
+		}
+		_, err := fmt.Fprintln(w)
+		return err
+	}
+	v := struct {
+		Prompt []int32 `json:"prompt_ids"`
+		IDs    []int32 `json:"ids"`
+		Text   *string `json:"text,omitempty"`
+	}{Prompt: prompt, IDs: gen}
+	if v.IDs == nil {
+		v.IDs = []int32{}
+	}
+	if hasText {
+		s := string(text)
+		v.Text = &s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// parseIDs parses comma-separated token ids, each in [0, vocab).
+func parseIDs(s string, vocab int) ([]int32, error) {
+	var ids []int32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		id, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a token id", f)
+		}
+		if id < 0 || id >= int64(vocab) {
+			return nil, fmt.Errorf("id %d is outside the vocabulary [0, %d)", id, vocab)
+		}
+		ids = append(ids, int32(id))
+	}
+	return ids, nil
 }
 
 // flush flushes w if it buffers.

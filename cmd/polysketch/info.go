@@ -79,7 +79,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if mc.Bidirectional {
 		kind = "encoder"
 	}
-	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
+	line("model", "%s, %s", kind, describeModel(mc))
 	if c != nil {
 		n := 0
 		for _, p := range c.Model.Params() {
@@ -101,7 +101,11 @@ func runInfo(args []string, stdout io.Writer) error {
 		}
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
-	line("tokenizer", "%s", state.Tokenizer)
+	if state.Tokenizer == "" {
+		line("tokenizer", "none: the model reads and writes token ids alone")
+	} else {
+		line("tokenizer", "%s", state.Tokenizer)
+	}
 	if tc != nil {
 		line("precision", "%s", tc.Precision) // the recipe's: a run resumes with the one it is given
 		line("step", "%d of %d", state.Step, tc.Steps)

@@ -44,7 +44,7 @@ func TestInfo(t *testing.T) {
 		}
 		for _, want := range []string{
 			"checkpoint     " + filepath.Join(runDir, train.CheckpointDir) + "\n",
-			"model          decoder, 1 layer, dim 16, 2 heads of 8, context 16, vocabulary 256\n",
+			"model          decoder, 1 layer, dim 16, 2 heads of 8, hidden 64, context 16, vocabulary 256\n",
 			fmt.Sprintf("parameters     %s (%d)\n", count(n), n),
 			"attention      polysketch attention (sketch-size=4, block=8, learned=true)\n",
 			"tokenizer      byte\n",

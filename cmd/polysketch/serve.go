@@ -140,6 +140,9 @@ func runServe(args []string, stdout io.Writer) (err error) {
 	// Load while /health answers 503.
 	c, err := ck.open()
 	if err == nil {
+		err = c.NeedTokenizer()
+	}
+	if err == nil {
 		err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
 	}
 	if err != nil {
