@@ -25,12 +25,12 @@ var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCod
 // to flush as VDPBF16PS does): the same bits, on the two FMA ports of
 // Intel cores, where VDPBF16PS has one. Decoding keeps VDPBF16PS's wide
 // tiles, which read B no slower.
-var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
+var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs}
 
 // amxBF16Kernel is avx512FMA with AMX tiles for products of more than
 // RowBlockBF16 rows.
-var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileFMA, wide: wideBF16, wideRows: 2,
+var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs,
 	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 

@@ -105,7 +105,7 @@ func cpuVendor() (ebx uint32, ecx uint32, edx uint32)
 //go:noescape
 func fmaStepVec(acc *float32, a *uint32, b *uint32)
 
-// tileFMAAVX512 computes rows ≤ 14 rows by 32 columns of C from bf16 pairs expanded to float32
+// tileFMAAVX512 computes rows ≤ 13 rows by 32 columns of C from bf16 pairs expanded to float32
 // of A (with strides ars, aps) and packed strips of B (bs words apart),
 // with float32 FMAs; see package _asm.
 //
