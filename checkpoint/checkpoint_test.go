@@ -14,8 +14,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/fifotest"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/safetensors"
 	"github.com/polysketch/polysketch/tensor"
@@ -575,6 +577,34 @@ func TestTokenizerFile(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, tokenizerFile), []byte(`{"model": {"type": "BPX"}}`+"\n"), 0o644)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "tokenizer.json: SHA-256 checksum mismatch") {
 		t.Errorf("Load of an edited tokenizer.json: %v, want a checksum mismatch", err)
+	}
+}
+
+// TestLoadNamedPipe puts named pipes where a checkpoint's files go: Load
+// must refuse each at once, naming the file, rather than wait for a
+// writer.
+func TestLoadNamedPipe(t *testing.T) {
+	for _, name := range []string{weightsFile, manifestFile, stateFile} {
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := Save(dir, newCheckpoint(t, 1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		os.Remove(path)
+		fifotest.Make(t, path)
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(dir)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), name+" is a named pipe, not a regular file") || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s a named pipe: %v, want one line saying so", name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("Load with %s a named pipe has not returned after a minute: it waits for a writer", name)
+		}
 	}
 }
 

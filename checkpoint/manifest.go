@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // formatName marks a manifest as a polysketch checkpoint's.
@@ -50,7 +52,7 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 // writeFile creates the file at path, fills it with encode, syncs it to
 // disk, and returns its size and checksum.
 func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return s, err
 	}
@@ -86,7 +88,7 @@ func Verify(dir string) error {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	for _, s := range man.Files {
-		f, err := os.Open(filepath.Join(dir, s.Name))
+		f, err := regular.Open(filepath.Join(dir, s.Name))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
@@ -109,7 +111,7 @@ func Verify(dir string) error {
 // that it lists every required file once and no file a checkpoint does
 // not have.
 func readManifest(dir string) (*manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	b, err := regular.ReadFile(filepath.Join(dir, manifestFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, fmt.Errorf("no checkpoint: %w", derr)
@@ -181,7 +183,7 @@ func readVerified(dir string) (map[string][]byte, error) {
 // readFile reads the file at path, refusing to read more than one byte
 // past the size expected, so a huge file cannot exhaust memory.
 func readFile(path string, size int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s is missing", filepath.Base(path))

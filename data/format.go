@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/polysketch/polysketch/internal/field"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Format is how a corpus file holds its text, told by the file's name:
@@ -92,7 +94,7 @@ const sniffSize = 8000
 // or, for data without one, more than a quarter of those bytes not valid
 // UTF-8. Text in Latin-1 or with a few stray bytes stays text.
 func isBinary(f File) (bool, error) {
-	file, err := os.Open(f.Path)
+	file, err := regular.Open(f.Path)
 	if err != nil {
 		return false, pathError("cannot read corpus file", f.Path, err)
 	}
@@ -144,9 +146,15 @@ type docReader interface {
 	close()
 }
 
+// records says how files of records (JSON lines, Parquet) hold their text.
+type records struct {
+	field string // the field, or column, of the text
+	max   int64  // bytes of a JSON-lines record at most
+}
+
 // openDocs returns a docReader of the file f, open as file, whose records
-// keep their text in field.
-func openDocs(file *os.File, f File, field string) (docReader, error) {
+// are read as rec says.
+func openDocs(file *os.File, f File, rec records) (docReader, error) {
 	counted := &countingReader{r: file}
 	switch f.Format {
 	case Text:
@@ -159,15 +167,15 @@ func openDocs(file *os.File, f File, field string) (docReader, error) {
 		// Buffered to tell an empty text, which is no document.
 		return &textDocs{file: file, f: f, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
 	case JSONLines:
-		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(counted, 1<<16), counted: counted}, nil
+		return &jsonDocs{file: file, f: f, field: rec.field, max: rec.max, r: bufio.NewReaderSize(counted, 1<<16), counted: counted}, nil
 	case JSONLinesGzip:
 		gz, err := gzip.NewReader(counted)
 		if err != nil {
 			return nil, fmt.Errorf("corpus file %q is not gzip data (%v): decompress it or fix its name", f.Path, err)
 		}
-		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
+		return &jsonDocs{file: file, f: f, field: rec.field, max: rec.max, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
 	case Parquet:
-		d, err := openParquet(file, f, field)
+		d, err := openParquet(file, f, rec.field)
 		if err != nil {
 			return nil, err
 		}
@@ -253,11 +261,12 @@ type jsonDocs struct {
 	file    *os.File
 	f       File
 	field   string
+	max     int64 // bytes of a line at most
 	r       *bufio.Reader
 	counted *countingReader
 	line    int
 	buf     []byte
-	text    bytes.Reader
+	text    strings.Reader
 	record  map[string]json.RawMessage
 }
 
@@ -269,6 +278,9 @@ func (d *jsonDocs) next() (io.Reader, error) {
 				return nil, err
 			}
 			return nil, io.EOF
+		}
+		if _, ok := errors.AsType[*RecordTooLongError](err); ok {
+			return nil, err
 		}
 		if err != nil && err != io.EOF {
 			return nil, d.errorf("cannot read: %v", err)
@@ -284,13 +296,16 @@ func (d *jsonDocs) next() (io.Reader, error) {
 	}
 }
 
-// readLine returns the next line, of any length, and io.EOF with the
-// last one if it has no newline.
+// readLine returns the next line, of up to d.max bytes, and io.EOF with
+// the last one if it has no newline.
 func (d *jsonDocs) readLine() ([]byte, error) {
 	d.line++
 	d.buf = d.buf[:0]
 	for {
 		part, err := d.r.ReadSlice('\n')
+		if int64(len(d.buf)+len(part)) > d.max {
+			return nil, &RecordTooLongError{Path: d.f.Path, Line: d.line, Limit: d.max}
+		}
 		d.buf = append(d.buf, part...)
 		if err != bufio.ErrBufferFull {
 			return d.buf, err
@@ -298,24 +313,54 @@ func (d *jsonDocs) readLine() ([]byte, error) {
 	}
 }
 
+// A RecordTooLongError is a record of JSON lines longer than the record
+// limit of its corpus (Corpus.MaxRecord).
+type RecordTooLongError struct {
+	Path  string
+	Line  int
+	Limit int64 // bytes
+}
+
+func (e *RecordTooLongError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap returns the error as internal/field writes it, naming the limit
+// (max_record) for a command line to name it as its flag.
+func (e *RecordTooLongError) Unwrap() error {
+	return field.Errorf("%s:%d: a record of more than %s, the record limit: split it into smaller records, or raise %s",
+		e.Path, e.Line, bytesString(e.Limit), field.Name("max_record"))
+}
+
+// bytesString writes a size in bytes for people: 64 MiB, 1000 bytes.
+func bytesString(n int64) string {
+	for _, u := range []struct {
+		name  string
+		scale int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.scale && n%u.scale == 0 {
+			return fmt.Sprintf("%d %s", n/u.scale, u.name)
+		}
+	}
+	return plural(int(n), "byte")
+}
+
 // parse returns the text of a line.
-func (d *jsonDocs) parse(line []byte) ([]byte, error) {
+func (d *jsonDocs) parse(line []byte) (string, error) {
 	if d.line == 1 {
 		line = bytes.TrimPrefix(line, []byte("\ufeff")) // a byte-order mark some editors write
 	}
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
-		return nil, nil
+		return "", nil
 	}
 	if line[0] != '{' {
-		return nil, d.errorf("%s, not a JSON object with a %q field", jsonKind(line), d.field)
+		return "", d.errorf("%s, not a JSON object with a %q field", jsonKind(line), d.field)
 	}
 	clear(d.record)
 	if d.record == nil {
 		d.record = make(map[string]json.RawMessage)
 	}
 	if err := json.Unmarshal(line, &d.record); err != nil {
-		return nil, d.errorf("invalid JSON: %v", err)
+		return "", d.errorf("invalid JSON: %v", err)
 	}
 	raw, ok := d.record[d.field]
 	if !ok {
@@ -326,16 +371,16 @@ func (d *jsonDocs) parse(line []byte) ([]byte, error) {
 				}
 			}
 		})
-		return nil, field.Errorf("%s:%d: no %q field (fields: %s): set %s to the field that holds the text", d.f.Path, d.line, d.field, quoteList(fields, 8), field.Name("text_field"))
+		return "", field.Errorf("%s:%d: no %q field (fields: %s): set %s to the field that holds the text", d.f.Path, d.line, d.field, quoteList(fields, 8), field.Name("text_field"))
 	}
 	var s *string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, d.errorf("field %q is %s, not a string", d.field, jsonKind(raw))
+		return "", d.errorf("field %q is %s, not a string", d.field, jsonKind(raw))
 	}
 	if s == nil {
-		return nil, nil // null: no text
+		return "", nil // null: no text
 	}
-	return []byte(*s), nil
+	return *s, nil
 }
 
 // errorf returns an error at the current line, as compilers write them.

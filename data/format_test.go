@@ -2,7 +2,9 @@ package data
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,7 +242,7 @@ func TestLoadTextField(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.TextField = field
-		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache})
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +271,7 @@ func encodeErr(t *testing.T, c *Corpus) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = encodeFiles(c.Files, c.TextField, tokenizer.Byte, w, 1<<20, 2)
+	_, err = encodeFiles(context.Background(), c.Files, c.records(), tokenizer.Byte, w, 1<<20, 2)
 	return err
 }
 
@@ -424,6 +426,48 @@ func TestTexts(t *testing.T) {
 		}
 		if pieces < tc.pieces {
 			t.Errorf("%s: %d pieces, want at least %d", tc.name, pieces, tc.pieces)
+		}
+	}
+}
+
+// TestRecordLimit reads JSON lines, plain and gzip-compressed, with a
+// record longer than a small limit: Load must refuse it in one line
+// naming the file and line, and take records up to the limit.
+func TestRecordLimit(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 4 << 10
+	long := `{"text": "` + strings.Repeat("x", 2*limit) + `"}` + "\n"
+	fits := `{"text": "` + strings.Repeat("y", limit-13) + `"}` + "\n" // 13 bytes of JSON around the text, the newline included
+	if len(fits) != limit {
+		t.Fatalf("a record of %d bytes, want %d", len(fits), limit)
+	}
+	good := `{"text": "fine"}` + "\n"
+	writeFiles(t, dir, map[string]string{"long.jsonl": good + long + good, "fits.jsonl": good + fits})
+	writeGzip(t, filepath.Join(dir, "long.jsonl.gz"), []byte(good+good+long))
+	for _, tc := range []struct {
+		name string
+		line int
+	}{{"long.jsonl", 2}, {"long.jsonl.gz", 3}, {"fits.jsonl", 0}} {
+		path := filepath.Join(dir, tc.name)
+		c, err := NewCorpus(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.MaxRecord = limit
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: t.TempDir()})
+		if tc.line == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			} else {
+				train.Close()
+				val.Close()
+			}
+			continue
+		}
+		want := fmt.Sprintf("%s:%d: a record of more than 4 KiB, the record limit", path, tc.line)
+		var rl *RecordTooLongError
+		if !errors.As(err, &rl) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", tc.name, err, want)
 		}
 	}
 }

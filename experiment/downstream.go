@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/multichoice"
 	"github.com/polysketch/polysketch/train"
 )
@@ -135,7 +136,7 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 		}
 		tv, ok := val[c.Tokenizer.Name()]
 		if !ok {
-			_, v, err := data.LoadPaths(plan.Corpus, plan.TextField, c.Tokenizer, data.Options{CacheDir: o.CacheDir, Logf: logf})
+			_, v, err := data.LoadPaths(ctx, plan.Corpus, plan.TextField, c.Tokenizer, data.Options{CacheDir: o.CacheDir, Logf: logf, MaxRecord: o.MaxRecord})
 			if err != nil {
 				return nil, fmt.Errorf("corpus: %w", err)
 			}
@@ -181,7 +182,7 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 
 // readScores reads the scores computed so far.
 func readScores(path string) ([]Score, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -207,7 +208,7 @@ func appendScore(path string, s Score) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := regular.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}

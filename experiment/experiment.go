@@ -39,6 +39,7 @@ import (
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/internal/filelock"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
@@ -124,6 +125,7 @@ type Options struct {
 	// directories and globs; empty means the Go source tree.
 	Corpus    []string
 	TextField string // the field of the corpus's records that holds the text; "" for "text"
+	MaxRecord int64  // the record limit of the corpus (data.Corpus.MaxRecord); 0 for the default
 	CacheDir  string // tokenized corpora; "" means the default
 	// Tokenizer is the vocabulary of the lm and speed experiments' models
 	// and corpus; nil means bytes. The task experiments keep their own
@@ -271,7 +273,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		if tok == nil {
 			tok = tokenizer.Byte
 		}
-		trainTokens, valTokens, err := data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		trainTokens, valTokens, err := data.LoadPaths(ctx, o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf, MaxRecord: o.MaxRecord})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}
@@ -319,7 +321,7 @@ func claim(dir string, plan Plan) error {
 	}
 	want = append(want, '\n')
 	path := filepath.Join(dir, PlanFile)
-	have, err := os.ReadFile(path)
+	have, err := regular.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {
@@ -405,7 +407,7 @@ func runOne(ctx context.Context, o Options, r Run, source *train.Corpus, logf fu
 	if r.Train.Task == nil {
 		run.Source = source
 	}
-	t, err := train.Start(filepath.Join(o.Dir, RunsDir, r.Name), run)
+	t, err := train.Start(ctx, filepath.Join(o.Dir, RunsDir, r.Name), run)
 	if errors.Is(err, train.ErrComplete) {
 		return nil
 	}

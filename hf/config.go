@@ -29,6 +29,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/internal/field"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -93,7 +94,7 @@ type Config struct {
 // ReadConfig reads and maps dir's config.json.
 func ReadConfig(dir string, opts Options) (*Config, error) {
 	path := filepath.Join(dir, ConfigFile)
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -90,5 +91,5 @@ func readOptional(dir, name string) ([]byte, error) {
 	if !st.Mode().IsRegular() || st.Size() > maxSideFile {
 		return nil, fmt.Errorf("%s: not a regular file of at most %d MiB", path, maxSideFile>>20)
 	}
-	return os.ReadFile(path)
+	return regular.ReadFile(path)
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/safetensors"
@@ -138,7 +139,7 @@ func openShards(dir string) (*shards, error) {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if _, err := os.Stat(filepath.Join(dir, WeightsFile)); errors.Is(err, os.ErrNotExist) {
-		b, err := os.ReadFile(filepath.Join(dir, IndexFile))
+		b, err := regular.ReadFile(filepath.Join(dir, IndexFile))
 		if errors.Is(err, os.ErrNotExist) {
 			msg := fmt.Sprintf("%s: no %s nor %s", dir, WeightsFile, IndexFile)
 			if _, err := os.Stat(filepath.Join(dir, "pytorch_model.bin")); err == nil {

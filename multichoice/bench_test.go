@@ -70,14 +70,14 @@ func BenchmarkScore(b *testing.B) {
 		for _, shots := range []int{0, 5} {
 			ctx, endings := question(shots)
 			longest := endings[1]
-			ctxTokens := len(tok.Encode(nil, []byte(ctx)))
-			longestTokens := len(tok.Encode(nil, []byte(ctx+longest))) - ctxTokens
+			ctxTokens := len(tokensOf(b, tok, nil, ctx))
+			longestTokens := len(tokensOf(b, tok, nil, ctx+longest)) - ctxTokens
 			report := func(b *testing.B) {
 				b.ReportMetric(float64(ctxTokens), "context-tokens")
 				b.ReportMetric(float64(longestTokens), "longest-ending-tokens")
 			}
 			b.Run(fmt.Sprintf("%s/shots=%d/forward", tok.Name(), shots), func(b *testing.B) {
-				in := tok.Encode(nil, []byte(ctx+longest))
+				in := tokensOf(b, tok, nil, ctx+longest)
 				in = in[:len(in)-1]
 				for b.Loop() {
 					m.Forward(in, 1, len(in))

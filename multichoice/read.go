@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Format is how a file lays out its questions: the field names of one
@@ -87,7 +89,7 @@ type Set struct {
 // them. Errors name the file and the line (the row, from 1, for
 // Parquet): path:N: what is wrong.
 func ReadFile(path string, f Format) (*Set, error) {
-	file, err := os.Open(path)
+	file, err := regular.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 package multichoice
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unicode"
@@ -185,7 +187,16 @@ func (s *Scorer) Score(context string, continuations []string) (Scores, error) {
 		j := which[i]
 		add(j, row, conts[j][k+1])
 	})
-	return sc, err
+	if err != nil {
+		return sc, err
+	}
+	for j, ll := range sc.LogLik {
+		if math.IsNaN(ll) || math.IsInf(ll, 0) {
+			// Finite logits give finite log-likelihoods.
+			return sc, fmt.Errorf("continuation %d: log-likelihood %v: the model's logits are not finite; its weights or activations overflow", j, ll)
+		}
+	}
+	return sc, nil
 }
 
 // encode tokenizes a context and its continuations as the harness's
@@ -193,7 +204,10 @@ func (s *Scorer) Score(context string, continuations []string) (Scores, error) {
 func (s *Scorer) encode(context string, continuations []string) ([]int32, [][]int32, error) {
 	trimmed := strings.TrimRightFunc(context, unicode.IsSpace)
 	space := context[len(trimmed):]
-	ctx := s.tok.Encode(nil, []byte(trimmed))
+	ctx, err := s.tokens(nil, trimmed)
+	if err != nil {
+		return nil, nil, err
+	}
 	conts := make([][]int32, len(continuations))
 	if len(ctx) == 0 {
 		prefix := s.Begin
@@ -204,17 +218,28 @@ func (s *Scorer) encode(context string, continuations []string) ([]int32, [][]in
 			prefix = []int32{s.prefix}
 		}
 		for j, c := range continuations {
-			conts[j] = s.tok.Encode(nil, []byte(space+c))
+			if conts[j], err = s.tokens(nil, space+c); err != nil {
+				return nil, nil, err
+			}
 		}
 		return prefix, conts, nil
 	}
 	for j, c := range continuations {
-		s.ids = s.tok.Encode(s.ids[:0], []byte(trimmed+space+c))
+		if s.ids, err = s.tokens(s.ids[:0], trimmed+space+c); err != nil {
+			return nil, nil, err
+		}
 		if len(s.ids) > len(ctx) {
 			conts[j] = append([]int32(nil), s.ids[len(ctx):]...)
 		}
 	}
 	return append(slices.Clone(s.Begin), ctx...), conts, nil
+}
+
+// tokens appends the tokens of text to dst. Encoding fails only for a
+// tokenizer whose pre-tokenizer pattern gives up on the text
+// (tokenizer.PatternError).
+func (s *Scorer) tokens(dst []int32, text string) ([]int32, error) {
+	return s.tok.Encode(context.Background(), dst, []byte(text))
 }
 
 // feed steps seqs through their tokens together, at most stepRows rows a

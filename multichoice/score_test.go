@@ -39,11 +39,11 @@ func referenceScores(t *testing.T, m *model.Model, tok tokenizer.Tokenizer, ctxT
 	t.Helper()
 	trimmed := strings.TrimRight(ctxText, " \n\t")
 	space := ctxText[len(trimmed):]
-	ctx := tok.Encode(nil, []byte(trimmed))
+	ctx := tokensOf(t, tok, nil, trimmed)
 	var toks [][]int32
 	longest := 0
 	for _, c := range conts {
-		whole := tok.Encode(nil, []byte(trimmed+space+c))
+		whole := tokensOf(t, tok, nil, trimmed+space+c)
 		toks = append(toks, whole[len(ctx):])
 		longest = max(longest, len(whole)-len(ctx))
 	}
@@ -237,7 +237,7 @@ func TestScoreEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for j, c := range []string{"Hello world", "Goodbye"} {
-		toks := gpt2.Encode([]int32{eot}, []byte(c))
+		toks := tokensOf(t, gpt2, []int32{eot}, c)
 		logits := m.Forward(toks[:len(toks)-1], 1, len(toks)-1)
 		V := m.Config().Vocab
 		var ll float64
@@ -272,7 +272,7 @@ func TestScoreEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j, c := range []string{" blue", " green"} {
-			in := append([]int32{2}, tokenizer.Byte.Encode(nil, []byte(ctx+c))...)
+			in := tokensOf(t, tokenizer.Byte, []int32{2}, ctx+c)
 			logits := bm.Forward(in[:len(in)-1], 1, len(in)-1)
 			V := bm.Config().Vocab
 			var ll float64
@@ -287,6 +287,41 @@ func TestScoreEdges(t *testing.T) {
 			if math.Abs(got.LogLik[j]-ll) > 1e-3 {
 				t.Errorf("context %q after Begin, choice %q: log-likelihood %.6f, reference %.6f", ctx, c, got.LogLik[j], ll)
 			}
+		}
+	}
+}
+
+// tokensOf appends the tokens of text to dst; the tokenizers of the tests
+// never fail.
+func tokensOf(t testing.TB, tok tokenizer.Tokenizer, dst []int32, text string) []int32 {
+	t.Helper()
+	ids, err := tok.Encode(context.Background(), dst, []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestScoreOverflow scores with a model whose output layer overflows
+// (every weight 3e38, finite): Score must fail saying so, not return
+// log-likelihoods of NaN that compare as neither better nor worse.
+func TestScoreOverflow(t *testing.T) {
+	m := testModel(t, polysketch, 256, 64)
+	for _, p := range m.Params() {
+		if p.Name == "head.weight" {
+			for i := range p.Value.Data {
+				p.Value.Data[i] = 3e38
+			}
+		}
+	}
+	for _, separate := range []bool{false, true} {
+		sc, err := NewScorer(m, tokenizer.Byte)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Separate = separate
+		if _, err := sc.Score("The sky is", []string{" blue", " green"}); err == nil || !strings.Contains(err.Error(), "not finite") {
+			t.Errorf("separate %v: %v, want an error saying the logits are not finite", separate, err)
 		}
 	}
 }

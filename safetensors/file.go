@@ -2,12 +2,13 @@ package safetensors
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"slices"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // File is a safetensors file opened to read its tensors one at a time, in
@@ -49,7 +50,7 @@ func Open(path string) (*File, error) {
 }
 
 func open(path string) (*File, error) {
-	osf, err := os.Open(path)
+	osf, err := regular.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -57,10 +58,6 @@ func open(path string) (*File, error) {
 	if err != nil {
 		osf.Close()
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		osf.Close()
-		return nil, errors.New("not a regular file")
 	}
 	f := &File{path: path, f: osf}
 	if err := f.readHeader(st.Size()); err != nil {

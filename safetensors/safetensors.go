@@ -27,12 +27,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -111,7 +111,7 @@ func f16(b []byte) float32 {
 // metadata (nil if the file has none). Errors name the file, and the
 // tensor where there is one.
 func Read(path string, opts *Options) (map[string]*tensor.Tensor, map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -119,9 +119,6 @@ func Read(path string, opts *Options) (map[string]*tensor.Tensor, map[string]str
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("safetensors: %s: not a regular file", path)
 	}
 	ts, md, err := decode(bufio.NewReaderSize(f, 1<<20), st.Size(), opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,7 +70,7 @@ func TestEchoLogprobs(t *testing.T) {
 			}
 			check := func(what string, lp *logprobs, prompt string) {
 				t.Helper()
-				ids := tokenizer.Byte.Encode(nil, []byte(prompt))
+				ids := byteIDs(prompt)
 				want := forwardLogprobs(m, ids)
 				if lp == nil || len(lp.Tokens) < len(ids) {
 					t.Fatalf("%s: logprobs %+v, want at least the %d prompt tokens", what, lp, len(ids))
@@ -129,14 +130,14 @@ func TestEchoLogprobs(t *testing.T) {
 				if n := len(gen.Logprobs.Tokens); n != len(p)+5 || gen.Logprobs.TextOffset[len(p)] != len(p) || gen.Logprobs.TokenLogprobs[len(p)] == nil {
 					t.Errorf("prompt %d: %d entries, want %d: the prompt's, then the 5 generated from offset %d", i, n, len(p)+5, len(p))
 				}
-				ids := complete(t, ts.URL, body(tokenizer.Byte.Encode(nil, []byte(p)), 0, "")).Choices[0]
+				ids := complete(t, ts.URL, body(byteIDs(p), 0, "")).Choices[0]
 				c, _ := json.Marshal(ids.Logprobs)
 				d, _ := json.Marshal(zero.Choices[i].Logprobs)
 				if ids.Text != p || string(c) != string(d) {
 					t.Errorf("prompt %d as token ids: text %q, logprobs differ: %v", i, ids.Text, string(c) != string(d))
 				}
 			}
-			ids := complete(t, ts.URL, body([][]int32{tokenizer.Byte.Encode(nil, whole[1]), tokenizer.Byte.Encode(nil, whole[2])}, 0, ""))
+			ids := complete(t, ts.URL, body([][]int32{byteIDs(string(whole[1])), byteIDs(string(whole[2]))}, 0, ""))
 			if len(ids.Choices) != 2 || ids.Choices[1].Text != prompts[2] {
 				t.Errorf("two prompts of token ids: %+v", ids.Choices)
 			}
@@ -201,10 +202,10 @@ func TestEchoMatchesScorer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ctxIDs := tokenizer.Byte.Encode(nil, []byte(ctx))
+				ctxIDs := byteIDs(ctx)
 				var prompts [][]int32
 				for _, c := range conts {
-					prompts = append(prompts, tokenizer.Byte.Encode(append([]int32(nil), ctxIDs...), []byte(c)))
+					prompts = append(prompts, append(slices.Clone(ctxIDs), byteIDs(c)...))
 				}
 				b, _ := json.Marshal(prompts)
 				resp := complete(t, ts.URL, fmt.Sprintf(`{"model":"test","prompt":%s,"temperature":0,"max_tokens":1,"logprobs":1,"seed":1234,"echo":true}`, b))

@@ -72,7 +72,7 @@ func BenchmarkStepSampling(b *testing.B) {
 			b.Run("sample/"+tc.name+"/"+rows.name, func(b *testing.B) {
 				s := &scheduler{}
 				for i := range S {
-					s.stepJ = append(s.stepJ, &job{sampler: sample.New(tc.temperature, tc.topP, tc.topK, rand.New(rand.NewPCG(1, uint64(i))))})
+					s.stepJ = append(s.stepJ, &job{sampler: sample.New(sample.Settings{Temperature: tc.temperature, TopP: tc.topP, TopK: tc.topK}, rand.New(rand.NewPCG(1, uint64(i))))})
 					s.drawn = append(s.drawn, i)
 				}
 				for b.Loop() {

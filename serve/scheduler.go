@@ -144,6 +144,7 @@ type scheduler struct {
 	cache *prefixCache // the scheduler goroutine's own; nil when off
 	drawn []int        // the rows of stepJ that sample a token
 	toks  []int32      // their tokens
+	errs  []error      // or why there is none
 }
 
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
@@ -407,8 +408,16 @@ func (s *scheduler) step() {
 	}
 	s.sample(logits.Data, V)
 	for k, i := range s.drawn {
-		r := s.last[i]
-		s.emit(s.stepJ[i], logits.Data[r*V:(r+1)*V], s.toks[k], now)
+		j, r := s.stepJ[i], s.last[i]
+		if err := s.errs[k]; err != nil {
+			// Logits that are not finite: this request fails, the others
+			// go on.
+			s.metrics.nonFinite.Inc()
+			j.out.post(event{index: j.index, err: err})
+			j.canceled.Store(true)
+			continue
+		}
+		s.emit(j, logits.Data[r*V:(r+1)*V], s.toks[k], now)
 	}
 	for i := 0; i < len(s.active); {
 		if s.active[i].canceled.Load() {
@@ -420,11 +429,12 @@ func (s *scheduler) step() {
 }
 
 // sample draws the tokens of the rows s.drawn of logits (V columns) into
-// s.toks, the jobs side by side: each has a generator of its own, so
-// their tokens do not depend on how they are spread. A panic in one is
-// raised again here, for safeStep.
+// s.toks, and the sampler's error for each into s.errs, the jobs side by
+// side: each has a generator of its own, so their tokens do not depend on
+// how they are spread. A panic in one is raised again here, for safeStep.
 func (s *scheduler) sample(logits []float32, V int) {
 	s.toks = slices.Grow(s.toks[:0], len(s.drawn))[:len(s.drawn)]
+	s.errs = slices.Grow(s.errs[:0], len(s.drawn))[:len(s.drawn)]
 	var failed atomic.Value
 	parallel.For(len(s.drawn), func(k int) {
 		defer func() {
@@ -434,7 +444,7 @@ func (s *scheduler) sample(logits []float32, V int) {
 		}()
 		i := s.drawn[k]
 		r := s.last[i]
-		s.toks[k] = s.stepJ[i].sampler.Next(logits[r*V : (r+1)*V])
+		s.toks[k], s.errs[k] = s.stepJ[i].sampler.Next(logits[r*V : (r+1)*V])
 	})
 	if v := failed.Load(); v != nil {
 		panic(v)

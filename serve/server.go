@@ -348,6 +348,16 @@ func (s *Server) authorized(r *http.Request) bool {
 // fail answers err as {"error": {...}}, counts it by its code and logs a
 // line, unless more than logBurst were logged in the last second.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
+	s.reject(r, err)
+	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, err.status, map[string]any{"error": err})
+}
+
+// reject counts err by its code and logs a line, unless more than
+// logBurst were logged in the last second.
+func (s *Server) reject(r *http.Request, err *apiError) {
 	reason := "other"
 	if err.Code != nil {
 		reason = *err.Code // a fixed set of codes, never the client's text
@@ -360,16 +370,20 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
 		}
 		s.opts.Logger.Warn("request failed", args...)
 	}
-	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, err.status, map[string]any{"error": err})
 }
 
+// writeJSON answers v as JSON with the given status; v that cannot be
+// encoded (a NaN, say) is answered with 500 and an error, never an empty
+// body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]any{"error": errorf(status, "internal_error", "internal error: the answer cannot be written as JSON: %v", err)})
+	}
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	w.Write(append(b, '\n'))
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -490,7 +504,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // generate validates the settings, queues one job per prompt and choice,
 // and answers with their text.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req *completionRequest, rq *request, defMax int) *apiError {
-	set, err := req.settings(defMax, rand.Uint64)
+	set, err := req.settings(defMax, l.m.Config().Vocab, rand.Uint64)
 	if err != nil {
 		return err
 	}
@@ -518,7 +532,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		if given != nil {
 			ids = given[i]
 		} else {
-			ids = l.tok.Encode(ids, []byte(p))
+			var err *apiError
+			if ids, err = encode(r, l.tok, ids, fmt.Sprintf("prompt %d", i), p); err != nil {
+				return err
+			}
 		}
 		if len(ids) == 0 {
 			if !l.hasEOT {
@@ -559,7 +576,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 				}
 				jobs = append(jobs, &job{
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset, echo: echo, offsets: offsets,
-					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
+					sampler: sample.New(set.Settings, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eos: l.cfg.EOS, top: set.logprobs,
 					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat && !rq.templated},
 				})
@@ -586,6 +603,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return nil
 	}
 	return s.collect(w, r, rq, box, len(jobs))
+}
+
+// generationError is the answer to a request whose generation failed
+// with err: 503 for a server shutting down, 500 for logits that are not
+// finite (a model that overflows) and for bugs.
+func generationError(err error) *apiError {
+	var nf *sample.NonFiniteError
+	switch {
+	case errors.Is(err, errClosed):
+		return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", err)
+	case errors.As(err, &nf):
+		return errorf(http.StatusInternalServerError, "non_finite_logits", "generation failed: %v; the server is still up", err)
+	}
+	return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", err)
 }
 
 // promptOf parses the prompt of /v1/completions: a string, a list of
@@ -749,10 +780,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				if errors.Is(e.err, errClosed) {
-					return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
-				}
-				return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", e.err)
+				return generationError(e.err)
 			}
 			c.add(e)
 		}
@@ -846,7 +874,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				send(map[string]any{"error": errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)})
+				err := generationError(e.err)
+				s.reject(r, err)
+				send(map[string]any{"error": err})
 				return
 			}
 			c.add(e)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
 	"io"
 	"log/slog"
 	"math"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/polysketch/polysketch/attention"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
@@ -30,7 +31,7 @@ func TestGreedyMatchesModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	logits, err := dec.Prefill(byteIDs(prompt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +442,7 @@ func TestLogprobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	logits, err := dec.Prefill(byteIDs(prompt))
 	if err != nil {
 		t.Fatal(err)
 	}

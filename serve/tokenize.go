@@ -48,6 +48,29 @@ type piece struct {
 	Piece any   `json:"piece"`
 }
 
+// encode appends to dst the tokens of the text of field what of request r. A
+// tokenizer whose pre-tokenizer pattern gives up on the text is answered
+// with 400, as the text is what the client can change; a client that went
+// away, with 499 (nginx's "client closed request"), which only the
+// metrics and the log see.
+func encode(r *http.Request, tok tokenizer.Tokenizer, dst []int32, what, text string) ([]int32, *apiError) {
+	ids, err := tok.Encode(r.Context(), dst, []byte(text))
+	var pe *tokenizer.PatternError
+	switch {
+	case err == nil:
+		return ids, nil
+	case r.Context().Err() != nil:
+		return nil, errorf(statusClientClosed, "client_closed", "the client went away while %s was tokenized", what)
+	case errors.As(err, &pe):
+		return nil, errorf(http.StatusBadRequest, "tokenization_failed", "%s cannot be tokenized: %v", what, err)
+	}
+	return nil, errorf(http.StatusInternalServerError, "internal_error", "tokenizing %s: %v", what, err)
+}
+
+// statusClientClosed is the status of a request whose client went away
+// before its answer: it counts the request apart from those answered.
+const statusClientClosed = 499
+
 // readBody reads a request body of at most MaxBody bytes and decodes it
 // into v.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
@@ -94,7 +117,10 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.AddSpecial {
 		ids = slices.Clone(l.cfg.Begin) // as a completion's prompt starts
 	}
-	ids = l.tok.Encode(ids, []byte(*req.Content))
+	ids, err := encode(r, l.tok, ids, "content", *req.Content)
+	if err != nil {
+		return err
+	}
 	if !req.WithPieces {
 		if ids == nil {
 			ids = []int32{}

@@ -26,7 +26,7 @@ func startRanks(k int, dir string, run func(r int) Run) ([]*Trainer, []error) {
 			defer wg.Done()
 			rr := run(r)
 			rr.Comm = comms[r]
-			trs[r], errs[r] = Start(dir, rr)
+			trs[r], errs[r] = Start(context.Background(), dir, rr)
 		}()
 	}
 	wg.Wait()
@@ -271,7 +271,7 @@ func TestStartupAgreement(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, errs[0] = Start(t.TempDir(), Run{Model: tinyModel(), Recipe: recipe, Source: corpus, Comm: comms[0]})
+		_, errs[0] = Start(context.Background(), t.TempDir(), Run{Model: tinyModel(), Recipe: recipe, Source: corpus, Comm: comms[0]})
 	}()
 	go func() {
 		defer wg.Done()

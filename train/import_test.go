@@ -55,7 +55,7 @@ func TestFineTuneImported(t *testing.T) {
 		t.Helper()
 		c := imported(t)
 		train, val := tinyData(t)
-		tr, err := Start(dir, Run{Model: c.Model.Config(), Recipe: tc, Source: &Corpus{Train: train, Val: val}, Mode: mode,
+		tr, err := Start(context.Background(), dir, Run{Model: c.Model.Config(), Recipe: tc, Source: &Corpus{Train: train, Val: val}, Mode: mode,
 			Init: Weights(c.Model), Files: c.Files})
 		if err != nil {
 			t.Fatal(err)

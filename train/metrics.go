@@ -13,6 +13,7 @@ import (
 
 	"github.com/polysketch/polysketch/chart"
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // Metrics is one line of a run's metrics log (metrics.jsonl): the
@@ -55,7 +56,7 @@ const (
 // ReadMetrics reads the metrics log at path. A line that does not parse
 // (the last one, cut short by a crash, say) is skipped and counted.
 func ReadMetrics(path string) (ms []Metrics, skipped int, err error) {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -121,7 +122,7 @@ func openMetrics(path string, step int) (*metricsLog, []Metrics, int, error) {
 	if err := atomicfile.WriteBytes(path, buf.Bytes()); err != nil {
 		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("opening metrics log: %w", err)
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -193,9 +194,10 @@ func (e *ResumeError) Error() string {
 // its metrics log after the checkpoint's step are dropped. A new run's
 // metrics log starts empty, and a checkpoint already in dir is replaced by
 // its first one. If Start fails, it writes nothing, and removes the
-// directories it made.
-func Start(dir string, r Run) (*Trainer, error) {
-	s := &starting{dir: dir, r: r}
+// directories it made. Tokenizing a corpus stops with ctx's error when
+// ctx is done (see data.Load).
+func Start(ctx context.Context, dir string, r Run) (*Trainer, error) {
+	s := &starting{ctx: ctx, dir: dir, r: r}
 	t, err := s.start()
 	if r.Comm != nil && !s.agreed {
 		err = agree(r.Comm, err, nil) // the others learn of this rank's failure
@@ -217,6 +219,7 @@ func Start(dir string, r Run) (*Trainer, error) {
 
 // starting is the state of a Start under way.
 type starting struct {
+	ctx     context.Context // of Start's call
 	dir     string
 	r       Run
 	agreed  bool       // the ranks' agreement on the run ran
@@ -314,7 +317,7 @@ func (s *starting) start() (*Trainer, error) {
 		return nil, fmt.Errorf("accum %d is not a multiple of the %d ranks: the global batch (batch × accum) is split across the ranks; make accum %d, %d, …", tc.Accum, k, k, 2*k)
 	}
 	if src == nil {
-		train, val, err := data.LoadPaths(tc.Corpus, tc.TextField, tok, r.Data)
+		train, val, err := data.LoadPaths(s.ctx, tc.Corpus, tc.TextField, tok, r.Data)
 		if err != nil {
 			return nil, err
 		}

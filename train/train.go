@@ -14,7 +14,7 @@
 // Start is the one way a run begins, new or resumed, on a corpus or a task,
 // in one process or data-parallel:
 //
-//	t, err := train.Start(dir, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}})
+//	t, err := train.Start(ctx, dir, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}})
 //	res, err := t.Run(ctx) // until Steps, a NaN, or ctx is cancelled
 //	t.Close()
 //

@@ -976,6 +976,26 @@ func TestSumExp(t *testing.T) {
 	})
 }
 
+func TestNonFinite(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, tc := range []struct {
+		x    []float32
+		want int
+	}{
+		{nil, -1},
+		{[]float32{1, 2, 3}, -1},
+		{[]float32{3e38, 3e38, -1}, -1}, // finite, though their sum overflows
+		{[]float32{1, inf, nan}, 1},
+		{[]float32{1, 2, -inf}, 2},
+		{[]float32{nan}, 0},
+		{append(make([]float32, 1000), inf, -inf), 1000}, // a sum of NaN
+	} {
+		if got := NonFinite(tc.x); got != tc.want {
+			t.Errorf("NonFinite(%v) = %d, want %d", tc.x[max(0, len(tc.x)-3):], got, tc.want)
+		}
+	}
+}
+
 // siluRef is SiLU in float64, x·σ(x).
 func siluRef(x float64) float64 {
 	if math.IsInf(x, -1) {

@@ -114,7 +114,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	trainTokens, valTokens, err := data.Load(c, tok, data.Options{CacheDir: dir})
+	trainTokens, valTokens, err := data.Load(context.Background(), c, tok, data.Options{CacheDir: dir})
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	defer valTokens.Close()
 	tc.Tokenizer, tc.Corpus = tok.Name(), nil
 	dr.startAgreement()
-	t, err := train.Start(filepath.Join(dir, "run"), train.Run{
+	t, err := train.Start(context.Background(), filepath.Join(dir, "run"), train.Run{
 		Model: mc, Recipe: tc, Comm: dr.commOrNil(), Dist: opt,
 		Source: &train.Corpus{Train: trainTokens, Val: valTokens},
 	})

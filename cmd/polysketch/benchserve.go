@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -246,11 +247,11 @@ type idTokenizer struct{ vocab int }
 func (t idTokenizer) Name() string   { return fmt.Sprintf("ids-%d", t.vocab) }
 func (t idTokenizer) VocabSize() int { return t.vocab }
 
-func (t idTokenizer) Encode(dst []int32, text []byte) []int32 {
+func (t idTokenizer) Encode(_ context.Context, dst []int32, text []byte) ([]int32, error) {
 	for _, b := range text {
 		dst = append(dst, int32(b))
 	}
-	return dst
+	return dst, nil
 }
 
 func (t idTokenizer) Decode(dst []byte, ids []int32) ([]byte, error) {

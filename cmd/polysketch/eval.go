@@ -57,9 +57,10 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	var (
 		corpus              []string
 		textField, cacheDir string
+		maxRecord           byteSize
 	)
 	ck.register(fs)
-	corpusFlags(fs, &corpus, &textField, &cacheDir, "the corpus the checkpoint was trained on", "the training corpus's")
+	corpusFlags(fs, &corpus, &textField, &cacheDir, &maxRecord, "the corpus the checkpoint was trained on", "the training corpus's")
 	var (
 		split   = fs.String("split", "", "part of the corpus: val, train or all (default: val of the training corpus, all of a --corpus)")
 		batch   = fs.Int("batch", 8, "sequences per batch")
@@ -130,7 +131,14 @@ func runEval(args []string, stdout io.Writer) (err error) {
 		}
 	}
 	p := newProgress(stderr, 1)
-	trainTokens, valTokens, err := data.LoadPaths(corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf})
+	// A signal stops tokenizing too, which removes the token file it was
+	// writing.
+	ctx, stop := interruptible()
+	defer stop()
+	trainTokens, valTokens, err := data.LoadPaths(ctx, corpus, textField, tok, data.Options{CacheDir: cacheDir, Logf: p.logf, MaxRecord: int64(maxRecord)})
+	if errors.Is(err, context.Canceled) {
+		return errors.New("eval: interrupted while tokenizing the corpus")
+	}
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -145,9 +153,6 @@ func runEval(args []string, stdout io.Writer) (err error) {
 	default:
 		parts = []*data.Tokens{trainTokens, valTokens}
 	}
-
-	ctx, stop := interruptible()
-	defer stop()
 	var sum float64
 	var total train.Eval
 	for _, part := range parts {

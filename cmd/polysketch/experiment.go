@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
@@ -42,6 +42,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	var (
 		dir, cacheDir string
 		textField     string
+		maxRecord     byteSize
 		quick         bool
 		seed          uint64 = 1
 		corpus        []string
@@ -54,7 +55,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
-	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
+	corpusFlags(fs, &corpus, &textField, &cacheDir, &maxRecord, "the Go source tree; lm and speed only", `"text"`)
 	tokName := tokenizer.Byte.Name()
 	tokenizerFlag(fs, &tokName, "lm and speed: the vocabulary of the models and the corpus")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
@@ -130,7 +131,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, MaxRecord: int64(maxRecord),
 		Checkpoints: checkpoints, Choices: choices, Shots: shots, Limit: limit,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
@@ -146,7 +147,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("experiment %s: %w", name, err)
 	}
-	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
+	table, err := regular.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -28,10 +27,14 @@ of constant size, so every token costs the same and prompt and text may
 run past the context length trained on; for the other mechanisms a KV
 cache limited to the model's context length).
 
-Sampling: the logits are divided by --temperature (0 picks the most likely
-token every time), cut to the --top-k most likely tokens (0: all), then to
-the smallest set whose probability reaches --top-p (1: all), and a token is
-drawn from what is left with a generator seeded by --seed.
+Sampling: the logits get --logit-bias (-100 bans a token) and the
+penalties on tokens generated before (--presence-penalty once,
+--frequency-penalty per time generated), are divided by --temperature (0
+picks the most likely token every time), cut to the --top-k most likely
+tokens (0: all), then to the smallest set whose probability reaches
+--top-p (1: all), and a token is drawn from what is left with a generator
+seeded by --seed. Logits that are not finite (a model that overflows) stop
+generation with an error.
 
 A model trained on GPT-2 tokens has seen <|endoftext|> between documents:
 generation stops when it samples that token, without printing it, unless
@@ -59,11 +62,9 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
 		stopEOT = fs.Bool("stop-at-eot", true, "stop at the model's end-of-sequence tokens (GPT-2's <|endoftext|>, an imported model's eos_token_id), if it has any")
-		s       = sample.New(0.8, 0.95, 0, nil)
+		set     = sample.Settings{Temperature: 0.8, TopP: 0.95}
 	)
-	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
-	fs.IntVar(&s.TopK, "top-k", s.TopK, "sample among the k most likely tokens only; 0 for all")
-	fs.Float64Var(&s.TopP, "top-p", s.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
+	samplingFlags(fs, &set)
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	promptIDs := fs.String("prompt-ids", "", "comma-separated token ids to continue, instead of --prompt's text")
 	asJSON := fs.Bool("json", false, "print the prompt's and the generated ids and the text as one JSON object when done, instead of streaming the text")
@@ -73,12 +74,6 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	switch {
-	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 0):
-		return fmt.Errorf("generate: --temperature %v: must be 0 or positive", s.Temperature)
-	case s.TopK < 0:
-		return fmt.Errorf("generate: --top-k %d: must not be negative", s.TopK)
-	case !(s.TopP > 0 && s.TopP <= 1):
-		return fmt.Errorf("generate: --top-p %v: must be in (0, 1]", s.TopP)
 	case *n < 0:
 		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
 	case *prompt == "" && *promptIDs == "":
@@ -95,9 +90,14 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("generate: %w", err)
 	}
 	dir, tok := c.Dir, c.Tokenizer
+	if err := set.Validate(c.Model.Config().Vocab); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}
+	ctx, stop := interruptible()
+	defer stop()
 	var eos []int32
 	if *stopEOT {
 		eos = c.TokenizerConfig.EOS
@@ -117,7 +117,10 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	} else if err := c.NeedTokenizer(); err != nil {
 		return fmt.Errorf("generate: %w; give the prompt as --prompt-ids", err)
 	} else {
-		ids = tok.Encode(slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
+		ids, err = tok.Encode(ctx, slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
+		if err != nil {
+			return fmt.Errorf("generate: --prompt: %w", err)
+		}
 	}
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
@@ -139,10 +142,8 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("generate: a prompt of %d tokens and --tokens %d exceed the context length %d of this %s model; use --tokens %d or fewer",
 			len(ids), *n, limit, c.Model.Config().Attention.Mechanism(), limit-len(ids)+1)
 	}
-	s.Rand = rand.New(rand.NewPCG(*seed, 0x67656e6572617465)) // "generate"
+	s := sample.New(set, rand.New(rand.NewPCG(*seed, 0x67656e6572617465))) // "generate"
 
-	ctx, stop := interruptible()
-	defer stop()
 	// With --json, or without a tokenizer, nothing streams: the ids (and
 	// text) come at the end.
 	text := stdout
@@ -168,7 +169,11 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	var gen []int32
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
-		next := s.Next(logits.Data)
+		next, err := s.Next(logits.Data)
+		if err != nil {
+			fmt.Fprintln(text)
+			return fmt.Errorf("generate: after %d tokens: %w", generated, err)
+		}
 		if slices.Contains(eos, next) {
 			break
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -167,7 +168,7 @@ func trainLlama(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, val, err := data.Load(corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
+	tr, val, err := data.Load(context.Background(), corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func trainLlama(t *testing.T) string {
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 3, 1, 0, 1
 	tc.Tokenizer = "byte"
 	runDir := filepath.Join(dir, "run")
-	trainer, err := train.Start(runDir, train.Run{Model: m.Config(), Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}, Init: train.Weights(m)})
+	trainer, err := train.Start(context.Background(), runDir, train.Run{Model: m.Config(), Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}, Init: train.Weights(m)})
 	if err != nil {
 		t.Fatal(err)
 	}

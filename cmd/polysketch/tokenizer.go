@@ -62,6 +62,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	defer asCLI(fs, &err)
 	var corpus []string
 	var textField string
+	var maxRecord byteSize
 	special := specialFlag{list: tokenizer.DefaultSpecial}
 	var (
 		vocab   = fs.Int("vocab-size", 0, "tokens in the vocabulary: 256 bytes, the merges and the special tokens (required)")
@@ -69,7 +70,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 		force   = fs.Bool("force", false, "replace a tokenizer.json already in --out")
 		workers = fs.Int("workers", 2, "goroutines counting the corpus's pieces")
 	)
-	corpusFlags(fs, &corpus, &textField, nil, "the Go source tree, GOROOT/src", `"text"`)
+	corpusFlags(fs, &corpus, &textField, nil, &maxRecord, "the Go source tree, GOROOT/src", `"text"`)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -96,6 +97,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
+	c.MaxRecord = int64(maxRecord)
 	p := newProgress(stderr, 1)
 	p.logf("corpus: %s", c.Summary())
 	if note := c.BinaryNote(); note != "" {
@@ -243,10 +245,15 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 	if *nul {
 		texts = bytes.Split(text, []byte{0})
 	}
+	ctx, stop := interruptible()
+	defer stop()
 	w := bufio.NewWriter(stdout)
 	var ids []int32
 	for _, text := range texts {
-		ids = append(tok.Encode(append(ids[:0], before...), text), after...)
+		if ids, err = tok.Encode(ctx, append(ids[:0], before...), text); err != nil {
+			return fmt.Errorf("tokenizer encode: %w", err)
+		}
+		ids = append(ids, after...)
 		w.WriteByte('[')
 		for i, id := range ids {
 			if i > 0 {

@@ -82,12 +82,14 @@ type trainOptions struct {
 	logEvery int
 	task     task.Options
 	from     string // checkpoint whose model a new run starts from
+
+	maxRecord byteSize // of the corpus's JSON-lines records
 }
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
-	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, "the Go source tree, GOROOT/src", `"text"`)
+	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, &o.maxRecord, "the Go source tree, GOROOT/src", `"text"`)
 	tokenizerFlag(fs, &tc.Tokenizer, "the tokenizer; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
@@ -161,17 +163,24 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		mode = train.Replace
 	}
 	p := newProgress(dr.output(stderr), o.logEvery)
+	// A signal from here on stops the run cleanly: tokenizing, it
+	// removes the token file it was writing; training, it saves a
+	// checkpoint.
+	ctx, stop := interruptible()
+	defer stop()
 	dr.startAgreement()
 	run := train.Run{
 		Model: mc, Recipe: tc, Mode: mode, Comm: dr.commOrNil(),
 		Configure: func(mc *model.Config, tc *train.Config) error { return resumedRun(args, mc, tc, set) },
-		Data:      data.Options{CacheDir: o.cacheDir, Logf: p.logf},
+		Data:      data.Options{CacheDir: o.cacheDir, Logf: p.logf, MaxRecord: int64(o.maxRecord)},
 	}
 	if from != nil {
 		run.Init, run.Files = train.Weights(from.Model), from.Files
 	}
-	t, err := train.Start(o.out, run)
+	t, err := train.Start(ctx, o.out, run)
 	switch {
+	case errors.Is(err, context.Canceled):
+		return errors.New("train: interrupted while tokenizing the corpus")
 	case errors.Is(err, train.ErrComplete):
 		fmt.Fprintf(stdout, "%v; pass a larger --steps to train further\n", err)
 		return nil
@@ -201,8 +210,6 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
 		what, tc.Steps, tc.Batch, mc.Context, accum, sourceDesc(t.Source))
 
-	ctx, stop := interruptible()
-	defer stop()
 	start, before := time.Now(), t.Tokens()
 	res, err := t.Run(ctx)
 	p.done()
