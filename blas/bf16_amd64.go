@@ -57,12 +57,19 @@ func asmBF16Kernels() []*bf16Kernel {
 // isAMD reports whether the CPU's vendor is AMD ("AuthenticAMD", or
 // Hygon's licensed Zen, "HygonGenuine").
 func isAMD() bool {
+	v := vendor()
+	return v == "AuthenticAMD" || v == "HygonGenuine"
+}
+
+// vendor returns the CPU vendor's name as CPUID spells it
+// ("GenuineIntel", "AuthenticAMD", …).
+func vendor() string {
 	b, c, d := cpuVendor()
 	var v [12]byte
 	binary.LittleEndian.PutUint32(v[0:], b)
 	binary.LittleEndian.PutUint32(v[4:], d)
 	binary.LittleEndian.PutUint32(v[8:], c)
-	return string(v[:]) == "AuthenticAMD" || string(v[:]) == "HygonGenuine"
+	return string(v[:])
 }
 
 var (

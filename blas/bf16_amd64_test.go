@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/cpu"
@@ -264,4 +266,25 @@ func peakAMXLoop() func() {
 		return nil
 	}
 	return func() { tdpbf16psLoop(&amxConfig[0], 1000) }
+}
+
+// TestCPUVendor checks the vendor that picks the kernel order (isAMD)
+// against the one Linux reports.
+func TestCPUVendor(t *testing.T) {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo to compare with")
+	}
+	_, rest, ok := strings.Cut(string(info), "vendor_id")
+	if !ok {
+		t.Skip("/proc/cpuinfo names no vendor_id")
+	}
+	line, _, _ := strings.Cut(rest, "\n")
+	want := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), ":"))
+	if got := vendor(); got != want {
+		t.Errorf("vendor() = %q, Linux says %q", got, want)
+	}
+	if amd := want == "AuthenticAMD" || want == "HygonGenuine"; isAMD() != amd {
+		t.Errorf("isAMD() = %v on %q", isAMD(), want)
+	}
 }
