@@ -45,6 +45,9 @@ func runExport(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	if _, err := hf.LlamaConfig(c.Model.Config()); err != nil {
+		return fmt.Errorf("export: checkpoint %s cannot be written in the Llama layout: %w", c.Dir, err)
+	}
 	files := map[string][]byte{}
 	if c.TokenizerJSON != nil {
 		files[hf.TokenizerFile] = c.TokenizerJSON

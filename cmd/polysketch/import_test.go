@@ -347,8 +347,12 @@ func TestExportRoundTrip(t *testing.T) {
 		}
 	}
 	def, _ := saveTiny(t, "softmax", 16)
-	if err := run([]string{"export", "--checkpoint", def, "--out", filepath.Join(dir, "x")}, &out); err == nil || !strings.Contains(err.Error(), "the Llama layout has rmsnorm") {
-		t.Errorf("export of the default architecture: %v", err)
+	err := run([]string{"export", "--checkpoint", def, "--out", filepath.Join(dir, "x")}, &out)
+	if err == nil || !strings.HasPrefix(err.Error(), "export: checkpoint "+def+" cannot be written in the Llama layout: norm ") || !strings.Contains(err.Error(), "the Llama layout has rmsnorm") {
+		t.Errorf("export of the default architecture: %v, want one naming the checkpoint", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".x*")); len(left) > 0 {
+		t.Errorf("the refused export left %q", left)
 	}
 }
 
