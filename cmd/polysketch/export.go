@@ -62,9 +62,20 @@ func runExport(args []string, stdout io.Writer) error {
 	}
 	os.Remove(tmp)
 	defer os.RemoveAll(tmp)
-	if err := hf.Write(tmp, c.Model, files); err != nil {
+	// A signal while the model is written stops the writing, which
+	// leaves nothing; --out is as it was.
+	ctx, stop := interruptible()
+	defer stop()
+	if savingHook != nil {
+		savingHook(ctx)
+	}
+	if err := hf.WriteContext(ctx, tmp, c.Model, files); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("export: interrupted: %s left as it was", *out)
+		}
 		return fmt.Errorf("export: %s", err)
 	}
+	stop()
 	old := tmp + ".old"
 	if _, err := os.Lstat(*out); err == nil {
 		if err := os.Rename(*out, old); err != nil {

@@ -108,8 +108,8 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	// it was and nothing of its own behind.
 	ctx, stop := interruptible()
 	defer stop()
-	if importSaving != nil {
-		importSaving(ctx)
+	if savingHook != nil {
+		savingHook(ctx)
 	}
 	if err := checkpoint.SaveContext(ctx, *out, c); err != nil {
 		if ctx.Err() != nil {
@@ -149,10 +149,9 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	return nil
 }
 
-// importSaving, if set, is called as the import starts writing its
-// checkpoint, with the context that a signal cancels (a test interrupts
-// it there).
-var importSaving func(ctx context.Context)
+// savingHook, if set, is called as import or export starts writing, with
+// the context that a signal cancels (a test interrupts them there).
+var savingHook func(ctx context.Context)
 
 // describeModel is one line of a model's shape and architecture.
 func describeModel(c model.Config) string {

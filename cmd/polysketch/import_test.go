@@ -241,11 +241,11 @@ func TestImportInterrupted(t *testing.T) {
 	ck := filepath.Join(dir, "ck")
 	runOK(t, "import", fixture("gpt2"), "--out", ck)
 	before, _ := os.ReadFile(filepath.Join(ck, "manifest.json"))
-	importSaving = func(ctx context.Context) {
+	savingHook = func(ctx context.Context) {
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 		<-ctx.Done()
 	}
-	defer func() { importSaving = nil }()
+	defer func() { savingHook = nil }()
 	var out bytes.Buffer
 	err := run([]string{"import", "--force", fixture("llama"), "--out", ck}, &out)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") {
@@ -259,6 +259,28 @@ func TestImportInterrupted(t *testing.T) {
 	}
 	if _, err := train.Open(ck); err != nil {
 		t.Error(err)
+	}
+
+	// The same of export, over a model it exported before.
+	exported := filepath.Join(dir, "hf")
+	savingHook = nil
+	ck = filepath.Join(dir, "llama")
+	runOK(t, "import", fixture("llama"), "--out", ck)
+	runOK(t, "export", "--checkpoint", ck, "--out", exported)
+	before, _ = os.ReadFile(filepath.Join(exported, "config.json"))
+	savingHook = func(ctx context.Context) {
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-ctx.Done()
+	}
+	err = run([]string{"export", "--force", "--checkpoint", ck, "--out", exported}, &out)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("export interrupted: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(exported, "config.json")); !bytes.Equal(before, after) {
+		t.Error("the interrupted export changed the model it was replacing")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("the interrupted export left %q", left)
 	}
 }
 
