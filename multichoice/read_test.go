@@ -222,7 +222,7 @@ func TestShots(t *testing.T) {
 			}
 		}
 	}
-	if _, err := (Shots{K: 3, Pool: other}).Draw(pool[0]); err == nil || !strings.Contains(err.Error(), "3 shots wanted, but only 2 other examples") {
+	if _, err := (Shots{K: 3, Pool: other}).Draw(pool[0]); err == nil || !strings.Contains(err.Error(), "shots 3: only 2 other examples") {
 		t.Errorf("too few to draw from: %v", err)
 	}
 }
