@@ -14,6 +14,7 @@ import (
 
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/multichoice"
 	"github.com/polysketch/polysketch/train"
@@ -58,17 +59,17 @@ type downstreamModel struct {
 func checkDownstream(e *Experiment, o Options) error {
 	if e.kind != downstreamKind {
 		if len(o.Choices) > 0 || len(o.Checkpoints) > 0 {
-			return fmt.Errorf("experiment %s takes no multiple-choice files or checkpoints; the experiment downstream does", e.Name)
+			return field.Errorf("experiment %s takes no %s or %s (files of multiple-choice questions, checkpoints to score); the experiment downstream does", e.Name, field.Name("choices"), field.Name("checkpoints"))
 		}
 		return nil
 	}
 	switch {
 	case len(o.Choices) == 0:
-		return errors.New("experiment downstream needs files of multiple-choice questions (HellaSwag, PIQA, ARC or generic JSON lines or Parquet) to score the models on")
+		return field.Errorf("no %s: experiment downstream needs files of multiple-choice questions (HellaSwag, PIQA, ARC or generic JSON lines or Parquet) to score the models on", field.Name("choices"))
 	case o.Shots < 0:
-		return fmt.Errorf("%d shots: must not be negative", o.Shots)
+		return field.Invalid("shots", o.Shots, "must not be negative")
 	case o.Limit < 0:
-		return fmt.Errorf("a limit of %d questions: must not be negative", o.Limit)
+		return field.Invalid("limit", o.Limit, "must not be negative")
 	}
 	for _, c := range o.Checkpoints {
 		if !filepath.IsAbs(c) {

@@ -106,16 +106,16 @@ func TestDownstream(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"no files", Options{Seed: 1}, "needs files of multiple-choice questions"},
+		{"no files", Options{Seed: 1}, "no choices: experiment downstream needs files of multiple-choice questions"},
 		{"relative checkpoint", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Checkpoints: []string{"run"}}, `checkpoint "run": give an absolute path`},
-		{"negative shots", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Shots: -1}, "-1 shots"},
+		{"negative shots", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Shots: -1}, "shots -1: must not be negative"},
 	} {
 		if _, err := e.Plan(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	lm, _ := Lookup("lm")
-	if _, err := lm.Plan(Options{Seed: 1, Choices: []string{"/q.jsonl"}}); err == nil || !strings.Contains(err.Error(), "the experiment downstream does") {
+	if _, err := lm.Plan(Options{Seed: 1, Choices: []string{"/q.jsonl"}}); err == nil || !strings.Contains(err.Error(), "takes no choices or checkpoints") {
 		t.Errorf("lm with multiple-choice files: %v", err)
 	}
 }
