@@ -3,7 +3,8 @@ package blas
 import (
 	"fmt"
 	"math"
-	"runtime"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // BF16 is a bfloat16 number: the upper 16 bits of a float32 (sign, the
@@ -122,7 +123,7 @@ func finish(acc, alpha, beta, c float32) float32 {
 // naming them.
 func GemmBF16(tA, tB Transpose, alpha float32, a, b Operand, beta float32, c General) {
 	g := newGemmBF16("GemmBF16", tA, tB, alpha, a, b, beta, c)
-	g.run(runtime.GOMAXPROCS(0))
+	g.run(parallel.Threads())
 }
 
 // GemmBF16Serial is GemmBF16 on the calling goroutine, for callers that

@@ -257,18 +257,29 @@ func tileRow(i int) int { return 32*(i%16) + 16*(i/16) }
 
 // runTiles computes g (more than RowBlockBF16 rows) with kn.tiles on up
 // to threads goroutines, splitting C into items of row blocks by strip
-// chunks. It works on a copy of g, which its goroutines share, so that
-// only this path moves the product to the heap.
-func (h gemmBF16) runTiles(threads int) {
+// chunks.
+func (g *gemmBF16) runTiles(threads int) {
+	if threads < 2 || g.m*g.n*g.k < parallelMin {
+		ws := bf16Pool.Get().(*bf16Workspace)
+		g.tileItem(ws, g.packB(ws), 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
+		ws.pb = PackedBF16{}
+		bf16Pool.Put(ws)
+		return
+	}
+	g.tilesParallel(threads)
+}
+
+// tilesParallel is runTiles on more than one goroutine. It works on a
+// copy of g, which its goroutines share, so that only this path moves
+// the product to the heap.
+func (h gemmBF16) tilesParallel(threads int) {
 	g := &h
 	ws := bf16Pool.Get().(*bf16Workspace)
 	defer bf16Pool.Put(ws)
 	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
-	want := 3 * threads
-	rb := min(blocks, want)
-	cb := min(nStr, ceilDiv(want, rb))
+	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, itemsPerThread*threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
 		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})

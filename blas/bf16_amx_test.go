@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // amxEmulated models amxBF16 in Go, TDPBF16PS as Intel's pseudocode
@@ -121,7 +123,7 @@ func TestGemmBF16Tiles(t *testing.T) {
 						var first []float32
 						for li, l := range limits {
 							amxLimits = l
-							procs := []int{1, 2, 3}
+							procs := parallel.TestThreads
 							if li > 0 {
 								procs = []int{1, 3} // items of row and strip parts too
 							}

@@ -204,89 +204,32 @@ func (g *gemmBF16) trivial() bool {
 	return true
 }
 
-// run computes the product on up to threads goroutines: op(B) is packed
-// (unless given packed) and op(A) converted in blocks of mc rows, then C
-// is split into items of row blocks by column chunks. Every element's k
-// sum runs in one tile call whatever the split, so the split changes no
-// bits.
+// run computes the product on up to threads goroutines of the pool: op(B)
+// is packed (unless given packed) and op(A) converted in blocks of mc
+// rows, then C is split into items of row blocks by column chunks. Every
+// element's k sum runs in one tile call whatever the split, so the split
+// changes no bits. Small products use fewer threads (see smallThreads).
 func (g *gemmBF16) run(threads int) {
 	if g.trivial() {
 		return
 	}
 	if g.kn.tiles != nil && g.m > rowBlockBF16 {
-		if threads > 1 && g.m*g.n*g.k >= parallelMin {
-			g.runTiles(threads)
-			return
-		}
-		ws := bf16Pool.Get().(*bf16Workspace)
-		g.tileItem(ws, g.packB(ws), 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
-		ws.pb = PackedBF16{}
-		bf16Pool.Put(ws)
+		g.runTiles(threads)
 		return
 	}
-	if threads > 1 && g.split() {
-		return
+	if g.bp != nil && g.m <= g.kn.wideRows {
+		// Decoding from a packed weight, bound by reading it.
+		threads = smallThreads(threads, 2*g.k*g.n/4)
+	} else if g.m*g.n*g.k < parallelMin {
+		threads = 1
 	}
-	if g.bp != nil && g.m <= g.kn.wideRows && 2*g.k*g.n < 4*wideParallelMin {
-		threads = 1 // decoding from cache: not worth waking the others
-	}
-	if threads > 1 && g.m*g.n*g.k >= parallelMin {
+	if threads > 1 {
 		g.parallel(threads)
 		return
 	}
 	ws := bf16Pool.Get().(*bf16Workspace)
 	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
-	bf16Pool.Put(ws)
-}
-
-// helperMaxBF16 bounds the multiply-adds of the products that split in
-// two with the helper goroutine rather than over GOMAXPROCS goroutines:
-// waking parked goroutines costs microseconds, much of such a product.
-const helperMaxBF16 = 1 << 24
-
-// split computes g in two parts, on the calling goroutine and on the
-// helper (which stays awake between products), when that pays and the
-// helper is free, and reports whether it did:
-//
-//   - decoding, one or two rows by a packed weight, bound by reading it:
-//     split by columns, for weights from 4·helperMin to 4·wideParallelMin
-//     bytes (as in small.go; from cache, a goroutine woken per product
-//     costs more than its half);
-//   - products of parallelMin to helperMaxBF16 multiply-adds: split by
-//     rows.
-func (g *gemmBF16) split() bool {
-	nStr, mStr := ceilDiv(g.n, nrBF16), ceilDiv(g.m, g.kn.mr)
-	if g.bp != nil && g.m <= g.kn.wideRows {
-		size := 2 * g.k * g.n
-		if size < 4*helperMin || size >= 4*wideParallelMin || nStr < 8 {
-			return false
-		}
-		mid := nStr / 8 * 4 // whole groups of 4 strips for the wide kernel
-		return pairHelper.splitBF16(&bf16Part{*g, g.bp, 0, mStr, 0, mid}, &bf16Part{*g, g.bp, 0, mStr, mid, nStr})
-	}
-	if mnk := g.m * g.n * g.k; mnk < parallelMin || mnk >= helperMaxBF16 || mStr < 2 {
-		return false
-	}
-	ws := bf16Pool.Get().(*bf16Workspace)
-	bp := g.packB(ws)
-	ok := pairHelper.splitBF16(&bf16Part{*g, bp, 0, mStr / 2, 0, nStr}, &bf16Part{*g, bp, mStr / 2, mStr, 0, nStr})
-	ws.pb = PackedBF16{}
-	bf16Pool.Put(ws)
-	return ok
-}
-
-// bf16Part is a part of a bf16 product: row strips [r0, r1) by column
-// strips [s0, s1) of g, with op(B) packed in bp.
-type bf16Part struct {
-	g              gemmBF16
-	bp             *PackedBF16
-	r0, r1, s0, s1 int
-}
-
-func (p *bf16Part) run() {
-	ws := bf16Pool.Get().(*bf16Workspace)
-	p.g.item(ws, p.bp, p.r0, p.r1, p.s0, p.s1)
 	bf16Pool.Put(ws)
 }
 
@@ -313,7 +256,7 @@ func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
 	}
 	ws.b = growWords(ws.b, packedWords(g.k, g.n))
 	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
-	parallel.Workers(groups, threads, func(i int) {
+	parallel.Run(groups, threads, func(_, i int) {
 		wt := bf16Pool.Get().(*bf16Workspace)
 		wt.t = growWords(wt.t, ceilDiv(g.k, 2))
 		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
@@ -335,23 +278,26 @@ func (h gemmBF16) parallel(threads int) {
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
 	// keep the threads busy, each by column chunks of strips.
 	mStr := ceilDiv(g.m, kn.mr)
-	rb := ceilDiv(g.m, kn.mc)
-	want := 3 * threads
-	cb := 1
-	if rb < want {
-		rb = min(want, mStr)
-		cb = min(ceilDiv(want, rb), nStr)
+	if kn.wide != nil && g.m <= kn.wideRows {
+		// One or two rows (decoding): columns in whole groups of four
+		// strips, which the wide kernel computes together.
+		groups := ceilDiv(nStr, 4)
+		bf16Grid(threads, mStr, 1, groups, min(groups, itemsPerThread*threads), func(ws *bf16Workspace, r0, r1, s0, s1 int) {
+			g.item(ws, bp, r0, r1, 4*s0, min(4*s1, nStr))
+		})
+		return
 	}
+	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), itemsPerThread*threads)
 	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
 		g.item(ws, bp, r0, r1, s0, s1)
 	})
 }
 
-// bf16Grid runs item on up to threads goroutines over rb×cb items of C: the
-// row units [0, rows) in rb even parts by the strips [0, nStr) in cb,
-// each item with a workspace of its own.
+// bf16Grid runs item on up to threads goroutines of the pool over rb×cb
+// items of C: the row units [0, rows) in rb even parts by the strips [0,
+// nStr) in cb, each item with a workspace of its own.
 func bf16Grid(threads, rows, rb, nStr, cb int, item func(ws *bf16Workspace, r0, r1, s0, s1 int)) {
-	parallel.Workers(rb*cb, threads, func(it int) {
+	parallel.Run(rb*cb, threads, func(_, it int) {
 		ib, jb := it/cb, it%cb
 		ws := bf16Pool.Get().(*bf16Workspace)
 		item(ws, ib*rows/rb, (ib+1)*rows/rb, jb*nStr/cb, (jb+1)*nStr/cb)

@@ -6,8 +6,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // TestToBF16 checks the rounding on values whose expected bits were
@@ -316,28 +317,34 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 }
 
 // TestGemmBF16Determinism checks that results do not depend on
-// GOMAXPROCS, and that GemmBF16Serial gives GemmBF16's bits.
+// GOMAXPROCS, and that GemmBF16Serial gives GemmBF16's bits, for B as
+// given and packed, on shapes split by rows, by rows and columns, and
+// decoding shapes (one or two rows by a packed weight, split by columns).
 func TestGemmBF16Determinism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(67, 68))
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	eachBF16Kernel(t, func(t *testing.T) {
 		for _, tr := range transposes {
-			p := newProblem(rng, tr[0], tr[1], 157, 203, 300, 1.5, 0.25, 1)
-			a, b, c0 := p.views()
-			var results [][]float32
-			for _, procs := range []int{1, 2, 3, 8} {
-				runtime.GOMAXPROCS(procs)
+			for _, s := range [][3]int{{157, 203, 300}, {20, 900, 300}, {1, 1100, 512}, {2, 700, 1000}} {
+				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
+				a, b, c0 := p.views()
 				c := c0
 				c.Data = append([]float32(nil), p.c...)
-				GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, c)
-				results = append(results, c.Data)
-			}
-			c := c0
-			c.Data = append([]float32(nil), p.c...)
-			GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
-			results = append(results, c.Data)
-			for r := 1; r < len(results); r++ {
-				sameBits(t, fmt.Sprintf("%v run %d", p, r), results[r], results[0])
+				GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
+				want := c.Data
+				pb := PackBF16(p.tB, b)
+				for _, procs := range parallel.TestThreads {
+					runtime.GOMAXPROCS(procs)
+					for _, bo := range []Operand{b, pb} {
+						tB := p.tB
+						if bo == Operand(pb) {
+							tB = NoTrans
+						}
+						c.Data = append([]float32(nil), p.c...)
+						GemmBF16(p.tA, tB, p.alpha, a, bo, p.beta, c)
+						sameBits(t, fmt.Sprintf("%v GOMAXPROCS=%d packed=%t", p, procs, bo == Operand(pb)), c.Data, want)
+					}
+				}
 			}
 		}
 	})
@@ -591,67 +598,5 @@ func TestBF16SpecialValues(t *testing.T) {
 	})
 	if specials == 0 {
 		t.Error("no product had a special value in C: the operands test nothing")
-	}
-}
-
-// TestHelperSplitBF16 checks the two-way split of one- and two-row bf16
-// products by packed weights (decoding): GemmBF16 gives the bits of
-// GemmBF16Serial, alone, where the helper must compute some halves, and
-// from goroutines competing for it.
-func TestHelperSplitBF16(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var ks []*bf16Kernel
-	for _, kn := range bf16Kernels() {
-		if kn.wide != nil {
-			ks = append(ks, kn)
-		}
-	}
-	if len(ks) == 0 {
-		t.Skip("no bf16 kernel with a path for few rows on this CPU (it needs AVX512_BF16)")
-	}
-	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	for _, kn := range ks {
-		activeBF16 = kn
-		products := func(seed uint64) {
-			rng := rand.New(rand.NewPCG(22, seed))
-			type prod struct {
-				a    General
-				b    *PackedBF16
-				c    General
-				want []float32
-			}
-			var ps []prod
-			for i := range 12 {
-				m, n, k := 1+i%2, 32*(16+i%5)+i%3*7, 256+i
-				p := newProblem(rng, NoTrans, NoTrans, m, n, k, 1.5, float32(i%2), 0)
-				a, b, c := p.views()
-				want := General{c.Rows, c.Cols, c.Stride, append([]float32(nil), c.Data...)}
-				pb := PackBF16(NoTrans, b)
-				GemmBF16Serial(NoTrans, NoTrans, p.alpha, a, pb, p.beta, want)
-				ps = append(ps, prod{a, pb, c, want.Data})
-			}
-			for _, p := range ps {
-				beta := float32(0)
-				if p.a.Rows == 2 {
-					beta = 1
-				}
-				GemmBF16(NoTrans, NoTrans, 1.5, p.a, p.b, beta, p.c)
-			}
-			for _, p := range ps {
-				sameBits(t, fmt.Sprintf("%d×%d by %d×%d", p.a.Rows, p.a.Cols, p.b.Rows(), p.b.Cols()), p.c.Data, p.want)
-			}
-		}
-		before := pairHelper.ran.Load()
-		for try := 0; try < 50 && pairHelper.ran.Load() == before; try++ {
-			products(0)
-		}
-		if pairHelper.ran.Load() == before {
-			t.Error("the helper computed no half")
-		}
-		var wg sync.WaitGroup
-		for w := range 3 {
-			wg.Go(func() { products(uint64(w + 1)) })
-		}
-		wg.Wait()
 	}
 }
