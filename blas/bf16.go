@@ -146,5 +146,13 @@ const rowBlockBF16 = 32
 // tiles, whose rounding may differ, serve only products with more rows.
 func RowBlockBF16(n int) int { return rowBlockBF16 }
 
-// KernelBF16 names the bf16 kernel in use: "amx", "avx512bf16" or "go".
+// KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",
+// "avx512bf16" or "go" (see KernelBF16For for the code each shape runs).
 func KernelBF16() string { return activeBF16.name }
+
+// KernelBF16For names the code that computes a bf16 product of m rows, n
+// columns and inner dimension k with the kernel in use: "amx" (AMX
+// tiles), "avx512fma" (float32 FMAs on the pairs' halves), "avx512bf16"
+// (VDPBF16PS) or "go". The choice depends on the shape and the CPU only,
+// never on timings, so that results are reproducible.
+func KernelBF16For(m, n, k int) string { return activeBF16.codeFor(m) }

@@ -13,8 +13,10 @@ import (
 // (packA) and op(B) packed in strips (PackedBF16).
 type bf16Kernel struct {
 	name string
-	mr   int // rows of a tile
-	mc   int // rows of A packed at a time, a multiple of mr
+	// tileCode and wideCode name the code of tile and wide (codeFor).
+	tileCode, wideCode string
+	mr                 int // rows of a tile
+	mc                 int // rows of A packed at a time, a multiple of mr
 	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp
 	// pairs of A (pair p of row i at a[i·ars + p·aps]) and of the strip b;
 	// see dot2 and finish for the arithmetic.
@@ -27,15 +29,40 @@ type bf16Kernel struct {
 	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
+	// pairRows, where not nil, is inter for strips whole strips of 32
+	// columns, stride words apart in dst: one call per pair row of B.
+	pairRows func(dst []uint32, r0, r1 []float32, strips, stride int)
+	// expand, where not nil, sets dst[2i], dst[2i+1] to the float32 bits
+	// of the high and the low half of src[i]: tile reads A's pairs so
+	// expanded, at twice the strides (wide reads them as they are).
+	expand func(dst, src []uint32)
 	// tiles, where not nil, computes products of more than RowBlockBF16
-	// rows in blocks of 32 (AMX; see bf16_amx.go).
-	tiles tilesFunc
+	// rows in blocks of 32 (AMX; see bf16_amx.go), from A converted by
+	// packTiles.
+	tiles     tilesFunc
+	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
+	// prefetch, where not nil, sets pf to fetch rows rows of cols
+	// elements, stride apart, from data[0] on.
+	prefetch func(pf *amxPrefetch, data []float32, rows, cols, stride int)
 }
 
-var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
+// codeFor names the code that computes products of m rows: the tiles,
+// the wide tiles of decoding, or the tile (each named after the
+// instruction set it uses).
+func (kn *bf16Kernel) codeFor(m int) string {
+	switch {
+	case kn.tiles != nil && m > rowBlockBF16:
+		return "amx"
+	case kn.wide != nil && m <= kn.wideRows:
+		return kn.wideCode
+	}
+	return kn.tileCode
+}
+
+var goBF16 = &bf16Kernel{name: "go", tileCode: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo, packTiles: packTilesGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
-// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
+// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, avx512fma, amx) when
 // this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
 // bf16Kernels() in turn.
 var activeBF16 = chooseBF16()
@@ -148,9 +175,11 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // bf16Workspace holds a product's packed operands; pooled so that calls
 // in a steady state do not allocate.
 type bf16Workspace struct {
-	a, b, t []uint32
-	tmp     []float32
-	pb      PackedBF16
+	a, b, t  []uint32
+	e        []uint32 // A's pairs expanded (bf16Kernel.expand)
+	tmp, acc []float32
+	pb       PackedBF16
+	pf       amxPrefetch
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
@@ -297,13 +326,19 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 				kn.wide(mb, kp, ws.a, ars, aps, bp.strip(s), bp.stripWords(), g.c.Data[i0*ldc+s*nrBF16:], ldc, g.alpha, g.beta)
 			}
 		}
+		a := ws.a
+		if kn.expand != nil && s < s1 {
+			ws.e = growWords(ws.e, 2*len(ws.a))
+			kn.expand(ws.e, ws.a)
+			a, ars, aps = ws.e, 2*ars, 2*aps
+		}
 		for ; s < s1; s++ {
 			j0 := s * nrBF16
 			cols := min(nrBF16, g.n-j0)
 			bs := bp.strip(s)
 			for i := 0; i < mb; i += mr {
 				rows := min(mr, mb-i)
-				kn.tile(rows, cols, kp, ws.a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
+				kn.tile(rows, cols, kp, a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
 			}
 		}
 	}

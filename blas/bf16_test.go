@@ -452,49 +452,68 @@ func TestGemmBF16BadInput(t *testing.T) {
 
 func TestKernelBF16(t *testing.T) {
 	switch KernelBF16() {
-	case "go", "avx512bf16", "amx":
+	case "go", "avx512fma", "avx512bf16", "amx":
 	default:
 		t.Errorf("KernelBF16() = %q", KernelBF16())
 	}
-}
-
-// TestBF16KernelsAgree checks that every kernel this CPU runs gives the
-// portable kernel's bits, on operands whose magnitudes span 2⁻⁷⁰ to 2⁷⁰
-// (so that sums cancel, flush and overflow) with NaNs, Infs and
-// denormals among them, for every shape of TestGemmBF16 and both kinds
-// of B.
-func TestBF16KernelsAgree(t *testing.T) {
-	ks := bf16Kernels()
-	if len(ks) == 1 {
-		t.Skip("this CPU runs only the portable bf16 kernel: nothing to compare")
+	// The code each shape takes, kernel by kernel.
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	want := map[string][3]string{ // 1 row, RowBlockBF16 rows, one more
+		"go":         {"go", "go", "go"},
+		"avx512bf16": {"avx512bf16", "avx512bf16", "avx512bf16"},
+		"avx512fma":  {"avx512bf16", "avx512fma", "avx512fma"},
+		"amx":        {"avx512bf16", "avx512fma", "amx"},
 	}
-	rng := rand.New(rand.NewPCG(73, 74))
-	wild := func(s []float32) {
-		for i := range s {
-			switch rng.IntN(64) {
-			case 0:
-				s[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
-			case 1:
-				s[i] = float32(math.NaN())
-			case 2:
-				s[i] = math.Float32frombits(uint32(rng.IntN(1 << 23))) // denormal
-			default:
-				s[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(141)-70))
+	for _, kn := range bf16Kernels() {
+		activeBF16 = kn
+		for i, m := range []int{1, rowBlockBF16, rowBlockBF16 + 1} {
+			if got := KernelBF16For(m, 256, 256); got != want[kn.name][i] {
+				t.Errorf("%s: KernelBF16For(%d, 256, 256) = %q, want %q", kn.name, m, got, want[kn.name][i])
 			}
 		}
 	}
+}
+
+// wildBF16 fills s with operands whose magnitudes span 2⁻⁷⁰ to 2^maxExp
+// with NaNs, Infs, zeros and denormals among them. At maxExp 70 products
+// overflow float32; at 50 no sum of fewer than 2¹⁰ of them does.
+func wildBF16(rng *rand.Rand, s []float32, maxExp int) {
+	for i := range s {
+		switch rng.IntN(64) {
+		case 0:
+			s[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 1:
+			s[i] = float32(math.NaN())
+		case 2:
+			s[i] = math.Float32frombits(uint32(rng.IntN(1 << 23))) // denormal
+		case 3:
+			s[i] = 0
+		default:
+			s[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(maxExp+71)-70))
+		}
+	}
+}
+
+// agreeShapes are bf16Shapes and some that take more than one AMX chunk
+// and strip, of more than RowBlockBF16 rows.
+var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100})
+
+// eachAgreeCase runs f on the products of TestBF16KernelsAgree and
+// TestBF16SpecialValues: C computed by each kernel of ks in turn, with B
+// as a General and then packed, on operands made by wildBF16 up to
+// 2^maxExp.
+func eachAgreeCase(t *testing.T, ks []*bf16Kernel, maxExp int, f func(p *problem, kn *bf16Kernel, bop Operand, got []float32)) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(73, 74))
 	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	shapes := append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77})
-	for _, sh := range shapes {
+	for _, sh := range agreeShapes {
 		for _, tr := range transposes {
 			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
 				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
-				wild(p.a)
-				wild(p.b)
+				wildBF16(rng, p.a, maxExp)
+				wildBF16(rng, p.b, maxExp)
 				a, b, c := p.views()
-				var want []float32
-				for i := len(ks) - 1; i >= 0; i-- { // the portable kernel first
-					kn := ks[i]
+				for _, kn := range ks {
 					activeBF16 = kn
 					for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
 						tB := p.tB
@@ -503,14 +522,81 @@ func TestBF16KernelsAgree(t *testing.T) {
 						}
 						got := append([]float32(nil), c.Data...)
 						GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
-						if want == nil {
-							want = got
-							continue
-						}
-						sameBits(t, fmt.Sprintf("%v: %s (%T) vs %s", p, kn.name, bop, ks[len(ks)-1].name), got, want)
+						f(p, kn, bop, got)
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestBF16KernelsAgree checks that every kernel this CPU runs computes
+// each product in the order of addition it claims, bit for bit, on
+// operands that make sums cancel, flush and overflow, NaNs and Infs
+// among them: the portable kernel's bits (dot2's order), or for products
+// of more than RowBlockBF16 rows on a kernel with tiles, the bits of the
+// portable kernel on emulated tiles (TDPBF16PS's order; TestTDPBF16PS
+// checks the model against the instruction). Kernels of different orders
+// differ in last bits and, where partial sums overflow, in special
+// values; TestBF16SpecialValues checks what they share.
+func TestBF16KernelsAgree(t *testing.T) {
+	emu := emulatedTiles()
+	ks := append([]*bf16Kernel{goBF16, emu}, asmBF16Kernels()...)
+	var want, wantTiles []float32
+	eachAgreeCase(t, ks, 70, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+		if _, general := bop.(General); general {
+			switch kn {
+			case goBF16:
+				want = got
+				return
+			case emu:
+				wantTiles = got
+			}
+		}
+		ref, order := want, goBF16.name
+		if kn.tiles != nil && p.m > rowBlockBF16 {
+			ref, order = wantTiles, emu.name
+		}
+		sameBits(t, fmt.Sprintf("%v: %s (%T) vs %s", p, kn.name, bop, order), got, ref)
+	})
+}
+
+// TestBF16SpecialValues checks that all kernels, on tiles and off,
+// agree on which elements of C are NaN, +Inf, -Inf or finite when no
+// partial sum overflows: NaN and Inf operands, Inf·0 and Inf−Inf then
+// decide alike in any order of addition.
+func TestBF16SpecialValues(t *testing.T) {
+	ks := append([]*bf16Kernel{goBF16, emulatedTiles()}, asmBF16Kernels()...)
+	class := func(x float32) string {
+		switch {
+		case x != x:
+			return "NaN"
+		case math.IsInf(float64(x), 1):
+			return "+Inf"
+		case math.IsInf(float64(x), -1):
+			return "-Inf"
+		}
+		return "finite"
+	}
+	var want []float32
+	specials := 0
+	eachAgreeCase(t, ks, 50, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+		if _, general := bop.(General); general && kn == goBF16 {
+			want = got
+			for _, x := range got {
+				if class(x) != "finite" {
+					specials++
+				}
+			}
+			return
+		}
+		for i := range want {
+			if g, w := class(got[i]), class(want[i]); g != w {
+				t.Fatalf("%v: %s (%T): C[%d,%d] = %v (%s), go %v (%s)", p, kn.name, bop, i/p.ldc, i%p.ldc, got[i], g, want[i], w)
+			}
+		}
+	})
+	if specials == 0 {
+		t.Error("no product had a special value in C: the operands test nothing")
 	}
 }

@@ -112,7 +112,7 @@ func TestBenchTrainFlags(t *testing.T) {
 		{[]string{"--attention", "polysketch:learned:sketch-size=-1"}, "--sketch-size -1: must be positive"},
 		{[]string{"--tokens", "0"}, "--tokens 0"},
 		{[]string{"--steps", "0"}, "--steps 0"},
-		{[]string{"--heads", "3"}, "not divisible by heads 3"},
+		{[]string{"--heads", "3"}, "--dim 16 is not divisible by --heads 3"},
 		{[]string{"--mem-limit", "lots"}, "positive size"},
 		{[]string{"--phases", "-1"}, "--phases -1"},
 	} {
