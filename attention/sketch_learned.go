@@ -110,7 +110,7 @@ type sketchNet struct {
 	l1, l2   *nn.Linear
 	l3, l4   *nn.Linear
 	off      int // first float of its parameters in the flat gradient layout
-	kept     int // first float of its a2 and y in a row of kept values
+	kept     int // where its a2 and y are kept: floats per row before them (see kept)
 
 	// wT holds the transposes of l1…l4's weights ([out, in]), taken at
 	// each Backward, so that the input gradients dy·Wᵀ are NN products,
@@ -315,8 +315,9 @@ func region(buf []float32, c, off, w, rows int) []float32 {
 	return buf[c*off : c*off+rows*w]
 }
 
-// acts returns the activations of network e of level j in buf.
-func (s *learned) acts(buf []float32, c, rows, j, e int) netActs {
+// acts returns the activations of network e of level j in buf, a2 and y
+// in k's arrays where k keeps them.
+func (s *learned) acts(buf []float32, c, rows, j, e int, k kept) netActs {
 	f := s.levels[j][e]
 	in, hid, r := f.in, s.hid, s.r
 	off := s.act[j][e]
@@ -329,6 +330,9 @@ func (s *learned) acts(buf []float32, c, rows, j, e int) netActs {
 	a.u0, a.a1, a.h1, a.u1 = take(in), take(hid), take(hid), take(hid)
 	a.a2, a.a3, a.h3, a.y = take(r), take(hid), take(hid), take(r)
 	a.m0, a.s0, a.m1, a.s1 = take(1), take(1), take(1), take(1)
+	if k.buf != nil {
+		a.a2, a.y = k.rows(f.kept, rows), k.rows(f.kept+r, rows)
+	}
 	return a
 }
 
@@ -346,34 +350,30 @@ func (s *learned) pair(buf []float32, c, rows, j, i int) (m, t, dm []float32) {
 func (s *learned) scratchRows(n int) int { return n / s.perRow }
 
 // kept is where a chunk's networks save their a2 and y for backward (see
-// the top of this file), or load them from when recomputing: rows of ld
-// (keepW) floats, the chunk's first row first. A nil buf keeps nothing.
+// the top of this file), or load them from when recomputing: the kept
+// values of all n rows of a side, keepW floats a row, stored as one
+// [n × r] array after another (network by network, a2 then y), so that
+// a chunk's a2 or y is one contiguous [rows × r] array that l2 and l4
+// write and l3 and the pairs read where it lies. A nil buf keeps nothing.
 type kept struct {
-	buf  []float32
-	ld   int
-	load bool // recompute: take a2 and y from buf instead of l2 and l4
+	buf   []float32
+	n, lo int  // rows of the side; the chunk's first
+	r     int  // floats per row of an array
+	load  bool // recompute: take a2 and y from buf instead of l2 and l4
 }
 
-// take copies w floats from offset off of each of rows kept rows into the
-// rows of dst.
-func (k kept) take(dst []float32, off, w, rows int) {
-	for i := 0; i < rows; i++ {
-		copy(dst[i*w:(i+1)*w], k.buf[i*k.ld+off:i*k.ld+off+w])
-	}
-}
-
-// put copies the rows of src, w floats each, to offset off of rows kept
-// rows.
-func (k kept) put(src []float32, off, w, rows int) {
-	for i := 0; i < rows; i++ {
-		copy(k.buf[i*k.ld+off:i*k.ld+off+w], src[i*w:(i+1)*w])
-	}
+// rows returns the chunk's rows rows of the array at off floats per row.
+func (k kept) rows(off, rows int) []float32 {
+	at := off*k.n + k.lo*k.r
+	return k.buf[at : at+rows*k.r]
 }
 
 // forward computes M for the rows ≤ c rows of x in buf, a scratch of
 // capacity c rows, keeping every activation for backward, and returns M:
-// a view of buf, row-major [rows × r].
-func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float32 {
+// a view of buf, row-major [rows × r], or out if not nil. With grad (to
+// run backward next) the networks leave GELU's derivatives for backward
+// in place of the activations' inputs.
+func (s *learned) forward(x blas.General, c int, buf []float32, k kept, grad bool, out []float32) []float32 {
 	r, rows := s.r, x.Rows
 	var m []float32
 	for j, nets := range s.levels {
@@ -383,13 +383,16 @@ func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float3
 				p, _, _ := s.pair(buf, c, rows, j-1, e)
 				in = blas.NewGeneral(rows, r, p)
 			}
-			f.forward(in, s.acts(buf, c, rows, j, e), k)
+			f.forward(in, s.acts(buf, c, rows, j, e, k), k, grad)
 		}
 		// M = √r·tanh(√(1/r)·y1∗y2), pair by pair.
 		for i := 0; i < len(nets)/2; i++ {
-			y1, y2 := s.acts(buf, c, rows, j, 2*i).y, s.acts(buf, c, rows, j, 2*i+1).y
+			y1, y2 := s.acts(buf, c, rows, j, 2*i, k).y, s.acts(buf, c, rows, j, 2*i+1, k).y
 			var t []float32
 			m, t, _ = s.pair(buf, c, rows, j, i)
+			if j == len(s.levels)-1 && out != nil {
+				m = out[:rows*r]
+			}
 			vec.Mul(t, y1, y2)
 			vec.Scale(float32(1/math.Sqrt(float64(r))), t)
 			vec.Tanh(t, t)
@@ -401,10 +404,10 @@ func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float3
 }
 
 // backward takes the gradient dM ([rows × r]) of the M that forward just
-// computed in buf for the rows of x, writes (or with accumulate adds) the
-// gradient of x into dx and adds the parameter gradients to the flat
-// buffer grads.
-func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c int, buf, dM, grads []float32) {
+// computed with grad in buf (and k) for the rows of x, writes (or with
+// accumulate adds) the gradient of x into dx and adds the parameter
+// gradients to the flat buffer grads.
+func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c int, buf []float32, k kept, dM, grads []float32) {
 	r, hid, rows := s.r, s.hid, x.Rows
 	tA, tB := region(buf, c, s.tmp, hid, rows), region(buf, c, s.tmp+hid, hid, rows)
 	tR, tX := region(buf, c, s.tmp+2*hid, r, rows), buf[c*(s.tmp+2*hid+r):]
@@ -421,7 +424,7 @@ func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c i
 			vec.Mul(g, g, dm)
 			vec.Scale(-1, g)
 			vec.Add(g, g, dm)
-			a1, a2 := s.acts(buf, c, rows, j, 2*i), s.acts(buf, c, rows, j, 2*i+1)
+			a1, a2 := s.acts(buf, c, rows, j, 2*i, k), s.acts(buf, c, rows, j, 2*i+1, k)
 			vec.Mul(region(buf, c, s.dy[j]+2*i*r, r, rows), g, a2.y)
 			vec.Mul(region(buf, c, s.dy[j]+(2*i+1)*r, r, rows), g, a1.y)
 		}
@@ -432,46 +435,38 @@ func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c i
 				in, din, acc = blas.NewGeneral(rows, r, m), blas.NewGeneral(rows, r, dm), false
 			}
 			dy := region(buf, c, s.dy[j]+e*r, r, rows)
-			f.backward(din, acc, in, dy, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
+			f.backward(din, acc, in, dy, s.acts(buf, c, rows, j, e, k), f.grads(grads), tA, tB, tX[:rows*f.in])
 		}
 	}
 }
 
-// forward runs f on the rows of x into a, saving a2 and y to k or, with
-// k.load, taking them from there instead of computing them.
-func (f *sketchNet) forward(x blas.General, a netActs, k kept) {
+// forward runs f on the rows of x into a, with a2 and y in k's arrays
+// where k keeps them: computed there or, with k.load, taken from there.
+// With grad, a1 and a3 are left holding GELU' of themselves (see
+// nn.Linear.ApplyGELU), which is all backward needs of them.
+func (f *sketchNet) forward(x blas.General, a netActs, k kept, grad bool) {
 	in, hid, rows := f.in, f.l1.Out, x.Rows
 	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
 	for i := 0; i < rows; i++ {
 		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x.Data[i*x.Stride:i*x.Stride+in], g, b, f.ln1.Eps)
 	}
-	f.l1.Apply(blas.NewGeneral(rows, hid, a.a1), blas.NewGeneral(rows, in, a.u0))
-	vec.GELU(a.h1, a.a1)
+	f.l1.ApplyGELU(blas.NewGeneral(rows, hid, a.a1), blas.NewGeneral(rows, hid, a.h1), blas.NewGeneral(rows, in, a.u0), grad)
 	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
 	for i := 0; i < rows; i++ {
 		a.m1[i], a.s1[i] = vec.LayerNorm(a.u1[i*hid:(i+1)*hid], a.h1[i*hid:(i+1)*hid], g, b, f.ln2.Eps)
 	}
 	r := f.l2.Out
-	if k.load {
-		k.take(a.a2, f.kept, r, rows)
-	} else {
+	if !k.load {
 		f.l2.Apply(blas.NewGeneral(rows, r, a.a2), blas.NewGeneral(rows, hid, a.u1))
 	}
-	f.l3.Apply(blas.NewGeneral(rows, hid, a.a3), blas.NewGeneral(rows, r, a.a2))
-	vec.GELU(a.h3, a.a3)
-	if k.load {
-		k.take(a.y, f.kept+r, r, rows)
-		return
-	}
-	f.l4.Apply(blas.NewGeneral(rows, r, a.y), blas.NewGeneral(rows, hid, a.h3))
-	if k.buf != nil {
-		k.put(a.a2, f.kept, r, rows)
-		k.put(a.y, f.kept+r, r, rows)
+	f.l3.ApplyGELU(blas.NewGeneral(rows, hid, a.a3), blas.NewGeneral(rows, hid, a.h3), blas.NewGeneral(rows, r, a.a2), grad)
+	if !k.load {
+		f.l4.Apply(blas.NewGeneral(rows, r, a.y), blas.NewGeneral(rows, hid, a.h3))
 	}
 }
 
 // backward takes dy, the gradient of f's output for the activations a of
-// input x, writes (or with accumulate adds) the gradient of x into dx and
+// input x (from forward with grad), writes (or with accumulate adds) the gradient of x into dx and
 // adds the parameter gradients to g. tA, tB ([rows × hid]) and tX
 // ([rows × in]) are scratch.
 func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, dy []float32, a netActs, g netGrads, tA, tB, tX []float32) {
@@ -479,7 +474,7 @@ func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, d
 	// y = h3·W4 + b4
 	dh3 := tA
 	f.l4.ApplyBackward(blas.NewGeneral(rows, hid, dh3), blas.NewGeneral(rows, r, dy), blas.NewGeneral(rows, hid, a.h3), blas.NewGeneral(r, hid, f.wT[3]), blas.NewGeneral(hid, r, g.w4), g.c4)
-	vec.GELUBackward(dh3, a.a3, dh3)
+	vec.Mul(dh3, dh3, a.a3) // a3 holds GELU'(a3)
 	// a3 = a2·W3 + b3, a2 = u1·W2 + b2
 	da2 := tB[:rows*r]
 	f.l3.ApplyBackward(blas.NewGeneral(rows, r, da2), blas.NewGeneral(rows, hid, dh3), blas.NewGeneral(rows, r, a.a2), blas.NewGeneral(hid, r, f.wT[2]), blas.NewGeneral(r, hid, g.w3), g.c3)
@@ -492,7 +487,7 @@ func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, d
 	for i := 0; i < rows; i++ {
 		vec.LayerNormBackward(dh1[i*hid:(i+1)*hid], g.g2, g.b2, a.h1[i*hid:(i+1)*hid], gain, du1[i*hid:(i+1)*hid], a.m1[i], a.s1[i])
 	}
-	vec.GELUBackward(dh1, a.a1, dh1)
+	vec.Mul(dh1, dh1, a.a1) // a1 holds GELU'(a1)
 	// a1 = u0·W1 + b1, u0 = LN1(x)
 	du0 := tX
 	f.l1.ApplyBackward(blas.NewGeneral(rows, in, du0), blas.NewGeneral(rows, hid, dh1), blas.NewGeneral(rows, in, a.u0), blas.NewGeneral(hid, in, f.wT[0]), blas.NewGeneral(in, hid, g.w1), g.c1)
@@ -512,7 +507,7 @@ func (s *learned) apply(x blas.General, mT []float32, scr *sketchScratch) {
 	c, n := s.scratchRows(len(scr.buf)), x.Rows
 	for lo := 0; lo < n; lo += c {
 		rows := min(c, n-lo)
-		m := s.forward(x.Slice(lo, lo+rows, 0, x.Cols), c, scr.buf, kept{})
+		m := s.forward(x.Slice(lo, lo+rows, 0, x.Cols), c, scr.buf, kept{}, false, nil)
 		for i := 0; i < rows; i++ {
 			for t, v := range m[i*s.r : (i+1)*s.r] {
 				mT[t*n+lo+i] = v
@@ -659,8 +654,7 @@ func (s *netPass) forwardItem(w *engineWorker, i int) {
 	L := &s.e.L
 	side := i / L.chunks
 	x, _, lo, rows := s.rows(side, i%L.chunks)
-	m := s.net.forward(blas.NewGeneral(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false))
-	copy(s.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
+	s.net.forward(blas.NewGeneral(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false), false, s.ms[side][lo*L.ro:(lo+rows)*L.ro])
 }
 
 // kept returns where the networks keep a2 and y for rows from lo of side
@@ -669,8 +663,7 @@ func (s *netPass) kept(side, lo int, load bool) kept {
 	if s.keep[side] == nil {
 		return kept{}
 	}
-	ld := s.net.keepW
-	return kept{buf: s.keep[side][lo*ld:], ld: ld, load: load}
+	return kept{buf: s.keep[side], n: s.e.L.bh * s.e.L.n, lo: lo, r: s.net.r, load: load}
 }
 
 // backwardItem runs the networks backward over the chunks of group g,
@@ -687,8 +680,9 @@ func (s *netPass) backwardItem(w *engineWorker, g int) {
 		side := i / L.chunks
 		x, dx, lo, rows := s.rows(side, i%L.chunks)
 		xv, dxv := blas.NewGeneral(rows, L.h, x[lo*L.h:]), blas.NewGeneral(rows, L.h, dx[lo*L.h:])
-		net.forward(xv, L.chunk, w.sks.buf, s.kept(side, lo, true))
-		net.backward(dxv, acc, xv, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
+		k := s.kept(side, lo, true)
+		net.forward(xv, L.chunk, w.sks.buf, k, true, nil)
+		net.backward(dxv, acc, xv, L.chunk, w.sks.buf, k, s.dms[side][lo*L.ro:], grads)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // pad is the number of columns past a view's own in the strided views of
@@ -108,6 +109,42 @@ func TestLinearApply(t *testing.T) {
 		l.ApplyBackward(blas.NewGeneral(rows, in, dx.Data), blas.NewGeneral(rows, out, dy.Data), strided(x, rows, in), transposed(l), blas.NewGeneral(in, out, dw), db)
 		if !bitwiseEqual(dw, wantDW) {
 			t.Errorf("bias %v: ApplyBackward's weight gradient differs from Backward's", bias)
+		}
+	}
+}
+
+// TestLinearApplyGELU checks that ApplyGELU gives the bits of Apply and
+// vec.GELU, and with grad leaves those of vec.GELUBackward (dy = 1) in y,
+// in both precisions, on inputs wider than a k block of the products.
+func TestLinearApplyGELU(t *testing.T) {
+	for _, bf16 := range []bool{false, true} {
+		for _, in := range []int{19, 300} {
+			rng := rand.New(rand.NewPCG(5, uint64(in)))
+			rows, out := 37, 45
+			l := NewLinear("lin", in, out, true, rng)
+			randomize(rng, l.Params())
+			if bf16 {
+				l.BF16 = NewRounded(l.Weight, true, false)
+			}
+			x := randTensor(rng, 1, rows, in+pad)
+			want := make([]float32, rows*out)
+			l.Apply(blas.NewGeneral(rows, out, want), strided(x, rows, in))
+			wantH, wantD, ones := make([]float32, rows*out), make([]float32, rows*out), make([]float32, rows*out)
+			for i := range ones {
+				ones[i] = 1
+			}
+			vec.GELU(wantH, want)
+			vec.GELUBackward(wantD, want, ones)
+			for _, grad := range []bool{false, true} {
+				y, h := make([]float32, rows*out), make([]float32, rows*out)
+				l.ApplyGELU(blas.NewGeneral(rows, out, y), blas.NewGeneral(rows, out, h), strided(x, rows, in), grad)
+				if !bitwiseEqual(h, wantH) {
+					t.Errorf("bf16 %v, in %d, grad %v: h differs from Apply and vec.GELU", bf16, in, grad)
+				}
+				if grad && !bitwiseEqual(y, wantD) {
+					t.Errorf("bf16 %v, in %d: y differs from vec.GELUBackward of Apply's", bf16, in)
+				}
+			}
 		}
 	}
 }

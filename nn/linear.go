@@ -58,27 +58,30 @@ func (l *Linear) Params() []*Param {
 
 // Forward computes y = x·W + b for x of shape [..., In] into y of shape
 // [..., Out] with the same number of rows; y must not share storage with x.
-// It keeps a reference to x for Backward.
+// It keeps a reference to x for Backward. The bias is added to the
+// finished product, each element rounded once, fl(x·W) + b.
 func (l *Linear) Forward(y, x *tensor.Tensor) {
 	rows := rowsOf("Linear.Forward", "x", x, l.In)
 	checkRows("Linear.Forward", "y", y, rows, l.Out)
 	l.x = x
-	beta := float32(0)
-	if l.Bias != nil {
-		// Start from the bias and let the product accumulate onto it.
-		b := l.Bias.Value.Data
-		forRows(rows, l.Out, func(_, lo, hi int) {
-			for r := lo; r < hi; r++ {
-				copy(y.Data[r*l.Out:(r+1)*l.Out], b)
-			}
-		})
-		beta = 1
-	}
+	yv := blas.NewGeneral(rows, l.Out, y.Data)
 	if l.BF16 != nil {
-		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), beta, blas.NewGeneral(rows, l.Out, y.Data))
-		return
+		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), 0, yv)
+	} else {
+		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.w(), 0, yv)
 	}
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.w(), beta, blas.NewGeneral(rows, l.Out, y.Data))
+	if l.Bias != nil {
+		forRows(rows, l.Out, func(_, lo, hi int) { l.addBias(yv.Slice(lo, hi, 0, l.Out)) })
+	}
+}
+
+// addBias adds the bias to every row of y.
+func (l *Linear) addBias(y blas.General) {
+	b := l.Bias.Value.Data
+	for i := 0; i < y.Rows; i++ {
+		row := y.Data[i*y.Stride : i*y.Stride+l.Out]
+		vec.Add(row, row, b)
+	}
 }
 
 // Backward takes dy, the gradient of the loss with respect to the y of the
@@ -124,17 +127,39 @@ func (l *Linear) w() blas.General { return blas.NewGeneral(l.In, l.Out, l.Weight
 // of Forward.
 func (l *Linear) Apply(y, x blas.General) {
 	l.checkViews("Linear.Apply", x, y)
+	l.product(y, x, "Linear.Apply")
 	if l.Bias != nil {
-		b := l.Bias.Value.Data
-		for i := 0; i < x.Rows; i++ {
-			copy(y.Data[i*y.Stride:i*y.Stride+l.Out], b)
-		}
+		l.addBias(y)
 	}
+}
+
+// ApplyGELU is Apply followed by GELU, with the bias added in the same
+// pass over y as the activation: it writes h = GELU(x·W + b) ([rows ×
+// Out], contiguous) with the bits of Apply and vec.GELU, and leaves in y
+// the product without the bias or, with grad, GELU'(x·W + b) (the bits
+// of vec.GELUBackward with dy = 1), by which a backward pass multiplies
+// h's gradient. y must be contiguous; the layer must have a bias.
+func (l *Linear) ApplyGELU(y, h blas.General, x blas.General, grad bool) {
+	l.checkViews("Linear.ApplyGELU", x, y)
+	if l.Bias == nil || y.Stride != l.Out || h.Stride != l.Out || h.Rows != y.Rows || h.Cols != l.Out {
+		panic(fmt.Sprintf("nn.Linear.ApplyGELU: bias %v, y %d×%d (stride %d), h %d×%d (stride %d): want a bias and contiguous views of the same shape", l.Bias != nil, y.Rows, y.Cols, y.Stride, h.Rows, h.Cols, h.Stride))
+	}
+	l.product(y, x, "Linear.ApplyGELU")
+	n := y.Rows * l.Out
+	var d []float32
+	if grad {
+		d = y.Data[:n]
+	}
+	vec.BiasGELU(h.Data[:n], d, y.Data[:n], l.Bias.Value.Data)
+}
+
+// product writes y = x·W on the calling goroutine.
+func (l *Linear) product(y, x blas.General, op string) {
 	if l.BF16 != nil {
-		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, x, l.BF16.form("Linear.Apply", blas.NoTrans), l.beta(), y)
+		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, x, l.BF16.form(op, blas.NoTrans), 0, y)
 		return
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, x, l.w(), l.beta(), y)
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, x, l.w(), 0, y)
 }
 
 // ApplyBackward takes dy for the y = x·W + b of Apply, adds xᵀ·dy to dw
@@ -164,14 +189,6 @@ func (l *Linear) ApplyBackward(dx, dy, x, wT, dw blas.General, db []float32) {
 		return
 	}
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, dy, wT, 0, dx)
-}
-
-// beta is the beta of y's product: 1 onto the bias, 0 without one.
-func (l *Linear) beta() float32 {
-	if l.Bias != nil {
-		return 1
-	}
-	return 0
 }
 
 // checkViews panics unless x ([rows × In]) and y ([rows × Out]) fit l.

@@ -123,3 +123,33 @@ func geluAVX512(dst []float32, src []float32)
 //
 //go:noescape
 func geluBackwardAVX512(dx []float32, x []float32, dy []float32)
+
+// biasGELUAVX512 computes h[i] = GELU(a[i]+b[i]) with AVX-512F; len(a), len(b) ≥ len(h).
+//
+//go:noescape
+func biasGELUAVX512(h []float32, a []float32, b []float32)
+
+// biasGELUGradAVX512 computes x = a[i]+b[i], h[i] = GELU(x) and d[i] = GELU'(x) with AVX-512F; len(d), len(a), len(b) ≥ len(h); d may alias a.
+//
+//go:noescape
+func biasGELUGradAVX512(h []float32, d []float32, a []float32, b []float32)
+
+// geluMulAVX512 computes dst[i] = GELU(a[i])·b[i] with AVX-512F; len(a), len(b) ≥ len(dst).
+//
+//go:noescape
+func geluMulAVX512(dst []float32, a []float32, b []float32)
+
+// geluMulBackwardAVX512 computes da[i] = GELU'(a[i])·(dy[i]·b[i]) and db[i] = GELU(a[i])·dy[i] with AVX-512F; len(db), len(a), len(b), len(dy) ≥ len(da).
+//
+//go:noescape
+func geluMulBackwardAVX512(da []float32, db []float32, a []float32, b []float32, dy []float32)
+
+// swapAddAVX512 sets x[i], run[i] = run[i], run[i]+x[i] with AVX-512F; len(x) ≥ len(run).
+//
+//go:noescape
+func swapAddAVX512(run []float32, x []float32)
+
+// swapAddAVX2 sets x[i], run[i] = run[i], run[i]+x[i] with AVX2; len(x) ≥ len(run).
+//
+//go:noescape
+func swapAddAVX2(run []float32, x []float32)

@@ -182,3 +182,41 @@ func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight flo
 	}
 	return bandGeneric(dst, x, w, lo, hi)
 }
+
+func biasGELU(h, d, a, b []float32) {
+	switch {
+	case use != implAVX512:
+		biasGELUSeq(h, d, a, b)
+	case d == nil:
+		biasGELUAVX512(h, a, b)
+	default:
+		biasGELUGradAVX512(h, d, a, b)
+	}
+}
+
+func geluMul(dst, a, b []float32) {
+	if use == implAVX512 {
+		geluMulAVX512(dst, a, b)
+		return
+	}
+	geluMulSeq(dst, a, b)
+}
+
+func geluMulBackward(da, db, a, b, dy []float32) {
+	if use == implAVX512 {
+		geluMulBackwardAVX512(da, db, a, b, dy)
+		return
+	}
+	geluMulBackwardSeq(da, db, a, b, dy)
+}
+
+func swapAdd(run, x []float32) {
+	switch use {
+	case implAVX512:
+		swapAddAVX512(run, x)
+	case implAVX2:
+		swapAddAVX2(run, x)
+	default:
+		swapAddGeneric(run, x)
+	}
+}

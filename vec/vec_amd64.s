@@ -3257,48 +3257,48 @@ loopN:
 	VPORD.BCST        signMask<>+0(SB), Z4, Z5
 	VMAXPS            Z3, Z0, Z3
 	VMULPS            Z3, Z3, Z4
-	VBROADCASTSS      geluA<>+0(SB), Z8
-	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z8
-	VMULPS            Z3, Z8, Z4
-	VPORD.BCST        signMask<>+0(SB), Z4, Z8
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z6
+	VMULPS            Z3, Z6, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z6
 	VMAXPS            Z5, Z1, Z5
-	VMAXPS            Z8, Z1, Z8
+	VMAXPS            Z6, Z1, Z6
 	VBROADCASTSS      expMagic<>+0(SB), Z4
 	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z4
 	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
-	VBROADCASTSS      expMagic<>+0(SB), Z9
-	VFMADD231PS.BCST  log2e<>+0(SB), Z8, Z9
-	VSUBPS.BCST       expMagic<>+0(SB), Z9, Z9
+	VBROADCASTSS      expMagic<>+0(SB), Z7
+	VFMADD231PS.BCST  log2e<>+0(SB), Z6, Z7
+	VSUBPS.BCST       expMagic<>+0(SB), Z7, Z7
 	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z5
 	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z5
-	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z9, Z8
-	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z9, Z8
-	VBROADCASTSS      expP4<>+0(SB), Z6
-	VBROADCASTSS      expP4<>+0(SB), Z7
-	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  expP3<>+0(SB), Z8, Z7
-	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  expP2<>+0(SB), Z8, Z7
-	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  expP1<>+0(SB), Z8, Z7
-	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  expP0<>+0(SB), Z8, Z7
-	VFMADD213PS.BCST  one<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  one<>+0(SB), Z8, Z7
-	VFMADD213PS.BCST  one<>+0(SB), Z5, Z6
-	VFMADD213PS.BCST  one<>+0(SB), Z8, Z7
-	VSCALEFPS         Z4, Z6, Z6
-	VSCALEFPS         Z9, Z7, Z7
-	VMULPS            Z2, Z6, Z4
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z7, Z6
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z7, Z6
+	VBROADCASTSS      expP4<>+0(SB), Z8
+	VBROADCASTSS      expP4<>+0(SB), Z9
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP3<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP2<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP1<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP0<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VSCALEFPS         Z4, Z8, Z8
+	VSCALEFPS         Z7, Z9, Z9
+	VMULPS            Z2, Z8, Z4
 	VMAXPS            Z2, Z4, Z4
-	VADDPS.BCST       one<>+0(SB), Z6, Z6
-	VDIVPS            Z6, Z4, Z6
-	VMULPS            Z3, Z7, Z4
+	VADDPS.BCST       one<>+0(SB), Z8, Z2
+	VDIVPS            Z2, Z4, Z2
+	VMULPS            Z3, Z9, Z4
 	VMAXPS            Z3, Z4, Z4
-	VADDPS.BCST       one<>+0(SB), Z7, Z7
-	VDIVPS            Z7, Z4, Z7
-	VMOVUPS           Z6, (AX)
-	VMOVUPS           Z7, 64(AX)
+	VADDPS.BCST       one<>+0(SB), Z9, Z3
+	VDIVPS            Z3, Z4, Z3
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           Z3, 64(AX)
 	ADDQ              $0x00000080, AX
 	ADDQ              $0x00000080, CX
 	SUBQ              $0x00000020, DX
@@ -3330,9 +3330,9 @@ loop1:
 	VSCALEFPS         Z3, Z5, Z5
 	VMULPS            Z2, Z5, Z3
 	VMAXPS            Z2, Z3, Z3
-	VADDPS.BCST       one<>+0(SB), Z5, Z5
-	VDIVPS            Z5, Z3, Z5
-	VMOVUPS           Z5, (AX)
+	VADDPS.BCST       one<>+0(SB), Z5, Z2
+	VDIVPS            Z2, Z3, Z2
+	VMOVUPS           Z2, (AX)
 	ADDQ              $0x00000040, AX
 	ADDQ              $0x00000040, CX
 	SUBQ              $0x00000010, DX
@@ -3508,21 +3508,21 @@ loopN:
 	VBLENDMPS         Z20, Z15, K1, Z6
 	VMULPS            Z20, Z4, Z4
 	VFMADD213PS       Z6, Z15, Z4
-	VMULPS            (DX), Z4, Z4
 	VMULPS            Z17, Z21, Z21
 	VBLENDMPS         Z21, Z17, K2, Z7
 	VMULPS            Z21, Z12, Z12
 	VFMADD213PS       Z7, Z17, Z12
-	VMULPS            64(DX), Z12, Z12
 	VMULPS            Z18, Z22, Z22
 	VBLENDMPS         Z22, Z18, K3, Z8
 	VMULPS            Z22, Z14, Z14
 	VFMADD213PS       Z8, Z18, Z14
-	VMULPS            128(DX), Z14, Z14
 	VMULPS            Z19, Z23, Z23
 	VBLENDMPS         Z23, Z19, K4, Z9
 	VMULPS            Z23, Z16, Z16
 	VFMADD213PS       Z9, Z19, Z16
+	VMULPS            (DX), Z4, Z4
+	VMULPS            64(DX), Z12, Z12
+	VMULPS            128(DX), Z14, Z14
 	VMULPS            192(DX), Z16, Z16
 	VMOVUPS           Z4, (AX)
 	VMOVUPS           Z12, 64(AX)
@@ -3621,6 +3621,868 @@ tail:
 	VFMADD213PS       Z11, Z4, Z2
 	VMULPS            Z3, Z2, Z2
 	VMOVUPS           Z2, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func biasGELUAVX512(h []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·biasGELUAVX512(SB), NOSPLIT, $0-72
+	MOVQ         h_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	MOVQ         h_len+8(FP), BX
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS expLo<>+0(SB), Z1
+
+loopN:
+	CMPQ              BX, $0x00000020
+	JB                loop1
+	VMOVUPS           (CX), Z2
+	VADDPS            (DX), Z2, Z2
+	VMOVUPS           64(CX), Z3
+	VADDPS            64(DX), Z3, Z3
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z5
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z5
+	VMULPS            Z2, Z5, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z3, Z3, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z6
+	VMULPS            Z3, Z6, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z6
+	VMAXPS            Z5, Z1, Z5
+	VMAXPS            Z6, Z1, Z6
+	VBROADCASTSS      expMagic<>+0(SB), Z4
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z4
+	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z7
+	VFMADD231PS.BCST  log2e<>+0(SB), Z6, Z7
+	VSUBPS.BCST       expMagic<>+0(SB), Z7, Z7
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z7, Z6
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z7, Z6
+	VBROADCASTSS      expP4<>+0(SB), Z8
+	VBROADCASTSS      expP4<>+0(SB), Z9
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP3<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP2<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP1<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP0<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VSCALEFPS         Z4, Z8, Z8
+	VSCALEFPS         Z7, Z9, Z9
+	VMULPS            Z2, Z8, Z4
+	VMAXPS            Z2, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z8, Z2
+	VDIVPS            Z2, Z4, Z2
+	VMULPS            Z3, Z9, Z4
+	VMAXPS            Z3, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z9, Z3
+	VDIVPS            Z3, Z4, Z3
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           Z3, 64(AX)
+	ADDQ              $0x00000080, AX
+	ADDQ              $0x00000080, CX
+	ADDQ              $0x00000080, DX
+	SUBQ              $0x00000020, BX
+	JMP               loopN
+
+loop1:
+	CMPQ              BX, $0x00000010
+	JB                tail
+	VMOVUPS           (CX), Z2
+	VADDPS            (DX), Z2, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z3
+	VPORD.BCST        signMask<>+0(SB), Z3, Z4
+	VMAXPS            Z4, Z1, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z4, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z4
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z4
+	VBROADCASTSS      expP4<>+0(SB), Z5
+	VFMADD213PS.BCST  expP3<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP2<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP1<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP0<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VSCALEFPS         Z3, Z5, Z5
+	VMULPS            Z2, Z5, Z3
+	VMAXPS            Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z5, Z2
+	VDIVPS            Z2, Z3, Z2
+	VMOVUPS           Z2, (AX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	ADDQ              $0x00000040, DX
+	SUBQ              $0x00000010, BX
+	JMP               loop1
+
+tail:
+	TESTQ             BX, BX
+	JZ                done
+	MOVL              $0x0000ffff, SI
+	BZHIL             BX, SI, BX
+	KMOVW             BX, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z3
+	VADDPS            Z3, Z2, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z0
+	VBROADCASTSS      geluA<>+0(SB), Z3
+	VFMADD231PS.BCST  geluB<>+0(SB), Z0, Z3
+	VMULPS            Z2, Z3, Z0
+	VPORD.BCST        signMask<>+0(SB), Z0, Z3
+	VMAXPS            Z3, Z1, Z3
+	VBROADCASTSS      expMagic<>+0(SB), Z0
+	VFMADD231PS.BCST  log2e<>+0(SB), Z3, Z0
+	VSUBPS.BCST       expMagic<>+0(SB), Z0, Z0
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z0, Z3
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z0, Z3
+	VBROADCASTSS      expP4<>+0(SB), Z1
+	VFMADD213PS.BCST  expP3<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP2<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP1<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  expP0<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z3, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z3, Z1
+	VSCALEFPS         Z0, Z1, Z1
+	VMULPS            Z2, Z1, Z0
+	VMAXPS            Z2, Z0, Z0
+	VADDPS.BCST       one<>+0(SB), Z1, Z1
+	VDIVPS            Z1, Z0, Z1
+	VMOVUPS           Z1, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func biasGELUGradAVX512(h []float32, d []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·biasGELUGradAVX512(SB), NOSPLIT, $0-96
+	MOVQ         h_base+0(FP), AX
+	MOVQ         a_base+48(FP), CX
+	MOVQ         b_base+72(FP), DX
+	MOVQ         d_base+24(FP), BX
+	MOVQ         h_len+8(FP), SI
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS plus100<>+0(SB), Z1
+
+loopN:
+	CMPQ              SI, $0x00000020
+	JB                loop1
+	VMOVUPS           (CX), Z2
+	VADDPS            (DX), Z2, Z2
+	VMOVUPS           64(CX), Z3
+	VADDPS            64(DX), Z3, Z3
+	VMINPS            Z2, Z1, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMULPS            Z4, Z4, Z5
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z5, Z6
+	VMULPS            Z4, Z6, Z6
+	VPORD.BCST        signMask<>+0(SB), Z6, Z7
+	VPTESTNMD.BCST    signMask<>+0(SB), Z6, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z6
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z5, Z6
+	VMULPS            Z4, Z6, Z6
+	VMINPS            Z3, Z1, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMULPS            Z4, Z4, Z5
+	VBROADCASTSS      geluA<>+0(SB), Z12
+	VFMADD231PS.BCST  geluB<>+0(SB), Z5, Z12
+	VMULPS            Z4, Z12, Z12
+	VPORD.BCST        signMask<>+0(SB), Z12, Z13
+	VPTESTNMD.BCST    signMask<>+0(SB), Z12, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z12
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z5, Z12
+	VMULPS            Z4, Z12, Z12
+	VBROADCASTSS      expMagic<>+0(SB), Z4
+	VFMADD231PS.BCST  log2e<>+0(SB), Z7, Z4
+	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z5
+	VFMADD231PS.BCST  log2e<>+0(SB), Z13, Z5
+	VSUBPS.BCST       expMagic<>+0(SB), Z5, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z7
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z7
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z5, Z13
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z5, Z13
+	VBROADCASTSS      expP4<>+0(SB), Z14
+	VBROADCASTSS      expP4<>+0(SB), Z15
+	VFMADD213PS.BCST  expP3<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP3<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP2<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP2<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP1<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP1<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP0<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP0<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z15
+	VSCALEFPS         Z4, Z14, Z14
+	VSCALEFPS         Z5, Z15, Z15
+	VMAXPS            Z2, Z0, Z2
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z2, Z14, Z4
+	VMAXPS            Z2, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z14, Z2
+	VDIVPS            Z2, Z4, Z2
+	VMULPS            Z3, Z15, Z4
+	VMAXPS            Z3, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z15, Z3
+	VDIVPS            Z3, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z14, Z4
+	VADDPS.BCST       one<>+0(SB), Z15, Z5
+	VRCP14PS          Z4, Z7
+	VRCP14PS          Z5, Z13
+	VMOVAPS           Z4, Z4
+	VFNMADD213PS.BCST one<>+0(SB), Z7, Z4
+	VMOVAPS           Z5, Z5
+	VFNMADD213PS.BCST one<>+0(SB), Z13, Z5
+	VFMADD231PS       Z4, Z7, Z7
+	VFMADD231PS       Z5, Z13, Z13
+	VMULPS            Z7, Z14, Z14
+	VBLENDMPS         Z14, Z7, K1, Z8
+	VMULPS            Z14, Z6, Z6
+	VFMADD213PS       Z8, Z7, Z6
+	VMULPS            Z13, Z15, Z15
+	VBLENDMPS         Z15, Z13, K2, Z9
+	VMULPS            Z15, Z12, Z12
+	VFMADD213PS       Z9, Z13, Z12
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           Z6, (BX)
+	VMOVUPS           Z3, 64(AX)
+	VMOVUPS           Z12, 64(BX)
+	ADDQ              $0x00000080, AX
+	ADDQ              $0x00000080, CX
+	ADDQ              $0x00000080, DX
+	ADDQ              $0x00000080, BX
+	SUBQ              $0x00000020, SI
+	JMP               loopN
+
+loop1:
+	CMPQ              SI, $0x00000010
+	JB                tail
+	VMOVUPS           (CX), Z2
+	VADDPS            (DX), Z2, Z2
+	VMINPS            Z2, Z1, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z3, Z3, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z5
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z5
+	VMULPS            Z3, Z5, Z5
+	VPORD.BCST        signMask<>+0(SB), Z5, Z6
+	VPTESTNMD.BCST    signMask<>+0(SB), Z5, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z5
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z4, Z5
+	VMULPS            Z3, Z5, Z5
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z6, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z6
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z6
+	VBROADCASTSS      expP4<>+0(SB), Z4
+	VFMADD213PS.BCST  expP3<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP2<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP1<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP0<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z4
+	VSCALEFPS         Z3, Z4, Z4
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z4, Z3
+	VMAXPS            Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z4, Z2
+	VDIVPS            Z2, Z3, Z2
+	VADDPS.BCST       one<>+0(SB), Z4, Z3
+	VRCP14PS          Z3, Z6
+	VMOVAPS           Z3, Z3
+	VFNMADD213PS.BCST one<>+0(SB), Z6, Z3
+	VFMADD231PS       Z3, Z6, Z6
+	VMULPS            Z6, Z4, Z4
+	VBLENDMPS         Z4, Z6, K1, Z10
+	VMULPS            Z4, Z5, Z5
+	VFMADD213PS       Z10, Z6, Z5
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           Z5, (BX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	ADDQ              $0x00000040, DX
+	ADDQ              $0x00000040, BX
+	SUBQ              $0x00000010, SI
+	JMP               loop1
+
+tail:
+	TESTQ             SI, SI
+	JZ                done
+	MOVL              $0x0000ffff, DI
+	BZHIL             SI, DI, SI
+	KMOVW             SI, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z3
+	VADDPS            Z3, Z2, Z2
+	VMINPS            Z2, Z1, Z1
+	VMAXPS            Z1, Z0, Z1
+	VMULPS            Z1, Z1, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z1, Z4, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VPTESTNMD.BCST    signMask<>+0(SB), Z4, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z4
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z3, Z4
+	VMULPS            Z1, Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z1
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z1
+	VSUBPS.BCST       expMagic<>+0(SB), Z1, Z1
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z1, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z1, Z5
+	VBROADCASTSS      expP4<>+0(SB), Z3
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z3
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z3
+	VSCALEFPS         Z1, Z3, Z3
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z3, Z0
+	VMAXPS            Z2, Z0, Z0
+	VADDPS.BCST       one<>+0(SB), Z3, Z1
+	VDIVPS            Z1, Z0, Z1
+	VADDPS.BCST       one<>+0(SB), Z3, Z0
+	VRCP14PS          Z0, Z2
+	VMOVAPS           Z0, Z0
+	VFNMADD213PS.BCST one<>+0(SB), Z2, Z0
+	VFMADD231PS       Z0, Z2, Z2
+	VMULPS            Z2, Z3, Z3
+	VBLENDMPS         Z3, Z2, K2, Z11
+	VMULPS            Z3, Z4, Z4
+	VFMADD213PS       Z11, Z2, Z4
+	VMOVUPS           Z1, K1, (AX)
+	VMOVUPS           Z4, K1, (BX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluMulAVX512(dst []float32, a []float32, b []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluMulAVX512(SB), NOSPLIT, $0-72
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         a_base+24(FP), CX
+	MOVQ         b_base+48(FP), DX
+	MOVQ         dst_len+8(FP), BX
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS expLo<>+0(SB), Z1
+
+loopN:
+	CMPQ              BX, $0x00000020
+	JB                loop1
+	VMOVUPS           (CX), Z2
+	VMOVUPS           64(CX), Z3
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z5
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z5
+	VMULPS            Z2, Z5, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z5
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z3, Z3, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z6
+	VMULPS            Z3, Z6, Z4
+	VPORD.BCST        signMask<>+0(SB), Z4, Z6
+	VMAXPS            Z5, Z1, Z5
+	VMAXPS            Z6, Z1, Z6
+	VBROADCASTSS      expMagic<>+0(SB), Z4
+	VFMADD231PS.BCST  log2e<>+0(SB), Z5, Z4
+	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z7
+	VFMADD231PS.BCST  log2e<>+0(SB), Z6, Z7
+	VSUBPS.BCST       expMagic<>+0(SB), Z7, Z7
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z7, Z6
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z7, Z6
+	VBROADCASTSS      expP4<>+0(SB), Z8
+	VBROADCASTSS      expP4<>+0(SB), Z9
+	VFMADD213PS.BCST  expP3<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP3<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP2<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP2<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP1<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP1<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  expP0<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  expP0<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VFMADD213PS.BCST  one<>+0(SB), Z5, Z8
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z9
+	VSCALEFPS         Z4, Z8, Z8
+	VSCALEFPS         Z7, Z9, Z9
+	VMULPS            Z2, Z8, Z4
+	VMAXPS            Z2, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z8, Z2
+	VDIVPS            Z2, Z4, Z2
+	VMULPS            Z3, Z9, Z4
+	VMAXPS            Z3, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z9, Z3
+	VDIVPS            Z3, Z4, Z3
+	VMULPS            (DX), Z2, Z2
+	VMOVUPS           Z2, (AX)
+	VMULPS            64(DX), Z3, Z3
+	VMOVUPS           Z3, 64(AX)
+	ADDQ              $0x00000080, AX
+	ADDQ              $0x00000080, CX
+	ADDQ              $0x00000080, DX
+	SUBQ              $0x00000020, BX
+	JMP               loopN
+
+loop1:
+	CMPQ              BX, $0x00000010
+	JB                tail
+	VMOVUPS           (CX), Z2
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z3
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z3, Z4
+	VMULPS            Z2, Z4, Z3
+	VPORD.BCST        signMask<>+0(SB), Z3, Z4
+	VMAXPS            Z4, Z1, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z4, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z4
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z4
+	VBROADCASTSS      expP4<>+0(SB), Z5
+	VFMADD213PS.BCST  expP3<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP2<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP1<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expP0<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z5
+	VSCALEFPS         Z3, Z5, Z5
+	VMULPS            Z2, Z5, Z3
+	VMAXPS            Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z5, Z2
+	VDIVPS            Z2, Z3, Z2
+	VMULPS            (DX), Z2, Z2
+	VMOVUPS           Z2, (AX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	ADDQ              $0x00000040, DX
+	SUBQ              $0x00000010, BX
+	JMP               loop1
+
+tail:
+	TESTQ             BX, BX
+	JZ                done
+	MOVL              $0x0000ffff, SI
+	BZHIL             BX, SI, BX
+	KMOVW             BX, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z3
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z2, Z0
+	VBROADCASTSS      geluA<>+0(SB), Z4
+	VFMADD231PS.BCST  geluB<>+0(SB), Z0, Z4
+	VMULPS            Z2, Z4, Z0
+	VPORD.BCST        signMask<>+0(SB), Z0, Z4
+	VMAXPS            Z4, Z1, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z0
+	VFMADD231PS.BCST  log2e<>+0(SB), Z4, Z0
+	VSUBPS.BCST       expMagic<>+0(SB), Z0, Z0
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z0, Z4
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z0, Z4
+	VBROADCASTSS      expP4<>+0(SB), Z1
+	VFMADD213PS.BCST  expP3<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP2<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP1<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  expP0<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z1
+	VFMADD213PS.BCST  one<>+0(SB), Z4, Z1
+	VSCALEFPS         Z0, Z1, Z1
+	VMULPS            Z2, Z1, Z0
+	VMAXPS            Z2, Z0, Z0
+	VADDPS.BCST       one<>+0(SB), Z1, Z1
+	VDIVPS            Z1, Z0, Z1
+	VMULPS            Z3, Z1, Z1
+	VMOVUPS           Z1, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluMulBackwardAVX512(da []float32, db []float32, a []float32, b []float32, dy []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluMulBackwardAVX512(SB), NOSPLIT, $0-120
+	MOVQ         da_base+0(FP), AX
+	MOVQ         db_base+24(FP), CX
+	MOVQ         a_base+48(FP), DX
+	MOVQ         b_base+72(FP), BX
+	MOVQ         dy_base+96(FP), SI
+	MOVQ         da_len+8(FP), DI
+	VBROADCASTSS minus100<>+0(SB), Z0
+	VBROADCASTSS plus100<>+0(SB), Z1
+
+loopN:
+	CMPQ              DI, $0x00000020
+	JB                loop1
+	VMOVUPS           (DX), Z2
+	VMOVUPS           64(DX), Z3
+	VMINPS            Z2, Z1, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMULPS            Z4, Z4, Z5
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z5, Z6
+	VMULPS            Z4, Z6, Z6
+	VPORD.BCST        signMask<>+0(SB), Z6, Z7
+	VPTESTNMD.BCST    signMask<>+0(SB), Z6, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z6
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z5, Z6
+	VMULPS            Z4, Z6, Z6
+	VMINPS            Z3, Z1, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMULPS            Z4, Z4, Z5
+	VBROADCASTSS      geluA<>+0(SB), Z12
+	VFMADD231PS.BCST  geluB<>+0(SB), Z5, Z12
+	VMULPS            Z4, Z12, Z12
+	VPORD.BCST        signMask<>+0(SB), Z12, Z13
+	VPTESTNMD.BCST    signMask<>+0(SB), Z12, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z12
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z5, Z12
+	VMULPS            Z4, Z12, Z12
+	VBROADCASTSS      expMagic<>+0(SB), Z4
+	VFMADD231PS.BCST  log2e<>+0(SB), Z7, Z4
+	VSUBPS.BCST       expMagic<>+0(SB), Z4, Z4
+	VBROADCASTSS      expMagic<>+0(SB), Z5
+	VFMADD231PS.BCST  log2e<>+0(SB), Z13, Z5
+	VSUBPS.BCST       expMagic<>+0(SB), Z5, Z5
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z4, Z7
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z4, Z7
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z5, Z13
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z5, Z13
+	VBROADCASTSS      expP4<>+0(SB), Z14
+	VBROADCASTSS      expP4<>+0(SB), Z15
+	VFMADD213PS.BCST  expP3<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP3<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP2<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP2<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP1<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP1<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  expP0<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  expP0<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z15
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z14
+	VFMADD213PS.BCST  one<>+0(SB), Z13, Z15
+	VSCALEFPS         Z4, Z14, Z14
+	VSCALEFPS         Z5, Z15, Z15
+	VMAXPS            Z2, Z0, Z2
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z2, Z14, Z4
+	VMAXPS            Z2, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z14, Z2
+	VDIVPS            Z2, Z4, Z2
+	VMULPS            Z3, Z15, Z4
+	VMAXPS            Z3, Z4, Z4
+	VADDPS.BCST       one<>+0(SB), Z15, Z3
+	VDIVPS            Z3, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z14, Z4
+	VADDPS.BCST       one<>+0(SB), Z15, Z5
+	VRCP14PS          Z4, Z7
+	VRCP14PS          Z5, Z13
+	VMOVAPS           Z4, Z4
+	VFNMADD213PS.BCST one<>+0(SB), Z7, Z4
+	VMOVAPS           Z5, Z5
+	VFNMADD213PS.BCST one<>+0(SB), Z13, Z5
+	VFMADD231PS       Z4, Z7, Z7
+	VFMADD231PS       Z5, Z13, Z13
+	VMULPS            Z7, Z14, Z14
+	VBLENDMPS         Z14, Z7, K1, Z8
+	VMULPS            Z14, Z6, Z6
+	VFMADD213PS       Z8, Z7, Z6
+	VMULPS            Z13, Z15, Z15
+	VBLENDMPS         Z15, Z13, K2, Z9
+	VMULPS            Z15, Z12, Z12
+	VFMADD213PS       Z9, Z13, Z12
+	VMULPS            (SI), Z2, Z2
+	VMOVUPS           (SI), Z4
+	VMULPS            (BX), Z4, Z4
+	VMULPS            Z4, Z6, Z6
+	VMULPS            64(SI), Z3, Z3
+	VMOVUPS           64(SI), Z4
+	VMULPS            64(BX), Z4, Z4
+	VMULPS            Z4, Z12, Z12
+	VMOVUPS           Z6, (AX)
+	VMOVUPS           Z2, (CX)
+	VMOVUPS           Z12, 64(AX)
+	VMOVUPS           Z3, 64(CX)
+	ADDQ              $0x00000080, AX
+	ADDQ              $0x00000080, CX
+	ADDQ              $0x00000080, DX
+	ADDQ              $0x00000080, BX
+	ADDQ              $0x00000080, SI
+	SUBQ              $0x00000020, DI
+	JMP               loopN
+
+loop1:
+	CMPQ              DI, $0x00000010
+	JB                tail
+	VMOVUPS           (DX), Z2
+	VMINPS            Z2, Z1, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMULPS            Z3, Z3, Z4
+	VBROADCASTSS      geluA<>+0(SB), Z5
+	VFMADD231PS.BCST  geluB<>+0(SB), Z4, Z5
+	VMULPS            Z3, Z5, Z5
+	VPORD.BCST        signMask<>+0(SB), Z5, Z6
+	VPTESTNMD.BCST    signMask<>+0(SB), Z5, K1
+	VBROADCASTSS      geluD0<>+0(SB), Z5
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z4, Z5
+	VMULPS            Z3, Z5, Z5
+	VBROADCASTSS      expMagic<>+0(SB), Z3
+	VFMADD231PS.BCST  log2e<>+0(SB), Z6, Z3
+	VSUBPS.BCST       expMagic<>+0(SB), Z3, Z3
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z3, Z6
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z3, Z6
+	VBROADCASTSS      expP4<>+0(SB), Z4
+	VFMADD213PS.BCST  expP3<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP2<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP1<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  expP0<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z4
+	VFMADD213PS.BCST  one<>+0(SB), Z6, Z4
+	VSCALEFPS         Z3, Z4, Z4
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z4, Z3
+	VMAXPS            Z2, Z3, Z3
+	VADDPS.BCST       one<>+0(SB), Z4, Z2
+	VDIVPS            Z2, Z3, Z2
+	VADDPS.BCST       one<>+0(SB), Z4, Z3
+	VRCP14PS          Z3, Z6
+	VMOVAPS           Z3, Z3
+	VFNMADD213PS.BCST one<>+0(SB), Z6, Z3
+	VFMADD231PS       Z3, Z6, Z6
+	VMULPS            Z6, Z4, Z4
+	VBLENDMPS         Z4, Z6, K1, Z10
+	VMULPS            Z4, Z5, Z5
+	VFMADD213PS       Z10, Z6, Z5
+	VMULPS            (SI), Z2, Z2
+	VMOVUPS           (SI), Z3
+	VMULPS            (BX), Z3, Z3
+	VMULPS            Z3, Z5, Z5
+	VMOVUPS           Z5, (AX)
+	VMOVUPS           Z2, (CX)
+	ADDQ              $0x00000040, AX
+	ADDQ              $0x00000040, CX
+	ADDQ              $0x00000040, DX
+	ADDQ              $0x00000040, BX
+	ADDQ              $0x00000040, SI
+	SUBQ              $0x00000010, DI
+	JMP               loop1
+
+tail:
+	TESTQ             DI, DI
+	JZ                done
+	MOVL              $0x0000ffff, R8
+	BZHIL             DI, R8, DI
+	KMOVW             DI, K1
+	VMOVUPS.Z         (DX), K1, Z2
+	VMOVUPS.Z         (BX), K1, Z3
+	VMOVUPS.Z         (SI), K1, Z4
+	VMINPS            Z2, Z1, Z1
+	VMAXPS            Z1, Z0, Z1
+	VMULPS            Z1, Z1, Z5
+	VBROADCASTSS      geluA<>+0(SB), Z6
+	VFMADD231PS.BCST  geluB<>+0(SB), Z5, Z6
+	VMULPS            Z1, Z6, Z6
+	VPORD.BCST        signMask<>+0(SB), Z6, Z7
+	VPTESTNMD.BCST    signMask<>+0(SB), Z6, K2
+	VBROADCASTSS      geluD0<>+0(SB), Z6
+	VFMADD231PS.BCST  geluD1<>+0(SB), Z5, Z6
+	VMULPS            Z1, Z6, Z6
+	VBROADCASTSS      expMagic<>+0(SB), Z1
+	VFMADD231PS.BCST  log2e<>+0(SB), Z7, Z1
+	VSUBPS.BCST       expMagic<>+0(SB), Z1, Z1
+	VFNMADD231PS.BCST ln2Hi<>+0(SB), Z1, Z7
+	VFNMADD231PS.BCST ln2Lo<>+0(SB), Z1, Z7
+	VBROADCASTSS      expP4<>+0(SB), Z5
+	VFMADD213PS.BCST  expP3<>+0(SB), Z7, Z5
+	VFMADD213PS.BCST  expP2<>+0(SB), Z7, Z5
+	VFMADD213PS.BCST  expP1<>+0(SB), Z7, Z5
+	VFMADD213PS.BCST  expP0<>+0(SB), Z7, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z5
+	VFMADD213PS.BCST  one<>+0(SB), Z7, Z5
+	VSCALEFPS         Z1, Z5, Z5
+	VMAXPS            Z2, Z0, Z2
+	VMULPS            Z2, Z5, Z0
+	VMAXPS            Z2, Z0, Z0
+	VADDPS.BCST       one<>+0(SB), Z5, Z1
+	VDIVPS            Z1, Z0, Z1
+	VADDPS.BCST       one<>+0(SB), Z5, Z0
+	VRCP14PS          Z0, Z2
+	VMOVAPS           Z0, Z0
+	VFNMADD213PS.BCST one<>+0(SB), Z2, Z0
+	VFMADD231PS       Z0, Z2, Z2
+	VMULPS            Z2, Z5, Z5
+	VBLENDMPS         Z5, Z2, K2, Z11
+	VMULPS            Z5, Z6, Z6
+	VFMADD213PS       Z11, Z2, Z6
+	VMULPS            Z4, Z1, Z1
+	VMOVUPS           Z4, Z0
+	VMULPS            Z3, Z0, Z0
+	VMULPS            Z0, Z6, Z6
+	VMOVUPS           Z6, K1, (AX)
+	VMOVUPS           Z1, K1, (CX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func swapAddAVX512(run []float32, x []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·swapAddAVX512(SB), NOSPLIT, $0-48
+	MOVQ run_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ run_len+8(FP), DX
+
+loopN:
+	CMPQ    DX, $0x00000040
+	JB      loop1
+	VMOVUPS (AX), Z0
+	VMOVUPS (CX), Z4
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 64(CX), Z5
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 128(CX), Z6
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 192(CX), Z7
+	VMOVUPS Z0, (CX)
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(CX)
+	VADDPS  Z5, Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(CX)
+	VADDPS  Z6, Z2, Z2
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(CX)
+	VADDPS  Z7, Z3, Z3
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	SUBQ    $0x00000040, DX
+	JMP     loopN
+
+loop1:
+	CMPQ    DX, $0x00000010
+	JB      tail
+	VMOVUPS (AX), Z0
+	VMOVUPS (CX), Z1
+	VMOVUPS Z0, (CX)
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, DX
+	JMP     loop1
+
+tail:
+	TESTQ     DX, DX
+	JZ        done
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z0, K1, (CX)
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func swapAddAVX2(run []float32, x []float32)
+// Requires: AVX, AVX2
+TEXT ·swapAddAVX2(SB), NOSPLIT, $0-48
+	MOVQ run_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ run_len+8(FP), DX
+
+loopN:
+	CMPQ    DX, $0x00000020
+	JB      loop1
+	VMOVUPS (AX), Y0
+	VMOVUPS (CX), Y4
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 32(CX), Y5
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 64(CX), Y6
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 96(CX), Y7
+	VMOVUPS Y0, (CX)
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(CX)
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(CX)
+	VADDPS  Y6, Y2, Y2
+	VMOVUPS Y2, 64(AX)
+	VMOVUPS Y3, 96(CX)
+	VADDPS  Y7, Y3, Y3
+	VMOVUPS Y3, 96(AX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	SUBQ    $0x00000020, DX
+	JMP     loopN
+
+loop1:
+	CMPQ    DX, $0x00000008
+	JB      tail
+	VMOVUPS (AX), Y0
+	VMOVUPS (CX), Y1
+	VMOVUPS Y0, (CX)
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	SUBQ    $0x00000008, DX
+	JMP     loop1
+
+tail:
+	TESTQ        DX, DX
+	JZ           done
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMASKMOVPS   (AX), Y0, Y1
+	VMASKMOVPS   (CX), Y0, Y2
+	VMASKMOVPS   Y1, Y0, (CX)
+	VADDPS       Y2, Y1, Y1
+	VMASKMOVPS   Y1, Y0, (AX)
 
 done:
 	VZEROUPPER

@@ -40,3 +40,8 @@ func expScale(dst, src []float32, m, s float32) float32 { return expScaleGeneric
 func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight float64) {
 	return bandGeneric(dst, x, w, lo, hi)
 }
+
+func biasGELU(h, d, a, b []float32)              { biasGELUSeq(h, d, a, b) }
+func geluMul(dst, a, b []float32)                { geluMulSeq(dst, a, b) }
+func geluMulBackward(da, db, a, b, dy []float32) { geluMulBackwardSeq(da, db, a, b, dy) }
+func swapAdd(run, x []float32)                   { swapAddGeneric(run, x) }

@@ -47,6 +47,12 @@ func main() {
 	binary512("add", "dst[i] = a[i]+b[i]", VADDPS)
 	gelu512()
 	geluBackward512()
+	biasGELU512(false)
+	biasGELU512(true)
+	geluMul512()
+	geluMulBackward512()
+	swapAdd512()
+	swapAdd()
 
 	Generate()
 }

@@ -162,48 +162,125 @@ func gelu512() {
 	Doc("geluAVX512 computes dst[i] = GELU(src[i]) with AVX-512F; len(src) ≥ len(dst).")
 	dst, src := ptr("dst"), ptr("src")
 	n := Load(Param("dst").Len(), GP64())
-	lo, elo := ZMM(), ZMM()
-	VBROADCASTSS(splat("minus100", -100), lo)
-	VBROADCASTSS(splat("expLo", expLo), elo)
-	f := func(xs []VecVirtual) []VecVirtual {
-		k := len(xs)
-		vs, es := zregs(k), zregs(k)
-		for j, x := range xs {
-			VMAXPS(x, lo, x) // keeps NaN
-			VMULPS(x, x, vs[j])
-			VBROADCASTSS(splat("geluA", geluA), es[j])
-			VFMADD231PS_BCST(splat("geluB", geluB), vs[j], es[j])
-			VMULPS(x, es[j], vs[j])                                     // v = -2u
-			VPORD_BCST(splatBits("signMask", 0x80000000), vs[j], es[j]) // -|v|
-		}
-		es = exp512(es, elo)
-		for j, e := range es {
-			VMULPS(xs[j], e, vs[j])
-			geluNum(xs[j], vs[j])
-			VADDPS_BCST(one(), e, e)
-			// A true division: it measured as fast here as VRCP14PS
-			// with a Newton step, and rounds better.
-			VDIVPS(e, vs[j], e)
-		}
-		return es
-	}
+	lo, elo := geluConsts512()
 	loop512(n, bases(dst, src), 2, func(k int) {
 		xs := zregs(k)
 		for j := range xs {
 			VMOVUPS(src.Offset(64*j), xs[j])
 		}
-		ys := f(xs)
+		ys := geluv512(xs, lo, elo)
 		for j := range ys {
 			VMOVUPS(ys[j], dst.Offset(64*j))
 		}
 	}, func(m OpmaskVirtual) {
 		xv := ZMM()
 		VMOVUPS_Z(src, m, xv)
-		y := f([]VecVirtual{xv})[0]
+		y := geluv512([]VecVirtual{xv}, lo, elo)[0]
 		VMOVUPS(y, m, dst)
 	})
 	VZEROUPPER()
 	RET()
+}
+
+// geluConsts512 loads the clamps of GELU: -100 for x and expLo for the
+// exponent.
+func geluConsts512() (lo, elo VecVirtual) {
+	lo, elo = ZMM(), ZMM()
+	VBROADCASTSS(splat("minus100", -100), lo)
+	VBROADCASTSS(splat("expLo", expLo), elo)
+	return lo, elo
+}
+
+// geluv512 returns GELU(x) for each of xs, which it clamps from below
+// to -100 in place.
+func geluv512(xs []VecVirtual, lo, elo VecVirtual) []VecVirtual {
+	k := len(xs)
+	vs, es := zregs(k), zregs(k)
+	for j, x := range xs {
+		VMAXPS(x, lo, x) // keeps NaN
+		VMULPS(x, x, vs[j])
+		VBROADCASTSS(splat("geluA", geluA), es[j])
+		VFMADD231PS_BCST(splat("geluB", geluB), vs[j], es[j])
+		VMULPS(x, es[j], vs[j])                                     // v = -2u
+		VPORD_BCST(splatBits("signMask", 0x80000000), vs[j], es[j]) // -|v|
+	}
+	return geluValue512(xs, exp512(es, elo))
+}
+
+// geluValue512 returns GELU(x) = max(x, x·E)/(1+E) for each of xs (x
+// clamped from below to -100) from E = e^-|2u| (es, kept).
+func geluValue512(xs, es []VecVirtual) []VecVirtual {
+	ys := zregs(len(xs))
+	for j, e := range es {
+		num := ZMM()
+		VMULPS(xs[j], e, num)
+		geluNum(xs[j], num)
+		VADDPS_BCST(one(), e, ys[j])
+		// A true division: it measured as fast here as VRCP14PS
+		// with a Newton step, and rounds better.
+		VDIVPS(ys[j], num, ys[j])
+	}
+	return ys
+}
+
+// geluParts holds, for vectors x, what GELU'(x) is made of (see
+// geluBackwardGeneric in ../generic.go): v = x clamped to [-100, 100],
+// w = -2u of v, E = e^-|w|, whether w > 0 (or +0), and v·d(2u)/dx.
+type geluParts struct {
+	e, du []VecVirtual
+	pos   []OpmaskVirtual
+}
+
+// geluParts512 computes the parts of GELU' for xs (registers or memory
+// operands). E is also that of GELU(x): for |x| ≤ 100 its exponent is
+// GELU's, and beyond, both round e^-|w| to 0.
+func geluParts512(xs []Op, lo, hi VecVirtual) geluParts {
+	k := len(xs)
+	vs, x2s, ws, es, dus := zregs(k), zregs(k), zregs(k), zregs(k), zregs(k)
+	pos := make([]OpmaskVirtual, k)
+	for j := range xs {
+		VMINPS(xs[j], hi, vs[j]) // keeps NaN, as in expv
+		VMAXPS(vs[j], lo, vs[j])
+		VMULPS(vs[j], vs[j], x2s[j])
+		VBROADCASTSS(splat("geluA", geluA), ws[j])
+		VFMADD231PS_BCST(splat("geluB", geluB), x2s[j], ws[j])
+		VMULPS(vs[j], ws[j], ws[j])                                 // w = -2u
+		VPORD_BCST(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|w|
+		pos[j] = K()
+		VPTESTNMD_BCST(splatBits("signMask", 0x80000000), ws[j], pos[j]) // w > 0, or +0
+		VBROADCASTSS(splat("geluD0", geluD0), dus[j])                    // d(2u)/dx
+		VFMADD231PS_BCST(splat("geluD1", geluD1), x2s[j], dus[j])
+		VMULPS(vs[j], dus[j], dus[j])
+	}
+	// |w| ≤ 100·(-geluA + -geluB·100²) ≈ 7.2e4: exp512 needs no clamp.
+	return geluParts{e: exp512(es, nil), du: dus, pos: pos}
+}
+
+// geluSlope512 returns GELU'(x) from its parts, which it overwrites.
+func geluSlope512(p geluParts) []VecVirtual {
+	ds := zregs(len(p.e))
+	for j, e := range p.e {
+		VADDPS_BCST(one(), e, ds[j])
+	}
+	// D = 1/(1+E), by VRCP14PS and a Newton step, which measured a
+	// few per cent faster than VDIVPS here.
+	ds = recip512(ds)
+	for j, e := range p.e {
+		VMULPS(ds[j], e, e) // E·D
+		s := ZMM()
+		VBLENDMPS(e, ds[j], p.pos[j], s) // σ(2u)
+		VMULPS(e, p.du[j], p.du[j])      // x·2u'·E·D
+		VFMADD213PS(s, ds[j], p.du[j])   // σ + x·2u'·E·D·D
+	}
+	return p.du
+}
+
+// geluClamps512 loads the clamps of GELU': -100 and 100.
+func geluClamps512() (lo, hi VecVirtual) {
+	lo, hi = ZMM(), ZMM()
+	VBROADCASTSS(splat("minus100", -100), lo)
+	VBROADCASTSS(splat("plus100", 100), hi)
+	return lo, hi
 }
 
 // geluBackward512 emits geluBackwardAVX512; see geluBackwardGeneric in
@@ -214,47 +291,13 @@ func geluBackward512() {
 	Doc("geluBackwardAVX512 computes dx[i] = dy[i]·GELU'(x[i]) with AVX-512F; len(x), len(dy) ≥ len(dx).")
 	dx, x, dy := ptr("dx"), ptr("x"), ptr("dy")
 	n := Load(Param("dx").Len(), GP64())
-	lo, hi := ZMM(), ZMM()
-	VBROADCASTSS(splat("minus100", -100), lo)
-	VBROADCASTSS(splat("plus100", 100), hi)
+	lo, hi := geluClamps512()
 	f := func(xs, dys []Op) []VecVirtual {
-		k := len(xs)
-		vs, x2s, ws, es, dus := zregs(k), zregs(k), zregs(k), zregs(k), zregs(k)
-		pos := make([]OpmaskVirtual, k)
-		for j := range xs {
-			VMINPS(xs[j], hi, vs[j]) // keeps NaN, as in expv
-			VMAXPS(vs[j], lo, vs[j])
-			VMULPS(vs[j], vs[j], x2s[j])
-			VBROADCASTSS(splat("geluA", geluA), ws[j])
-			VFMADD231PS_BCST(splat("geluB", geluB), x2s[j], ws[j])
-			VMULPS(vs[j], ws[j], ws[j])                                 // w = -2u
-			VPORD_BCST(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|w|
-			pos[j] = K()
-			VPTESTNMD_BCST(splatBits("signMask", 0x80000000), ws[j], pos[j]) // w > 0, or +0
-			VBROADCASTSS(splat("geluD0", geluD0), dus[j])                    // d(2u)/dx
-			VFMADD231PS_BCST(splat("geluD1", geluD1), x2s[j], dus[j])
-			VMULPS(vs[j], dus[j], dus[j])
+		gs := geluSlope512(geluParts512(xs, lo, hi))
+		for j, g := range gs {
+			VMULPS(dys[j], g, g)
 		}
-		// |w| ≤ 100·(-geluA + -geluB·100²) ≈ 7.2e4: exp512 needs no clamp.
-		es = exp512(es, nil)
-		ds := zregs(k)
-		for j, e := range es {
-			VADDPS_BCST(one(), e, ds[j])
-		}
-		// D = 1/(1+E), by VRCP14PS and a Newton step, which measured a
-		// few per cent faster than VDIVPS here.
-		ds = recip512(ds)
-		out := make([]VecVirtual, k)
-		for j, e := range es {
-			VMULPS(ds[j], e, e) // E·D
-			s := ZMM()
-			VBLENDMPS(e, ds[j], pos[j], s) // σ(2u)
-			VMULPS(e, dus[j], dus[j])      // x·2u'·E·D
-			VFMADD213PS(s, ds[j], dus[j])  // σ + x·2u'·E·D·D
-			VMULPS(dys[j], dus[j], dus[j])
-			out[j] = dus[j]
-		}
-		return out
+		return gs
 	}
 	loop512(n, bases(dx, x, dy), 4, func(k int) {
 		xs, dys := make([]Op, k), make([]Op, k)

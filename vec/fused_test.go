@@ -1,0 +1,237 @@
+package vec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// fusedCase is a fused function and the sequence it stands for, on inputs
+// x (a column of every element), and random others of the same length.
+type fusedCase struct {
+	name  string
+	fused func(x, o1, o2 []float32) [][]float32
+	seq   func(x, o1, o2 []float32) [][]float32
+}
+
+var fusedCases = []fusedCase{
+	{"BiasGELU",
+		func(x, b, _ []float32) [][]float32 {
+			h := make([]float32, len(x))
+			BiasGELU(h, nil, x, b[:len(x)/rowsOf(len(x))])
+			return [][]float32{h}
+		},
+		func(x, b, _ []float32) [][]float32 {
+			w := len(x) / rowsOf(len(x))
+			h := make([]float32, len(x))
+			for lo := 0; lo < len(x); lo += w {
+				Add(h[lo:lo+w], x[lo:lo+w], b[:w])
+			}
+			GELU(h, h)
+			return [][]float32{h}
+		}},
+	{"BiasGELU/grad",
+		func(x, b, _ []float32) [][]float32 {
+			h, d := make([]float32, len(x)), append([]float32(nil), x...)
+			BiasGELU(h, d, d, b[:len(x)/rowsOf(len(x))]) // d aliasing a
+			return [][]float32{h, d}
+		},
+		func(x, b, _ []float32) [][]float32 {
+			w := len(x) / rowsOf(len(x))
+			s := make([]float32, len(x))
+			for lo := 0; lo < len(x); lo += w {
+				Add(s[lo:lo+w], x[lo:lo+w], b[:w])
+			}
+			h, d, one := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
+			for i := range one {
+				one[i] = 1
+			}
+			GELU(h, s)
+			GELUBackward(d, s, one)
+			return [][]float32{h, d}
+		}},
+	{"GELUMul",
+		func(x, b, _ []float32) [][]float32 {
+			dst := make([]float32, len(x))
+			GELUMul(dst, x, b)
+			return [][]float32{dst}
+		},
+		func(x, b, _ []float32) [][]float32 {
+			dst := make([]float32, len(x))
+			GELU(dst, x)
+			Mul(dst, dst, b)
+			return [][]float32{dst}
+		}},
+	{"GELUMulBackward",
+		func(x, b, dy []float32) [][]float32 {
+			da, db := make([]float32, len(x)), make([]float32, len(x))
+			GELUMulBackward(da, db, x, b, dy)
+			return [][]float32{da, db}
+		},
+		func(x, b, dy []float32) [][]float32 {
+			da, db := make([]float32, len(x)), make([]float32, len(x))
+			GELU(db, x)
+			Mul(db, db, dy)
+			Mul(da, dy, b)
+			GELUBackward(da, x, da)
+			return [][]float32{da, db}
+		}},
+}
+
+// rowsOf is the number of rows the bias cases cut n elements into: rows
+// of a width that is not a multiple of a vector, where n allows.
+func rowsOf(n int) int {
+	for _, r := range []int{3, 2} {
+		if n%r == 0 {
+			return r
+		}
+	}
+	return 1
+}
+
+// checkFused compares the outputs of c's fused function and its sequence
+// bit for bit.
+func checkFused(t *testing.T, c fusedCase, x, o1, o2 []float32) {
+	t.Helper()
+	got, want := c.fused(x, o1, o2), c.seq(x, o1, o2)
+	for k := range want {
+		for i := range want[k] {
+			if !same(got[k][i], want[k][i]) {
+				t.Fatalf("%s: output %d, element %d (x = %g, %g, %g): %g (%#x), the sequence gives %g (%#x)",
+					c.name, k, i, x[i], o1[i], o2[i], got[k][i], math.Float32bits(got[k][i]), want[k][i], math.Float32bits(want[k][i]))
+			}
+		}
+	}
+}
+
+// TestFusedExhaustive checks that each fused function gives the bits of
+// the sequence it stands for, on each path, with x running through
+// blocks of 2¹⁶ float32 inputs sharing their high 16 bits (every 4099th
+// block, or all with -exhaustive) and the other inputs random, among them
+// NaNs, infinities and zeros.
+func TestFusedExhaustive(t *testing.T) {
+	stride := 4099
+	if *exhaustive {
+		stride = 1
+	}
+	paths(t, func(t *testing.T) {
+		for _, c := range fusedCases {
+			t.Run(c.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				// 2¹⁶ + 2 elements: three rows of a width that is no
+				// multiple of 16.
+				x := make([]float32, 1<<16+2)
+				o1, o2 := make([]float32, len(x)), make([]float32, len(x))
+				specials := []float32{0, float32(math.Copysign(0, -1)), inf, ninf, nan, 1e-40, 1e30}
+				for i := range o1 {
+					o1[i], o2[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+					if rng.IntN(64) == 0 {
+						o1[i] = specials[rng.IntN(len(specials))]
+					}
+					if rng.IntN(64) == 0 {
+						o2[i] = specials[rng.IntN(len(specials))]
+					}
+				}
+				for hi := 0; hi < 1<<16; hi += stride {
+					for lo := range 1 << 16 {
+						x[lo] = math.Float32frombits(uint32(hi)<<16 | uint32(lo))
+					}
+					x[1<<16], x[1<<16+1] = float32(rng.NormFloat64()), nan
+					checkFused(t, c, x, o1, o2)
+				}
+			})
+		}
+	})
+}
+
+// TestFusedLengths checks the fused functions against their sequences at
+// every length and alignment, and that they write nothing past their
+// outputs.
+func TestFusedLengths(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			x, o1, o2 := a.slice(n), a.slice(n), a.slice(n)
+			fill(rng, x, -8, 8)
+			fill(rng, o1, -3, 3)
+			fill(rng, o2, -3, 3)
+			for _, c := range fusedCases {
+				checkFused(t, c, x, o1, o2)
+			}
+			// In place, as the callers run them.
+			h, d, b := a.slice(n), a.slice(n), a.slice(min(n, 1))
+			copy(d, x)
+			if n > 0 {
+				fill(rng, b, -1, 1)
+				wh, wd := c0(fusedCases[1].seq(x, repeat(b, n), nil))
+				BiasGELU(h, d, d, repeat(b, n)[:1])
+				if !bitwiseSame(h, wh) || !bitwiseSame(d, wd) {
+					t.Fatalf("BiasGELU in place differs from the sequence")
+				}
+			}
+		})
+	})
+}
+
+func c0(out [][]float32) (h, d []float32) { return out[0], out[1] }
+
+func repeat(b []float32, n int) []float32 {
+	r := make([]float32, n)
+	for i := range r {
+		r[i] = b[0]
+	}
+	return r
+}
+
+func bitwiseSame(a, b []float32) bool {
+	for i := range a {
+		if !same(a[i], b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// TestSwapAdd checks SwapAdd against the copies and Add it replaces, as an
+// exclusive prefix sum runs them, at every length and alignment.
+func TestSwapAdd(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			run, x := a.slice(n), a.slice(n)
+			fill(rng, run, -4, 4)
+			fill(rng, x, -4, 4)
+			if n > 2 {
+				x[1], run[2] = nan, inf
+			}
+			wantX := append([]float32(nil), run...)
+			wantRun := make([]float32, n)
+			Add(wantRun, run, x)
+			SwapAdd(run, x)
+			if !bitwiseSame(run, wantRun) || !bitwiseSame(x, wantX) {
+				t.Fatalf("SwapAdd: run %v x %v, want %v and %v", run, x, wantRun, wantX)
+			}
+		})
+	})
+}
+
+// TestFusedPanics checks that lengths that do not fit panic naming the
+// function.
+func TestFusedPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"BiasGELU":   func() { BiasGELU(make([]float32, 6), nil, make([]float32, 6), make([]float32, 4)) },
+		"BiasGELU d": func() { BiasGELU(make([]float32, 6), make([]float32, 5), make([]float32, 6), make([]float32, 3)) },
+		"GELUMul":    func() { GELUMul(make([]float32, 3), make([]float32, 3), make([]float32, 2)) },
+		"GELUMulBackward": func() {
+			GELUMulBackward(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 4))
+		},
+		"SwapAdd": func() { SwapAdd(make([]float32, 3), make([]float32, 2)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if r, _ := recover().(string); len(r) < 4 || r[:4] != "vec." {
+					t.Errorf("panic %q, want one naming the function", r)
+				}
+			}()
+			f()
+		})
+	}
+}
