@@ -41,11 +41,11 @@ func (p blocks) span(l int) (lo, rows int) {
 
 // prefixScan replaces the t states in the rows of states (a view of some
 // of their elements) by their exclusive prefix sums: state l becomes
-// Σ_{j<l} state j, added in order j = 0, 1, …. run and tmp are scratch of
-// a row. The last state is not added to anything.
-func prefixScan(states blas.General, run, tmp []float32) {
+// Σ_{j<l} state j, added in order j = 0, 1, …. run is scratch of a row.
+// The last state is not added to anything.
+func prefixScan(states blas.General, run []float32) {
 	t, w := states.Rows, states.Cols
-	run, tmp = run[:w], tmp[:w]
+	run = run[:w]
 	clear(run)
 	for l := 0; l < t; l++ {
 		s := states.Data[l*states.Stride : l*states.Stride+w]
@@ -53,17 +53,15 @@ func prefixScan(states blas.General, run, tmp []float32) {
 			copy(s, run)
 			break
 		}
-		copy(tmp, s)
-		copy(s, run)
-		vec.Add(run, run, tmp)
+		vec.SwapAdd(run, s)
 	}
 }
 
 // suffixScan is prefixScan in the other direction: state l becomes
 // Σ_{j>l} state j, added in order j = t-1, t-2, ….
-func suffixScan(states blas.General, run, tmp []float32) {
+func suffixScan(states blas.General, run []float32) {
 	t, w := states.Rows, states.Cols
-	run, tmp = run[:w], tmp[:w]
+	run = run[:w]
 	clear(run)
 	for l := t - 1; l >= 0; l-- {
 		s := states.Data[l*states.Stride : l*states.Stride+w]
@@ -71,9 +69,7 @@ func suffixScan(states blas.General, run, tmp []float32) {
 			copy(s, run)
 			break
 		}
-		copy(tmp, s)
-		copy(s, run)
-		vec.Add(run, run, tmp)
+		vec.SwapAdd(run, s)
 	}
 }
 

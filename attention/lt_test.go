@@ -146,8 +146,8 @@ func TestScans(t *testing.T) {
 			scan func(st, run, tmp []float32, lo, hi int)
 			want []float64
 		}{
-			{"prefix", func(st, run, tmp []float32, lo, hi int) { prefixScan(cols(st, tn, size, lo, hi), run, tmp) }, want(one, before)},
-			{"suffix", func(st, run, tmp []float32, lo, hi int) { suffixScan(cols(st, tn, size, lo, hi), run, tmp) }, want(one, after)},
+			{"prefix", func(st, run, tmp []float32, lo, hi int) { prefixScan(cols(st, tn, size, lo, hi), run) }, want(one, before)},
+			{"suffix", func(st, run, tmp []float32, lo, hi int) { suffixScan(cols(st, tn, size, lo, hi), run) }, want(one, after)},
 			{"scaled prefix", func(st, run, tmp []float32, lo, hi int) { scaledPrefixScan(cols(st, tn, size, lo, hi), run, tmp, bmax) },
 				want(func(l, j int) float64 { return math.Exp(float64(bmax[j] - pmax[l])) }, before)},
 			{"scaled suffix", func(st, run, tmp []float32, lo, hi int) {

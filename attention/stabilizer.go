@@ -101,9 +101,9 @@ func (plain) scan(kind int, st []float32, L *engineLayout, lo, hi int, w *engine
 	case scanSum, scanSumKeys:
 		sumStates(L.stateSum(st, lo, hi), L.stateCols(st, lo, hi))
 	case scanPrefix:
-		prefixScan(L.stateCols(st, lo, hi), w.run, w.hbuf)
+		prefixScan(L.stateCols(st, lo, hi), w.run)
 	case scanSuffix:
-		suffixScan(L.stateCols(st, lo, hi), w.run, w.hbuf)
+		suffixScan(L.stateCols(st, lo, hi), w.run)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/tensor"
-	"github.com/polysketch/polysketch/vec"
 )
 
 // GLU is the gated feed-forward block of Transformer++ (Shazeer, 2020):
@@ -64,8 +63,7 @@ func (g *GLU) Forward(y, x *tensor.Tensor) {
 	forRows(rows, 2*H, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			ab, h := g.ab.Data[r*2*H:(r+1)*2*H], g.h.Data[r*H:(r+1)*H]
-			g.Act.apply(h, ab[:H])
-			vec.Mul(h, h, ab[H:])
+			g.Act.gate(h, ab[:H], ab[H:])
 		}
 	})
 	g.Out.Forward(y, &g.h)
@@ -85,11 +83,7 @@ func (g *GLU) Backward(dx, dy *tensor.Tensor) {
 	forRows(rows, 2*H, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			ab, dh, dab := g.ab.Data[r*2*H:(r+1)*2*H], g.dh.Data[r*H:(r+1)*H], g.dab.Data[r*2*H:(r+1)*2*H]
-			a, b, da, db := ab[:H], ab[H:], dab[:H], dab[H:]
-			g.Act.apply(db, a)        // db = act(a) for now
-			vec.Mul(db, db, dh)       // ∂/∂b = dh⊙act(a)
-			vec.Mul(da, dh, b)        // ∂/∂act(a) = dh⊙b
-			g.Act.backward(da, a, da) // ∂/∂a
+			g.Act.gateBackward(dab[:H], dab[H:], ab[:H], ab[H:], dh)
 		}
 	})
 	g.In.Backward(dx, &g.dab)
