@@ -88,7 +88,9 @@ type Trainable interface {
 // precision: SetPrecision switches them to bf16 or back (see
 // nn.Precision), making bf16 copies of their weights, and RoundWeights
 // makes the copies again after the weights changed. The learned
-// networks' products are the only ones of attention that bf16 changes.
+// networks' products, and the state products of their mechanism's
+// backward pass, are the only ones of attention that bf16 changes (see
+// docs/bf16.md).
 type Rounder interface {
 	SetPrecision(p nn.Precision)
 	RoundWeights()

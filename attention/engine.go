@@ -74,11 +74,12 @@ type engine struct {
 	kind  Kind
 	opts  kernelOptions
 	fm    featureMap
-	proj  projection // fm's projection for the head size, built from opts.Seed on first use
-	kproj projection // the keys' projection: proj, or fm.projectKeys's
-	sk    *sketch    // proj when it is a sketch (polysketch), else nil
-	src   projector  // of proj and kproj (nil before the first)
-	stab  stabilizer // fm's: plain, or logScales when fm.scaled
+	proj  projection   // fm's projection for the head size, built from opts.Seed on first use
+	kproj projection   // the keys' projection: proj, or fm.projectKeys's
+	sk    *sketch      // proj when it is a sketch (polysketch), else nil
+	src   projector    // of proj and kproj (nil before the first)
+	stab  stabilizer   // fm's: plain, or logScales when fm.scaled
+	bf16  blockProduct // the kinds of block products that run in bf16 (SetPrecision)
 
 	L engineLayout // sizes for the last Forward's shape
 
@@ -654,7 +655,7 @@ func (a *engine) keysPrep(w *engineWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
+	a.gemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -733,7 +734,7 @@ func (a *engine) finish(w *engineWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
+			a.gemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -782,7 +783,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
+		a.gemm(blockStateGrads, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -860,7 +861,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 func (a *engine) queryState(w *engineWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
+	a.gemm(blockStateGrads, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -899,8 +900,8 @@ func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
-		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
+		a.gemm(blockStateGrads, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
+		a.gemm(blockStateGrads, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}

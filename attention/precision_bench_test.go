@@ -132,11 +132,13 @@ func BenchmarkBlockBF16(b *testing.B) {
 	}{
 		{"fp32", 0, false},
 		{"networks", 0, true},
+		{"model", blockStateGrads, true}, // what a bf16 model runs (SetPrecision)
 		{"scores", blockScores, false},
 		{"weighted", blockWeighted, false},
-		{"states", blockStates, false},
+		{"states", blockStates | blockStateGrads, false},
+		{"state-grads", blockStateGrads, false},
 		{"tensor", blockTensor, false},
-		{"all", blockScores | blockWeighted | blockStates | blockTensor, true},
+		{"all", blockScores | blockWeighted | blockStates | blockStateGrads | blockTensor, true},
 	}
 	for _, spec := range []string{"polysketch:learned:block=64", "polysketch:learned"} {
 		cfg, err := ParseSpec(spec)
@@ -162,6 +164,7 @@ func BenchmarkBlockBF16(b *testing.B) {
 				p = nn.BF16
 			}
 			e.SetPrecision(p)
+			e.bf16 = kinds
 			for _, pa := range e.Params() {
 				pa.Grad.Zero()
 			}

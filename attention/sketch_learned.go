@@ -531,11 +531,17 @@ func (a *engine) Params() []*nn.Param {
 	return a.src.params()
 }
 
-// SetPrecision makes the products of a learned sketch's networks bf16
-// or fp32 (see Rounder); the other feature maps have no dense layers.
+// SetPrecision makes the products of a learned sketch's networks, and
+// the state products of its engine's backward pass (blockStateGrads),
+// bf16 or fp32 (see Rounder); the other feature maps have no dense
+// layers, and their products stay float32.
 func (a *engine) SetPrecision(p nn.Precision) {
 	if a.sk != nil && a.sk.net != nil {
 		a.sk.net.setPrecision(p)
+		a.bf16 = 0
+		if p == nn.BF16 {
+			a.bf16 = blockStateGrads
+		}
 	}
 }
 
