@@ -57,6 +57,18 @@ func fromHeads(dst blas.General, src *tensor.Tensor) {
 	})
 }
 
+// headRows returns where the rows of heads ([B,H,N,h]) lie in the rows
+// matrix rows ([B·N, G·h]), as toHeads copies them: row (b, i, n) of
+// heads is row head i/g of row b·N+n of rows, g = H/G.
+func headRows(op string, heads *tensor.Tensor, rows blas.General) func(r int) []float32 {
+	_, H, N, h, g := headShape(op, heads, rows)
+	return func(r int) []float32 {
+		bi, n := r/N, r%N
+		at := (bi/H*N+n)*rows.Stride + bi%H/g*h
+		return rows.Data[at : at+h]
+	}
+}
+
 // headShape returns the shape of heads ([B,H,N,h]) and the heads g of it
 // per head of rows, panicking unless rows is a [B·N, G·h] matrix with G
 // dividing H.

@@ -197,13 +197,16 @@ func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
 	qc := q.Shape[1] * q.Shape[3]
 	kc := (b.qkv.Out - qc) / 2
 	p := matrix(qkv, b.qkv.Out)
-	toHeads(q, p.Slice(0, p.Rows, 0, qc))
-	toHeads(k, p.Slice(0, p.Rows, qc, qc+kc))
-	toHeads(v, p.Slice(0, p.Rows, qc+kc, qc+2*kc))
+	qs, ks := p.Slice(0, p.Rows, 0, qc), p.Slice(0, p.Rows, qc, qc+kc)
 	if b.qn != nil {
-		b.qn.Forward(q, q)
-		b.kn.Forward(k, k)
+		// The norms read the heads where they lie: their pass is the copy.
+		b.qn.ForwardRows(q, headRows("heads", q, qs))
+		b.kn.ForwardRows(k, headRows("heads", k, ks))
+	} else {
+		toHeads(q, qs)
+		toHeads(k, ks)
 	}
+	toHeads(v, p.Slice(0, p.Rows, qc+kc, qc+2*kc))
 	if rope != nil {
 		rope.Forward(q, q)
 		rope.Forward(k, k)
@@ -277,15 +280,24 @@ func (l *layer) backward(m *Model) {
 		m.rope.Backward(&m.dq, &m.dq)
 		m.rope.Backward(&m.dk, &m.dk)
 	}
-	if l.qn != nil {
-		l.qn.Backward(&m.dq, &m.dq)
-		l.kn.Backward(&m.dk, &m.dk)
-	}
 	qc := l.out.In
 	kc := (l.qkv.Out - qc) / 2
 	p := matrix(&m.qkv, l.qkv.Out)
-	fromHeads(p.Slice(0, p.Rows, 0, qc), &m.dq) // backward of toHeads; k and v sum their groups
-	fromHeads(p.Slice(0, p.Rows, qc, qc+kc), &m.dk)
+	qs, ks := p.Slice(0, p.Rows, 0, qc), p.Slice(0, p.Rows, qc, qc+kc)
+	// The backward of toHeads (or of the norms reading the heads in
+	// place); k and v sum their groups.
+	switch {
+	case l.qn == nil:
+		fromHeads(qs, &m.dq)
+		fromHeads(ks, &m.dk)
+	case kc == qc:
+		l.qn.BackwardRows(headRows("backward", &m.dq, qs), &m.dq)
+		l.kn.BackwardRows(headRows("backward", &m.dk, ks), &m.dk)
+	default: // grouped keys: the heads of a group add up
+		l.qn.BackwardRows(headRows("backward", &m.dq, qs), &m.dq)
+		l.kn.Backward(&m.dk, &m.dk)
+		fromHeads(ks, &m.dk)
+	}
 	fromHeads(p.Slice(0, p.Rows, qc+kc, qc+2*kc), &m.dv)
 	l.qkv.Backward(&m.y, &m.qkv)
 	if !l.post {

@@ -74,13 +74,24 @@ func (l *LayerNorm) Forward(y, x *tensor.Tensor) {
 	d := l.Dim
 	rows := rowsOf("LayerNorm.Forward", "x", x, d)
 	checkRows("LayerNorm.Forward", "y", y, rows, d)
+	l.ForwardRows(y, func(r int) []float32 { return x.Data[r*d : (r+1)*d] })
+}
+
+// ForwardRows is Forward for an input whose rows lie apart, such as the
+// heads of the model's projections: row r of the input is x(r), Dim
+// elements, for each row of y ([..., Dim]); y may hold the rows of x. It
+// gives the bits of Forward, copying the input once, as Forward does
+// anyway.
+func (l *LayerNorm) ForwardRows(y *tensor.Tensor, x func(r int) []float32) {
+	d := l.Dim
+	rows := rowsOf("LayerNorm.ForwardRows", "y", y, d)
 	l.rows = rows
 	l.ones = ones(l.ones, d)
 	l.xhat = tensor.Grow(l.xhat, rows*d)
 	l.rstd = tensor.Grow(l.rstd, rows)
 	forRows(rows, d, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, xh, yr := x.Data[r*d:(r+1)*d], l.xhat[r*d:(r+1)*d], y.Data[r*d:(r+1)*d]
+			xr, xh, yr := x(r)[:d], l.xhat[r*d:(r+1)*d], y.Data[r*d:(r+1)*d]
 			mean, variance := vec.MeanVar(xr)
 			rs := float32(1 / math.Sqrt(float64(variance)+float64(l.Eps)))
 			l.rstd[r] = rs
@@ -105,9 +116,20 @@ func (l *LayerNorm) Forward(y, x *tensor.Tensor) {
 func (l *LayerNorm) Backward(dx, dy *tensor.Tensor) {
 	d, rows := l.Dim, l.rows
 	checkRows("LayerNorm.Backward", "dy", dy, rows, d)
-	if dx != nil {
-		checkRows("LayerNorm.Backward", "dx", dx, rows, d)
+	if dx == nil {
+		l.BackwardRows(nil, dy)
+		return
 	}
+	checkRows("LayerNorm.Backward", "dx", dx, rows, d)
+	l.BackwardRows(func(r int) []float32 { return dx.Data[r*d : (r+1)*d] }, dy)
+}
+
+// BackwardRows is Backward for an input gradient whose rows lie apart:
+// row r of dx is dx(r), Dim elements (dx nil: none). dx(r) may be row r
+// of dy. It gives the bits of Backward.
+func (l *LayerNorm) BackwardRows(dx func(r int) []float32, dy *tensor.Tensor) {
+	d, rows := l.Dim, l.rows
+	checkRows("LayerNorm.BackwardRows", "dy", dy, rows, d)
 	if dx == nil && l.Gain == nil {
 		return
 	}
@@ -133,7 +155,7 @@ func (l *LayerNorm) Backward(dx, dy *tensor.Tensor) {
 				continue
 			}
 			// g = dy⊙gain lives in dx: dx = (g − mean(g) − x̂·mean(g⊙x̂))/σ.
-			g := dx.Data[r*d : (r+1)*d]
+			g := dx(r)[:d]
 			if l.Gain != nil {
 				vec.Mul(g, dyr, l.Gain.Value.Data)
 			} else {

@@ -111,6 +111,47 @@ func TestLayerNormInPlace(t *testing.T) {
 	}
 }
 
+// TestLayerNormRows checks that ForwardRows and BackwardRows, reading
+// and writing rows that lie apart (here in reverse order, in a wider
+// matrix), give the bits of Forward and Backward, gradients included.
+func TestLayerNormRows(t *testing.T) {
+	const rows, d, ld = 70, 12, 15
+	rng := rand.New(rand.NewPCG(4, 4))
+	l := NewLayerNorm("ln", d, GainBias)
+	randomize(rng, l.Params())
+	x := lnInput(rng, rows, d)
+	dy := randTensor(rng, 1, rows, d)
+	want, wantDx := tensor.New(rows, d), tensor.New(rows, d)
+	l.Forward(want, x)
+	l.Backward(wantDx, dy)
+	wantGain, wantBias := l.Gain.Grad.Clone(), l.Bias.Grad.Clone()
+
+	apart := make([]float32, rows*ld) // row r at row rows-1-r, ld apart
+	at := func(r int) []float32 { return apart[(rows-1-r)*ld : (rows-1-r)*ld+d] }
+	for r := range rows {
+		copy(at(r), x.Data[r*d:(r+1)*d])
+	}
+	y := tensor.New(rows, d)
+	l.ForwardRows(y, at)
+	if !bitwiseEqual(y.Data, want.Data) {
+		t.Error("ForwardRows differs from Forward")
+	}
+	l.Gain.Grad.Zero()
+	l.Bias.Grad.Zero()
+	clear(apart)
+	l.BackwardRows(at, dy)
+	dx := tensor.New(rows, d)
+	for r := range rows {
+		copy(dx.Data[r*d:(r+1)*d], at(r))
+	}
+	if !bitwiseEqual(dx.Data, wantDx.Data) {
+		t.Error("BackwardRows' dx differs from Backward's")
+	}
+	if !bitwiseEqual(l.Gain.Grad.Data, wantGain.Data) || !bitwiseEqual(l.Bias.Grad.Data, wantBias.Data) {
+		t.Error("BackwardRows' parameter gradients differ from Backward's")
+	}
+}
+
 func rmsNormCase(rng *rand.Rand, s size) *gradCase {
 	l := NewRMSNorm("norm", s.dim)
 	randomize(rng, l.Params())
