@@ -76,7 +76,7 @@ import (
 const (
 	learnedSketch SketchKind = "learned" // internal: newSketch builds the networks of Algorithm 2
 	netWiden                 = 8         // the hidden layers are 8r, r, 8r wide
-	netChunk                 = 256       // rows per chunk of the network passes (fewer cost GEMM speed)
+	netChunk                 = 64        // rows per chunk of the network passes: their activations (12 KB a row at h = 64, r = 32) stay in L2, and the products keep more than RowBlockBF16 rows (AMX tiles)
 	netGroups                = 32        // partial sums of the parameter gradients: items of the backward pass
 	netSegment               = 4096      // floats per item of the gradient reduction
 )

@@ -303,8 +303,8 @@ func TestLearnedParamGradients(t *testing.T) {
 }
 
 // TestLearnedGradientsChunks checks all gradients where the rows of q and
-// of k span several chunks (B·H·N = 540: 256 + 256 + 28 rows) in several
-// groups (3, of two chunks each).
+// of k span several chunks (B·H·N = 540: 8 of netChunk = 64 rows and one
+// of 28) in several groups (9, of two chunks each).
 func TestLearnedGradientsChunks(t *testing.T) {
 	for _, c := range []psCase{learnedCases[0], learnedCases[7], learnedCases[10], learnedCases[11]} {
 		t.Run(c.name, func(t *testing.T) {
@@ -313,8 +313,8 @@ func TestLearnedGradientsChunks(t *testing.T) {
 			q, k, v := randTensor(rng, 0.7, 3, 4, n, h), randTensor(rng, 0.7, 3, 4, n, h), randTensor(rng, 1, 3, 4, n, h)
 			m := newLearnedMech(t, c, h)
 			checkGradients(t, m, q, k, v, fdStep(c), 2e-2, 20)
-			if m.L.chunks != 3 || m.L.groups != 3 {
-				t.Fatalf("%d chunks per input in %d groups, want 3 in 3", m.L.chunks, m.L.groups)
+			if want := (540 + netChunk - 1) / netChunk; m.L.chunks != want || m.L.groups != want || 540%netChunk == 0 {
+				t.Fatalf("%d chunks per input in %d groups, want %d in %d, the last shorter", m.L.chunks, m.L.groups, want, want)
 			}
 			checkParamGradients(t, m, q, k, v, fdStep(c), 2e-2, 2)
 		})
@@ -396,15 +396,15 @@ func requireAllEqual(t *testing.T, m *engine, a, b []*tensor.Tensor) {
 }
 
 // TestLearnedDeterministic runs shapes with several chunks per group
-// (B·H·N = 1200 rows of q and of k: 10 chunks in 5 groups) at every
-// GOMAXPROCS of parallel.TestThreads: outputs and all gradients must be
-// bitwise equal.
+// (B·H·N = 4200 rows of q and of k: 66 chunks of netChunk rows in
+// netGroups groups, the last chunk shorter) at every GOMAXPROCS of
+// parallel.TestThreads: outputs and all gradients must be bitwise equal.
 func TestLearnedDeterministic(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, c := range learnedCases {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(10, 11))
-			q, k, v := randTensor(rng, 0.7, 2, 3, 200, 6), randTensor(rng, 0.7, 2, 3, 200, 6), randTensor(rng, 1, 2, 3, 200, 6)
+			q, k, v := randTensor(rng, 0.7, 2, 3, 700, 6), randTensor(rng, 0.7, 2, 3, 700, 6), randTensor(rng, 1, 2, 3, 700, 6)
 			runtime.GOMAXPROCS(1)
 			m1 := newLearnedMech(t, c, 6)
 			g1 := learnedGradients(m1, q, k, v)
@@ -412,8 +412,8 @@ func TestLearnedDeterministic(t *testing.T) {
 				runtime.GOMAXPROCS(procs)
 				m2 := newLearnedMech(t, c, 6)
 				g2 := learnedGradients(m2, q, k, v)
-				if m2.L.workers < 2 || m2.L.groups != 5 || m2.L.chunks != 5 {
-					t.Fatalf("layout %+v at GOMAXPROCS=%d: want several workers, 5 groups, 5 chunks", m2.L, procs)
+				if m2.L.workers < 2 || m2.L.groups != netGroups || m2.L.chunks <= netGroups || 4200%m2.L.chunk == 0 {
+					t.Fatalf("layout %+v at GOMAXPROCS=%d: want several workers, %d groups of several chunks, the last shorter", m2.L, procs, netGroups)
 				}
 				requireAllEqual(t, m1, g1, g2)
 			}
