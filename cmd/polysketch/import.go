@@ -25,8 +25,9 @@ DIR: what transformers' save_pretrained writes and 'hf download' fetches
 model.safetensors.index.json, in float32, bfloat16 or float16;
 tokenizer.json, tokenizer_config.json, generation_config.json and
 chat_template.jinja, which the checkpoint keeps as they are). The weights
-become float32 master weights; the checkpoint is checksummed and
-verified, and every command takes it as it takes one trained here.
+become float32 master weights; the checkpoint is checksummed (every
+command that reads it verifies it) and every command takes it as it
+takes one trained here.
 
 Architectures (config.json's model_type): llama (Llama 1-3.x, SmolLM,
 TinyLlama), mistral (with no sliding window, or one at least the
@@ -86,10 +87,10 @@ func runImport(args []string, stdout io.Writer) (err error) {
 		c.State.Tokenizer = tok.Name()
 		tokDesc = fmt.Sprintf("%s (%d tokens)", tok.Name(), tok.VocabSize())
 	}
+	// Save hashes the bytes it writes and syncs them: reading them back
+	// from the page cache here would check nothing the first command to
+	// load the checkpoint does not (a fifth of the import's time).
 	if err := checkpoint.Save(*out, c); err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	if err := checkpoint.Verify(*out); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
 	mc := imp.Model.Config()
@@ -116,7 +117,7 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	if len(imp.Ignored) > 0 {
 		fmt.Fprintf(stdout, "not read (transformers does not read them for %s either): %s\n", imp.Type, strings.Join(imp.Ignored, ", "))
 	}
-	fmt.Fprintf(stdout, "checkpoint %s written and verified in %s\n", *out, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "checkpoint %s written in %s\n", *out, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
