@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -33,13 +34,15 @@ type fileSum struct {
 	SHA256 string `json:"sha256"`
 }
 
-// hashWriter writes to a file while hashing and counting what it writes.
-// It does not buffer: every file of a checkpoint is written in one call
-// or through safetensors.Encode's buffer.
+// hashWriter writes to a file while hashing and counting what it writes,
+// until its context is done. It does not buffer: every file of a
+// checkpoint is written in one call or through safetensors.Encode's
+// buffer.
 type hashWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
+	ctx context.Context
+	w   io.Writer
+	h   hash.Hash
+	n   int64
 }
 
 // parallelHash is the size of a write from which the hash runs beside
@@ -48,6 +51,9 @@ type hashWriter struct {
 const parallelHash = 256 << 10
 
 func (w *hashWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
 	if len(p) < parallelHash {
 		n, err := w.w.Write(p)
 		w.h.Write(p[:n])
@@ -69,8 +75,11 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 }
 
 // writeFile creates the file at path, fills it with encode, syncs it to
-// disk, and returns its size and checksum.
-func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err error) {
+// disk, and returns its size and checksum; it stops when ctx is done.
+func writeFile(ctx context.Context, path string, encode func(w *hashWriter) error) (s fileSum, err error) {
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
 	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return s, err
@@ -80,7 +89,7 @@ func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err er
 			err = cerr
 		}
 	}()
-	w := &hashWriter{w: f, h: sha256.New()}
+	w := &hashWriter{ctx: ctx, w: f, h: sha256.New()}
 	if err := encode(w); err != nil {
 		return s, err
 	}

@@ -38,6 +38,9 @@ type Result struct {
 	Note string `json:"note,omitempty"`
 	// Downstream are the downstream experiment's scores of the model.
 	Downstream []Score `json:"downstream,omitempty"`
+	// Tokenizer names the tokens of the downstream experiment's
+	// perplexity of the model: its own.
+	Tokenizer string `json:"tokenizer,omitempty"`
 
 	history []train.Metrics
 }
