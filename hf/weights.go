@@ -120,6 +120,7 @@ func spare(name string, c model.Config) bool {
 // shards are the open safetensors files of a model directory and which
 // file holds each tensor.
 type shards struct {
+	dir   string
 	files []*safetensors.File
 	names []string                     // of files, relative to the directory
 	where map[string]*safetensors.File // tensor name → file
@@ -135,7 +136,7 @@ func (s *shards) close() {
 // openShards opens model.safetensors of dir, or the shards its
 // model.safetensors.index.json names, and reads their headers.
 func openShards(dir string) (*shards, error) {
-	s := &shards{where: map[string]*safetensors.File{}, file: map[string]string{}}
+	s := &shards{dir: dir, where: map[string]*safetensors.File{}, file: map[string]string{}}
 	names := []string{WeightsFile}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
@@ -287,7 +288,7 @@ func (s *shards) readOne(p placement, dst *tensor.Tensor, buf *[]float32) error 
 	f := s.where[p.name]
 	finite := func(x []float32, at int) error {
 		if i := vec.NonFinite(x); i >= 0 {
-			return fmt.Errorf("%s: tensor %q: element %d of shape %v is %v; a model's weights must be finite", s.file[p.name], p.name, at+i, p.shape, x[i])
+			return fmt.Errorf("%s: tensor %q: element %d of shape %v is %v; a model's weights must be finite", filepath.Join(s.dir, s.file[p.name]), p.name, at+i, p.shape, x[i])
 		}
 		return nil
 	}
