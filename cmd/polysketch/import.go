@@ -146,7 +146,12 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	if len(imp.Ignored) > 0 {
 		fmt.Fprintf(stdout, "not read (transformers does not read them for %s either): %s\n", imp.Type, strings.Join(imp.Ignored, ", "))
 	}
-	fmt.Fprintf(stdout, "checkpoint %s written in %s\n", *out, time.Since(start).Round(time.Millisecond))
+	// Read back what was written: the manifest's checksums against the
+	// files on disk, as every later load checks them.
+	if err := checkpoint.Verify(*out); err != nil {
+		return fmt.Errorf("import: the checkpoint written to %s does not verify: %w", *out, err)
+	}
+	fmt.Fprintf(stdout, "checkpoint %s written and verified in %s\n", *out, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -77,7 +77,7 @@ func TestImportFixtures(t *testing.T) {
 			dir := t.TempDir()
 			ck := filepath.Join(dir, "ck")
 			out := runOK(t, "import", fixture(name), "--out", ck)
-			if !strings.Contains(out, "written in") {
+			if !strings.Contains(out, "written and verified in") {
 				t.Errorf("import said:\n%s", out)
 			}
 			if err := checkpoint.Verify(ck); err != nil {
