@@ -30,8 +30,7 @@ type LayerNorm struct {
 	rows    int
 	xhat    []float32 // [rows, Dim], normalized input of the last Forward
 	rstd    []float32 // [rows], 1/√(var+Eps)
-	ones    []float32 // [Dim] of 1, to add a constant to a row with vec.Axpy
-	scratch []float32 // per row block: gain partial, bias partial, a temporary row
+	scratch []float32 // per row block: gain partial, bias partial
 }
 
 // NewLayerNorm returns a LayerNorm over the last dimension, of size dim,
@@ -86,7 +85,6 @@ func (l *LayerNorm) ForwardRows(y *tensor.Tensor, x func(r int) []float32) {
 	d := l.Dim
 	rows := rowsOf("LayerNorm.ForwardRows", "y", y, d)
 	l.rows = rows
-	l.ones = ones(l.ones, d)
 	l.xhat = tensor.Grow(l.xhat, rows*d)
 	l.rstd = tensor.Grow(l.rstd, rows)
 	forRows(rows, d, func(_, lo, hi int) {
@@ -95,17 +93,7 @@ func (l *LayerNorm) ForwardRows(y *tensor.Tensor, x func(r int) []float32) {
 			mean, variance := vec.MeanVar(xr)
 			rs := float32(1 / math.Sqrt(float64(variance)+float64(l.Eps)))
 			l.rstd[r] = rs
-			copy(xh, xr)
-			vec.Axpy(-mean, l.ones, xh) // x − mean, rounded as a plain subtraction
-			vec.Scale(rs, xh)
-			if l.Gain == nil {
-				copy(yr, xh)
-				continue
-			}
-			vec.Mul(yr, xh, l.Gain.Value.Data)
-			if l.Bias != nil {
-				vec.Add(yr, yr, l.Bias.Value.Data)
-			}
+			vec.Standardize(yr, xh, xr, l.gain(), l.bias(), mean, rs)
 		}
 	})
 }
@@ -134,42 +122,36 @@ func (l *LayerNorm) BackwardRows(dx func(r int) []float32, dy *tensor.Tensor) {
 		return
 	}
 	nb := blocks(rows)
-	l.scratch = tensor.Grow(l.scratch, nb*3*d)
+	l.scratch = tensor.Grow(l.scratch, nb*2*d)
 	inv := 1 / float32(d)
 	parallel.For(nb, func(b int) {
-		s := l.scratch[b*3*d : (b+1)*3*d]
-		pg, pb, tmp := s[:d], s[d:2*d], s[2*d:]
+		s := l.scratch[b*2*d : (b+1)*2*d]
+		pg, pb := s[:d], s[d:2*d]
 		clear(pg)
 		clear(pb)
+		if l.Gain == nil {
+			pg = nil
+		}
+		if l.Bias == nil {
+			pb = nil
+		}
 		for r := b * reduceRows; r < min((b+1)*reduceRows, rows); r++ {
 			dyr, xh := dy.Data[r*d:(r+1)*d], l.xhat[r*d:(r+1)*d]
-			// Parameter partials first: dx may overwrite dy below.
-			if l.Gain != nil {
-				vec.Mul(tmp, dyr, xh)
-				vec.Add(pg, pg, tmp)
-			}
-			if l.Bias != nil {
-				vec.Add(pb, pb, dyr)
-			}
 			if dx == nil {
+				vec.StandardizeGrads(pg, pb, nil, dyr, xh, nil)
 				continue
 			}
-			// g = dy⊙gain lives in dx: dx = (g − mean(g) − x̂·mean(g⊙x̂))/σ.
+			// The parameter partials, and g = dy⊙gain in dx (which may be
+			// dy): dx = (g − mean(g) − x̂·mean(g⊙x̂))/σ.
 			g := dx(r)[:d]
-			if l.Gain != nil {
-				vec.Mul(g, dyr, l.Gain.Value.Data)
-			} else {
-				copy(g, dyr)
-			}
+			vec.StandardizeGrads(pg, pb, g, dyr, xh, l.gain())
 			m1, m2 := vec.Sum(g)*inv, vec.Dot(g, xh)*inv
 			rs := l.rstd[r]
-			vec.Scale(rs, g)
-			vec.Axpy(-rs*m2, xh, g)
-			vec.Axpy(-rs*m1, l.ones, g)
+			vec.StandardizeDx(g, xh, rs, -rs*m2, -rs*m1)
 		}
 	})
 	for b := range nb {
-		s := l.scratch[b*3*d : (b+1)*3*d]
+		s := l.scratch[b*2*d : (b+1)*2*d]
 		if l.Gain != nil {
 			vec.Add(l.Gain.Grad.Data, l.Gain.Grad.Data, s[:d])
 		}
@@ -177,4 +159,19 @@ func (l *LayerNorm) BackwardRows(dx func(r int) []float32, dy *tensor.Tensor) {
 			vec.Add(l.Bias.Grad.Data, l.Bias.Grad.Data, s[d:2*d])
 		}
 	}
+}
+
+// gain and bias return the parameters' values, nil where there are none.
+func (l *LayerNorm) gain() []float32 {
+	if l.Gain == nil {
+		return nil
+	}
+	return l.Gain.Value.Data
+}
+
+func (l *LayerNorm) bias() []float32 {
+	if l.Bias == nil {
+		return nil
+	}
+	return l.Bias.Value.Data
 }

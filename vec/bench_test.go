@@ -175,3 +175,40 @@ func BenchmarkLayerNormBackward(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkBiasGELU(b *testing.B) {
+	for _, grad := range []bool{false, true} {
+		b.Run(fmt.Sprintf("grad=%v", grad), func(b *testing.B) {
+			bench512(b, 8, func(n int, rng *rand.Rand) func() {
+				a, h, bias := fill(rng, make([]float32, n), -5, 5), make([]float32, n), fill(rng, make([]float32, min(n, 256)), -1, 1)
+				var d []float32
+				if grad {
+					d = make([]float32, n)
+				}
+				return func() { BiasGELU(h, d, a, bias) }
+			})
+		})
+	}
+}
+
+func BenchmarkGELUMul(b *testing.B) {
+	bench512(b, 12, func(n int, rng *rand.Rand) func() {
+		a, c, dst := fill(rng, make([]float32, n), -5, 5), fill(rng, make([]float32, n), -1, 1), make([]float32, n)
+		return func() { GELUMul(dst, a, c) }
+	})
+}
+
+func BenchmarkGELUMulBackward(b *testing.B) {
+	bench512(b, 20, func(n int, rng *rand.Rand) func() {
+		a, c, dy := fill(rng, make([]float32, n), -5, 5), fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1)
+		da, db := make([]float32, n), make([]float32, n)
+		return func() { GELUMulBackward(da, db, a, c, dy) }
+	})
+}
+
+func BenchmarkSwapAdd(b *testing.B) {
+	bench512(b, 16, func(n int, rng *rand.Rand) func() {
+		run, x := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1)
+		return func() { SwapAdd(run, x) }
+	})
+}

@@ -103,3 +103,85 @@ func swapAddGeneric(run, x []float32) {
 		run[i], x[i] = r+x[i], r
 	}
 }
+
+// Standardize computes the row passes of a layer normalization whose
+// every operation rounds on its own, as nn.LayerNorm's do: x̂ = (x −
+// mean)·rstd, the difference as Axpy(−mean, 1, x̂) rounds it, then y =
+// x̂·gain + bias (y = x̂ for a nil gain, with a nil bias; the bias may be
+// nil alone), with the bits of Axpy, Scale, Mul and Add. y may alias x,
+// not xhat.
+func Standardize(y, xhat, x, gain, bias []float32, mean, rstd float32) {
+	n := len(y)
+	if len(xhat) != n || len(x) != n || gain != nil && len(gain) != n || bias != nil && (len(bias) != n || gain == nil) {
+		panic(sprintf("vec.Standardize: length mismatch: len(y)=%d, len(xhat)=%d, len(x)=%d, len(gain)=%d, len(bias)=%d (a bias needs a gain)", n, len(xhat), len(x), len(gain), len(bias)))
+	}
+	if gain != nil && bias != nil && standardizeFast(y, xhat, x, gain, bias, mean, rstd) {
+		return
+	}
+	copy(xhat, x)
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		axpy(-mean, ones[:hi-lo], xhat[lo:hi])
+	}
+	scale(rstd, xhat)
+	if gain == nil {
+		copy(y, xhat)
+		return
+	}
+	mul(y, xhat, gain)
+	if bias != nil {
+		add(y, y, bias)
+	}
+}
+
+// StandardizeGrads computes the elementwise part of the backward pass of
+// Standardize over a row, for the gradient dy of its y: dgain += dy·x̂ (the
+// product rounded first), dbias += dy, and g = dy·gain (g = dy for a nil
+// gain), with the bits of Mul and Add; a nil dgain, dbias or g is skipped.
+// g may alias dy.
+func StandardizeGrads(dgain, dbias, g, dy, xhat, gain []float32) {
+	n := len(dy)
+	if len(xhat) != n || dgain != nil && len(dgain) != n || dbias != nil && len(dbias) != n || g != nil && len(g) != n || gain != nil && len(gain) != n {
+		panic(sprintf("vec.StandardizeGrads: length mismatch: len(dgain)=%d, len(dbias)=%d, len(g)=%d, len(dy)=%d, len(xhat)=%d, len(gain)=%d", len(dgain), len(dbias), len(g), n, len(xhat), len(gain)))
+	}
+	if dgain != nil && dbias != nil && g != nil && gain != nil && standardizeGradsFast(dgain, dbias, g, dy, xhat, gain) {
+		return
+	}
+	if dgain != nil {
+		var tmp [chunk]float32
+		for lo := 0; lo < n; lo += chunk {
+			hi := min(n, lo+chunk)
+			t := tmp[:hi-lo]
+			mul(t, dy[lo:hi], xhat[lo:hi])
+			add(dgain[lo:hi], dgain[lo:hi], t)
+		}
+	}
+	if dbias != nil {
+		add(dbias, dbias, dy)
+	}
+	switch {
+	case g == nil:
+	case gain != nil:
+		mul(g, dy, gain)
+	default:
+		copy(g, dy)
+	}
+}
+
+// StandardizeDx finishes the input gradient of Standardize over a row:
+// g = g·rstd, then g += a·x̂ and g += b, each sum a fused multiply-add,
+// with the bits of Scale and two Axpy (the second by ones).
+func StandardizeDx(g, xhat []float32, rstd, a, b float32) {
+	if len(g) != len(xhat) {
+		panic2("StandardizeDx", "g", len(g), "xhat", len(xhat))
+	}
+	if standardizeDxFast(g, xhat, rstd, a, b) {
+		return
+	}
+	scale(rstd, g)
+	axpy(a, xhat, g)
+	for lo := 0; lo < len(g); lo += chunk {
+		hi := min(len(g), lo+chunk)
+		axpy(b, ones[:hi-lo], g[lo:hi])
+	}
+}

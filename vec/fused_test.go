@@ -235,3 +235,80 @@ func TestFusedPanics(t *testing.T) {
 		})
 	}
 }
+
+// TestStandardize checks Standardize, StandardizeGrads and StandardizeDx
+// against the passes of nn.LayerNorm they replace (Axpy, Scale, Mul, Add,
+// Sum, Dot), bit for bit, on each path, at every length and alignment, in
+// place where the callers run them so, with and without a gain and a bias,
+// NaNs and infinities among the inputs.
+func TestStandardize(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			x, gain, bias, dy := a.slice(n), a.slice(n), a.slice(n), a.slice(n)
+			fill(rng, x, -3, 3)
+			fill(rng, gain, 0.5, 1.5)
+			fill(rng, bias, -1, 1)
+			fill(rng, dy, -1, 1)
+			if n > 5 {
+				x[2], dy[3], gain[4], x[5] = nan, inf, ninf, float32(math.Copysign(0, -1))
+			}
+			one := make([]float32, n)
+			for i := range one {
+				one[i] = 1
+			}
+			mean, rstd := float32(rng.NormFloat64()), float32(0.5+rng.Float64())
+			for _, affine := range []string{"gain+bias", "gain", "none"} {
+				g, b := gain, bias
+				switch affine {
+				case "gain":
+					b = nil
+				case "none":
+					g, b = nil, nil
+				}
+				// Forward, y = x in place.
+				wantXh, wantY := append([]float32(nil), x...), make([]float32, n)
+				Axpy(-mean, one, wantXh)
+				Scale(rstd, wantXh)
+				if g == nil {
+					copy(wantY, wantXh)
+				} else {
+					Mul(wantY, wantXh, g)
+					if b != nil {
+						Add(wantY, wantY, b)
+					}
+				}
+				y, xh := append([]float32(nil), x...), a.slice(n)
+				Standardize(y, xh, y, g, b, mean, rstd)
+				if !bitwiseSame(xh, wantXh) || !bitwiseSame(y, wantY) {
+					t.Fatalf("%s: Standardize differs from the passes it replaces", affine)
+				}
+
+				// Backward, g = dy in place.
+				pg, pb := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1)
+				wantPg, wantPb, wantG := append([]float32(nil), pg...), append([]float32(nil), pb...), make([]float32, n)
+				tmp := make([]float32, n)
+				Mul(tmp, dy, xh)
+				Add(wantPg, wantPg, tmp)
+				Add(wantPb, wantPb, dy)
+				if g == nil {
+					copy(wantG, dy)
+				} else {
+					Mul(wantG, dy, g)
+				}
+				gotG := append([]float32(nil), dy...)
+				StandardizeGrads(pg, pb, gotG, gotG, xh, g)
+				if !bitwiseSame(pg, wantPg) || !bitwiseSame(pb, wantPb) || !bitwiseSame(gotG, wantG) {
+					t.Fatalf("%s: StandardizeGrads differs from the passes it replaces", affine)
+				}
+				c2, c1 := float32(rng.NormFloat64()), float32(rng.NormFloat64())
+				Scale(rstd, wantG)
+				Axpy(c2, xh, wantG)
+				Axpy(c1, one, wantG)
+				StandardizeDx(gotG, xh, rstd, c2, c1)
+				if !bitwiseSame(gotG, wantG) {
+					t.Fatalf("%s: StandardizeDx differs from the passes it replaces", affine)
+				}
+			}
+		})
+	})
+}

@@ -153,3 +153,18 @@ func swapAddAVX512(run []float32, x []float32)
 //
 //go:noescape
 func swapAddAVX2(run []float32, x []float32)
+
+// standardizeAVX512 computes xhat[i] = (x[i] - mean)·rstd and y[i] = xhat[i]·gain[i] + bias[i], each operation rounded, with AVX-512F; the other slices are at least as long as y, and y may alias x.
+//
+//go:noescape
+func standardizeAVX512(y []float32, xhat []float32, x []float32, gain []float32, bias []float32, negMean float32, rstd float32)
+
+// standardizeGradsAVX512 computes dgain[i] += dy[i]·xhat[i], dbias[i] += dy[i] and g[i] = dy[i]·gain[i], each operation rounded, with AVX-512F; the other slices are at least as long as g, and g may alias dy.
+//
+//go:noescape
+func standardizeGradsAVX512(dgain []float32, dbias []float32, g []float32, dy []float32, xhat []float32, gain []float32)
+
+// standardizeDxAVX512 computes g[i] = fma(b, 1, fma(a, xhat[i], g[i]·rstd)) with AVX-512F; len(xhat) ≥ len(g).
+//
+//go:noescape
+func standardizeDxAVX512(g []float32, xhat []float32, rstd float32, a float32, b float32)

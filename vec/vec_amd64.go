@@ -220,3 +220,29 @@ func swapAdd(run, x []float32) {
 		swapAddGeneric(run, x)
 	}
 }
+
+// standardizeFast runs Standardize's kernel, with a gain and a bias, and
+// reports whether there was one for the kernels in use.
+func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool {
+	if use != implAVX512 {
+		return false
+	}
+	standardizeAVX512(y, xhat, x, gain, bias, -mean, rstd)
+	return true
+}
+
+func standardizeGradsFast(dgain, dbias, g, dy, xhat, gain []float32) bool {
+	if use != implAVX512 {
+		return false
+	}
+	standardizeGradsAVX512(dgain, dbias, g, dy, xhat, gain)
+	return true
+}
+
+func standardizeDxFast(g, xhat []float32, rstd, a, b float32) bool {
+	if use != implAVX512 {
+		return false
+	}
+	standardizeDxAVX512(g, xhat, rstd, a, b)
+	return true
+}

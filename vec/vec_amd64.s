@@ -4487,3 +4487,244 @@ tail:
 done:
 	VZEROUPPER
 	RET
+
+// func standardizeAVX512(y []float32, xhat []float32, x []float32, gain []float32, bias []float32, negMean float32, rstd float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·standardizeAVX512(SB), NOSPLIT, $0-128
+	MOVQ         y_base+0(FP), AX
+	MOVQ         xhat_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         gain_base+72(FP), BX
+	MOVQ         bias_base+96(FP), SI
+	MOVQ         y_len+8(FP), DI
+	VBROADCASTSS negMean+120(FP), Z0
+	VBROADCASTSS rstd+124(FP), Z1
+
+loopN:
+	CMPQ         DI, $0x00000020
+	JB           loop1
+	VBROADCASTSS one<>+0(SB), Z2
+	VFMADD213PS  (DX), Z0, Z2
+	VMULPS       Z2, Z1, Z2
+	VMOVUPS      Z2, (CX)
+	VMULPS       (BX), Z2, Z2
+	VADDPS       (SI), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	VBROADCASTSS one<>+0(SB), Z2
+	VFMADD213PS  64(DX), Z0, Z2
+	VMULPS       Z2, Z1, Z2
+	VMOVUPS      Z2, 64(CX)
+	VMULPS       64(BX), Z2, Z2
+	VADDPS       64(SI), Z2, Z2
+	VMOVUPS      Z2, 64(AX)
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	SUBQ         $0x00000020, DI
+	JMP          loopN
+
+loop1:
+	CMPQ         DI, $0x00000010
+	JB           tail
+	VBROADCASTSS one<>+0(SB), Z2
+	VFMADD213PS  (DX), Z0, Z2
+	VMULPS       Z2, Z1, Z2
+	VMOVUPS      Z2, (CX)
+	VMULPS       (BX), Z2, Z2
+	VADDPS       (SI), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	ADDQ         $0x00000040, SI
+	SUBQ         $0x00000010, DI
+	JMP          loop1
+
+tail:
+	TESTQ        DI, DI
+	JZ           done
+	MOVL         $0x0000ffff, R8
+	BZHIL        DI, R8, DI
+	KMOVW        DI, K1
+	VMOVUPS.Z    (DX), K1, Z2
+	VMOVUPS.Z    (BX), K1, Z3
+	VMOVUPS.Z    (SI), K1, Z4
+	VBROADCASTSS one<>+0(SB), Z5
+	VFMADD213PS  Z2, Z0, Z5
+	VMULPS       Z5, Z1, Z5
+	VMOVUPS      Z5, K1, (CX)
+	VMULPS       Z3, Z5, Z5
+	VADDPS       Z4, Z5, Z5
+	VMOVUPS      Z5, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func standardizeGradsAVX512(dgain []float32, dbias []float32, g []float32, dy []float32, xhat []float32, gain []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·standardizeGradsAVX512(SB), NOSPLIT, $0-144
+	MOVQ dgain_base+0(FP), AX
+	MOVQ dbias_base+24(FP), CX
+	MOVQ g_base+48(FP), DX
+	MOVQ dy_base+72(FP), BX
+	MOVQ xhat_base+96(FP), SI
+	MOVQ gain_base+120(FP), DI
+	MOVQ g_len+56(FP), R8
+
+loopN:
+	CMPQ    R8, $0x00000020
+	JB      loop1
+	VMOVUPS (BX), Z0
+	VMULPS  (SI), Z0, Z1
+	VMOVUPS (AX), Z2
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS (CX), Z1
+	VADDPS  Z0, Z1, Z1
+	VMULPS  (DI), Z0, Z0
+	VMOVUPS Z2, (AX)
+	VMOVUPS Z1, (CX)
+	VMOVUPS Z0, (DX)
+	VMOVUPS 64(BX), Z0
+	VMULPS  64(SI), Z0, Z1
+	VMOVUPS 64(AX), Z2
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS 64(CX), Z1
+	VADDPS  Z0, Z1, Z1
+	VMULPS  64(DI), Z0, Z0
+	VMOVUPS Z2, 64(AX)
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS Z0, 64(DX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, DX
+	ADDQ    $0x00000080, BX
+	ADDQ    $0x00000080, SI
+	ADDQ    $0x00000080, DI
+	SUBQ    $0x00000020, R8
+	JMP     loopN
+
+loop1:
+	CMPQ    R8, $0x00000010
+	JB      tail
+	VMOVUPS (BX), Z0
+	VMULPS  (SI), Z0, Z1
+	VMOVUPS (AX), Z2
+	VADDPS  Z1, Z2, Z2
+	VMOVUPS (CX), Z1
+	VADDPS  Z0, Z1, Z1
+	VMULPS  (DI), Z0, Z0
+	VMOVUPS Z2, (AX)
+	VMOVUPS Z1, (CX)
+	VMOVUPS Z0, (DX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	ADDQ    $0x00000040, SI
+	ADDQ    $0x00000040, DI
+	SUBQ    $0x00000010, R8
+	JMP     loop1
+
+tail:
+	TESTQ     R8, R8
+	JZ        done
+	MOVL      $0x0000ffff, R9
+	BZHIL     R8, R9, R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (BX), K1, Z0
+	VMOVUPS.Z (SI), K1, Z1
+	VMOVUPS.Z (DI), K1, Z2
+	VMOVUPS.Z (AX), K1, Z3
+	VMOVUPS.Z (CX), K1, Z4
+	VMULPS    Z1, Z0, Z1
+	VMOVUPS   Z3, Z3
+	VADDPS    Z1, Z3, Z3
+	VMOVUPS   Z4, Z1
+	VADDPS    Z0, Z1, Z1
+	VMULPS    Z2, Z0, Z0
+	VMOVUPS   Z3, K1, (AX)
+	VMOVUPS   Z1, K1, (CX)
+	VMOVUPS   Z0, K1, (DX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func standardizeDxAVX512(g []float32, xhat []float32, rstd float32, a float32, b float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·standardizeDxAVX512(SB), NOSPLIT, $0-60
+	MOVQ         g_base+0(FP), AX
+	MOVQ         xhat_base+24(FP), CX
+	MOVQ         g_len+8(FP), DX
+	VBROADCASTSS rstd+48(FP), Z0
+	VBROADCASTSS a+52(FP), Z1
+	VBROADCASTSS b+56(FP), Z2
+
+loopN:
+	CMPQ         DX, $0x00000040
+	JB           loop1
+	VMULPS       (AX), Z0, Z3
+	VMOVUPS      (CX), Z4
+	VFMADD213PS  Z3, Z1, Z4
+	VBROADCASTSS one<>+0(SB), Z3
+	VFMADD213PS  Z4, Z2, Z3
+	VMOVUPS      Z3, (AX)
+	VMULPS       64(AX), Z0, Z3
+	VMOVUPS      64(CX), Z4
+	VFMADD213PS  Z3, Z1, Z4
+	VBROADCASTSS one<>+0(SB), Z3
+	VFMADD213PS  Z4, Z2, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMULPS       128(AX), Z0, Z3
+	VMOVUPS      128(CX), Z4
+	VFMADD213PS  Z3, Z1, Z4
+	VBROADCASTSS one<>+0(SB), Z3
+	VFMADD213PS  Z4, Z2, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMULPS       192(AX), Z0, Z3
+	VMOVUPS      192(CX), Z4
+	VFMADD213PS  Z3, Z1, Z4
+	VBROADCASTSS one<>+0(SB), Z3
+	VFMADD213PS  Z4, Z2, Z3
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	SUBQ         $0x00000040, DX
+	JMP          loopN
+
+loop1:
+	CMPQ         DX, $0x00000010
+	JB           tail
+	VMULPS       (AX), Z0, Z3
+	VMOVUPS      (CX), Z4
+	VFMADD213PS  Z3, Z1, Z4
+	VBROADCASTSS one<>+0(SB), Z3
+	VFMADD213PS  Z4, Z2, Z3
+	VMOVUPS      Z3, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, DX
+	JMP          loop1
+
+tail:
+	TESTQ        DX, DX
+	JZ           done
+	MOVL         $0x0000ffff, BX
+	BZHIL        DX, BX, DX
+	KMOVW        DX, K1
+	VMOVUPS.Z    (AX), K1, Z3
+	VMOVUPS.Z    (CX), K1, Z4
+	VMULPS       Z3, Z0, Z0
+	VMOVUPS      Z4, Z3
+	VFMADD213PS  Z0, Z1, Z3
+	VBROADCASTSS one<>+0(SB), Z0
+	VFMADD213PS  Z3, Z2, Z0
+	VMOVUPS      Z0, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET

@@ -45,3 +45,8 @@ func biasGELU(h, d, a, b []float32)              { biasGELUSeq(h, d, a, b) }
 func geluMul(dst, a, b []float32)                { geluMulSeq(dst, a, b) }
 func geluMulBackward(da, db, a, b, dy []float32) { geluMulBackwardSeq(da, db, a, b, dy) }
 func swapAdd(run, x []float32)                   { swapAddGeneric(run, x) }
+
+// The fused row passes of Standardize have no kernels of their own here.
+func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool { return false }
+func standardizeGradsFast(dgain, dbias, g, dy, xhat, gain []float32) bool       { return false }
+func standardizeDxFast(g, xhat []float32, rstd, a, b float32) bool              { return false }

@@ -53,6 +53,9 @@ func main() {
 	geluMulBackward512()
 	swapAdd512()
 	swapAdd()
+	standardize512()
+	standardizeGrads512()
+	standardizeDx512()
 
 	Generate()
 }

@@ -222,3 +222,129 @@ func swapAdd() {
 	VZEROUPPER()
 	RET()
 }
+
+// standardize512 emits standardizeAVX512, nn.LayerNorm's forward passes
+// over a row in one: x̂ = (x − mean)·rstd as Axpy(−mean, 1, ·) and Scale
+// compute it, y = x̂·gain + bias as Mul and Add do, each instruction in
+// the form of theirs (the same operand order, for NaNs).
+func standardize512() {
+	TEXT("standardizeAVX512", NOSPLIT, "func(y, xhat, x, gain, bias []float32, negMean, rstd float32)")
+	Pragma("noescape")
+	Doc("standardizeAVX512 computes xhat[i] = (x[i] - mean)·rstd and y[i] = xhat[i]·gain[i] + bias[i], each operation rounded, with AVX-512F; the other slices are at least as long as y, and y may alias x.")
+	y, xh, x, gain, bias := ptr("y"), ptr("xhat"), ptr("x"), ptr("gain"), ptr("bias")
+	n := Load(Param("y").Len(), GP64())
+	nm, rs := ZMM(), ZMM()
+	VBROADCASTSS(paramAddr("negMean"), nm)
+	VBROADCASTSS(paramAddr("rstd"), rs)
+	f := func(xv Op) VecVirtual {
+		t := ZMM()
+		VBROADCASTSS(one(), t)
+		VFMADD213PS(xv, nm, t) // −mean·1 + x, as Axpy(−mean, ones, x̂)
+		VMULPS(t, rs, t)       // as Scale(rstd, x̂)
+		return t
+	}
+	loop512(n, bases(y, xh, x, gain, bias), 2, func(k int) {
+		for j := 0; j < k; j++ {
+			t := f(x.Offset(64 * j))
+			VMOVUPS(t, xh.Offset(64*j))
+			VMULPS(gain.Offset(64*j), t, t) // as Mul(y, x̂, gain)
+			VADDPS(bias.Offset(64*j), t, t) // as Add(y, y, bias)
+			VMOVUPS(t, y.Offset(64*j))
+		}
+	}, func(m OpmaskVirtual) {
+		xv, gv, bv := ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(x, m, xv)
+		VMOVUPS_Z(gain, m, gv)
+		VMOVUPS_Z(bias, m, bv)
+		t := f(xv)
+		VMOVUPS(t, m, xh)
+		VMULPS(gv, t, t)
+		VADDPS(bv, t, t)
+		VMOVUPS(t, m, y)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// standardizeGrads512 emits standardizeGradsAVX512, the elementwise part
+// of nn.LayerNorm's backward pass over a row, in the forms of Mul and Add:
+// dgain += dy·x̂, dbias += dy, g = dy·gain.
+func standardizeGrads512() {
+	TEXT("standardizeGradsAVX512", NOSPLIT, "func(dgain, dbias, g, dy, xhat, gain []float32)")
+	Pragma("noescape")
+	Doc("standardizeGradsAVX512 computes dgain[i] += dy[i]·xhat[i], dbias[i] += dy[i] and g[i] = dy[i]·gain[i], each operation rounded, with AVX-512F; the other slices are at least as long as g, and g may alias dy.")
+	dg, db, g, dy, xh, gain := ptr("dgain"), ptr("dbias"), ptr("g"), ptr("dy"), ptr("xhat"), ptr("gain")
+	n := Load(Param("g").Len(), GP64())
+	f := func(dyv VecVirtual, xhv, gainv, dgv, dbv Op) (pg, pb, gv VecVirtual) {
+		t, pg, pb, gv := ZMM(), ZMM(), ZMM(), ZMM()
+		VMULPS(xhv, dyv, t) // as Mul(tmp, dy, x̂)
+		VMOVUPS(dgv, pg)
+		VADDPS(t, pg, pg) // as Add(dgain, dgain, tmp)
+		VMOVUPS(dbv, pb)
+		VADDPS(dyv, pb, pb)    // as Add(dbias, dbias, dy)
+		VMULPS(gainv, dyv, gv) // as Mul(g, dy, gain)
+		return pg, pb, gv
+	}
+	loop512(n, bases(dg, db, g, dy, xh, gain), 2, func(k int) {
+		for j := 0; j < k; j++ {
+			dyv := ZMM()
+			VMOVUPS(dy.Offset(64*j), dyv)
+			pg, pb, gv := f(dyv, xh.Offset(64*j), gain.Offset(64*j), dg.Offset(64*j), db.Offset(64*j))
+			VMOVUPS(pg, dg.Offset(64*j))
+			VMOVUPS(pb, db.Offset(64*j))
+			VMOVUPS(gv, g.Offset(64*j))
+		}
+	}, func(m OpmaskVirtual) {
+		dyv, xhv, gainv, dgv, dbv := ZMM(), ZMM(), ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(dy, m, dyv)
+		VMOVUPS_Z(xh, m, xhv)
+		VMOVUPS_Z(gain, m, gainv)
+		VMOVUPS_Z(dg, m, dgv)
+		VMOVUPS_Z(db, m, dbv)
+		pg, pb, gv := f(dyv, xhv, gainv, dgv, dbv)
+		VMOVUPS(pg, m, dg)
+		VMOVUPS(pb, m, db)
+		VMOVUPS(gv, m, g)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// standardizeDx512 emits standardizeDxAVX512, the last pass of
+// nn.LayerNorm's backward pass over a row, in the forms of Scale and
+// Axpy: g = g·rstd, then g += a·x̂ and g += b·1, each a fused
+// multiply-add.
+func standardizeDx512() {
+	TEXT("standardizeDxAVX512", NOSPLIT, "func(g, xhat []float32, rstd, a, b float32)")
+	Pragma("noescape")
+	Doc("standardizeDxAVX512 computes g[i] = fma(b, 1, fma(a, xhat[i], g[i]·rstd)) with AVX-512F; len(xhat) ≥ len(g).")
+	g, xh := ptr("g"), ptr("xhat")
+	n := Load(Param("g").Len(), GP64())
+	rs, a, b := ZMM(), ZMM(), ZMM()
+	VBROADCASTSS(paramAddr("rstd"), rs)
+	VBROADCASTSS(paramAddr("a"), a)
+	VBROADCASTSS(paramAddr("b"), b)
+	f := func(gv, xhv Op) VecVirtual {
+		s, t, u := ZMM(), ZMM(), ZMM()
+		VMULPS(gv, rs, s) // as Scale(rstd, g)
+		VMOVUPS(xhv, t)
+		VFMADD213PS(s, a, t) // a·x̂ + g, as Axpy(a, x̂, g)
+		VBROADCASTSS(one(), u)
+		VFMADD213PS(t, b, u) // b·1 + g, as Axpy(b, ones, g)
+		return u
+	}
+	loop512(n, bases(g, xh), 4, func(k int) {
+		for j := 0; j < k; j++ {
+			u := f(g.Offset(64*j), xh.Offset(64*j))
+			VMOVUPS(u, g.Offset(64*j))
+		}
+	}, func(m OpmaskVirtual) {
+		gv, xhv := ZMM(), ZMM()
+		VMOVUPS_Z(g, m, gv)
+		VMOVUPS_Z(xh, m, xhv)
+		u := f(gv, xhv)
+		VMOVUPS(u, m, g)
+	})
+	VZEROUPPER()
+	RET()
+}
