@@ -80,7 +80,8 @@ type engine struct {
 	kproj projection // the keys' projection: proj, or fm.projectKeys's
 	sk    *sketch    // proj when it is a sketch (polysketch), else nil
 	src   projector  // of proj and kproj (nil before the first)
-	stab  stabilizer // fm's: plain, or logScales when fm.scaled
+	stab  stabilizer // fm's: plain, logScales when fm.scaled, or mixed with Softmax or Mix
+	tune  *tuning    // per-head parameters of Scale and Mix (engine_mixed.go); nil without
 
 	L engineLayout // sizes for the last Forward's shape
 
@@ -105,12 +106,14 @@ type engine struct {
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *engineWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *engineWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *engineWorker, i int)
+	stepScale, stepUnscale                               func(w *engineWorker, i int)
 	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
 // engineLayout is the shape of one problem and everything sized from it.
 type engineLayout struct {
 	bh, n, h  int
+	heads     int // H of [B,H,N,h]
 	plan      blocks
 	t, bs     int // blocks per head, rows of the largest block
 	slots     int // states per head: t, or t+1 when non-causal (the total)
@@ -142,8 +145,11 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 		fm.lift = entrywise{}
 	}
 	a := &engine{kind: kind, opts: o, fm: fm, stab: plain{}}
-	if fm.scaled {
+	switch {
+	case fm.scaled:
 		a.stab = &logScales{e: a}
+	case o.Softmax || o.Mix:
+		a.stab = &mixed{e: a, softmax: o.Softmax}
 	}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem
@@ -155,6 +161,7 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 	a.stepStreamBwd = a.streamBackward
 	a.stepCumFwd = a.cumsumForward
 	a.stepCumBwd = a.cumsumBackward
+	a.stepScale, a.stepUnscale = a.scaleItem, a.unscaleItem
 	return a
 }
 
@@ -181,6 +188,9 @@ func (a *engine) projFor(h int) projection {
 	a.sk, _ = a.proj.(*sketch)
 	a.src = a.projectorFor(a.proj, a.kproj)
 	a.stab.bind(a)
+	if a.opts.Heads > 0 {
+		a.tuneFor(a.opts.Heads, h)
+	}
 	return a.proj
 }
 
@@ -209,7 +219,7 @@ func (a *engine) setHeadSize(h int) {
 // workers, projection p and its projector src, into L.
 func (a *engine) layout(L *engineLayout, B, H, N, h, workers int, p projection, src projector) {
 	o := a.opts
-	*L = engineLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
+	*L = engineLayout{bh: B * H, n: N, h: h, heads: H, plan: blocks{N, o.Block}, causal: o.Causal}
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
@@ -257,6 +267,7 @@ func (a *engine) carve(L *engineLayout, p projection, src projector, mem []float
 	}
 	src.carve(L, c)
 	a.stab.carve(L, c)
+	a.tune.carve(L, c)
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
 	}
@@ -292,7 +303,9 @@ func (c *carver) keep() bool { return c.mem != nil }
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), a.projFor(h), a.src)
+	p := a.projFor(h)
+	a.tuneFor(H, h)
+	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), p, a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(engineWorker))
 	}
@@ -328,6 +341,13 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 	if kp != nil && kp != p {
 		floats += kp.floats()
 	}
+	if a.tune == nil { // the per-head parameters and gradients made at the first Forward
+		for _, on := range []bool{a.opts.Scale, a.opts.Mix} {
+			if on {
+				floats += 2 * H
+			}
+		}
+	}
 	var L engineLayout
 	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
 	return int64(a.carve(&L, p, src, nil)+floats) * 4
@@ -338,6 +358,10 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 	mustMatch("Polysketch.Forward", q, k, v, o)
 	a.setup(q)
 	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
+	if a.tune != nil && a.tune.scale != nil {
+		a.pool.run(a.L.bh, a.stepScale)
+		a.q, a.k = a.tune.qs, a.tune.ks
+	}
 	a.ready, a.statesValid = true, false
 	a.src.forward()
 	switch a.L.mode {
@@ -377,6 +401,9 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 	}
 	a.dq, a.dk, a.dv, a.do = dq.Data, dk.Data, dv.Data, do.Data
 	L := &a.L
+	if a.tune != nil && a.tune.mix != nil {
+		clear(a.tune.mslots)
+	}
 	switch L.mode {
 	case modeCumSum:
 		a.pool.run(L.bh, a.stepCumBwd)
@@ -396,6 +423,7 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
 	a.src.backwardEnd()
+	a.tuneBackward()
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
 
@@ -693,7 +721,7 @@ func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
 	if !L.sketched {
 		lowerABt(mat(rows, rows, s), mat(rows, L.h, a.rows(a.q, hd, l)), mat(rows, L.h, a.rows(a.k, hd, l)))
-		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
+		a.stab.exactWeights(w, hd, l, rows, a.opts.Degree)
 		return
 	}
 	a.fm.lift.diagScores(w, s, rows, L.ro)
@@ -810,6 +838,9 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	for i := range gd {
 		gd[i] = -(cross[i] + gd[i]) / d[i]
 	}
+	if z != nil {
+		a.stab.crossGrad(w, hd, l, cross, gd, phi, z[F*h:F*h+F])
+	}
 	dq := a.rows(a.dq, hd, l)
 	if L.causal {
 		for i, gi := range gd {
@@ -824,7 +855,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
-			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
+			a.stab.exactBackward(w, dw, rows, a.opts.Degree)
 			lowerMul(mat(rows, h, dq), mat(rows, rows, dw), mat(rows, h, a.rows(a.k, hd, l)), 0)
 			lowerTMul(mat(rows, h, a.rows(a.dk, hd, l)), mat(rows, rows, dw), mat(rows, h, a.rows(a.q, hd, l)), 0)
 		}
