@@ -60,8 +60,8 @@ type sketchDecoder struct {
 	mixed     bool // Softmax or Mix: local and cross terms relative to a reference per row
 	tune      *tuning
 	qs, kt    []float32 // Scale: the Step's q̃ and k̃
-	ro, F, kw int  // sketch width, features, floats kept per key in the block
-	stateSize int  // F·h + F
+	ro, F, kw int       // sketch width, features, floats kept per key in the block
+	stateSize int       // F·h + F
 	n         int
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
