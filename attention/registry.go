@@ -52,7 +52,7 @@ type Config interface {
 }
 
 // Properties say what a mechanism is, for the model, the tools and the
-// README's table of mechanisms.
+// table of mechanisms in docs/attention.md.
 type Properties struct {
 	Linear       bool // time and memory linear in N (else quadratic time)
 	NormalizeQK  bool // the model puts a LayerNorm on q and k: the weights have no scale of their own

@@ -16,7 +16,7 @@ import (
 // checkpoints save), and SetPrecision makes the bf16 copies of the
 // weights that the products read. Call RoundWeights after every change of
 // the weights to make them again. The rest of attention, LayerNorms, the
-// loss and the embedding lookup stay float32 (see the README for why).
+// loss and the embedding lookup stay float32 (see docs/bf16.md for why).
 //
 // Batches and Decoders take the precision of the model when they are
 // made: set it first.

@@ -9,10 +9,10 @@ import (
 )
 
 // runMechanisms implements "polysketch mechanisms": the attention registry
-// as a table, the README's table of mechanisms with --markdown.
+// as a table, docs/attention.md's table of mechanisms with --markdown.
 func runMechanisms(args []string, stdout io.Writer) error {
 	fs := newFlags("mechanisms", "usage: polysketch mechanisms [--markdown]\n\nLists the attention mechanisms: what each computes, its cost, its options\nwith their defaults, and its properties.\n\nflags:\n", stdout)
-	markdown := fs.Bool("markdown", false, "print the table in Markdown, as the README has it")
+	markdown := fs.Bool("markdown", false, "print the table in Markdown, as docs/attention.md has it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -24,7 +24,7 @@ func runMechanisms(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// mechanismTable returns the registry as the Markdown table of the README
+// mechanismTable returns the registry as the Markdown table of docs/attention.md
 // (checked against it by a test, so that the two cannot drift).
 func mechanismTable() string {
 	yes := func(b bool, y, n string) string {

@@ -9,10 +9,10 @@ import (
 	"github.com/polysketch/polysketch/attention"
 )
 
-// TestREADMEMechanisms requires the README's table of mechanisms to be
+// TestMechanismsDoc requires docs/attention.md's table of mechanisms to be
 // what `polysketch mechanisms --markdown` prints from the registry.
-func TestREADMEMechanisms(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestMechanismsDoc(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/attention.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,14 +20,14 @@ func TestREADMEMechanisms(t *testing.T) {
 	s := string(readme)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the markers %q and %q around the table of mechanisms", begin, end)
+		t.Fatalf("docs/attention.md lacks the markers %q and %q around the table of mechanisms", begin, end)
 	}
 	var out bytes.Buffer
 	if err := run([]string{"mechanisms", "--markdown"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if got := s[i+len(begin) : j]; got != out.String() {
-		t.Errorf("README.md's table of mechanisms is not the registry's; replace it with the output of `go run ./cmd/polysketch mechanisms --markdown`:\n%s", out.String())
+		t.Errorf("docs/attention.md's table of mechanisms is not the registry's; replace it with the output of `go run ./cmd/polysketch mechanisms --markdown`:\n%s", out.String())
 	}
 }
 

@@ -18,7 +18,7 @@ type precisionFlag struct{ p *nn.Precision }
 
 // addPrecisionFlag defines --precision on fs, bound to p.
 func addPrecisionFlag(fs *flag.FlagSet, p *nn.Precision) {
-	fs.Var(precisionFlag{p}, "precision", "number format of the dense layers' products: fp32, or bf16 (bfloat16 inputs, float32 accumulation and master weights; see the README)")
+	fs.Var(precisionFlag{p}, "precision", "number format of the dense layers' products: fp32, or bf16 (bfloat16 inputs, float32 accumulation and master weights; see docs/bf16.md)")
 }
 
 func (f precisionFlag) String() string {

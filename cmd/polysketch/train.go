@@ -43,7 +43,7 @@ A checkpoint is saved every --save-every steps, at the end, and on Ctrl-C
 model and recipe: flags given with --resume must match the checkpoint,
 except --steps, --eval-every, --eval-batches, --save-every, --log-every,
 --cache-dir and --precision (a run may switch between fp32 and bf16, see
-the README). A NaN or infinite loss stops the run without saving, leaving
+docs/bf16.md). A NaN or infinite loss stops the run without saving, leaving
 the last good checkpoint.
 
 Only one train at a time may use a --out directory: train locks its .lock
