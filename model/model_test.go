@@ -72,6 +72,7 @@ func testCases() []struct {
 		{"polysketch/srht/remat", tiny("polysketch:sketch=srht:remat")},
 		{"polysketch/b5/untied", untied(tiny("polysketch:block=5"))},
 		{"polysketch/learned", tiny("polysketch:learned")},
+		{"polysketch/student", tiny("polysketch:learned:raw-qk:scale:local-softmax:mix")},
 	}
 	for _, name := range attention.Names() { // every mechanism with its defaults
 		cases = append(cases, struct {
