@@ -412,6 +412,13 @@ func TestParams(t *testing.T) {
 			r := ps.SketchSize
 			perLayer += 2 * (2*h + (h*8*r + 8*r) + 2*8*r + (8*r*r + r) + (r*8*r + 8*r) + (8*r*r + r))
 		}
+		if ps, ok := cfg.Attention.(attention.PolysketchConfig); ok {
+			for _, on := range []bool{ps.Scale, ps.Mix} {
+				if on {
+					perLayer += cfg.Heads // one per head
+				}
+			}
+		}
 		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok && !sq.Frozen {
 			perLayer += sq.Degree + 1 // the coefficients
 		}
