@@ -66,7 +66,8 @@ type Checkpoint struct {
 	// saves null.
 	Train json.RawMessage
 	// Optimizer is the optimizer state keyed by parameter name plus ".m"
-	// and ".v", as optim.AdamW.State returns it; nil saves weights alone.
+	// and ".v", as optim.AdamW.State returns it, of every parameter or of
+	// those a run trains; nil saves weights alone.
 	Optimizer map[string]*tensor.Tensor
 	// State is the rest of the run's position.
 	State State
@@ -91,6 +92,9 @@ type State struct {
 	Tokens int64 `json:"tokens"`
 	// Seconds is the time spent training, over every session of the run.
 	Seconds float64 `json:"seconds"`
+	// Stage names the stage of a run of several (package train's
+	// Run.Stage) that the checkpoint was saved in; "" for a run of one.
+	Stage string `json:"stage,omitempty"`
 }
 
 // stateJSON is state.json: State with the format version.
@@ -214,28 +218,39 @@ func save(dir string, c *Checkpoint) error {
 	return nil
 }
 
-// checkOptimizer checks that state holds finite moments of the shape of
-// every parameter, and nothing else.
+// checkOptimizer checks that state holds finite moments, both of them,
+// of the shape of each parameter it names, and nothing else: of every
+// parameter, or of those a run trains (train.Run.Trainable).
 func checkOptimizer(state map[string]*tensor.Tensor, params []*nn.Param) error {
-	want := make(map[string]*tensor.Tensor, 2*len(params))
-	for _, p := range params {
-		want[p.Name+".m"] = p.Value
-		want[p.Name+".v"] = p.Value
+	if len(state) == 0 {
+		return errors.New("no moments")
 	}
-	for _, key := range sortedKeys(want) {
-		t, ok := state[key]
-		if !ok {
-			return fmt.Errorf("no entry %q", key)
+	own := make(map[string]bool, len(state))
+	for _, p := range params {
+		m, v := p.Name+".m", p.Name+".v"
+		_, hasM := state[m]
+		_, hasV := state[v]
+		switch {
+		case !hasM && !hasV:
+			continue // not trained
+		case !hasM:
+			return fmt.Errorf("no entry %q", m)
+		case !hasV:
+			return fmt.Errorf("no entry %q", v)
 		}
-		if !tensor.SameShape(t, want[key]) {
-			return fmt.Errorf("%q has shape %v, the parameter has %v", key, t.Shape, want[key].Shape)
-		}
-		if err := t.CheckFinite(key); err != nil {
-			return err
+		for _, key := range []string{m, v} {
+			t := state[key]
+			if !tensor.SameShape(t, p.Value) {
+				return fmt.Errorf("%q has shape %v, the parameter has %v", key, t.Shape, p.Value.Shape)
+			}
+			if err := t.CheckFinite(key); err != nil {
+				return err
+			}
+			own[key] = true
 		}
 	}
 	for _, key := range sortedKeys(state) {
-		if _, ok := want[key]; !ok {
+		if !own[key] {
 			return fmt.Errorf("entry %q belongs to no parameter of the model", key)
 		}
 	}

@@ -36,7 +36,6 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
-	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/internal/filelock"
@@ -243,18 +242,19 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		logf = func(string, ...any) {}
 	}
 
-	var trainTokens, valTokens *data.Tokens
+	var source *train.Corpus
 	if e.kind != taskKind {
 		tok := o.Tokenizer
 		if tok == nil {
 			tok = tokenizer.Byte
 		}
-		trainTokens, valTokens, err = data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		trainTokens, valTokens, err := data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}
 		defer trainTokens.Close()
 		defer valTokens.Close()
+		source = &train.Corpus{Train: trainTokens, Val: valTokens}
 	}
 	var results []Result
 	for i, r := range plan.Runs {
@@ -266,7 +266,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 			}
 			logf("%s: %s", r.Name, note)
 		}
-		if err := runOne(ctx, o, r, trainTokens, valTokens, logf); err != nil {
+		if err := runOne(ctx, o, r, source, logf); err != nil {
 			return nil, fmt.Errorf("run %s: %w", r.Name, err)
 		}
 		res, err := result(filepath.Join(o.Dir, RunsDir, r.Name), r)
@@ -370,49 +370,27 @@ func freezeBest(dir string, r Run, done []Result) (Run, string, error) {
 }
 
 // runOne trains r to its last step in its directory, resuming from a
-// checkpoint there.
-func runOne(ctx context.Context, o Options, r Run, trainTokens, valTokens *data.Tokens, logf func(string, ...any)) error {
-	dir := filepath.Join(o.Dir, RunsDir, r.Name)
-	var set *task.Set
-	if r.Train.Task != nil {
-		var err error
-		if set, err = task.New(*r.Train.Task, tokenizer.Byte); err != nil {
-			return err
-		}
+// checkpoint there. A run on the corpus trains on source; one on a task,
+// on its own task's examples.
+func runOne(ctx context.Context, o Options, r Run, source *train.Corpus, logf func(string, ...any)) error {
+	run := train.Run{Model: r.Model, Recipe: r.Train, Mode: train.ResumeOrNew}
+	if r.Train.Task == nil {
+		run.Source = source
 	}
-	var t *train.Trainer
-	if checkpoint.Exists(filepath.Join(dir, train.CheckpointDir)) {
-		c, tc, err := train.LoadCheckpoint(dir)
-		if err != nil {
-			return err
-		}
-		if c.State.Step >= tc.Steps {
-			return nil
-		}
-		logf("%s: resuming at step %d", r.Name, c.State.Step)
-		if set != nil {
-			t, err = train.ResumeTask(dir, c, r.Train, set)
-		} else {
-			t, err = train.Resume(dir, c, r.Train, trainTokens, valTokens)
-		}
-		if err != nil {
-			return err
-		}
-	} else {
-		var err error
-		if set != nil {
-			t, err = train.NewTask(dir, r.Model, r.Train, set)
-		} else {
-			t, err = train.New(dir, r.Model, r.Train, trainTokens, valTokens)
-		}
-		if err != nil {
-			return err
-		}
+	t, err := train.Start(filepath.Join(o.Dir, RunsDir, r.Name), run)
+	if errors.Is(err, train.ErrComplete) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	defer t.Close()
+	if t.Resumed {
+		logf("%s: resuming at step %d", r.Name, t.Step())
+	}
 	if o.Progress != nil {
 		t.Progress = func(p train.Progress) { o.Progress(r.Name, p) }
 	}
-	_, err := t.Run(ctx)
+	_, err = t.Run(ctx)
 	return err
 }

@@ -3,14 +3,11 @@ package train
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
 
-	"github.com/polysketch/polysketch/checkpoint"
-	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
@@ -46,7 +43,15 @@ type Request interface {
 	Wait() error
 }
 
-// DistOptions tune a data-parallel run.
+// DistOptions tune a data-parallel run (Run.Comm).
+//
+// The global batch of a step is Accum micro-batches of Batch sequences, as
+// in a single process; Accum must be a multiple of the number of ranks.
+// Rank r computes micro-batches r, r+K, r+2K, … of the sequence a single
+// process draws, and the gradients are summed in micro-batch order, so
+// that the losses and weights are bitwise those of one process with the
+// same configuration, for any number of ranks. Every rank applies the
+// same update; rank 0 alone validates and writes the run's files.
 type DistOptions struct {
 	// NoOverlap sends each micro-batch's gradients only once its whole
 	// backward pass is done, instead of layer by layer as they are made.
@@ -55,80 +60,6 @@ type DistOptions struct {
 	// all-reduce: faster on some networks, but its summation order, and so
 	// the last bits of the weights, depend on the number of ranks.
 	Allreduce bool
-}
-
-// Join prepares the part of a data-parallel run that this rank of comm
-// takes: a fresh run (c nil) or one resumed from c (see Resume). Every
-// rank must call Join with the same configurations and tokens (polysketch
-// train compares them across the ranks first). Rank 0 alone writes in dir (checkpoints, metrics,
-// loss curve) and validates; every rank computes its share of each step's
-// micro-batches and applies the same update.
-//
-// The global batch of a step is tc.Accum micro-batches of tc.Batch
-// sequences, as in a single process; tc.Accum must be a multiple of the
-// number of ranks. Rank r computes micro-batches r, r+K, r+2K, … of the
-// sequence a single process draws, and the gradients are summed in
-// micro-batch order, so that the losses and weights are bitwise those of
-// one process with the same configuration, for any number of ranks.
-func Join(comm Comm, opt DistOptions, dir string, mc model.Config, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
-	k := comm.Size()
-	if tc.Accum%k != 0 {
-		return nil, fmt.Errorf("accum %d is not a multiple of the %d ranks: the global batch (batch × accum) is split across the ranks; pass an accum of %d, %d, …", tc.Accum, k, k, 2*k)
-	}
-	var t *Trainer
-	var err error
-	switch {
-	case comm.Rank() == 0 && c == nil:
-		t, err = New(dir, mc, tc, train, val)
-	case comm.Rank() == 0:
-		t, err = Resume(dir, c, tc, train, val)
-	default:
-		t, err = newWorker(mc, c, tc, train, val)
-	}
-	if err != nil {
-		return nil, err
-	}
-	t.dist = newDist(comm, opt, t.Model)
-	return t, nil
-}
-
-// newWorker returns the trainer of a rank other than 0: New or Resume
-// without the run directory.
-func newWorker(mc model.Config, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
-	if err := tc.Validate(); err != nil {
-		return nil, fmt.Errorf("training config: %w", err)
-	}
-	t := &Trainer{Config: tc, saved: -1}
-	if c == nil {
-		m, err := model.New(mc)
-		if err != nil {
-			return nil, err
-		}
-		t.Model = m
-		t.state.Tokenizer = tc.Tokenizer
-	} else {
-		if c.Optimizer == nil {
-			return nil, errors.New("checkpoint holds weights only, no optimizer state to resume training with")
-		}
-		t.Model, t.state, t.saved = c.Model, c.State, c.State.Step
-	}
-	if err := t.init(train, val); err != nil {
-		return nil, err
-	}
-	var err error
-	if t.opt, err = optim.NewAdamW(t.Model.Params(), tc.optimizer()); err != nil {
-		return nil, err
-	}
-	if c != nil {
-		if err := t.batches.SetState(c.State.Data); err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
-		}
-		if err := t.opt.LoadState(c.Optimizer); err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
-		}
-		t.opt.Step = c.State.Step
-	}
-	return t, nil
 }
 
 // Rank returns the trainer's rank in a data-parallel run, 0 otherwise.
@@ -205,8 +136,10 @@ type dist struct {
 	lossBuf      []byte
 }
 
-func newDist(comm Comm, opt DistOptions, m *model.Model) *dist {
-	d := &dist{comm: comm, opt: opt, params: m.Params(), ctx: context.Background()}
+// newDist makes the data-parallel part of a trainer of m whose trained
+// parameters are params.
+func newDist(comm Comm, opt DistOptions, m *model.Model, params []*nn.Param) *dist {
+	d := &dist{comm: comm, opt: opt, params: params, ctx: context.Background()}
 	n := 0
 	for _, p := range d.params {
 		d.offset = append(d.offset, n)
@@ -487,20 +420,18 @@ func (t *Trainer) gradients() (loss float64, tokens int64, err error) {
 	all := t.losses[:A]
 	mine := t.mine[:0]
 	for i := range A {
-		B, N, err := t.next()
-		if err != nil {
+		if err := t.feed.next(&t.batch); err != nil {
 			return 0, 0, fmt.Errorf("training data: %w", err)
 		}
-		tokens += int64(B * N)
+		tokens += int64(t.batch.B * t.batch.N)
 		if i%k != rank {
 			continue // another rank's micro-batch
 		}
 		optim.ZeroGrad(params)
-		l := t.Model.Loss(t.inputs, t.targets, B, N)
+		l := t.objective(t.Model, t.batch)
 		if testHookLoss != nil {
 			l = testHookLoss(t.opt.Step+1, l)
 		}
-		t.Model.Backward()
 		mine = append(mine, l)
 		switch {
 		case d != nil && d.opt.Allreduce:
@@ -544,7 +475,7 @@ func (t *Trainer) gradients() (loss float64, tokens int64, err error) {
 // addLocal adds the parameters' gradients into the local sum, or copies
 // them there for the first micro-batch.
 func (t *Trainer) addLocal(first bool) {
-	params := t.Model.Params()
+	params := t.params
 	if len(t.acc) != len(params) {
 		t.acc = make([][]float32, len(params))
 		for j, p := range params {
@@ -562,7 +493,7 @@ func (t *Trainer) addLocal(first bool) {
 
 // restoreLocal copies the local sum into the parameters' gradients.
 func (t *Trainer) restoreLocal() {
-	for j, p := range t.Model.Params() {
+	for j, p := range t.params {
 		copy(p.Grad.Data, t.acc[j])
 	}
 }

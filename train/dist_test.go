@@ -2,7 +2,10 @@ package train
 
 import (
 	"context"
+	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,26 +13,52 @@ import (
 	"github.com/polysketch/polysketch/model"
 )
 
+// startRanks calls Start on k ranks of a localComm at once, each a
+// goroutine, with the Run that run returns for its rank (Comm set), and
+// returns their trainers and errors.
+func startRanks(k int, dir string, run func(r int) Run) ([]*Trainer, []error) {
+	comms := newLocalGroup(k)
+	trs, errs := make([]*Trainer, k), make([]error, k)
+	var wg sync.WaitGroup
+	for r := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rr := run(r)
+			rr.Comm = comms[r]
+			trs[r], errs[r] = Start(dir, rr)
+		}()
+	}
+	wg.Wait()
+	return trs, errs
+}
+
 // runRanks trains tc in dir on k ranks of a localComm, each a goroutine,
 // and returns their trainers after Run. cancelAt, if positive, cancels
 // rank k-1's context after that step.
 func runRanks(t *testing.T, dir string, k int, tc Config, opt DistOptions, cancelAt int) ([]*Trainer, []error) {
 	t.Helper()
 	train, val := tinyData(t)
-	comms := newLocalGroup(k)
-	trs := make([]*Trainer, k)
-	for r := range k {
-		tr, err := Join(comms[r], opt, dir, tinyModel(), nil, tc, train, val)
+	trs, errs := startRanks(k, dir, func(int) Run {
+		return Run{Model: tinyModel(), Recipe: tc, Source: &Corpus{Train: train, Val: val}, Dist: opt}
+	})
+	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
-		trs[r] = tr
 	}
-	errs := make([]error, k)
+	return trs, runAll(t, trs, cancelAt)
+}
+
+// runAll runs the trainers of the ranks, each in a goroutine, and closes
+// them. cancelAt, if positive, cancels the last rank's context after that
+// step.
+func runAll(t *testing.T, trs []*Trainer, cancelAt int) []error {
+	errs := make([]error, len(trs))
 	var wg sync.WaitGroup
 	for r, tr := range trs {
 		ctx, cancel := context.WithCancel(context.Background())
-		if r == k-1 && cancelAt > 0 {
+		if r == len(trs)-1 && cancelAt > 0 {
 			tr.Progress = func(p Progress) {
 				if p.Step == cancelAt {
 					cancel()
@@ -47,7 +76,7 @@ func runRanks(t *testing.T, dir string, k int, tc Config, opt DistOptions, cance
 		}()
 	}
 	wg.Wait()
-	return trs, errs
+	return errs
 }
 
 // TestDistributedSameAsOneProcess checks the promise of Join: K ranks
@@ -104,19 +133,15 @@ func TestAccumulationOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same two micro-batches, one model each, from zero.
-	train, val := tinyData(t)
 	ref := make([][]float32, 2)
-	b, err := newWorker(tinyModel(), nil, tc, train, val)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newTrainer(t, t.TempDir(), tc)
+	defer b.Close()
 	for i := range 2 {
-		if err := b.batches.Next(&b.batch); err != nil {
+		if err := b.feed.next(&b.batch); err != nil {
 			t.Fatal(err)
 		}
-		in, tg := split(b.batch, nil, nil)
 		m, _ := model.New(tinyModel())
-		m.Loss(in, tg, b.batch.B, b.batch.N)
+		m.Loss(b.batch.Inputs, b.batch.Targets, b.batch.B, b.batch.N)
 		m.Backward()
 		for _, p := range m.Params() {
 			ref[i] = append(ref[i], p.Grad.Data...)
@@ -148,7 +173,7 @@ func TestDistributedStop(t *testing.T) {
 	if a, b := trs[0].Step(), trs[1].Step(); a != b || a >= tc.Steps {
 		t.Errorf("ranks stopped at steps %d and %d", a, b)
 	}
-	if _, saved, err := LoadCheckpoint(dir); err != nil || saved.Steps != tc.Steps {
+	if _, saved, err := OpenRun(dir); err != nil || saved.Steps != tc.Steps {
 		t.Errorf("checkpoint: %v", err)
 	}
 }
@@ -160,13 +185,87 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func TestJoinErrors(t *testing.T) {
+// TestStartupAgreement: ranks that start different runs, or one of which
+// fails before it agrees, all fail, rank 0 naming the rank and the
+// difference, the others with ErrStartup; none writes anything.
+func TestStartupAgreement(t *testing.T) {
 	train, val := tinyData(t)
-	tc := tinyTrain()
-	tc.Accum = 3
-	_, err := Join(newLocalGroup(2)[0], DistOptions{}, t.TempDir(), tinyModel(), nil, tc, train, val)
-	if err == nil || !strings.Contains(err.Error(), "not a multiple of the 2 ranks") {
-		t.Errorf("accum 3 on 2 ranks: %v", err)
+	corpus := &Corpus{Train: train, Val: val}
+	recipe := tinyTrain()
+	recipe.Accum = 6 // a multiple of 2 and 3 ranks
+	other := recipe
+	other.LR = 0.002
+	three := recipe
+	three.Accum = 3
+	otherVal := &Corpus{Train: train, Val: train}
+	tests := []struct {
+		name  string
+		k     int
+		run   func(r int) Run
+		rank0 string
+	}{
+		{"another recipe", 3, func(r int) Run {
+			if r == 2 {
+				return Run{Model: tinyModel(), Recipe: other, Source: corpus}
+			}
+			return Run{Model: tinyModel(), Recipe: recipe, Source: corpus}
+		}, "rank 2 differs from rank 0 in train.lr: 0.003 vs 0.002"},
+		{"other tokens", 2, func(r int) Run {
+			if r == 1 {
+				return Run{Model: tinyModel(), Recipe: recipe, Source: otherVal}
+			}
+			return Run{Model: tinyModel(), Recipe: recipe, Source: corpus}
+		}, "rank 1 differs from rank 0 in tokens"},
+		{"a rank fails", 2, func(r int) Run {
+			mc := tinyModel()
+			if r == 1 {
+				mc.Heads = 3
+			}
+			return Run{Model: mc, Recipe: recipe, Source: corpus}
+		}, "rank 1 failed at start-up: model: "},
+		{"accum not a multiple of the ranks", 2, func(int) Run {
+			return Run{Model: tinyModel(), Recipe: three, Source: corpus}
+		}, "accum 3 is not a multiple of the 2 ranks"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			trs, errs := startRanks(tt.k, dir, tt.run)
+			if errs[0] == nil || !strings.Contains(errs[0].Error(), tt.rank0) {
+				t.Errorf("rank 0: %v, want %q", errs[0], tt.rank0)
+			}
+			for r, err := range errs[1:] {
+				if !errors.Is(err, ErrStartup) {
+					t.Errorf("rank %d: %v, want ErrStartup", r+1, err)
+				}
+			}
+			for r, tr := range trs {
+				if tr != nil {
+					t.Errorf("rank %d has a trainer", r)
+				}
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a failed start-up left %s: %v", dir, err)
+			}
+		})
+	}
+
+	// A rank that fails before Start withdraws: the others fail with it.
+	comms := newLocalGroup(2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, errs[0] = Start(t.TempDir(), Run{Model: tinyModel(), Recipe: recipe, Source: corpus, Comm: comms[0]})
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = Withdraw(comms[1], errors.New("bad flag"))
+	}()
+	wg.Wait()
+	if errs[0] == nil || errs[0].Error() != "rank 1 failed at start-up: bad flag" || !errors.Is(errs[1], ErrStartup) {
+		t.Errorf("withdrawn rank 1: rank 0 %v, rank 1 %v", errs[0], errs[1])
 	}
 }
 
@@ -204,38 +303,24 @@ func TestDistributedResume(t *testing.T) {
 	}
 	dir := t.TempDir()
 	runRanks(t, dir, 2, tc, DistOptions{}, 3)
-	c, saved, err := LoadCheckpoint(dir)
+	s, _, err := OpenRun(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.State.Step >= tc.Steps {
-		t.Fatalf("the first session ran to step %d", c.State.Step)
+	if s.State.Step >= tc.Steps {
+		t.Fatalf("the first session ran to step %d", s.State.Step)
 	}
+	// Every rank loads the checkpoint itself, as on separate hosts.
 	train, val := tinyData(t)
-	comms := newLocalGroup(4)
-	trs := make([]*Trainer, 4)
-	for r := range trs {
-		// Every rank loads the checkpoint itself, as on separate hosts.
-		c, _, err := LoadCheckpoint(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if trs[r], err = Join(comms[r], DistOptions{}, dir, c.Model.Config(), c, saved, train, val); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for r, tr := range trs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[r] = tr.Run(context.Background())
-			tr.Close()
-		}()
-	}
-	wg.Wait()
+	trs, errs := startRanks(4, dir, func(int) Run {
+		return Run{Mode: Resume, Configure: func(*model.Config, *Config) error { return nil }, Source: &Corpus{Train: train, Val: val}}
+	})
 	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r, err := range runAll(t, trs, 0) {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}

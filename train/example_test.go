@@ -7,12 +7,15 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -56,7 +59,8 @@ func Example() {
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 4, 10, 2, 5, 1
 	run := filepath.Join(dir, "run")
 
-	t, err := train.New(run, mc, tc, trainTokens, valTokens)
+	source := &train.Corpus{Train: trainTokens, Val: valTokens}
+	t, err := train.Start(run, train.Run{Model: mc, Recipe: tc, Source: source})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,11 +75,8 @@ func Example() {
 	t.Close()
 	fmt.Println("stopped at step", res.Step, errors.Is(err, context.Canceled))
 
-	c, saved, err := train.LoadCheckpoint(run)
-	if err != nil {
-		log.Fatal(err)
-	}
-	t, err = train.Resume(run, c, saved, trainTokens, valTokens)
+	// Resume: the model and recipe are the checkpoint's.
+	t, err = train.Start(run, train.Run{Model: mc, Recipe: tc, Source: source, Mode: train.Resume})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func ExampleSaved_Changes() {
 	tc := train.DefaultConfig()
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 2, 0, 2, 1
 	run := filepath.Join(dir, "run")
-	t, err := train.New(run, mc, tc, trainTokens, valTokens)
+	t, err := train.Start(run, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -127,7 +128,91 @@ func ExampleSaved_Changes() {
 	for _, c := range saved.Changes(recipe, saved.Model.Config(), more) {
 		fmt.Printf("%s: saved %s, given %s\n", c.Field, c.Saved, c.Given)
 	}
+	// Start applies the same rules, and refuses.
+	_, err = train.Start(run, train.Run{Model: saved.Model.Config(), Recipe: more, Mode: train.Resume})
+	var refused *train.ResumeError
+	fmt.Println(errors.As(err, &refused))
 	// Output:
 	// step 2 of 2 with the byte tokenizer
 	// lr: saved 0.002, given 0.001
+	// true
+}
+
+// A run of two stages in one directory, as linearization makes: the first
+// trains only some parameters (here the attention's learned sketches) on
+// an objective of its own, the second starts from the first's weights and
+// trains them all on next-token loss. Each stage is an ordinary run, with
+// checkpoints, resume and its own metrics log; the checkpoint records its
+// stage, so that a stage resumes only itself.
+func ExampleRun_stages() {
+	dir := foxDir()
+	defer os.RemoveAll(dir)
+	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+	source := &train.Corpus{Train: trainTokens, Val: valTokens}
+	mc := model.DefaultConfig()
+	mc.Dim, mc.Layers, mc.Heads, mc.Context = 16, 1, 2, 16
+	mc.Attention, _ = attention.ParseSpec("polysketch:learned:block=8:sketch-size=4")
+	tc := train.DefaultConfig()
+	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 3, 0, 3, 1
+	run := filepath.Join(dir, "run")
+
+	// Stage 1: the sketches alone, on an objective of the caller's (here
+	// the next-token loss of the first half of each sequence).
+	t, err := train.Start(run, train.Run{
+		Model: mc, Recipe: tc, Source: source, Mode: train.ResumeOrNew,
+		Stage:     "transfer",
+		Trainable: func(p *nn.Param) bool { return strings.Contains(p.Name, ".attn.") },
+		Objective: func(m *model.Model, b train.Batch) float64 {
+			targets := slices.Clone(b.Targets)
+			for i := range targets {
+				if i%b.N >= b.N/2 {
+					targets[i] = -1 // not predicted
+				}
+			}
+			loss := m.Loss(b.Inputs, targets, b.B, b.N)
+			m.Backward()
+			return loss
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := t.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	t.Close()
+
+	// Stage 2: every weight, from stage 1's, which Init is given.
+	tc.Steps = 2
+	t, err = train.Start(run, train.Run{
+		Model: mc, Recipe: tc, Source: source, Mode: train.ResumeOrNew,
+		Init: func(m *model.Model, prev *checkpoint.Checkpoint) error {
+			fmt.Println("stage 2 starts from stage", prev.State.Stage, "at step", prev.State.Step)
+			from := prev.Model.Params()
+			for i, p := range m.Params() {
+				copy(p.Value.Data, from[i].Value.Data)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := t.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	t.Close()
+	for _, f := range []string{train.StageFile(train.MetricsFile, "transfer"), train.MetricsFile} {
+		ms, _, _ := train.ReadMetrics(filepath.Join(run, f))
+		fmt.Println(f, len(ms), "steps")
+	}
+	// Output:
+	// stage 2 starts from stage transfer at step 3
+	// metrics-transfer.jsonl 3 steps
+	// metrics.jsonl 2 steps
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/polysketch/polysketch/internal/atomicfile"
 
@@ -46,6 +47,11 @@ const (
 	AccuracyPlotFile = "accuracy.png"
 	// CheckpointDir is the checkpoint's directory inside the run's.
 	CheckpointDir = "checkpoint"
+	// LockFile is locked while a trainer has the run open (Start). It is
+	// beside the checkpoint directory, not in it, since a save swaps that
+	// one whole; and a run replaced (Replace) has its files replaced,
+	// never the directory, so the lock holds for the new run.
+	LockFile = ".lock"
 )
 
 // ReadMetrics reads the metrics log at path. A line that does not parse
@@ -77,11 +83,28 @@ type metricsLog struct {
 	f *os.File
 }
 
-// openMetrics opens the metrics log of the run in dir for appending. It
-// first keeps only the lines of steps up to step (those before the
-// checkpoint a run resumes from; none for a new run) and returns them.
-func openMetrics(dir string, step int) (*metricsLog, []Metrics, int, error) {
-	path := filepath.Join(dir, MetricsFile)
+// StageFile returns the name of a run's file (MetricsFile, PlotFile,
+// AccuracyPlotFile) for its stage (Run.Stage): the name itself for a run
+// of one stage, "" ("metrics.jsonl"), and the name with the stage before
+// its extension for another ("metrics-transfer.jsonl").
+func StageFile(name, stage string) string {
+	if stage == "" {
+		return name
+	}
+	ext := filepath.Ext(name)
+	return strings.TrimSuffix(name, ext) + "-" + stage + ext
+}
+
+// metricsPath returns the path of the run's metrics log.
+func (t *Trainer) metricsPath() string {
+	return filepath.Join(t.Dir, StageFile(MetricsFile, t.stage))
+}
+
+// openMetrics opens the metrics log at path for appending. It first
+// keeps only the lines of steps up to step (those before the checkpoint a
+// run resumes from; none for a new run, whose step is -1) and returns
+// them.
+func openMetrics(path string, step int) (*metricsLog, []Metrics, int, error) {
 	old, skipped, err := ReadMetrics(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, 0, fmt.Errorf("reading metrics log: %w", err)

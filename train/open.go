@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 )
@@ -108,34 +109,64 @@ var Resumable = []string{"steps", "eval_every", "eval_batches", "save_every", "p
 // given with another value than its checkpoint's.
 type Change struct {
 	Field string // the JSON name; an attention option by its own ("block")
+	// Saved and Given are the values as JSON; none for a field that is
+	// empty, and so absent, on its side.
 	Saved string
 	Given string
 }
 
 // Changes returns the fields in which mc and tc, the configuration a
 // resumed run is given, differ from the checkpoint's model and from its
-// recipe saved (from OpenRun), other than those Resumable allows: none
-// means the run may resume with them. Another attention mechanism is one
-// change, not one per option; a tokenizer given as a file that is the
-// checkpoint's own tokenizer is no change.
-func (s *Saved) Changes(saved Config, mc model.Config, tc Config) []Change {
-	if tc.Tokenizer != saved.Tokenizer {
-		if t, err := tokenizer.Open(tc.Tokenizer); err == nil && t.Name() == saved.Tokenizer {
-			tc.Tokenizer = saved.Tokenizer
+// recipe (from OpenRun), other than those Resumable allows: none means the
+// run may resume with them. Another attention mechanism is one change, not
+// one per option, and so is a task where there was none, or none where
+// there was one; a tokenizer given as a file that is the checkpoint's own
+// tokenizer is no change.
+func (s *Saved) Changes(recipe Config, mc model.Config, tc Config) []Change {
+	if tc.Tokenizer != recipe.Tokenizer {
+		if t, err := tokenizer.Open(tc.Tokenizer); err == nil && t.Name() == recipe.Tokenizer {
+			tc.Tokenizer = recipe.Tokenizer
 		}
 	}
 	smc := s.Model.Config()
-	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
 	var out []Change
-	for _, d := range append(checkpoint.Differences(smc, mc), checkpoint.Differences(saved, tc)...) {
-		if otherMechanism && strings.HasPrefix(d.Path, "attention_options.") {
-			continue // the mechanism's difference says it all
+	otherMechanism := mc.Attention.Mechanism() != smc.Attention.Mechanism()
+	otherTask := (tc.Task == nil) != (recipe.Task == nil)
+	if otherTask {
+		out = append(out, Change{Field: "task", Saved: taskName(recipe.Task), Given: taskName(tc.Task)})
+	}
+	for _, d := range append(checkpoint.Differences(smc, mc), checkpoint.Differences(recipe, tc)...) {
+		if otherMechanism && strings.HasPrefix(d.Path, "attention_options.") || otherTask && (d.Path == "task" || strings.HasPrefix(d.Path, "task.")) {
+			continue // the mechanism's or task's difference says it all
 		}
 		field := strings.TrimPrefix(d.Path, "attention_options.")
 		if slices.Contains(Resumable, field) {
 			continue
 		}
-		out = append(out, Change{Field: field, Saved: d.A, Given: d.B})
+		out = append(out, Change{Field: field, Saved: none(d.A), Given: none(d.B)})
 	}
 	return out
+}
+
+// none shows a field that one side lacks (an empty field omitted from its
+// JSON) as none.
+func none(v string) string {
+	if v == "missing" {
+		return "none"
+	}
+	return v
+}
+
+// taskName returns the name of task s as a Change shows it: JSON, none
+// for no task.
+func taskName(s *task.Spec) string {
+	if s == nil {
+		return "none"
+	}
+	name := s.Name
+	if s.Name == task.File {
+		name = s.Path
+	}
+	b, _ := json.Marshal(name)
+	return string(b)
 }

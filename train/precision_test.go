@@ -66,16 +66,14 @@ func TestResumeOtherPrecision(t *testing.T) {
 			if _, err := runTrainer(t, newTrainer(t, dir, tc), 10); !errors.Is(err, context.Canceled) {
 				t.Fatalf("interrupted run: %v", err)
 			}
-			c, saved, err := LoadCheckpoint(dir)
+			_, saved, err := OpenRun(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if saved.Precision != from {
 				t.Fatalf("checkpoint records precision %v, want %v", saved.Precision, from)
 			}
-			saved.Precision = to
-			train, val := tinyData(t)
-			resumed, err := Resume(dir, c, saved, train, val)
+			resumed, err := resume(t, dir, func(tc *Config) { tc.Precision = to })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +82,7 @@ func TestResumeOtherPrecision(t *testing.T) {
 			}
 			sameRun(t, readMetrics(t, liveDir), readMetrics(t, dir))
 			sameWeights(t, live.Model, resumed.Model)
-			if _, saved, err = LoadCheckpoint(dir); err != nil || saved.Precision != to {
+			if _, saved, err = OpenRun(dir); err != nil || saved.Precision != to {
 				t.Errorf("final checkpoint records precision %v (%v), want %v", saved.Precision, err, to)
 			}
 
@@ -121,8 +119,7 @@ func TestBF16TracksFP32(t *testing.T) {
 		tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = steps, 20, 50, 4
 		tc.Precision, tc.Seed = r.p, r.seed
 		dir := t.TempDir()
-		train, val := tinyData(t)
-		tr, err := New(dir, mc, tc, train, val)
+		tr, err := startNew(t, dir, mc, tc)
 		if err != nil {
 			t.Fatal(err)
 		}

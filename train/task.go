@@ -7,17 +7,9 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/chart"
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/model"
 )
-
-// taskData is the training data of a task run.
-type taskData struct {
-	set  *task.Set
-	draw uint64 // the stream position of the next training example
-	exs  []task.Example
-}
 
 // TaskModel shapes mc for task s: the length and direction of its
 // examples, and, for each of layers, heads, dim and the attention's block
@@ -41,46 +33,6 @@ func TaskModel(mc *model.Config, s *task.Spec, chosen func(field string) bool) {
 			}
 		}
 	}
-}
-
-// NewTask prepares a fresh run in dir that trains a model built from mc
-// on the task set, whose spec must be tc.Task. It is New for a task: the
-// run's checkpoints, metrics log and resumption work the same, a
-// validation scores the task's test examples (loss, accuracy and exact
-// match over answer positions), and the run also draws accuracy.png.
-func NewTask(dir string, mc model.Config, tc Config, set *task.Set) (*Trainer, error) {
-	return newRun(dir, mc, tc, func(t *Trainer) error { return t.initTask(set) })
-}
-
-// ResumeTask is Resume for a task run: it continues the run in dir from
-// its checkpoint c on the task set.
-func ResumeTask(dir string, c *checkpoint.Checkpoint, tc Config, set *task.Set) (*Trainer, error) {
-	return resumeRun(dir, c, tc, func(t *Trainer) error { return t.initTask(set) })
-}
-
-func (t *Trainer) initTask(set *task.Set) error {
-	mc := t.Model.Config()
-	switch {
-	case t.Config.Task == nil || *t.Config.Task != set.Spec:
-		return fmt.Errorf("the training configuration's task %+v is not the task given, %+v", t.Config.Task, set.Spec)
-	case set.Vocab() != mc.Vocab:
-		return fmt.Errorf("task %s has %d token ids; the model's vocabulary is %d", set.Spec.Name, set.Vocab(), mc.Vocab)
-	case set.Length() > mc.Context:
-		return fmt.Errorf("task %s has examples of %d tokens, longer than the model's context %d", set.Spec.Name, set.Length(), mc.Context)
-	}
-	t.task = &taskData{set: set, exs: make([]task.Example, t.Config.Batch)}
-	t.sched = t.Config.schedule()
-	return nil
-}
-
-func (d *taskData) next(t *Trainer) (B, N int, err error) {
-	t.inputs, t.targets = t.inputs[:0], t.targets[:0]
-	for i := range d.exs {
-		d.set.Draw(&d.exs[i], &d.draw)
-		t.inputs = append(t.inputs, d.exs[i].Tokens...)
-		t.targets = append(t.targets, d.exs[i].Targets...)
-	}
-	return len(d.exs), d.set.Length(), nil
 }
 
 // EvaluateTask scores m on the test examples of set, batch examples at a

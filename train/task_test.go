@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
@@ -32,7 +33,7 @@ func tinyTask(t *testing.T) (model.Config, Config, *task.Set) {
 func TestTaskRun(t *testing.T) {
 	mc, tc, set := tinyTask(t)
 	straightDir := t.TempDir()
-	straight, err := NewTask(straightDir, mc, tc, set)
+	straight, err := Start(straightDir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,22 +72,15 @@ func TestTaskRun(t *testing.T) {
 
 	// Interrupt and resume: the same run, bit for bit.
 	dir := t.TempDir()
-	first, err := NewTask(dir, mc, tc, set)
+	first, err := Start(dir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runTrainer(t, first, 7); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run: %v", err)
 	}
-	c, saved, err := LoadCheckpoint(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := task.New(*saved.Task, tokenizer.Byte)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := ResumeTask(dir, c, saved, again)
+	// The task rebuilt from the checkpoint's recipe.
+	second, err := Start(dir, Run{Mode: Resume, Configure: func(*model.Config, *Config) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +99,112 @@ func TestTaskRun(t *testing.T) {
 
 func TestTaskErrors(t *testing.T) {
 	mc, tc, set := tinyTask(t)
+	start := func(mc model.Config, tc Config) error {
+		_, err := Start(t.TempDir(), Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+		return err
+	}
 	bad := mc
 	bad.Vocab = 256
-	if _, err := NewTask(t.TempDir(), bad, tc, set); err == nil {
+	if err := start(bad, tc); err == nil {
 		t.Error("model vocabulary 256 for a task of 5 ids: no error")
 	}
 	bad = mc
 	bad.Context = 8
-	if _, err := NewTask(t.TempDir(), bad, tc, set); err == nil {
+	if err := start(bad, tc); err == nil {
 		t.Error("context 8 for examples of 16: no error")
 	}
 	other := tc
 	other.Task = nil
-	if _, err := NewTask(t.TempDir(), mc, other, set); err == nil {
+	if err := start(mc, other); err == nil {
 		t.Error("no task in the configuration: no error")
+	}
+}
+
+// TestResumeOtherTask: a task run resumed with another task, or with a
+// corpus, is refused, as a corpus run resumed with another corpus or with
+// a task is, and nothing is written.
+func TestResumeOtherTask(t *testing.T) {
+	mc, tc, _ := tinyTask(t)
+	tc.Steps, tc.Warmup = 2, 0
+	taskRun := t.TempDir()
+	tr, err := Start(taskRun, Run{Model: mc, Recipe: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runTrainer(t, tr, 1); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	corpusRun := t.TempDir()
+	if _, err := runTrainer(t, newTrainer(t, corpusRun, tinyTrain()), 1); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	mqar := *tc.Task
+	mqar.Name = task.MQAR
+	count := *tc.Task
+	count.Count = 3
+	tests := []struct {
+		name string
+		dir  string
+		edit func(tc *Config)
+		want string
+	}{
+		{"another task", taskRun, func(tc *Config) { tc.Task = &mqar }, `task.name "mqar" where the checkpoint has "induction-heads"`},
+		{"another task option", taskRun, func(tc *Config) { tc.Task = &count }, "task.count 3 where the checkpoint has none"},
+		{"a corpus", taskRun, func(tc *Config) { tc.Task = nil }, `task none where the checkpoint has "induction-heads"`},
+		{"another corpus", corpusRun, func(tc *Config) { tc.Corpus = []string{"/elsewhere"} }, `corpus ["/elsewhere"] where the checkpoint has null`},
+		{"a task", corpusRun, func(tc *Config) { tc.Task = &mqar }, `task "mqar" where the checkpoint has none`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := snapshot(t, tt.dir)
+			_, err := Start(tt.dir, Run{Mode: Resume, Configure: func(_ *model.Config, tc *Config) error {
+				tt.edit(tc)
+				return nil
+			}})
+			var re *ResumeError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("resume: %v, want a ResumeError containing %q", err, tt.want)
+			}
+			if after := snapshot(t, tt.dir); after != before {
+				t.Error("a refused resume changed the run's files")
+			}
+		})
+	}
+}
+
+// TestDistributedTask: a task run on 2 ranks gives bitwise the losses,
+// test scores and weights of one process with the same global batch.
+func TestDistributedTask(t *testing.T) {
+	mc, tc, set := tinyTask(t)
+	tc.Steps, tc.Batch, tc.Accum = 6, 2, 2
+	one := t.TempDir()
+	single, err := Start(one, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runTrainer(t, single, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	trs, errs := startRanks(2, dir, func(int) Run { return Run{Model: mc, Recipe: tc, Source: &Task{Set: set}} })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r, err := range runAll(t, trs, 0) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	a, b := readMetrics(t, one), readMetrics(t, dir)
+	sameRun(t, a, b)
+	for i := range a {
+		if (a[i].ValExact == nil) != (b[i].ValExact == nil) || a[i].ValExact != nil && *a[i].ValExact != *b[i].ValExact {
+			t.Errorf("step %d: exact match differs", a[i].Step)
+		}
+	}
+	for _, tr := range trs {
+		sameWeights(t, single.Model, tr.Model)
 	}
 }

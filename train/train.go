@@ -8,13 +8,19 @@
 //	checkpoint/     the latest checkpoint (package checkpoint)
 //	metrics.jsonl   one line of Metrics per step
 //	loss.png        training and validation loss against step
+//	accuracy.png    a task's test accuracy and exact match against step
+//	.lock           locked while a trainer has the run open
+//
+// Start is the one way a run begins, new or resumed, on a corpus or a task,
+// in one process or data-parallel:
+//
+//	t, err := train.Start(dir, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}})
+//	res, err := t.Run(ctx) // until Steps, a NaN, or ctx is cancelled
+//	t.Close()
 //
 // Runs are deterministic: the same configuration and tokens give bitwise
 // the same losses, whatever GOMAXPROCS is, and a run interrupted and
 // resumed gives the same losses as one that was not.
-//
-//	t, err := train.New(dir, modelConfig, trainConfig, trainTokens, valTokens)
-//	res, err := t.Run(ctx) // until Steps, a NaN, or ctx is cancelled
 package train
 
 import (
@@ -23,14 +29,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/polysketch/polysketch/checkpoint"
-	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
 )
 
@@ -48,21 +53,28 @@ type Trainer struct {
 	// anything unusual.
 	Logf func(format string, args ...any)
 
-	opt     *optim.AdamW
-	sched   optim.Schedule
-	batches *data.Batcher
-	val     *data.Batcher
-	state   checkpoint.State
-	history []Metrics
-	log     *metricsLog
-	eval    evaluator
-	task    *taskData // nil for a corpus
+	// Source is the data the run trains and validates on.
+	Source Source
+	// Resumed says the run continues from a checkpoint.
+	Resumed bool
 
-	batch           data.Batch
-	inputs, targets []int32
-	saved           int  // step of the last checkpoint; -1 if none
-	pending         bool // a checkpoint of this step is due
-	skipped         int  // lines of the metrics log that did not parse
+	opt       *optim.AdamW
+	params    []*nn.Param // the parameters trained: all, or Run.Trainable's
+	objective Objective
+	sched     optim.Schedule
+	feed      feed
+	state     checkpoint.State
+	stage     string // Run.Stage
+	history   []Metrics
+	log       *metricsLog
+
+	release     func(failed bool) // the directory's lock; nil on ranks other than 0
+	closeSource bool              // the Source is a corpus Start loaded
+
+	batch   Batch
+	saved   int  // step of the last checkpoint; -1 if none
+	pending bool // a checkpoint of this step is due
+	skipped int  // lines of the metrics log that did not parse
 
 	dist   *dist       // the data-parallel part (dist.go); nil in a single process
 	losses []float64   // of the step's micro-batches
@@ -89,54 +101,6 @@ type Result struct {
 	Saved int
 }
 
-// New prepares a fresh run in dir (created if need be) of a model built
-// from mc, trained by tc on train and validated on val (tokens of
-// tokenizer tc.Tokenizer). The run's metrics log starts empty; a
-// checkpoint already in dir is replaced by the run's first one.
-func New(dir string, mc model.Config, tc Config, train, val *data.Tokens) (*Trainer, error) {
-	return newRun(dir, mc, tc, func(t *Trainer) error { return t.init(train, val) })
-}
-
-// newRun is New, with init in place of the corpus's initialization.
-func newRun(dir string, mc model.Config, tc Config, init func(*Trainer) error) (*Trainer, error) {
-	if err := tc.Validate(); err != nil {
-		return nil, fmt.Errorf("training config: %w", err)
-	}
-	m, err := model.New(mc)
-	if err != nil {
-		return nil, err
-	}
-	t := &Trainer{Model: m, Config: tc, Dir: dir, saved: -1}
-	t.state.Tokenizer = tc.Tokenizer
-	if err := init(t); err != nil {
-		return nil, err
-	}
-	if t.opt, err = optim.NewAdamW(m.Params(), tc.optimizer()); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("run directory: %w", err)
-	}
-	if t.log, t.history, _, err = openMetrics(dir, 0); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// LoadCheckpoint reads the checkpoint of the run in dir, with its
-// training configuration.
-func LoadCheckpoint(dir string) (*checkpoint.Checkpoint, Config, error) {
-	c, err := checkpoint.Load(filepath.Join(dir, CheckpointDir))
-	if err != nil {
-		return nil, Config{}, err
-	}
-	tc, err := recipe(c, dir)
-	if err != nil {
-		return nil, Config{}, err
-	}
-	return c, tc, nil
-}
-
 // recipe decodes the training configuration of checkpoint c, of the run
 // in dir, which it must record.
 func recipe(c *checkpoint.Checkpoint, dir string) (Config, error) {
@@ -150,70 +114,6 @@ func recipe(c *checkpoint.Checkpoint, dir string) (Config, error) {
 	return tc, nil
 }
 
-// Resume prepares the run in dir to continue from its checkpoint c (from
-// LoadCheckpoint) with configuration tc, on the same tokens. With the
-// saved configuration it continues exactly where the checkpoint left off;
-// tc may differ from it (more Steps, say), at the price of that exactness.
-// Lines of the metrics log after the checkpoint's step are dropped.
-func Resume(dir string, c *checkpoint.Checkpoint, tc Config, train, val *data.Tokens) (*Trainer, error) {
-	return resumeRun(dir, c, tc, func(t *Trainer) error { return t.init(train, val) })
-}
-
-// resumeRun is Resume, with init in place of the corpus's initialization.
-func resumeRun(dir string, c *checkpoint.Checkpoint, tc Config, init func(*Trainer) error) (*Trainer, error) {
-	if err := tc.Validate(); err != nil {
-		return nil, fmt.Errorf("training config: %w", err)
-	}
-	if c.Optimizer == nil {
-		return nil, fmt.Errorf("checkpoint in %s holds weights only, no optimizer state to resume training with", dir)
-	}
-	if c.State.Tokenizer != tc.Tokenizer {
-		return nil, fmt.Errorf("checkpoint in %s was trained on %s tokens, not %s", dir, c.State.Tokenizer, tc.Tokenizer)
-	}
-	t := &Trainer{Model: c.Model, Config: tc, Dir: dir, state: c.State, saved: c.State.Step}
-	if err := init(t); err != nil {
-		return nil, err
-	}
-	if err := t.setDataState(c.State.Data); err != nil {
-		return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
-	}
-	var err error
-	if t.opt, err = optim.NewAdamW(c.Model.Params(), tc.optimizer()); err != nil {
-		return nil, err
-	}
-	if err := t.opt.LoadState(c.Optimizer); err != nil {
-		return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
-	}
-	t.opt.Step = c.State.Step
-	if t.log, t.history, t.skipped, err = openMetrics(dir, c.State.Step); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// init checks the tokens against the model and makes the batchers.
-func (t *Trainer) init(train, val *data.Tokens) error {
-	mc := t.Model.Config()
-	for _, tok := range []*data.Tokens{train, val} {
-		if tok.Tokenizer() != t.Config.Tokenizer || tok.VocabSize() != mc.Vocab {
-			return fmt.Errorf("%s holds %s tokens (vocabulary %d); the run needs %s tokens for a model of vocabulary %d",
-				tok, tok.Tokenizer(), tok.VocabSize(), t.Config.Tokenizer, mc.Vocab)
-		}
-	}
-	var err error
-	if t.batches, err = data.NewRandom(train, t.Config.Batch, mc.Context, t.Config.Seed); err != nil {
-		return fmt.Errorf("training data: %w", err)
-	}
-	if val.Len() < 2 {
-		return fmt.Errorf("validation data: %s has %d tokens, too few to validate on (need 2)", val, val.Len())
-	}
-	if t.val, err = data.NewSequential(val, t.Config.Batch, min(mc.Context, int(val.Len()-1)), t.Config.EvalBatches); err != nil {
-		return fmt.Errorf("validation data: %w", err)
-	}
-	t.sched = t.Config.schedule()
-	return nil
-}
-
 func (t *Trainer) logf(format string, args ...any) {
 	if t.Logf != nil {
 		t.Logf(format, args...)
@@ -223,8 +123,22 @@ func (t *Trainer) logf(format string, args ...any) {
 // Step returns the number of steps taken.
 func (t *Trainer) Step() int { return t.opt.Step }
 
-// Close closes the metrics log.
-func (t *Trainer) Close() error { return t.log.close() }
+// Tokens returns the number of training tokens seen, over all sessions.
+func (t *Trainer) Tokens() int64 { return t.state.Tokens }
+
+// Close closes the metrics log, the corpus Start loaded, if it did, and
+// gives back the run directory's lock.
+func (t *Trainer) Close() error {
+	err := t.log.close()
+	if c, ok := t.Source.(*Corpus); ok && t.closeSource {
+		err = errors.Join(err, c.Train.Close(), c.Val.Close())
+	}
+	if t.release != nil {
+		t.release(false)
+		t.release = nil
+	}
+	return err
+}
 
 // ErrDiverged is wrapped by the error of a run stopped by a loss or
 // gradient that is not finite.
@@ -264,7 +178,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		step := t.opt.Step
 		done := step == t.Config.Steps
 		if t.writes() && (done || (t.Config.EvalEvery > 0 && step%t.Config.EvalEvery == 0)) {
-			e, err := t.validate(ctx)
+			e, err := t.feed.validate(ctx, t.Model)
 			switch {
 			case err == nil && (math.IsNaN(e.Loss) || math.IsInf(e.Loss, 0)):
 				return t.result(res), t.failed(fmt.Errorf("step %d: validation loss is %v: %w", step, e.Loss, ErrDiverged))
@@ -347,7 +261,7 @@ func (t *Trainer) step() (Metrics, error) {
 	var pos []byte // data position before this step, for the pending save
 	if t.pending {
 		var err error
-		if pos, err = t.dataState(); err != nil {
+		if pos, err = t.feed.state(); err != nil {
 			return Metrics{}, err
 		}
 	}
@@ -355,16 +269,15 @@ func (t *Trainer) step() (Metrics, error) {
 	if t.Model.Precision() != t.Config.Precision {
 		t.Model.SetPrecision(t.Config.Precision) // the first step of a session
 	}
-	params := t.Model.Params()
 	loss, tokens, err := t.gradients()
 	if err != nil {
 		return Metrics{}, err
 	}
 	loss /= float64(t.Config.Accum)
 	if t.Config.Accum > 1 {
-		optim.ScaleGrads(params, 1/float32(t.Config.Accum))
+		optim.ScaleGrads(t.params, 1/float32(t.Config.Accum))
 	}
-	norm := optim.ClipGradNorm(params, t.Config.Clip)
+	norm := optim.ClipGradNorm(t.params, t.Config.Clip)
 	step := t.opt.Step + 1
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return Metrics{}, fmt.Errorf("step %d: loss is %v: %w", step, loss, ErrDiverged)
@@ -405,7 +318,7 @@ func (t *Trainer) save(pos []byte) error {
 	}
 	if pos == nil {
 		var err error
-		if pos, err = t.dataState(); err != nil {
+		if pos, err = t.feed.state(); err != nil {
 			return err
 		}
 	}
@@ -434,12 +347,10 @@ func (t *Trainer) plot() {
 	if len(t.history) == 0 || !t.writes() {
 		return
 	}
-	if err := plot(filepath.Join(t.Dir, PlotFile), t.history); err != nil {
+	if err := plot(filepath.Join(t.Dir, StageFile(PlotFile, t.stage)), t.history); err != nil {
 		t.logf("loss curve: %v", err)
 	}
-	if t.task != nil {
-		if err := plotAccuracy(filepath.Join(t.Dir, AccuracyPlotFile), t.history); err != nil {
-			t.logf("accuracy curve: %v", err)
-		}
+	if err := plotAccuracy(filepath.Join(t.Dir, StageFile(AccuracyPlotFile, t.stage)), t.history); err != nil {
+		t.logf("accuracy curve: %v", err)
 	}
 }

@@ -92,12 +92,31 @@ func runTrainer(t *testing.T, tr *Trainer, stopAt int) (Result, error) {
 
 func newTrainer(t *testing.T, dir string, tc Config) *Trainer {
 	t.Helper()
-	train, val := tinyData(t)
-	tr, err := New(dir, tinyModel(), tc, train, val)
+	tr, err := startNew(t, dir, tinyModel(), tc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// startNew starts a new run of mc and tc in dir on the tiny corpus.
+func startNew(t testing.TB, dir string, mc model.Config, tc Config) (*Trainer, error) {
+	t.Helper()
+	train, val := tinyData(t)
+	return Start(dir, Run{Model: mc, Recipe: tc, Source: &Corpus{Train: train, Val: val}})
+}
+
+// resume resumes the run in dir on the tiny corpus with its recipe as
+// edit makes it (nil: as saved).
+func resume(t testing.TB, dir string, edit func(tc *Config)) (*Trainer, error) {
+	t.Helper()
+	train, val := tinyData(t)
+	return Start(dir, Run{Mode: Resume, Source: &Corpus{Train: train, Val: val}, Configure: func(_ *model.Config, tc *Config) error {
+		if edit != nil {
+			edit(tc)
+		}
+		return nil
+	}})
 }
 
 func readMetrics(t *testing.T, dir string) []Metrics {
@@ -228,15 +247,14 @@ func checkResumeExact(t *testing.T, tc Config) {
 		t.Fatalf("%d lines in the metrics log after the interruption, want 10", n)
 	}
 	// Resume without the first session's state: only what is on disk.
-	c, saved, err := LoadCheckpoint(dir)
+	_, saved, err := OpenRun(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := checkpoint.Diff(saved, tc); len(d) > 0 {
 		t.Errorf("saved training config differs: %q", d)
 	}
-	train, val := tinyData(t)
-	second, err := Resume(dir, c, saved, train, val)
+	second, err := resume(t, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,12 +294,7 @@ func TestResumeAfterCrash(t *testing.T) {
 	if n := len(readMetrics(t, dir)); n != 12 {
 		t.Fatalf("%d lines in the metrics log, want 12", n)
 	}
-	c, saved, err := LoadCheckpoint(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	train, val := tinyData(t)
-	tr, err := Resume(dir, c, saved, train, val)
+	tr, err := resume(t, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,8 +335,7 @@ func checkThreads(t *testing.T, p nn.Precision) {
 			for _, procs := range []int{1, 2} {
 				runtime.GOMAXPROCS(procs)
 				dir := t.TempDir()
-				train, val := tinyData(t)
-				tr, err := New(dir, mc, tc, train, val)
+				tr, err := startNew(t, dir, mc, tc)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -431,13 +443,12 @@ func TestCancelBeforeFirstStep(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || res.Step != 0 || res.Saved != 0 {
 		t.Fatalf("Run: %v at step %d, saved %d; want context.Canceled at step 0, saved", err, res.Step, res.Saved)
 	}
-	if _, _, err := LoadCheckpoint(dir); err != nil {
+	if _, _, err := OpenRun(dir); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestNewErrors(t *testing.T) {
-	train, val := tinyData(t)
 	bigContext := tinyModel()
 	bigContext.Context = 1 << 20
 	gpt2 := tinyTrain()
@@ -459,9 +470,9 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(t.TempDir(), tc.mc, tc.tc, train, val)
+			_, err := startNew(t, t.TempDir(), tc.mc, tc.tc)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("New: %v, want an error containing %q", err, tc.want)
+				t.Errorf("Start: %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
@@ -472,29 +483,30 @@ func TestResumeErrors(t *testing.T) {
 	if _, err := runTrainer(t, newTrainer(t, dir, tinyTrain()), 3); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	train, val := tinyData(t)
-	c, tc, err := LoadCheckpoint(dir)
+	_, err := resume(t, dir, func(tc *Config) { tc.Tokenizer = "gpt2" })
+	if err == nil || !strings.Contains(err.Error(), `tokenizer "gpt2" where the checkpoint has "byte"`) {
+		t.Errorf("resume with another tokenizer: %v", err)
+	}
+	s, _, err := OpenRun(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := tc
-	other.Tokenizer = "gpt2"
-	if _, err := Resume(dir, c, other, train, val); err == nil || !strings.Contains(err.Error(), "trained on byte tokens, not gpt2") {
-		t.Errorf("Resume with another tokenizer: %v", err)
-	}
-	c.Optimizer = nil
-	if _, err := Resume(dir, c, tc, train, val); err == nil || !strings.Contains(err.Error(), "no optimizer state") {
-		t.Errorf("Resume without optimizer state: %v", err)
-	}
-	if _, _, err := LoadCheckpoint(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
-		t.Errorf("LoadCheckpoint of an empty directory: %v", err)
-	}
-	weightsOnly := t.TempDir()
-	if err := checkpoint.Save(filepath.Join(weightsOnly, CheckpointDir), &checkpoint.Checkpoint{Model: c.Model, State: c.State}); err != nil {
+	noOptimizer := t.TempDir()
+	if err := checkpoint.Save(filepath.Join(noOptimizer, CheckpointDir), &checkpoint.Checkpoint{Model: s.Model, Train: s.Train, State: s.State}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := LoadCheckpoint(weightsOnly); err == nil || !strings.Contains(err.Error(), "no training configuration") {
-		t.Errorf("LoadCheckpoint of weights alone: %v", err)
+	if _, err := resume(t, noOptimizer, nil); err == nil || !strings.Contains(err.Error(), "no optimizer state") {
+		t.Errorf("resume without optimizer state: %v", err)
+	}
+	if _, _, err := OpenRun(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Errorf("OpenRun of an empty directory: %v", err)
+	}
+	weightsOnly := t.TempDir()
+	if err := checkpoint.Save(filepath.Join(weightsOnly, CheckpointDir), &checkpoint.Checkpoint{Model: s.Model, State: s.State}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resume(t, weightsOnly, nil); err == nil || !strings.Contains(err.Error(), "no training configuration") {
+		t.Errorf("resume of weights alone: %v", err)
 	}
 }
 
@@ -565,4 +577,26 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("Validate: %v, want an error containing %q", err, tc.want)
 		}
 	}
+}
+
+// snapshot returns the names and contents of the files under dir, for
+// tests that nothing changed them.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) && path == dir {
+			return nil // none: nothing to compare
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		fmt.Fprintf(&b, "%s %x\n", path, data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -94,18 +94,8 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	steps := tc.Steps
 	tc.Steps += 2 // a warm-up step first, and a last one that validates and saves
 	tc.Warmup, tc.EvalEvery, tc.SaveEvery, tc.EvalBatches = 0, 0, 0, 1
-	if err := mc.Validate(); err != nil {
-		return fmt.Errorf("bench dp: %s", oneLine(err))
-	}
-	if err := tc.Validate(); err != nil {
-		return fmt.Errorf("bench dp: %s", oneLine(err))
-	}
-	if tc.Accum%k != 0 {
-		return fmt.Errorf("bench dp: --accum %d is not a multiple of the %d ranks", tc.Accum, k)
-	}
 
-	// Random printable text: the same on every rank, so the start-up
-	// check passes.
+	// Random printable text: the same on every rank, so that they agree.
 	dir, err := os.MkdirTemp("", "polysketch-bench-dp-")
 	if err != nil {
 		return err
@@ -130,19 +120,15 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	defer trainTokens.Close()
 	defer valTokens.Close()
 	tc.Tokenizer, tc.Corpus = tok.Name(), nil
-	out := filepath.Join(dir, "run")
-	var t *train.Trainer
-	if dr == nil {
-		t, err = train.New(out, mc, tc, trainTokens, valTokens)
-	} else {
-		if err = dr.check(nil, &startParts{Model: mc, Train: tc, Tokens: tokensDigest(trainTokens, valTokens)}); err == nil {
-			dr.started = true
-			t, err = train.Join(dr.comm, opt, out, mc, nil, tc, trainTokens, valTokens)
-		}
-	}
+	dr.startAgreement()
+	t, err := train.Start(filepath.Join(dir, "run"), train.Run{
+		Model: mc, Recipe: tc, Comm: dr.commOrNil(), Dist: opt,
+		Source: &train.Corpus{Train: trainTokens, Val: valTokens},
+	})
 	if err != nil {
-		return fmt.Errorf("bench dp: %w", err)
+		return runError("bench dp", filepath.Join(dir, "run"), err)
 	}
+	dr.startTraining()
 	defer t.Close()
 	var start time.Time
 	var elapsed, wait, cpu time.Duration

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/train"
 )
 
 func TestExperimentCommand(t *testing.T) {
@@ -56,5 +62,39 @@ func TestExperimentErrors(t *testing.T) {
 	out, _, err := runQuiet(t, "experiment", "-h")
 	if err == nil || !strings.Contains(out, "reversal") || !strings.Contains(out, "minutes") {
 		t.Errorf("-h: %v\n%s", err, out)
+	}
+}
+
+// TestExperimentRunLocked: a run that an experiment is training is locked
+// as a train's is: train on its directory is refused while the
+// experiment trains it, and resumes it once the experiment is done.
+func TestExperimentRunLocked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "exp")
+	e, err := experiment.Lookup("induction-heads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runDir string
+	var refused error
+	o := experiment.Options{Dir: dir, Quick: true, Seed: 1, Progress: func(run string, p train.Progress) {
+		if runDir == "" {
+			runDir = filepath.Join(dir, experiment.RunsDir, run)
+			_, _, refused = runQuiet(t, "train", "--out", runDir, "--resume", "--steps", "1000")
+		}
+	}}
+	if _, err := e.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("train: %s is in use by another polysketch train (lock %s held)", runDir, filepath.Join(runDir, train.LockFile))
+	if refused == nil || !strings.Contains(refused.Error(), want) {
+		t.Errorf("train on a run the experiment trains: %v, want %q", refused, want)
+	}
+	_, recipe, err := train.OpenRun(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := strconv.Itoa(recipe.Steps + 1)
+	if _, _, err := runQuiet(t, "train", "--out", runDir, "--resume", "--steps", steps); err != nil {
+		t.Errorf("train on the run once the experiment is done: %v", err)
 	}
 }

@@ -112,3 +112,27 @@ func (l *listFlag) Set(s string) error {
 	}
 	return nil
 }
+
+// fieldFlags maps the fields of the library's configurations, as its
+// errors and a refused resume's changes name them (their JSON names; a
+// task's as task.NAME), to the flags that set them, where the flag is not
+// the name with hyphens for underscores.
+var fieldFlags = map[string]string{
+	"task.name":          "task",
+	"task.path":          "task",
+	"task.length":        "context",
+	"task.seed":          "seed",
+	"task.count":         "task-count",
+	"task.vocab":         "task-vocab",
+	"task.train":         "task-train",
+	"task.test":          "task-test",
+	"task.bidirectional": "bidirectional",
+}
+
+// flagOf returns the flag that sets the library's field, "--" included.
+func flagOf(field string) string {
+	if f, ok := fieldFlags[field]; ok {
+		return "--" + f
+	}
+	return "--" + strings.ReplaceAll(field, "_", "-")
+}

@@ -54,7 +54,7 @@ func TestTrainPrecision(t *testing.T) {
 	}
 	precisionOf := func() nn.Precision {
 		t.Helper()
-		_, tc, err := train.LoadCheckpoint(runDir)
+		_, tc, err := train.OpenRun(runDir)
 		if err != nil {
 			t.Fatal(err)
 		}

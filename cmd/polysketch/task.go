@@ -1,15 +1,14 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -73,52 +72,25 @@ func setTask(mc *model.Config, tc *train.Config, o task.Options, set map[string]
 	return nil
 }
 
-// checkResumedTask refuses task flags given with --resume that differ from
-// the task the run was trained on.
-func checkResumedTask(saved *task.Spec, o task.Options, given map[string]bool) error {
+// resumedTask sets the task of a resumed run, tc.Task, to the one o
+// names, the task flags given parsed over its options, so that the resume
+// rules compare the two: a resumed run keeps its task.
+func resumedTask(mc *model.Config, tc *train.Config, o task.Options, given map[string]bool) error {
 	if !slices.ContainsFunc(taskFlagNames, func(f string) bool { return given[f] }) {
 		return nil
 	}
-	if saved == nil {
-		return fmt.Errorf("train: --resume: the run was trained on a corpus, not a task; drop --task, or start a new run with --force")
+	length, seed := mc.Context, tc.Seed
+	if tc.Task != nil {
+		length, seed = tc.Task.Length, tc.Task.Seed
+	} else if !given["task"] {
+		return errors.New("--resume: the run was trained on a corpus, not a task; drop the task flags, or start a new run with --force")
 	}
-	if !given["bidirectional"] {
-		o.Bidirectional = saved.Bidirectional
-	}
-	if !given["task"] {
-		o.Name = saved.Options().Name
-	}
-	s, err := o.Spec(saved.Length, saved.Seed, "")
+	s, err := o.Spec(length, seed, tc.Tokenizer)
 	if err != nil {
-		return fmt.Errorf("train: --task: %s", oneLine(err))
+		return fmt.Errorf("--task: %s", oneLine(err))
 	}
-	if d := checkpoint.Diff(saved, s); len(d) > 0 {
-		return fmt.Errorf("train: --resume: task %s where the checkpoint has another (%s): a resumed run keeps its task; drop those flags, or start a new run with --force",
-			s.Name, strings.Join(d, ", "))
-	}
+	tc.Task = s
 	return nil
-}
-
-// newTaskTrainer makes (or resumes from c) the trainer of a task run.
-func newTaskTrainer(out string, mc model.Config, tc train.Config, set *task.Set, c *checkpoint.Checkpoint) (*train.Trainer, error) {
-	if c != nil {
-		return train.ResumeTask(out, c, tc, set)
-	}
-	return train.NewTask(out, mc, tc, set)
-}
-
-// taskSet builds the task of tc, if any, and sets the model's vocabulary
-// to the task's.
-func taskSet(mc *model.Config, tc train.Config, tok tokenizer.Tokenizer) (*task.Set, error) {
-	if tc.Task == nil {
-		return nil, nil
-	}
-	set, err := task.New(*tc.Task, tok)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	mc.Vocab = set.Vocab()
-	return set, nil
 }
 
 // taskDesc describes a task for the log.

@@ -51,7 +51,7 @@ func TestTrainTask(t *testing.T) {
 		t.Errorf("generate: %v", err)
 	}
 	bad := append(taskArgs(out), "--task", "induction-heads", "--task-vocab", "7", "--resume", "--steps", "9")
-	if _, _, err := runQuiet(t, append([]string{"train"}, bad...)...); err == nil || !strings.Contains(err.Error(), "vocab: 6 vs 7") {
+	if _, _, err := runQuiet(t, append([]string{"train"}, bad...)...); err == nil || !strings.Contains(err.Error(), "--task-vocab 7 where the checkpoint has 6") {
 		t.Errorf("resume with another vocabulary: %v", err)
 	}
 }
@@ -113,7 +113,7 @@ func TestTrainTaskBidirectional(t *testing.T) {
 	if _, _, err := runQuiet(t, args...); err != nil {
 		t.Fatal(err)
 	}
-	c, _, err := train.LoadCheckpoint(out)
+	c, _, err := train.OpenRun(out)
 	if err != nil {
 		t.Fatal(err)
 	}

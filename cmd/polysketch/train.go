@@ -13,11 +13,8 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
-	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/task"
-	"github.com/polysketch/polysketch/data/tokenizer"
-	"github.com/polysketch/polysketch/internal/filelock"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -35,7 +32,7 @@ The run lives in the --out directory:
   metrics.jsonl   one JSON line per step: step, loss, lr, grad_norm, tokens,
                   tokens_per_sec, elapsed, and val_loss, val_ppl when validated
   loss.png        training and validation loss against step
-  .lock           locked while a train runs in the directory
+  .lock           locked while the run trains (by train, or an experiment)
 
 A checkpoint is saved every --save-every steps, at the end, and on Ctrl-C
 (SIGINT) or SIGTERM, which stop the run cleanly after the step under way;
@@ -48,7 +45,8 @@ the last good checkpoint.
 
 Only one train at a time may use a --out directory: train locks its .lock
 file before it reads or writes anything there, and a second train on the
-same --out fails at once instead of overwriting the first one's files.
+same --out (or on a run an experiment is training) fails at once instead
+of overwriting the first one's files.
 The system releases the lock when train ends, however it ends, so a
 crashed run never leaves a stale lock to remove. eval and generate take
 no lock: a checkpoint is swapped in whole, so they may read one while a
@@ -135,120 +133,43 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if mc.Attention, err = af.apply(mc.Attention); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	if err := absPaths(tc.Corpus); err != nil {
-		return fmt.Errorf("train: --corpus: %w", err)
-	}
 	set := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	tc.Derive(func(f string) bool { return set[strings.ReplaceAll(f, "_", "-")] })
-	if err := setTask(&mc, &tc, o.task, set); err != nil {
+	if err := newRun(&mc, &tc, &af, o.task, set); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	ckDir := filepath.Join(o.out, train.CheckpointDir)
 	if o.resume && o.force {
 		return errors.New("train: --resume and --force contradict each other: continue the run, or replace it")
-	}
-	release, err := dr.lockRun(o.out)
-	if err != nil {
-		return err
-	}
-	defer func() { release(err != nil) }()
-
-	var resumeFrom *checkpoint.Checkpoint
-	switch {
-	case o.resume:
-		if !checkpoint.Exists(ckDir) {
-			return fmt.Errorf("train: no checkpoint in %s to resume; start a new run without --resume", o.out)
-		}
-		c, saved, err := train.OpenRun(o.out)
-		if err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		// Parse again over the saved configuration: flags given now
-		// override it, and must not change the model or the recipe.
-		smc, stc := c.Model.Config(), saved
-		fs2 := newFlags("train", "", io.Discard)
-		var af2 attentionFlags
-		trainFlags(fs2, &smc, &stc, &o, &af2)
-		if err := fs2.Parse(args); err != nil {
-			return err
-		}
-		if smc.Attention, err = af2.apply(smc.Attention); err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		if err := absPaths(stc.Corpus); err != nil {
-			return fmt.Errorf("train: --corpus: %w", err)
-		}
-		if changes := c.Changes(saved, smc, stc); len(changes) > 0 {
-			var bad []string
-			for _, ch := range changes {
-				bad = append(bad, fmt.Sprintf("--%s %s where the checkpoint has %s", strings.ReplaceAll(ch.Field, "_", "-"), ch.Given, ch.Saved))
-			}
-			return fmt.Errorf("train: --resume of %s: %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
-				o.out, strings.Join(bad, ", "))
-		}
-		mc, tc, resumeFrom = smc, stc, c.Checkpoint
-		if err := checkResumedTask(tc.Task, o.task, set); err != nil {
-			return err
-		}
-		if c.State.Step >= tc.Steps {
-			fmt.Fprintf(stdout, "the run in %s is complete at step %d of %d; pass a larger --steps to train further\n", o.out, c.State.Step, tc.Steps)
-			return nil
-		}
-	case checkpoint.Exists(ckDir) && !o.force:
-		return fmt.Errorf("train: %s already holds a run; pass --resume to continue it, or --force to start over and replace it", o.out)
-	}
-
-	tok, err := tokenizer.Open(tc.Tokenizer)
-	if err != nil {
-		return fmt.Errorf("train: --tokenizer: %w", err)
-	}
-	// The run records the tokenizer by name, which a file's content
-	// determines, and its checkpoints keep the file itself.
-	tc.Tokenizer, mc.Vocab = tok.Name(), tok.VocabSize()
-	tset, err := taskSet(&mc, tc, tok)
-	if err != nil {
-		return err
-	}
-	if err := mc.Validate(); err != nil {
-		return fmt.Errorf("train: model: %s", oneLine(err))
-	}
-	if err := tc.Validate(); err != nil {
-		return fmt.Errorf("train: %s", oneLine(err))
 	}
 	if o.logEvery < 1 {
 		return fmt.Errorf("train: --log-every %d: must be positive", o.logEvery)
 	}
-
-	p := newProgress(dr.output(stderr), o.logEvery)
-	warnPrecision(dr.output(stderr), tc.Precision)
-	var trainTokens, valTokens *data.Tokens
-	if tset == nil {
-		trainTokens, valTokens, err = data.LoadPaths(tc.Corpus, tc.TextField, tok, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
-		if err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		defer trainTokens.Close()
-		defer valTokens.Close()
-	}
-
-	var t *train.Trainer
+	mode := train.New
 	switch {
-	case tset != nil && dr != nil:
-		err = dr.check(errors.New("--task: task runs train in one process; data-parallel training takes a corpus"), nil)
-	case tset != nil:
-		t, err = newTaskTrainer(o.out, mc, tc, tset, resumeFrom)
-	default:
-		t, err = dr.newTrainer(o.out, mc, tc, resumeFrom, trainTokens, valTokens)
+	case o.resume:
+		mode = train.Resume
+	case o.force:
+		mode = train.Replace
 	}
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
+	p := newProgress(dr.output(stderr), o.logEvery)
+	dr.startAgreement()
+	t, err := train.Start(o.out, train.Run{
+		Model: mc, Recipe: tc, Mode: mode, Comm: dr.commOrNil(),
+		Configure: func(mc *model.Config, tc *train.Config) error { return resumedRun(args, mc, tc, set) },
+		Data:      data.Options{CacheDir: o.cacheDir, Logf: p.logf},
+	})
+	switch {
+	case errors.Is(err, train.ErrComplete):
+		fmt.Fprintf(stdout, "%v; pass a larger --steps to train further\n", err)
+		return nil
+	case err != nil:
+		return runError("train", o.out, err)
 	}
+	dr.startTraining()
 	defer t.Close()
 	t.Logf, t.Progress = p.logf, p.update
+	mc, tc = t.Model.Config(), t.Config
+	warnPrecision(dr.output(stderr), tc.Precision)
 
 	nparams := 0
 	for _, q := range t.Model.Params() {
@@ -257,23 +178,19 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p.logf("model: %s, %d layers, dim %d, %d heads, context %d: %s parameters",
 		describeAttention(mc.Attention), mc.Layers, mc.Dim, mc.Heads, mc.Context, count(nparams))
 	what := "training"
-	if resumeFrom != nil {
+	if t.Resumed {
 		what = fmt.Sprintf("resuming at step %d:", t.Step())
 	}
 	accum := ""
 	if tc.Accum > 1 {
 		accum = fmt.Sprintf(" × %d micro-batches", tc.Accum)
 	}
-	on := taskDesc(tset)
-	if tset == nil {
-		on = fmt.Sprintf("%s training tokens (%s for validation)", count(int(trainTokens.Len())), count(int(valTokens.Len())))
-	}
 	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
-		what, tc.Steps, tc.Batch, mc.Context, accum, on)
+		what, tc.Steps, tc.Batch, mc.Context, accum, sourceDesc(t.Source))
 
 	ctx, stop := interruptible()
 	defer stop()
-	start := time.Now()
+	start, before := time.Now(), t.Tokens()
 	res, err := t.Run(ctx)
 	p.done()
 	switch {
@@ -290,70 +207,87 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	} else if res.Val != nil {
 		fmt.Fprintf(stdout, ", validation loss %.4f (perplexity %.3f, %.3f bits/token)", res.Val.Loss, res.Val.Perplexity(), res.Val.BitsPerToken())
 	}
-	trained := res.Tokens - resumeTokens(resumeFrom)
+	trained := res.Tokens - before
 	fmt.Fprintf(stdout, "; %s tokens in %s (%s tokens/s)\nrun saved in %s: %s/, %s, %s\n",
 		count(int(trained)), time.Since(start).Round(time.Second), count(int(float64(trained)/time.Since(start).Seconds())),
 		o.out, train.CheckpointDir, train.MetricsFile, train.PlotFile)
 	return nil
 }
 
-// lockFile is the lock of a run, in its directory. It is beside the
-// checkpoint directory, not in it, since a save swaps that one whole; and
-// --force replaces the files of a run, never the directory, so a lock
-// taken on it holds for the new run.
-const lockFile = ".lock"
+// newRun completes the configuration of a new run from the flags given
+// (set): the attention flags, absolute corpus paths, the derived recipe
+// fields and a task's. The vocabulary is left to train.Start: the
+// tokenizer's, or the task's.
+func newRun(mc *model.Config, tc *train.Config, af *attentionFlags, o task.Options, set map[string]bool) error {
+	var err error
+	if mc.Attention, err = af.apply(mc.Attention); err != nil {
+		return err
+	}
+	if err := absPaths(tc.Corpus); err != nil {
+		return fmt.Errorf("--corpus: %w", err)
+	}
+	tc.Derive(func(f string) bool { return set[strings.ReplaceAll(f, "_", "-")] })
+	mc.Vocab = 0
+	return setTask(mc, tc, o, set)
+}
 
-// lockRun locks the run directory out, made if need be, so that two
-// trainings never write one run. Readers of a run (eval, generate) need no
-// lock: a checkpoint is swapped in whole, so they see the old one or the
-// new one; loss.png is replaced whole too, and metrics.jsonl grows by
-// whole lines.
-//
-// release gives the lock back; failed says the run stopped with an error,
-// in which case the directories lockRun made are removed again if they
-// hold nothing but the lock, so that a mistyped flag leaves nothing behind.
-// Removing the lock file is safe: filelock.TryLock checks that the file it
-// locked is still in place.
-func lockRun(out string) (release func(failed bool), err error) {
-	// made is the outermost directory that MkdirAll will create, if any.
-	var made string
-	for d := filepath.Clean(out); ; d = filepath.Dir(d) {
-		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		made = d
-		if filepath.Dir(d) == d {
-			break
-		}
+// resumedRun applies the flags of a train --resume (args, set) over the
+// configuration of the run resumed, as train.Start gives it: they must
+// not change it, but where the resume rules allow.
+func resumedRun(args []string, mc *model.Config, tc *train.Config, set map[string]bool) error {
+	fs := newFlags("train", "", io.Discard)
+	var af attentionFlags
+	var o trainOptions
+	if tc.Task != nil {
+		o.task = tc.Task.Options() // the task flags given apply over it
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
+	trainFlags(fs, mc, tc, &o, &af)
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	path := filepath.Join(out, lockFile)
-	lk, err := filelock.TryLock(path)
-	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("train: %s is in use by another polysketch train (lock %s held); wait for it or choose another --out", out, path)
+	var err error
+	if mc.Attention, err = af.apply(mc.Attention); err != nil {
+		return err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
+	if err := absPaths(tc.Corpus); err != nil {
+		return fmt.Errorf("--corpus: %w", err)
 	}
-	return func(failed bool) {
-		tidy := false
-		if failed && made != "" {
-			if entries, err := os.ReadDir(out); err == nil && len(entries) == 1 {
-				// Removed while still locked, so that nobody locks it meanwhile.
-				tidy = os.Remove(path) == nil
-			}
+	return resumedTask(mc, tc, o.task, set)
+}
+
+// sourceDesc describes the data of a run for the log.
+func sourceDesc(s train.Source) string {
+	switch s := s.(type) {
+	case *train.Task:
+		return taskDesc(s.Set)
+	case *train.Corpus:
+		return fmt.Sprintf("%s training tokens (%s for validation)", count(int(s.Train.Len())), count(int(s.Val.Len())))
+	}
+	return fmt.Sprint(s)
+}
+
+// runError says an error of train.Start on the run directory out in the
+// words of the command line.
+func runError(cmd, out string, err error) error {
+	var re *train.ResumeError
+	switch {
+	case errors.Is(err, train.ErrStartup):
+		return err
+	case errors.Is(err, train.ErrLocked):
+		return fmt.Errorf("%s: %s is in use by another polysketch train (lock %s held); wait for it or choose another --out", cmd, out, filepath.Join(out, train.LockFile))
+	case errors.Is(err, train.ErrExists):
+		return fmt.Errorf("%s: %s already holds a run; pass --resume to continue it, or --force to start over and replace it", cmd, out)
+	case errors.Is(err, train.ErrNoRun):
+		return fmt.Errorf("%s: no checkpoint in %s to resume; start a new run without --resume", cmd, out)
+	case errors.As(err, &re):
+		var bad []string
+		for _, ch := range re.Changes {
+			bad = append(bad, fmt.Sprintf("%s %s where the checkpoint has %s", flagOf(ch.Field), ch.Given, ch.Saved))
 		}
-		lk.Unlock()
-		if tidy {
-			for d := filepath.Clean(out); ; d = filepath.Dir(d) {
-				if os.Remove(d) != nil || d == made {
-					break
-				}
-			}
-		}
-	}, nil
+		return fmt.Errorf("%s: --resume of %s: %s: a resumed run keeps its model and recipe; drop those flags, or start a new run with --force",
+			cmd, out, strings.Join(bad, ", "))
+	}
+	return fmt.Errorf("%s: %w", cmd, err)
 }
 
 // absPaths makes the corpus paths absolute, so that the checkpoint
@@ -367,13 +301,6 @@ func absPaths(paths []string) error {
 		paths[i] = abs
 	}
 	return nil
-}
-
-func resumeTokens(c *checkpoint.Checkpoint) int64 {
-	if c == nil {
-		return 0
-	}
-	return c.State.Tokens
 }
 
 // count formats n with a k or M suffix: 950, 12.3k, 3.21M.

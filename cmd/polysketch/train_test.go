@@ -217,7 +217,7 @@ func TestTrainInterrupt(t *testing.T) {
 		t.Errorf("checkpoint at step %d with %d lines of metrics", c.State.Step, len(ms))
 	}
 	// Stopping released the run's lock.
-	l, err := filelock.TryLock(filepath.Join(runDir, lockFile))
+	l, err := filelock.TryLock(filepath.Join(runDir, train.LockFile))
 	if err != nil {
 		t.Fatalf("after the interrupted train: %v", err)
 	}
@@ -237,7 +237,7 @@ func TestTrainLocked(t *testing.T) {
 	// The first run is over, so its lock is free: take it, as a train
 	// under way would. A lock through another open file conflicts even
 	// within one process.
-	lockPath := filepath.Join(runDir, lockFile)
+	lockPath := filepath.Join(runDir, train.LockFile)
 	l, err := filelock.TryLock(lockPath)
 	if err != nil {
 		t.Fatalf("the lock of a finished run: %v", err)
