@@ -34,10 +34,12 @@ import (
 // configuration and every one of its weights, and new parameters as the
 // student's mechanism makes them from the teacher's seed.
 
-// Stages of a linearization.
+// Stages of a linearization (Run.Stage). Fine-tuning's is that of an
+// ordinary run, whose checkpoint, metrics log and loss curve the
+// linearized model ends with.
 const (
 	StageTransfer = "transfer"
-	StageFinetune = "finetune"
+	StageFinetune = ""
 )
 
 // What fine-tuning trains (LinearizeConfig.Train).
@@ -147,19 +149,23 @@ func NewParams(student, teacher *model.Model) []*nn.Param {
 // (TrainAll), or the attention's (TrainAttention): each layer's
 // projections and whatever its mechanism and q/k LayerNorm add.
 func FinetuneParams(student *model.Model, train string) ([]*nn.Param, error) {
-	switch train {
-	case TrainAll:
-		return student.Params(), nil
-	case TrainAttention:
-		var ps []*nn.Param
-		for _, p := range student.Params() {
-			if strings.Contains(p.Name, ".attn.") {
-				ps = append(ps, p)
-			}
-		}
-		return ps, nil
+	if train != TrainAll && train != TrainAttention {
+		return nil, fmt.Errorf("train %q: use %s or %s", train, TrainAll, TrainAttention)
 	}
-	return nil, fmt.Errorf("train %q: use %s or %s", train, TrainAll, TrainAttention)
+	var ps []*nn.Param
+	for _, p := range student.Params() {
+		if finetunes(train)(p) {
+			ps = append(ps, p)
+		}
+	}
+	return ps, nil
+}
+
+// finetunes says which parameters fine-tuning trains (see FinetuneParams).
+func finetunes(train string) func(p *nn.Param) bool {
+	return func(p *nn.Param) bool {
+		return train == TrainAll || strings.Contains(p.Name, ".attn.")
+	}
 }
 
 // Transfer is attention transfer's objective: each layer of the student

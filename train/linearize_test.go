@@ -2,6 +2,12 @@ package train
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,8 +26,7 @@ func tinyTeacher(t *testing.T) *model.Model {
 	mc.Attention, mc.Context = attention.SoftmaxConfig{}, 32
 	tc := tinyTrain()
 	tc.Steps, tc.EvalEvery = 30, 0
-	tr, val := tinyData(t)
-	tt, err := New(t.TempDir(), mc, tc, tr, val)
+	tt, err := startNew(t, t.TempDir(), mc, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,4 +152,194 @@ func TestStudentRefused(t *testing.T) {
 	if _, err := StudentConfig(lin, cfg, true); err != nil {
 		t.Errorf("from_linear: %v", err)
 	}
+}
+
+// tinyLinearize returns a linearization of teacher into spec on the tiny
+// corpus: 6 steps of transfer and 6 of fine-tuning with distillation.
+func tinyLinearize(t *testing.T, teacher *model.Model, spec string) *Linearize {
+	t.Helper()
+	cfg, err := attention.ParseSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := StudentConfig(teacher.Config(), cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lin := &Linearization{Teacher: "teacher", Train: TrainAll, Distill: 0.5}
+	tc := tinyTrain()
+	tc.Steps, tc.Warmup, tc.EvalEvery, tc.SaveEvery, tc.Linearize = 6, 1, 3, 2, lin
+	ft := tc
+	ft.LR, ft.MinLR = 1e-3, 1e-4
+	tr, val := tinyData(t)
+	return &Linearize{Teacher: teacher, Student: sc, Transfer: tc, Finetune: ft, Source: &Corpus{Train: tr, Val: val}, Mode: ResumeOrNew}
+}
+
+const tinyStudent = "polysketch:block=8:sketch-size=4:learned:raw-qk:scale:local-softmax:mix"
+
+// TestLinearizeResume: a linearization interrupted in either stage and
+// resumed ends with the weights and metrics of one that was not, bit for
+// bit; another directory with the same seed gives the same student; the
+// per-layer errors fall, and each stage leaves its metrics and plot.
+func TestLinearizeResume(t *testing.T) {
+	teacher := tinyTeacher(t)
+	whole := t.TempDir()
+	l := tinyLinearize(t, teacher, tinyStudent)
+	res, err := l.Run(context.Background(), whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped != "" || res.Layers == nil || len(res.Layers.After) != 2 {
+		t.Fatalf("result %+v: want transfer with per-layer errors", res)
+	}
+	for i, b := range res.Layers.Before {
+		if !(res.Layers.After[i] < b) {
+			t.Errorf("layer %d: relative error %.4g before transfer, %.4g after", i, b, res.Layers.After[i])
+		}
+	}
+	for _, f := range []string{StageFile(MetricsFile, StageTransfer), StageFile(PlotFile, StageTransfer), MetricsFile, PlotFile, LayersFile} {
+		if _, err := os.Stat(filepath.Join(whole, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	want := finalWeights(t, whole)
+
+	for _, stop := range []struct {
+		stage string
+		step  int
+	}{{StageTransfer, 3}, {StageFinetune, 3}} {
+		t.Run("interrupted in "+stageName(stop.stage), func(t *testing.T) {
+			dir := t.TempDir()
+			l := tinyLinearize(t, teacher, tinyStudent)
+			ctx, cancel := context.WithCancel(context.Background())
+			l.Progress = func(stage string, p Progress) {
+				if stage == stop.stage && p.Step == stop.step {
+					cancel()
+				}
+			}
+			if _, err := l.Run(ctx, dir); !errors.Is(err, context.Canceled) {
+				t.Fatalf("interrupted run: %v", err)
+			}
+			l.Progress, l.Mode = nil, Resume
+			if _, err := l.Run(context.Background(), dir); err != nil {
+				t.Fatal(err)
+			}
+			requireSameWeights(t, finalWeights(t, dir), want)
+			for _, f := range []string{StageFile(MetricsFile, StageTransfer), MetricsFile} {
+				a, b := readMetricsFile(t, filepath.Join(whole, f)), readMetricsFile(t, filepath.Join(dir, f))
+				if len(a) != len(b) {
+					t.Fatalf("%s: %d steps, uninterrupted %d", f, len(b), len(a))
+				}
+				for i := range a {
+					if a[i].Loss != b[i].Loss {
+						t.Errorf("%s step %d: loss %v, uninterrupted %v", f, a[i].Step, b[i].Loss, a[i].Loss)
+					}
+				}
+			}
+		})
+	}
+	t.Run("fine-tuning starts from the transfer", func(t *testing.T) {
+		// At a learning rate too small to move a weight, fine-tuning
+		// ends with the weights transfer ended with: its layers score
+		// as transfer left them.
+		dir := t.TempDir()
+		l := tinyLinearize(t, teacher, tinyStudent)
+		l.Finetune.LR, l.Finetune.MinLR = 1e-20, 1e-21
+		res, err := l.Run(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := data.NewSequential(l.Source.(*Corpus).Val, l.Transfer.Batch, 32, l.Transfer.EvalBatches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := NewTransfer(teacher, s.Model).Errors(context.Background(), held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range res.Layers.After {
+			if math.Abs(got[i]-e) > 1e-6*e {
+				t.Errorf("layer %d: relative error %.6g after fine-tuning, %.6g after transfer", i, got[i], e)
+			}
+		}
+	})
+	t.Run("same seed", func(t *testing.T) {
+		dir := t.TempDir()
+		if _, err := tinyLinearize(t, teacher, tinyStudent).Run(context.Background(), dir); err != nil {
+			t.Fatal(err)
+		}
+		requireSameWeights(t, finalWeights(t, dir), want)
+	})
+}
+
+func stageName(s string) string {
+	if s == StageFinetune {
+		return "finetune"
+	}
+	return s
+}
+
+// TestLinearizeSkipsTransfer: a student without parameters of its own
+// goes straight to fine-tuning, from the teacher's weights, and says so.
+func TestLinearizeSkipsTransfer(t *testing.T) {
+	teacher := tinyTeacher(t)
+	dir := t.TempDir()
+	l := tinyLinearize(t, teacher, "elu:block=8")
+	var logged []string
+	l.Logf = func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }
+	res, err := l.Run(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Skipped, "elu attention has no parameters of its own") || res.Layers != nil {
+		t.Errorf("result %+v: want transfer skipped", res)
+	}
+	if !slices.ContainsFunc(logged, func(s string) bool { return strings.HasPrefix(s, "attention transfer skipped: elu attention has no parameters") }) {
+		t.Errorf("the log does not say transfer was skipped: %q", logged)
+	}
+	if _, err := os.Stat(filepath.Join(dir, StageFile(MetricsFile, StageTransfer))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a transfer stage ran: %v", err)
+	}
+	if ms := readMetrics(t, dir); len(ms) != 6 {
+		t.Errorf("%d fine-tuning steps, want 6", len(ms))
+	}
+}
+
+// finalWeights returns the weights of the checkpoint in dir by name.
+func finalWeights(t *testing.T, dir string) map[string][]float32 {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := map[string][]float32{}
+	for _, p := range s.Model.Params() {
+		w[p.Name] = p.Value.Data
+	}
+	return w
+}
+
+func requireSameWeights(t *testing.T, got, want map[string][]float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d parameters, want %d", len(got), len(want))
+	}
+	for name, w := range want {
+		if !slices.Equal(got[name], w) {
+			t.Errorf("%s differs", name)
+		}
+	}
+}
+
+func readMetricsFile(t *testing.T, path string) []Metrics {
+	t.Helper()
+	ms, skipped, err := ReadMetrics(path)
+	if err != nil || skipped != 0 {
+		t.Fatalf("metrics log: %v, %d lines skipped", err, skipped)
+	}
+	return ms
 }
