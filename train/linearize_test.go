@@ -298,7 +298,9 @@ func TestLinearizeSkipsTransfer(t *testing.T) {
 	if !strings.Contains(res.Skipped, "elu attention has no parameters of its own") || res.Layers != nil {
 		t.Errorf("result %+v: want transfer skipped", res)
 	}
-	if !slices.ContainsFunc(logged, func(s string) bool { return strings.HasPrefix(s, "attention transfer skipped: elu attention has no parameters") }) {
+	if !slices.ContainsFunc(logged, func(s string) bool {
+		return strings.HasPrefix(s, "attention transfer skipped: elu attention has no parameters")
+	}) {
 		t.Errorf("the log does not say transfer was skipped: %q", logged)
 	}
 	if _, err := os.Stat(filepath.Join(dir, StageFile(MetricsFile, StageTransfer))); !errors.Is(err, os.ErrNotExist) {
