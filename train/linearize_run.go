@@ -24,6 +24,10 @@ type Linearization struct {
 	FromLinear bool    `json:"from_linear,omitempty"` // the teacher's attention need not be softmax (see StudentConfig)
 	Train      string  `json:"train"`                 // what fine-tuning trains: TrainAll or TrainAttention
 	Distill    float64 `json:"distill"`               // weight of KL(teacher ‖ student) in fine-tuning's loss; 0: none
+	// Finetune is the fine-tuning stage's recipe, in the transfer
+	// stage's (Run records it there), so that a run resumed in transfer
+	// goes on to the same fine-tuning; nil in fine-tuning's own.
+	Finetune *Config `json:"finetune,omitempty"`
 }
 
 // Validate reports what is wrong with l, one line each.
@@ -96,31 +100,37 @@ type LinearizeResult struct {
 // Mode Resume (or ResumeOrNew) continues it.
 func (l *Linearize) Run(ctx context.Context, dir string) (LinearizeResult, error) {
 	var res LinearizeResult
-	for _, tc := range []Config{l.Transfer, l.Finetune} {
-		if tc.Linearize == nil {
-			return res, errors.New("linearize: a stage's recipe records no linearization")
-		}
-		if err := tc.Linearize.Validate(); err != nil {
-			return res, err
-		}
+	lin := l.Finetune.Linearize
+	if lin == nil || lin.Finetune != nil {
+		return res, errors.New("linearize: fine-tuning's recipe records no linearization, or another fine-tuning")
+	}
+	if err := lin.Validate(); err != nil {
+		return res, err
 	}
 	stage, saved, err := savedStage(dir, l.Mode)
 	if err != nil {
 		return res, err
 	}
-	student, err := model.New(l.Student)
-	if err != nil {
-		return res, err
-	}
-	switch {
-	case len(NewParams(student, l.Teacher)) == 0:
-		res.Skipped = fmt.Sprintf("%s attention has no parameters of its own to transfer", l.Student.Attention.Mechanism())
-	case l.Transfer.Steps == 0:
-		res.Skipped = "no steps of attention transfer"
+	finetuning := saved && stage == StageFinetune
+	if !finetuning {
+		// The transfer stage records where it goes on to.
+		tl, ft := *lin, l.Finetune
+		tl.Finetune = &ft
+		l.Transfer.Linearize = &tl
+		student, err := model.New(l.Student)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case len(NewParams(student, l.Teacher)) == 0:
+			res.Skipped = fmt.Sprintf("%s attention has no parameters of its own to transfer", l.Student.Attention.Mechanism())
+		case l.Transfer.Steps == 0:
+			res.Skipped = "no steps of attention transfer"
+		}
 	}
 	mode := l.Mode
 	switch {
-	case saved && stage == StageFinetune:
+	case finetuning:
 	case res.Skipped != "":
 		l.logf("attention transfer skipped: %s; fine-tuning starts from the teacher's weights", res.Skipped)
 	default:
@@ -137,6 +147,36 @@ func (l *Linearize) Run(ctx context.Context, dir string) (LinearizeResult, error
 	res.Finetune, err = l.finetune(ctx, dir, mode, res.Skipped != "")
 	return res, err
 }
+
+// SavedLinearization returns the linearization of the run in dir as its
+// checkpoint records it, to resume (Teacher is to be opened from
+// Transfer.Linearize.Teacher; Source and Mode to be set): the student's
+// configuration, and the recipes of the stages still to run (Transfer
+// zero when the checkpoint is fine-tuning's).
+func SavedLinearization(dir string) (*Linearize, error) {
+	s, tc, err := OpenRun(dir)
+	if err != nil {
+		return nil, err
+	}
+	lin := tc.Linearize
+	if lin == nil {
+		return nil, fmt.Errorf("the run in %s is no linearization", dir)
+	}
+	l := &Linearize{Student: s.Model.Config()}
+	switch {
+	case s.State.Stage == StageTransfer && lin.Finetune != nil:
+		l.Transfer, l.Finetune = tc, *lin.Finetune
+	case s.State.Stage == StageFinetune:
+		l.Finetune = tc
+	default:
+		return nil, fmt.Errorf("the run in %s is at stage %q of a linearization whose next stage it does not record", dir, s.State.Stage)
+	}
+	return l, nil
+}
+
+// TeacherPath returns the teacher's checkpoint directory that l's
+// recipes record.
+func (l *Linearize) TeacherPath() string { return l.Finetune.Linearize.Teacher }
 
 // savedStage returns the stage of the checkpoint in dir, and whether
 // there is one that mode does not replace.

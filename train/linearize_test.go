@@ -220,8 +220,16 @@ func TestLinearizeResume(t *testing.T) {
 			if _, err := l.Run(ctx, dir); !errors.Is(err, context.Canceled) {
 				t.Fatalf("interrupted run: %v", err)
 			}
-			l.Progress, l.Mode = nil, Resume
-			if _, err := l.Run(context.Background(), dir); err != nil {
+			// Resumed from what the checkpoint records.
+			r, err := SavedLinearization(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.TeacherPath() != "teacher" {
+				t.Errorf("teacher %q recorded, want %q", r.TeacherPath(), "teacher")
+			}
+			r.Teacher, r.Source, r.Mode = teacher, l.Source, Resume
+			if _, err := r.Run(context.Background(), dir); err != nil {
 				t.Fatal(err)
 			}
 			requireSameWeights(t, finalWeights(t, dir), want)
