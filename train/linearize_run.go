@@ -34,13 +34,13 @@ type Linearization struct {
 func (l Linearization) Validate() error {
 	var errs []error
 	if l.Teacher == "" {
-		errs = append(errs, errors.New("linearize: no teacher"))
+		errs = append(errs, errors.New("no teacher"))
 	}
 	if l.Train != TrainAll && l.Train != TrainAttention {
-		errs = append(errs, fmt.Errorf("linearize: train %q: use %s or %s", l.Train, TrainAll, TrainAttention))
+		errs = append(errs, fmt.Errorf("train %q: use %s or %s", l.Train, TrainAll, TrainAttention))
 	}
 	if !(l.Distill >= 0) {
-		errs = append(errs, fmt.Errorf("linearize: distill %v: must be 0 (none) or positive", l.Distill))
+		errs = append(errs, fmt.Errorf("distill %v: must be 0 (none) or positive", l.Distill))
 	}
 	return errors.Join(errs...)
 }

@@ -34,6 +34,7 @@ var commands = map[string]command{
 	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
+	"linearize":  {"convert a trained softmax model into one with linear attention (attention transfer, then fine-tuning)", runLinearize},
 	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
 	"generate":   {"sample text from a checkpoint, streaming it token by token", runGenerate},
 	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
