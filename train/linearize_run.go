@@ -66,9 +66,11 @@ type Layers struct {
 type Linearize struct {
 	Teacher *model.Model // frozen
 	Student model.Config // StudentConfig of the teacher's
-	// Transfer and Finetune are the two stages' recipes, each with the
-	// same Linearize. Transfer.Steps 0 skips attention transfer, as does
-	// a student without parameters of its own.
+	// Transfer and Finetune are the two stages' recipes; Finetune's
+	// Linearize says what the linearization is (Run records it in
+	// Transfer's too). Transfer.Steps 0 skips attention transfer, as does
+	// a student without parameters of its own, whose fine-tuning then
+	// takes transfer's steps too.
 	Transfer, Finetune Config
 	// Source is the data of both stages, a *Corpus (nil: each recipe's
 	// corpus, read with Data's options); its validation data also scores
@@ -124,6 +126,9 @@ func (l *Linearize) Run(ctx context.Context, dir string) (LinearizeResult, error
 		switch {
 		case len(NewParams(student, l.Teacher)) == 0:
 			res.Skipped = fmt.Sprintf("%s attention has no parameters of its own to transfer", l.Student.Attention.Mechanism())
+			// Fine-tuning takes transfer's steps too: the student sees as
+			// many tokens as one with a transfer would.
+			l.Finetune.Steps += l.Transfer.Steps
 		case l.Transfer.Steps == 0:
 			res.Skipped = "no steps of attention transfer"
 		}
@@ -132,7 +137,7 @@ func (l *Linearize) Run(ctx context.Context, dir string) (LinearizeResult, error
 	switch {
 	case finetuning:
 	case res.Skipped != "":
-		l.logf("attention transfer skipped: %s; fine-tuning starts from the teacher's weights", res.Skipped)
+		l.logf("attention transfer skipped: %s; fine-tuning starts from the teacher's weights, for %d steps", res.Skipped, l.Finetune.Steps)
 	default:
 		if res.Transfer, err = l.transfer(ctx, dir, mode, &res); err != nil {
 			return res, err
@@ -140,7 +145,7 @@ func (l *Linearize) Run(ctx context.Context, dir string) (LinearizeResult, error
 		mode = ResumeOrNew // the transfer stage's checkpoint is where fine-tuning starts
 	}
 	if res.Layers == nil {
-		if res.Layers, err = readLayers(dir); err != nil {
+		if res.Layers, err = ReadLayers(dir); err != nil {
 			return res, err
 		}
 	}
@@ -222,7 +227,7 @@ func (l *Linearize) transfer(ctx context.Context, dir string, mode Mode, res *Li
 		},
 	})
 	if errors.Is(err, ErrComplete) {
-		res.Layers, err = readLayers(dir)
+		res.Layers, err = ReadLayers(dir)
 		return Result{}, err
 	}
 	if err != nil {
@@ -235,7 +240,7 @@ func (l *Linearize) transfer(ctx context.Context, dir string, mode Mode, res *Li
 		return Result{}, err
 	}
 	xs := NewTransfer(l.Teacher, t.Model)
-	layers, _ := readLayers(dir)
+	layers, _ := ReadLayers(dir)
 	if !t.Resumed || layers == nil {
 		before, err := xs.Errors(ctx, held)
 		if err != nil {
@@ -347,9 +352,9 @@ func fmtErrors(x []float64) string {
 	return s
 }
 
-// readLayers reads the per-layer errors of the linearization in dir; nil
+// ReadLayers reads the per-layer errors of the linearization in dir; nil
 // if there are none.
-func readLayers(dir string) (*Layers, error) {
+func ReadLayers(dir string) (*Layers, error) {
 	b, err := os.ReadFile(filepath.Join(dir, LayersFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

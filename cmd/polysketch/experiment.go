@@ -48,6 +48,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 		taskFile      string
 		contextLen    int
 		steps         int
+		teacher       string
 	)
 	fs.StringVar(&dir, "dir", "", "experiment directory (default: experiments/NAME, or experiments/NAME-quick)")
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
@@ -57,6 +58,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
+	fs.StringVar(&teacher, "teacher", "", "experiment linearize: a trained softmax checkpoint to linearize instead of training one (its students get a tenth of the steps it trained)")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
@@ -89,6 +91,11 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if teacher != "" {
+		if teacher, err = filepath.Abs(train.CheckpointIn(teacher)); err != nil {
+			return fmt.Errorf("experiment: --teacher: %w", err)
+		}
+	}
 	if taskFile != "" {
 		if taskFile, err = filepath.Abs(taskFile); err != nil {
 			return fmt.Errorf("experiment: --task: %w", err)
@@ -113,7 +120,7 @@ func runExperiment(args []string, stdout io.Writer) error {
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, Teacher: teacher,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()
