@@ -40,7 +40,7 @@ type Result struct {
 	// A linearization's: the validation loss after attention transfer
 	// (Skipped: of the converted student, with nothing to transfer), and
 	// the per-layer relative errors before and after it.
-	TransferLoss *float64 `json:"transfer_loss,omitempty"`
+	TransferLoss *float64  `json:"transfer_loss,omitempty"`
 	Skipped      bool      `json:"skipped,omitempty"`
 	LayersBefore []float64 `json:"layers_before,omitempty"`
 	LayersAfter  []float64 `json:"layers_after,omitempty"`
