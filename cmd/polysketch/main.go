@@ -31,7 +31,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache", runBench},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache | bench decode", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
 	"linearize":  {"convert a trained softmax model into one with linear attention (attention transfer, then fine-tuning)", runLinearize},
@@ -51,6 +51,7 @@ var benches = map[string]command{
 	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
 	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 	"cache":     {"time to first token of follow-ups, state memory and shared-prompt tokens/s with the prefix cache of serve", benchCache},
+	"decode":    {"time per token and state bytes of one stream decoded with a checkpoint, against position", benchDecode},
 }
 
 func main() {

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/model"
+)
+
+const benchDecodeHelp = `usage: polysketch bench decode --checkpoint DIR [flags]
+
+Decodes one stream of --length tokens with a checkpoint, a token a step as
+generate does (the tokens fed are fixed pseudo-random ids: the cost does
+not depend on them), and reports for each window of --window positions the
+time per token and, at its end, the bytes of the stream's state
+(model.Snapshot: what serve's prefix cache keeps). A linear mechanism's
+(polysketch, elu, performer, sqpolysketch) time per token and state stay
+flat with the position; a KV cache's grow with it, up to the context it
+was trained on.
+
+flags:
+`
+
+// decodeWindow is one window of bench decode's measurement.
+type decodeWindow struct {
+	From       int     `json:"from"` // positions [From, To)
+	To         int     `json:"to"`
+	MsPerToken float64 `json:"ms_per_token"`
+	StateBytes int64   `json:"state_bytes"` // after position To-1
+}
+
+func benchDecode(args []string, stdout io.Writer) error {
+	var ck checkpointFlags
+	fs := newFlags("bench decode", benchDecodeHelp, stdout, ck.usage)
+	ck.register(fs)
+	var (
+		length = fs.Int("length", 16384, "positions to decode")
+		window = fs.Int("window", 1024, "positions per reported window")
+		asJSON = fs.Bool("json", false, "print one JSON object per window")
+		plot   = fs.String("plot", "", "write a PNG of the time per token against position to this file")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *length < 1 || *window < 1 {
+		return fmt.Errorf("bench decode: --length %d, --window %d: must be positive", *length, *window)
+	}
+	s, err := ck.open()
+	if err != nil {
+		return fmt.Errorf("bench decode: --checkpoint: %w", err)
+	}
+	m := s.Model
+	if lim := model.ContextLimit(m.Config()); lim > 0 && *length > lim {
+		return fmt.Errorf("bench decode: --length %d: %s attention keeps a KV cache of at most %d positions (the context it was trained on); give --length %d or less",
+			*length, m.Config().Attention.Mechanism(), lim, lim)
+	}
+	ws, err := decodeWindows(m, *length, *window)
+	if err != nil {
+		return fmt.Errorf("bench decode: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, w := range ws {
+			if err := enc.Encode(w); err != nil {
+				return err
+			}
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s: %s, one stream\n%14s %12s %14s\n", s.Dir, describeAttention(m.Config().Attention), "positions", "ms/token", "state bytes")
+		for _, w := range ws {
+			fmt.Fprintf(stdout, "%6d-%-7d %12.3f %14d\n", w.From, w.To, w.MsPerToken, w.StateBytes)
+		}
+	}
+	if *plot != "" {
+		line := chart.Series{Name: m.Config().Attention.Mechanism()}
+		for _, w := range ws {
+			line.X, line.Y = append(line.X, float64(w.To)), append(line.Y, w.MsPerToken)
+		}
+		c := &chart.Chart{Title: "decoding one stream", X: chart.Axis{Label: "position"}, Y: chart.Axis{Label: "ms per token"}, Series: []chart.Series{line}}
+		if err := chart.Write(*plot, c); err != nil {
+			return fmt.Errorf("bench decode: --plot: %w", err)
+		}
+	}
+	return nil
+}
+
+// decodeWindows decodes length positions of one stream with m, a token a
+// Step, and measures each window of positions.
+func decodeWindows(m *model.Model, length, window int) ([]decodeWindow, error) {
+	seq, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	b := m.NewBatch()
+	vocab := m.Config().Vocab
+	var x uint64 = 1
+	token := [][]int32{{0}}
+	seqs := []*model.Sequence{seq}
+	var ws []decodeWindow
+	for from := 0; from < length; from += window {
+		to := min(from+window, length)
+		start := time.Now()
+		for range to - from {
+			x = x*6364136223846793005 + 1442695040888963407 // a fixed sequence of ids
+			token[0][0] = int32((x >> 33) % uint64(vocab))
+			if _, err := b.Step(seqs, token); err != nil {
+				return nil, err
+			}
+		}
+		d := time.Since(start)
+		snap, err := seq.Snapshot()
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, decodeWindow{From: from, To: to, MsPerToken: float64(d.Microseconds()) / 1000 / float64(to-from), StateBytes: snap.Bytes()})
+	}
+	return slices.Clip(ws), nil
+}
