@@ -31,6 +31,9 @@ type part struct {
 	// newDoc is set if the part starts a document that follows other text:
 	// its tokens come after an end-of-text token.
 	newDoc bool
+	// cont is set if the part continues a document begun in an earlier
+	// chunk (tokenizer.Continue).
+	cont bool
 }
 
 // encodeFiles tokenizes the documents of the files, in order, into w (the
@@ -101,7 +104,11 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 					if sep && p.newDoc {
 						c.ids = append(c.ids, eot)
 					}
-					c.ids = tok.Encode(c.ids, c.text[start:p.end])
+					if p.cont {
+						c.ids = tokenizer.Continue(tok, c.ids, c.text[start:p.end])
+					} else {
+						c.ids = tok.Encode(c.ids, c.text[start:p.end])
+					}
 					start = p.end
 				}
 				c.done <- struct{}{}
@@ -138,6 +145,8 @@ type fileReader struct {
 	// newDoc is set from beginning a document that follows other text to
 	// writing its first part.
 	newDoc bool
+	// parted is set once the document being read has a part in a chunk.
+	parted bool
 }
 
 // fill fills c with up to r.size bytes of text and reports whether there
@@ -169,6 +178,7 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 			}
 			r.doc = doc
 			r.newDoc = r.docs > 0
+			r.parted = false
 			r.docs++
 			start = len(c.text)
 			continue
@@ -203,8 +213,9 @@ func (r *fileReader) fill(c *chunk) (more bool, err error) {
 
 // endPart ends the current document's part of c at end.
 func (r *fileReader) endPart(c *chunk, end int) {
-	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc})
+	c.parts = append(c.parts, part{end: end, newDoc: r.newDoc, cont: r.parted})
 	r.newDoc = false
+	r.parted = true
 }
 
 // open opens the next file, checking that it is the file that was listed.

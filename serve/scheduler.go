@@ -39,11 +39,10 @@ type job struct {
 	sampler *sample.Sampler
 	text    *textStream
 	tok     tokenizer.Tokenizer
-	eot     int32
-	hasEOT  bool
-	kv      int64 // bytes of KV cache reserved for it
-	top     int   // alternatives of logprobs; -1 for none
-	offset  int   // bytes of text so far, for logprobs' text offsets
+	eos     []int32 // the tokens that end the sequence
+	kv      int64   // bytes of KV cache reserved for it
+	top     int     // alternatives of logprobs; -1 for none
+	offset  int     // bytes of text so far, for logprobs' text offsets
 	out     *mailbox
 	cache   cacheJob
 
@@ -418,7 +417,7 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 	}
 	finish := ""
 	var text string
-	if j.hasEOT && tok == j.eot {
+	if slices.Contains(j.eos, tok) {
 		finish, text = "stop", j.text.flush()
 	} else {
 		var err error

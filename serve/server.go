@@ -33,6 +33,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,9 +121,13 @@ type loaded struct {
 	tok    tokenizer.Tokenizer
 	eot    int32
 	hasEOT bool
-	limit  int // positions per sequence
-	kvRow  int64
-	sched  *scheduler
+	// cfg gives the ids put before a prompt and those that end a
+	// sequence; chat is the model's chat template, nil without one.
+	cfg   *tokenizer.Config
+	chat  *chatTemplate
+	limit int // positions per sequence
+	kvRow int64
+	sched *scheduler
 
 	weights    [32]byte // weightDigest of the model as Ready got it
 	hasWeights bool     // whether its float32 weights were there to hash
@@ -174,11 +179,30 @@ func New(o Options) *Server {
 // Ready starts serving model m with tokenizer tok; the completion
 // endpoints answer from now on.
 func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
+	return s.ReadyConfig(m, tok, tokenizer.DefaultConfig(tok))
+}
+
+// ReadyConfig is Ready with the configuration cfg of the tokenizer (from
+// the model's directory, see tokenizer.ReadConfig): prompts start with
+// its Begin, sequences stop at its EOS, and /v1/chat/completions renders
+// conversations with its chat template, if it has one, rather than as a
+// plain transcript. A chat template that does not compile, or cannot
+// render a conversation of one user message, is refused here.
+func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *tokenizer.Config) error {
 	c := m.Config()
 	if tok.VocabSize() > c.Vocab {
 		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
-	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c)}
+	if cfg == nil {
+		cfg = tokenizer.DefaultConfig(tok)
+	}
+	l := &loaded{m: m, tok: tok, limit: model.ContextLimit(c), cfg: cfg}
+	if cfg.ChatTemplate != "" {
+		var err error
+		if l.chat, err = newChatTemplate(cfg); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
 	// The weights name the model in a prefix-cache file: hash them before
 	// bf16 inference releases their float32 values.
 	if s.opts.CacheDir != "" {
@@ -399,13 +423,16 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) (*completio
 // request is a validated completion request: its prompts, their tokens
 // and the settings of generation.
 type request struct {
-	chat    bool
-	prompts []string
-	tokens  [][]int32
-	set     sampling
-	stream  bool
-	usage   bool
-	echo    bool
+	chat bool
+	// templated is set for a chat rendered by the model's own template,
+	// whose text holds its special tokens (and no plain-transcript stop).
+	templated bool
+	prompts   []string
+	tokens    [][]int32
+	set       sampling
+	stream    bool
+	usage     bool
+	echo      bool
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
@@ -443,7 +470,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return err
 	}
-	prompt, err := chatPrompt(req.Messages)
+	var prompt string
+	if l.chat != nil {
+		prompt, err = templatePrompt(l.chat, req.Messages)
+	} else {
+		prompt, err = chatPrompt(req.Messages)
+	}
 	if err != nil {
 		return err
 	}
@@ -455,7 +487,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	default:
 		return errorf(http.StatusBadRequest, "invalid_value", "logprobs: supported on /v1/completions only")
 	}
-	rq := &request{chat: true, prompts: []string{prompt}, stream: req.Stream}
+	rq := &request{chat: true, templated: l.chat != nil, prompts: []string{prompt}, stream: req.Stream}
 	return s.generate(w, r, l, req, rq, 256)
 }
 
@@ -467,7 +499,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return err
 	}
 	rq.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	if rq.chat {
+	if rq.chat && !rq.templated {
 		set.stop = append(set.stop, chatStop)
 	}
 	if len(rq.prompts)*set.n > maxChoices { // both at most maxChoices: no overflow
@@ -477,7 +509,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: %d sequences, more than this server queues at once (%d); ask for fewer choices", len(rq.prompts), set.n, seqs, s.opts.MaxQueue)
 	}
 	for i, p := range rq.prompts {
-		ids := l.tok.Encode(nil, []byte(p))
+		// A template writes the beginning-of-sequence token itself, as
+		// transformers' apply_chat_template encodes without special tokens.
+		var ids []int32
+		if !rq.templated {
+			ids = slices.Clone(l.cfg.Begin)
+		}
+		ids = l.tok.Encode(ids, []byte(p))
 		if len(ids) == 0 {
 			if !l.hasEOT {
 				return errorf(http.StatusBadRequest, "invalid_value", "prompt %d is empty: this model needs at least one token to start from", i)
@@ -513,8 +551,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 				jobs = append(jobs, &job{
 					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
 					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
-					text:    newTextStream(set.stop), tok: l.tok, eot: l.eot, hasEOT: l.hasEOT, top: set.logprobs,
-					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat},
+					text:    newTextStream(set.stop), tok: l.tok, eos: l.cfg.EOS, top: set.logprobs,
+					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat && !rq.templated},
 				})
 			}
 		}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"unicode/utf8"
+
+	"github.com/polysketch/polysketch/data/tokenizer"
 )
 
 // POST /tokenize and POST /detokenize, in llama.cpp's form, so that
@@ -68,7 +71,11 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Content == nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "content is missing: send {\"content\": \"text\"}")
 	}
-	ids := l.tok.Encode(nil, []byte(*req.Content))
+	var ids []int32
+	if req.AddSpecial {
+		ids = slices.Clone(l.cfg.Begin) // as a completion's prompt starts
+	}
+	ids = l.tok.Encode(ids, []byte(*req.Content))
 	if !req.WithPieces {
 		if ids == nil {
 			ids = []int32{}
@@ -124,7 +131,9 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		ids[i] = int32(id)
 	}
-	b, err := l.tok.Decode(nil, ids)
+	// The text as Hugging Face's libraries decode it: less the space a
+	// SentencePiece-kind tokenizer put before the text.
+	b, err := tokenizer.Text(l.tok, nil, ids)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "invalid_value", "%v", err)
 	}

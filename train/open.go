@@ -20,12 +20,18 @@ type Saved struct {
 	*checkpoint.Checkpoint
 	Dir       string // the checkpoint's directory
 	Tokenizer tokenizer.Tokenizer
+	// TokenizerConfig is what the tokenizer_config.json,
+	// generation_config.json and chat_template.jinja beside the
+	// tokenizer.json say (an imported model has them): the tokens before a
+	// prompt and those that end generation, and the chat template.
+	TokenizerConfig *tokenizer.Config
 }
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
 // the tokenizer.json saved in it, or the built-in tokenizer its state
-// names. Every command that reads a checkpoint opens it here.
+// names, and the tokenizer's configuration files beside it. Every command
+// that reads a checkpoint opens it here.
 func Open(path string) (*Saved, error) {
 	dir := CheckpointIn(path)
 	c, err := checkpoint.Load(dir)
@@ -41,6 +47,9 @@ func Open(path string) (*Saved, error) {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if s.TokenizerConfig, err = tokenizer.ReadConfig(dir, s.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil

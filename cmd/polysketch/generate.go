@@ -6,10 +6,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/polysketch/polysketch/data/task"
-	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/sample"
 )
@@ -31,7 +31,10 @@ drawn from what is left with a generator seeded by --seed.
 
 A model trained on GPT-2 tokens has seen <|endoftext|> between documents:
 generation stops when it samples that token, without printing it, unless
---stop-at-eot=false.
+--stop-at-eot=false. An imported model stops at its own end-of-sequence
+tokens (generation_config.json's eos_token_id, tokenizer_config.json's
+eos_token), and its prompt starts with its beginning-of-sequence token
+where its tokenizer adds one (Llama's <s>).
 
 flags:
 `
@@ -44,7 +47,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 		prompt  = fs.String("prompt", "func main() {\n", "text to continue")
 		n       = fs.Int("tokens", 200, "tokens to generate")
 		echo    = fs.Bool("echo", true, "print the prompt before the generated text")
-		stopEOT = fs.Bool("stop-at-eot", true, "stop at the tokenizer's end-of-text token (GPT-2's <|endoftext|>), if it has one")
+		stopEOT = fs.Bool("stop-at-eot", true, "stop at the model's end-of-sequence tokens (GPT-2's <|endoftext|>, an imported model's eos_token_id), if it has any")
 		s       = sample.New(0.8, 0.95, 0, nil)
 	)
 	fs.Float64Var(&s.Temperature, "temperature", s.Temperature, "sampling temperature; 0 is greedy")
@@ -77,9 +80,11 @@ func runGenerate(args []string, stdout io.Writer) error {
 	if recipe, _ := c.Recipe(); recipe.Task != nil && recipe.Task.Name != task.File {
 		return fmt.Errorf("generate: checkpoint %s was trained on the task %s, whose tokens are not text; score it with 'polysketch eval --checkpoint %s'", dir, recipe.Task.Name, ck.path)
 	}
-	eot, hasEOT := tokenizer.EndOfText(tok)
-	hasEOT = hasEOT && *stopEOT
-	ids := tok.Encode(nil, []byte(*prompt))
+	var eos []int32
+	if *stopEOT {
+		eos = c.TokenizerConfig.EOS
+	}
+	ids := tok.Encode(slices.Clone(c.TokenizerConfig.Begin), []byte(*prompt))
 	if len(ids) == 0 {
 		return fmt.Errorf("generate: --prompt %q encodes to no tokens: the model needs at least one to start from", *prompt)
 	}
@@ -123,7 +128,7 @@ func runGenerate(args []string, stdout io.Writer) error {
 	generated := 0
 	for generated < *n && ctx.Err() == nil {
 		next := s.Next(logits.Data)
-		if hasEOT && next == eot {
+		if slices.Contains(eos, next) {
 			break
 		}
 		if out, err = tok.Decode(out[:0], []int32{next}); err != nil {

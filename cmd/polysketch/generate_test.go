@@ -2,6 +2,7 @@ package main
 
 import (
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,5 +158,56 @@ func TestGenerateStopsAtEOT(t *testing.T) {
 		if err != nil || out != c.want {
 			t.Errorf("%s: printed %q (%v), want %q; stderr %q", c.flag, out, err, c.want, errOut)
 		}
+	}
+}
+
+// TestGenerateImportedSpecials: a checkpoint with an imported model's
+// tokenizer files stops at the eos_token_id of its generation_config.json
+// (here "\n", 198, which the model favours) and puts the bos_token of its
+// tokenizer_config.json before the prompt when add_bos_token says so.
+func TestGenerateImportedSpecials(t *testing.T) {
+	tok, err := tokenizer.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := model.Config{Vocab: tok.VocabSize(), Dim: 16, Layers: 1, Heads: 2, Context: 32, Seed: 3,
+		Attention: attention.PolysketchConfig{Degree: 4, SketchSize: 4, Block: 8, Local: true, Sketch: attention.Gaussian}}
+	m, err := model.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		if p.Name == "head.bias" {
+			p.Value.Data[198] = 100
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := checkpoint.Save(dir, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "gpt2"}}); err != nil {
+		t.Fatal(err)
+	}
+	gen := func() (string, string) {
+		t.Helper()
+		out, errOut, err := runQuiet(t, "generate", "--checkpoint", dir, "--prompt", "hello", "--tokens", "3", "--echo=false", "--temperature", "0")
+		if err != nil {
+			t.Fatalf("generate: %v; stderr %q", err, errOut)
+		}
+		return out, errOut
+	}
+	if out, errOut := gen(); out != "\n\n\n\n" || !strings.Contains(errOut, "after a prompt of 1 tokens") {
+		t.Fatalf("without the files: printed %q, stderr %q", out, errOut)
+	}
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("generation_config.json", `{"bos_token_id": 50256, "eos_token_id": [50256, 198]}`)
+	write("tokenizer_config.json", `{"add_bos_token": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}`)
+	if out, errOut := gen(); out != "\n" || !strings.Contains(errOut, "generated 0 tokens") || !strings.Contains(errOut, "after a prompt of 2 tokens") {
+		t.Errorf("with the files: printed %q, stderr %q; want it to stop at once, after a prompt of <|endoftext|> and hello", out, errOut)
+	}
+	write("generation_config.json", `{"eos_token_id": [50257]}`)
+	if _, errOut, err := runQuiet(t, "generate", "--checkpoint", dir, "--prompt", "hello"); err == nil || !strings.Contains(err.Error(), "generation_config.json: eos_token_id 50257 is outside the vocabulary") {
+		t.Errorf("an eos_token_id outside the vocabulary: %v; stderr %q", err, errOut)
 	}
 }

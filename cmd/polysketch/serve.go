@@ -139,7 +139,7 @@ func runServe(args []string, stdout io.Writer) error {
 	// Load while /health answers 503.
 	c, err := ck.open()
 	if err == nil {
-		err = srv.Ready(c.Model, c.Tokenizer)
+		err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
 	}
 	if err != nil {
 		hs.Close()

@@ -242,6 +242,8 @@ func (s *specialFlag) Set(v string) error {
 func runTokenizerEncode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer encode", "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n", stdout)
 	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	nul := fs.Bool("nul", false, "stdin holds texts separated by NUL bytes: encode each alone, one JSON array a line")
+	special := fs.Bool("special", false, "put the tokens the tokenizer.json's post-processor adds around a text (Llama's <s>) before and after it, as Hugging Face's libraries encode by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -253,21 +255,32 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer encode: reading stdin: %w", err)
 	}
-	ids := tok.Encode(nil, text)
-	w := bufio.NewWriter(stdout)
-	w.WriteByte('[')
-	for i, id := range ids {
-		if i > 0 {
-			w.WriteByte(',')
-		}
-		fmt.Fprint(w, id)
+	var before, after []int32
+	if b, ok := tok.(*tokenizer.BPE); ok && *special {
+		before, after = b.Wrap()
 	}
-	w.WriteString("]\n")
+	texts := [][]byte{text}
+	if *nul {
+		texts = bytes.Split(text, []byte{0})
+	}
+	w := bufio.NewWriter(stdout)
+	var ids []int32
+	for _, text := range texts {
+		ids = append(tok.Encode(append(ids[:0], before...), text), after...)
+		w.WriteByte('[')
+		for i, id := range ids {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			fmt.Fprint(w, id)
+		}
+		w.WriteString("]\n")
+	}
 	return w.Flush()
 }
 
 func runTokenizerDecode(args []string, stdout io.Writer) error {
-	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout.\n\nflags:\n", stdout)
+	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout, as\nHugging Face's libraries decode them (special tokens kept).\n\nflags:\n", stdout)
 	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -284,7 +297,7 @@ func runTokenizerDecode(args []string, stdout io.Writer) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("tokenizer decode: stdin: want one JSON array of token ids, found more after it")
 	}
-	text, err := tok.Decode(nil, ids)
+	text, err := tokenizer.Text(tok, nil, ids)
 	if err != nil {
 		return fmt.Errorf("tokenizer decode: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2/v2"
 	"golang.org/x/text/unicode/norm"
@@ -40,6 +41,14 @@ type BPE struct {
 	ignoreMerges bool
 	nfc          bool
 	steps        []step
+	// piece is set for a file of the SentencePiece kind (see piece), whose
+	// vocabulary and merges are of characters, not bytes, and whose
+	// byteID holds the byte tokens <0x00> to <0xFF>.
+	piece *piece
+
+	// begin and end are the ids the post-processor puts around a text
+	// (Hugging Face's add_special_tokens): Llama's <s> before it.
+	begin, end []int32
 
 	added        []addedToken
 	addedByFirst [256][]int // indices into added by first byte, longest first
@@ -72,6 +81,9 @@ type step struct {
 	digits  int             // for splitLlama: the most digits in a piece
 	removed bool            // matches are dropped rather than kept as pieces
 	invert  bool            // the pattern matches the text between pieces
+	// individual is set for splitDigits that makes each digit a piece,
+	// rather than each run of digits.
+	individual bool
 }
 
 type stepKind uint8
@@ -81,6 +93,7 @@ const (
 	splitLlama                   // Llama-3's or Qwen2's pattern, by llamaPieceLen
 	splitRegex                   // Split with a regular expression
 	splitLiteral                 // Split with a string
+	splitDigits                  // Digits: numbers (Unicode's N) apart from the rest
 	prefixSpace                  // ByteLevel's add_prefix_space
 )
 
@@ -128,6 +141,26 @@ func (t *BPE) Special() map[int32]string {
 	return m
 }
 
+// Wrap returns the ids that t's post-processor puts before and after a
+// text when Hugging Face's libraries encode it with add_special_tokens
+// (their default): Llama's <s> before it; for most files none. Encode
+// never adds them.
+func (t *BPE) Wrap() (before, after []int32) { return t.begin, t.end }
+
+// Text appends the text of tokens that start a text, as Hugging Face's
+// libraries decode them (special tokens kept): Decode's bytes, less the
+// space that the decoder of a SentencePiece-kind file strips from the
+// start (the one Encode put there).
+func (t *BPE) Text(dst []byte, tokens []int32) ([]byte, error) {
+	n := len(dst)
+	dst, err := t.Decode(dst, tokens)
+	if err != nil {
+		return dst, err
+	}
+	cut := t.textStart(dst[n:])
+	return append(dst[:n], dst[n+cut:]...), nil
+}
+
 func (t *BPE) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	for _, id := range tokens {
 		if uint32(id) >= uint32(len(t.tokens)) || t.tokens[id] == nil {
@@ -138,11 +171,29 @@ func (t *BPE) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	return dst, nil
 }
 
-func (t *BPE) Encode(dst []int32, text []byte) []int32 {
+func (t *BPE) Encode(dst []int32, text []byte) []int32 { return t.encode(dst, text, atStart) }
+
+// Continue appends the tokens of text that continues a text already
+// encoded, cut where Encode would have made a piece start anyway (before a
+// space that follows another character): for a SentencePiece-kind file
+// without the "▁" that Encode puts before a text; as Encode for the
+// others.
+func (t *BPE) Continue(dst []int32, text []byte) []int32 { return t.encode(dst, text, continued) }
+
+// position is where a section of text, between added tokens, stands.
+type position uint8
+
+const (
+	atStart    position = iota // it starts the text
+	afterAdded                 // it follows an added token
+	continued                  // it continues text encoded before
+)
+
+func (t *BPE) encode(dst []int32, text []byte, pos position) []int32 {
 	c := t.caches.Get().(*bpeCache)
 	defer t.caches.Put(c)
 	if len(t.added) == 0 {
-		return t.encodeText(dst, text, c)
+		return t.encodeText(dst, text, pos, c)
 	}
 	start := 0 // of the text not yet encoded
 	for i := 0; i < len(text); {
@@ -161,7 +212,7 @@ func (t *BPE) Encode(dst []int32, text []byte) []int32 {
 		if a.lstrip {
 			sec = bytes.TrimRightFunc(sec, unicode.IsSpace)
 		}
-		dst = t.encodeText(dst, sec, c)
+		dst = t.encodeText(dst, sec, pos, c)
 		dst = append(dst, a.id)
 		i += len(a.content)
 		if a.rstrip {
@@ -169,8 +220,9 @@ func (t *BPE) Encode(dst []int32, text []byte) []int32 {
 			i = len(text) - len(rest)
 		}
 		start = i
+		pos = afterAdded
 	}
-	return t.encodeText(dst, text[start:], c)
+	return t.encodeText(dst, text[start:], pos, c)
 }
 
 // addedAt returns the longest added token that s starts with, or nil.
@@ -183,8 +235,11 @@ func (t *BPE) addedAt(s []byte) *addedToken {
 	return nil
 }
 
-// encodeText encodes text that holds no added token.
-func (t *BPE) encodeText(dst []int32, text []byte, c *bpeCache) []int32 {
+// encodeText encodes text that holds no added token, at pos.
+func (t *BPE) encodeText(dst []int32, text []byte, pos position, c *bpeCache) []int32 {
+	if t.piece != nil {
+		return t.encodeSection(dst, text, pos, c)
+	}
 	for len(text) > 0 {
 		n := validPrefix(text)
 		if n > 0 {
@@ -220,6 +275,24 @@ func (t *BPE) split(dst []int32, s []byte, i int, c *bpeCache) []int32 {
 	case splitLlama:
 		for len(s) > 0 {
 			p := llamaPieceLen(s, st.digits)
+			dst = t.split(dst, s[:p], i+1, c)
+			s = s[p:]
+		}
+	case splitDigits:
+		// As the Rust library's Digits, by char::is_numeric (Unicode's
+		// N); the JavaScript one takes ASCII digits only.
+		for len(s) > 0 {
+			r, n := utf8.DecodeRune(s)
+			p := n
+			if num := unicode.IsNumber(r); !num || !st.individual {
+				for p < len(s) {
+					r, m := utf8.DecodeRune(s[p:])
+					if unicode.IsNumber(r) != num {
+						break
+					}
+					p += m
+				}
+			}
 			dst = t.split(dst, s[:p], i+1, c)
 			s = s[p:]
 		}
@@ -307,8 +380,17 @@ func (t *BPE) encodePiece(dst []int32, piece []byte, c *bpeCache) []int32 {
 // until none is left, as Hugging Face's tokenizers do.
 func (t *BPE) merge(dst []int32, piece []byte, c *bpeCache) []int32 {
 	syms := c.syms[:0]
-	for i, b := range piece {
-		syms = append(syms, symbol{id: t.byteID[b], prev: int32(i - 1), next: int32(i + 1)})
+	for _, b := range piece {
+		syms = append(syms, symbol{id: t.byteID[b]})
+	}
+	return t.mergeSymbols(dst, syms, c)
+}
+
+// mergeSymbols appends the tokens that merging the tokens syms (their ids
+// alone set; not empty) gives.
+func (t *BPE) mergeSymbols(dst []int32, syms []symbol, c *bpeCache) []int32 {
+	for i := range syms {
+		syms[i].prev, syms[i].next = int32(i-1), int32(i+1)
 	}
 	syms[len(syms)-1].next = -1
 	h := candidates(c.heap[:0])

@@ -60,11 +60,12 @@ func fileName(b []byte) string {
 
 // The parts of tokenizer.json that polysketch reads.
 type fileJSON struct {
-	AddedTokens  []addedJSON     `json:"added_tokens"`
-	Normalizer   json.RawMessage `json:"normalizer"`
-	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
-	Decoder      json.RawMessage `json:"decoder"`
-	Model        *modelJSON      `json:"model"`
+	AddedTokens   []addedJSON     `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         *modelJSON      `json:"model"`
 }
 
 type addedJSON struct {
@@ -74,6 +75,7 @@ type addedJSON struct {
 	LStrip     bool   `json:"lstrip"`
 	RStrip     bool   `json:"rstrip"`
 	Special    bool   `json:"special"`
+	Normalized *bool  `json:"normalized"`
 }
 
 type modelJSON struct {
@@ -104,6 +106,8 @@ type preJSON struct {
 	} `json:"pattern"`
 	Behavior string `json:"behavior"`
 	Invert   bool   `json:"invert"`
+	// IndividualDigits is Digits': each digit a piece, not each run.
+	IndividualDigits bool `json:"individual_digits"`
 }
 
 // Parse reads a Hugging Face tokenizer.json holding a byte-level BPE model:
@@ -140,8 +144,6 @@ func parse(b []byte) (*BPE, error) {
 		return nil, errors.New("model has no type and no merges: only BPE models are supported")
 	case m.Type != "" && m.Type != "BPE":
 		return nil, fmt.Errorf("model type %s is not supported: polysketch reads byte-level BPE models only", m.Type)
-	case m.ByteFallback:
-		return nil, errors.New("BPE with byte_fallback is not supported: polysketch reads byte-level BPE models only")
 	case m.Dropout != nil && *m.Dropout > 0:
 		return nil, fmt.Errorf("BPE dropout %v is not supported: set it to null", *m.Dropout)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
@@ -149,46 +151,54 @@ func parse(b []byte) (*BPE, error) {
 		return nil, errors.New("BPE with a continuing_subword_prefix or end_of_word_suffix is not supported: polysketch reads byte-level BPE models only")
 	}
 	t := &BPE{name: fileName(b), file: b, ignoreMerges: m.IgnoreMerges, eot: -1}
-
-	if err := t.readNormalizer(f.Normalizer); err != nil {
+	if m.ByteFallback {
+		if err := t.readPiece(&f); err != nil {
+			return nil, err
+		}
+	} else if err := t.readByteLevel(&f); err != nil {
 		return nil, err
+	}
+	if err := t.readMerges(m.Merges, m.Vocab); err != nil {
+		return nil, err
+	}
+	if err := t.readAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := t.readPost(f.PostProcessor); err != nil {
+		return nil, err
+	}
+	t.caches.New = func() any { return &bpeCache{pieces: newPieceCache()} }
+	return t, nil
+}
+
+// readByteLevel reads the normalizer, pre-tokenizer, decoder and
+// vocabulary of a byte-level file.
+func (t *BPE) readByteLevel(f *fileJSON) error {
+	m := f.Model
+	if err := t.readNormalizer(f.Normalizer); err != nil {
+		return err
 	}
 	byteLevel, err := t.readPre(f.PreTokenizer)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !byteLevel {
-		return nil, errors.New("pre-tokenizer has no ByteLevel step: polysketch reads byte-level BPE models only")
+		return errors.New("pre-tokenizer has no ByteLevel step: polysketch reads byte-level BPE models, and BPE models with byte_fallback")
 	}
 	if len(f.Decoder) > 0 && string(f.Decoder) != "null" {
 		var d typed
 		if err := json.Unmarshal(f.Decoder, &d); err != nil {
-			return nil, fmt.Errorf("decoder: %v", err)
+			return fmt.Errorf("decoder: %v", err)
 		}
 		if d.Type != "ByteLevel" {
-			return nil, fmt.Errorf("decoder type %s is not supported: polysketch reads byte-level BPE models only", d.Type)
+			return fmt.Errorf("decoder type %s is not supported with a ByteLevel pre-tokenizer", d.Type)
 		}
 	}
-
-	size := int32(0)
-	for _, id := range m.Vocab {
-		size = max(size, id+1)
+	if err := t.sizeTokens(f); err != nil {
+		return err
 	}
-	for _, a := range f.AddedTokens {
-		size = max(size, a.ID+1)
-	}
-	if n := len(m.Vocab) + len(f.AddedTokens); int(size) > 2*n+1024 {
-		return nil, fmt.Errorf("token id %d is far beyond the file's %d tokens: the ids must number the tokens from 0", size-1, n)
-	}
-	t.tokens = make([][]byte, size)
 	t.vocab = make(map[string]int32, len(m.Vocab))
 	for s, id := range m.Vocab {
-		if id < 0 {
-			return nil, fmt.Errorf("vocabulary: token %q has negative id %d", s, id)
-		}
-		if t.tokens[id] != nil {
-			return nil, fmt.Errorf("vocabulary: id %d is given to two tokens", id)
-		}
 		bs, ok := fromByteLevel(s)
 		if !ok {
 			// Not byte-level: unreachable by merges; decodes as written.
@@ -201,18 +211,40 @@ func parse(b []byte) (*BPE, error) {
 	for b := range t.byteID {
 		id, ok := m.Vocab[string(byteRune[b])]
 		if !ok {
-			return nil, fmt.Errorf("vocabulary has no token for the byte %#02x: polysketch reads byte-level BPE models only", b)
+			return fmt.Errorf("vocabulary has no token for the byte %#02x: polysketch reads byte-level BPE models only", b)
 		}
 		t.byteID[b] = id
 	}
-	if err := t.readMerges(m.Merges, m.Vocab); err != nil {
-		return nil, err
+	return nil
+}
+
+// sizeTokens makes t.tokens as long as the largest id of the vocabulary
+// and added tokens needs, and checks that the vocabulary gives each id
+// once.
+func (t *BPE) sizeTokens(f *fileJSON) error {
+	m := f.Model
+	size := int32(0)
+	for _, id := range m.Vocab {
+		size = max(size, id+1)
 	}
-	if err := t.readAdded(f.AddedTokens); err != nil {
-		return nil, err
+	for _, a := range f.AddedTokens {
+		size = max(size, a.ID+1)
 	}
-	t.caches.New = func() any { return &bpeCache{pieces: newPieceCache()} }
-	return t, nil
+	if n := len(m.Vocab) + len(f.AddedTokens); int(size) > 2*n+1024 {
+		return fmt.Errorf("token id %d is far beyond the file's %d tokens: the ids must number the tokens from 0", size-1, n)
+	}
+	t.tokens = make([][]byte, size)
+	seen := make([]bool, size)
+	for s, id := range m.Vocab {
+		if id < 0 {
+			return fmt.Errorf("vocabulary: token %q has negative id %d", s, id)
+		}
+		if seen[id] {
+			return fmt.Errorf("vocabulary: id %d is given to two tokens", id)
+		}
+		seen[id] = true
+	}
+	return nil
 }
 
 func (t *BPE) readNormalizer(raw json.RawMessage) error {
@@ -269,6 +301,9 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 			byteLevel = byteLevel || bl
 		}
 		return byteLevel, nil
+	case "Digits":
+		t.steps = append(t.steps, step{kind: splitDigits, individual: p.IndividualDigits})
+		return false, nil
 	case "Split":
 		st := step{invert: p.Invert}
 		switch p.Behavior {
@@ -298,7 +333,7 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 		t.steps = append(t.steps, st)
 		return false, nil
 	}
-	return false, fmt.Errorf("pre-tokenizer type %s is not supported: polysketch reads ByteLevel, Split and Sequence", p.Type)
+	return false, fmt.Errorf("pre-tokenizer type %s is not supported: polysketch reads ByteLevel, Split, Digits and Sequence", p.Type)
 }
 
 func (t *BPE) readMerges(raw json.RawMessage, vocab map[string]int32) error {
@@ -341,6 +376,10 @@ func (t *BPE) readAdded(added []addedJSON) error {
 			return fmt.Errorf("added token %d is empty", a.ID)
 		case a.SingleWord:
 			return fmt.Errorf("added token %q has single_word true, which polysketch does not support", a.Content)
+		case t.piece != nil && t.piece.norm != nil && (a.Normalized == nil && !a.Special || a.Normalized != nil && *a.Normalized):
+			// Hugging Face's libraries look for it in the normalized text,
+			// where a Prepend or Replace has changed it.
+			return fmt.Errorf("added token %q has normalized true, which polysketch does not support with byte_fallback", a.Content)
 		}
 		t.tokens[a.ID] = []byte(a.Content)
 		t.added = append(t.added, addedToken{content: []byte(a.Content), id: a.ID, lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special})
@@ -372,4 +411,94 @@ func quote(buf *bytes.Buffer, s string) {
 	e.SetEscapeHTML(false)
 	e.Encode(s)
 	buf.Truncate(buf.Len() - 1) // the newline Encode adds
+}
+
+// readPost reads the ids that the post-processor puts around one text:
+// TemplateProcessing's special tokens before and after $A (Llama's <s>),
+// RobertaProcessing's and BertProcessing's cls and sep; ByteLevel puts
+// none.
+func (t *BPE) readPost(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var p struct {
+		Type          string                       `json:"type"`
+		Processors    []json.RawMessage            `json:"processors"`
+		Single        []map[string]json.RawMessage `json:"single"`
+		SpecialTokens map[string]struct {
+			IDs []int32 `json:"ids"`
+		} `json:"special_tokens"`
+		Cls []any `json:"cls"`
+		Sep []any `json:"sep"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("post_processor: %v", err)
+	}
+	check := func(id int32) error {
+		if id < 0 || int(id) >= len(t.tokens) || t.tokens[id] == nil {
+			return fmt.Errorf("post-processor %s: token id %d is no token of the vocabulary", p.Type, id)
+		}
+		return nil
+	}
+	switch p.Type {
+	case "ByteLevel":
+	case "Sequence":
+		for _, q := range p.Processors {
+			if err := t.readPost(q); err != nil {
+				return err
+			}
+		}
+	case "TemplateProcessing":
+		seen := false // $A
+		for _, item := range p.Single {
+			var seq struct {
+				ID string `json:"id"`
+			}
+			if r, ok := item["Sequence"]; ok {
+				if err := json.Unmarshal(r, &seq); err != nil || seq.ID != "A" {
+					return fmt.Errorf("post-processor TemplateProcessing: single holds the sequence %s: want $A only", r)
+				}
+				seen = true
+				continue
+			}
+			r, ok := item["SpecialToken"]
+			if !ok || json.Unmarshal(r, &seq) != nil {
+				return fmt.Errorf("post-processor TemplateProcessing: single holds an item that is neither a SpecialToken nor a Sequence")
+			}
+			s, ok := p.SpecialTokens[seq.ID]
+			if !ok {
+				return fmt.Errorf("post-processor TemplateProcessing: special token %q is not in its special_tokens", seq.ID)
+			}
+			for _, id := range s.IDs {
+				if err := check(id); err != nil {
+					return err
+				}
+			}
+			if seen {
+				t.end = append(t.end, s.IDs...)
+			} else {
+				t.begin = append(t.begin, s.IDs...)
+			}
+		}
+	case "RobertaProcessing", "BertProcessing":
+		for _, pair := range []struct {
+			v   []any
+			dst *[]int32
+		}{{p.Cls, &t.begin}, {p.Sep, &t.end}} {
+			if len(pair.v) != 2 {
+				return fmt.Errorf("post-processor %s: cls and sep must be [token, id] pairs", p.Type)
+			}
+			id, ok := pair.v[1].(float64)
+			if !ok || id != float64(int32(id)) {
+				return fmt.Errorf("post-processor %s: cls and sep must be [token, id] pairs", p.Type)
+			}
+			if err := check(int32(id)); err != nil {
+				return err
+			}
+			*pair.dst = append(*pair.dst, int32(id))
+		}
+	default:
+		return fmt.Errorf("post-processor type %s is not supported: polysketch reads TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing and Sequence", p.Type)
+	}
+	return nil
 }

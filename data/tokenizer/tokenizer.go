@@ -76,3 +76,29 @@ func EndOfText(t Tokenizer) (id int32, ok bool) {
 func invalidToken(t Tokenizer, id int32) error {
 	return fmt.Errorf("%s tokenizer: token id %d outside the vocabulary [0, %d)", t.Name(), id, t.VocabSize())
 }
+
+// Continue appends the tokens of text that continues a text whose start
+// was encoded before, cut before a space that follows another character:
+// t's method Continue if it has one ([BPE] does: a SentencePiece-kind
+// file puts "▁" before a text, not before its continuation), else Encode.
+func Continue(t Tokenizer, dst []int32, text []byte) []int32 {
+	if c, ok := t.(interface {
+		Continue([]int32, []byte) []int32
+	}); ok {
+		return c.Continue(dst, text)
+	}
+	return t.Encode(dst, text)
+}
+
+// Text appends the text of tokens that start a text: t's method Text if
+// it has one ([BPE] does), else Decode. Decode gives the bytes of each
+// token, for text streamed token by token; Text gives a whole text as
+// Hugging Face's libraries decode it.
+func Text(t Tokenizer, dst []byte, tokens []int32) ([]byte, error) {
+	if x, ok := t.(interface {
+		Text([]byte, []int32) ([]byte, error)
+	}); ok {
+		return x.Text(dst, tokens)
+	}
+	return t.Decode(dst, tokens)
+}
