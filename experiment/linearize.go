@@ -33,7 +33,7 @@ const (
 // that would normalize them; a temperature for polysketch; softmax local
 // blocks and a mix where it has local blocks; see docs/linearize.md).
 var students = []struct{ row, spec string }{
-	{"polysketch learned + local", "polysketch:block=64:learned:raw-qk:scale:local-softmax:mix"},
+	{"polysketch learned + local", train.DefaultStudent},
 	{"polysketch learned", "polysketch:block=64:learned:raw-qk:scale:local=false"},
 	{"polysketch random + local", "polysketch:block=64:learned=false:raw-qk:scale:local-softmax:mix"},
 	{"polysketch random", "polysketch:block=64:learned=false:raw-qk:scale:local=false"},
@@ -86,12 +86,11 @@ func linearizeGrid(o Options) []Run {
 	for _, s := range rows {
 		sc := teacher
 		err := applyMechanism(&sc, s.spec)
-		// Fine-tuning a trained model: a quarter of the teacher's peak
-		// learning rate, warm-up over a tenth of the steps.
-		ft := recipe(finetune, tc.Batch, 5e-4, seed)
-		ft.Linearize = &train.Linearization{Teacher: teacherName, Train: train.TrainAll}
-		tr := recipe(transfer, tc.Batch, 1e-3, seed)
-		ft.EvalBatches, tr.EvalBatches = tc.EvalBatches, tc.EvalBatches
+		// linearize's recipes, at the experiment's steps and validations.
+		tr, ft := train.LinearizeRecipes(tc)
+		tr.Steps, tr.Warmup, tr.EvalEvery, tr.SaveEvery = transfer, transfer/10, max(1, transfer/10), max(1, transfer/10)
+		ft.Steps, ft.Warmup, ft.EvalEvery, ft.SaveEvery = finetune, finetune/10, max(1, finetune/10), max(1, finetune/10)
+		ft.Linearize.Teacher = teacherName
 		name := unsafeName.ReplaceAllString(strings.ReplaceAll(s.row, " ", "-"), "")
 		runs = append(runs, Run{Name: name + "-linearized", Mechanism: s.spec, Row: s.row, Column: colStudent,
 			Model: sc, Train: ft, Transfer: &tr, Teacher: teacherName, err: err})

@@ -48,10 +48,6 @@ for bit, from what the checkpoint records (give no other flags with it).
 flags:
 `
 
-// defaultStudent is the student linearize makes unless --attention says
-// otherwise: the variant docs/linearize.md measured best.
-const defaultStudent = "polysketch:block=64:learned:raw-qk:scale:local-softmax:mix"
-
 // linearizeOptions are the flags of linearize that are not a recipe's.
 type linearizeOptions struct {
 	teacher    string
@@ -64,31 +60,30 @@ type linearizeOptions struct {
 }
 
 func runLinearize(args []string, stdout io.Writer) error {
-	ft := train.DefaultConfig()
-	ft.Steps, ft.LR, ft.Warmup = 150, 5e-4, 15
-	lin := train.Linearization{Train: train.TrainAll}
-	transferSteps, transferLR := 50, 1e-3
+	base := train.DefaultConfig()
+	base.EvalEvery, base.SaveEvery = 50, 50
+	tr, ft := train.LinearizeRecipes(base)
+	lin := *ft.Linearize
 	var seed uint64
 	o := linearizeOptions{logEvery: 10}
 	var af attentionFlags
 	fs := newFlags("linearize", linearizeHelp, stdout, mechanismList(nil))
 	fs.StringVar(&o.teacher, "checkpoint", "", "the teacher: a checkpoint directory, or the run directory holding one")
 	fs.StringVar(&o.out, "out", "", "directory of the linearization: the student's checkpoint, metrics, plots")
-	af.register(fs, defaultStudent, false)
+	af.register(fs, train.DefaultStudent, false)
 	fs.BoolVar(&o.fromLinear, "from-linear", false, "convert a teacher whose attention is not softmax or flash")
 	corpusFlags(fs, &ft.Corpus, &ft.TextField, &o.cacheDir, "the teacher's training corpus", "the teacher's")
-	fs.IntVar(&transferSteps, "transfer-steps", transferSteps, "steps of attention transfer (0: none)")
-	fs.Float64Var(&transferLR, "transfer-lr", transferLR, "peak learning rate of attention transfer")
+	fs.IntVar(&tr.Steps, "transfer-steps", tr.Steps, "steps of attention transfer (0: none)")
+	fs.Float64Var(&tr.LR, "transfer-lr", tr.LR, "peak learning rate of attention transfer (warmed up over a tenth of its steps, decayed to a tenth)")
 	fs.IntVar(&ft.Steps, "steps", ft.Steps, "steps of fine-tuning")
-	fs.Float64Var(&ft.LR, "lr", ft.LR, "peak learning rate of fine-tuning")
-	fs.IntVar(&ft.Warmup, "warmup", ft.Warmup, "steps of learning-rate warm-up of each stage (at most a tenth of its steps)")
+	fs.Float64Var(&ft.LR, "lr", ft.LR, "peak learning rate of fine-tuning (warmed up over a tenth of its steps, decayed to a tenth)")
 	fs.StringVar(&lin.Train, "train", lin.Train, "what fine-tuning trains: all, or attention (each layer's projections and what the student adds)")
 	fs.Float64Var(&lin.Distill, "distill", lin.Distill, "weight of the KL divergence from the teacher's predictions in fine-tuning's loss (0: none)")
 	fs.IntVar(&ft.Batch, "batch", ft.Batch, "sequences per step, of the teacher's context length")
 	fs.Float64Var(&ft.WeightDecay, "weight-decay", ft.WeightDecay, "AdamW weight decay")
-	fs.IntVar(&ft.EvalEvery, "eval-every", 50, "steps between validations (0: only at the end)")
+	fs.IntVar(&ft.EvalEvery, "eval-every", ft.EvalEvery, "steps between validations (0: only at the end)")
 	fs.IntVar(&ft.EvalBatches, "eval-batches", ft.EvalBatches, "validation batches, which also score the layers (0: the whole validation split)")
-	fs.IntVar(&ft.SaveEvery, "save-every", 50, "steps between checkpoints (0: only at the end)")
+	fs.IntVar(&ft.SaveEvery, "save-every", ft.SaveEvery, "steps between checkpoints (0: only at the end)")
 	fs.Func("seed", "seed of the data order and of what the student adds (default: the teacher's)", func(v string) error {
 		_, err := fmt.Sscan(v, &seed)
 		return err
@@ -140,7 +135,7 @@ func runLinearize(args []string, stdout io.Writer) error {
 	}
 	tm := teacher.Model.Config()
 	if l == nil {
-		if l, err = newLinearization(teacher, &af, &o, ft, lin, transferSteps, transferLR, seed, set); err != nil {
+		if l, err = newLinearization(teacher, &af, &o, tr, ft, lin, seed, set); err != nil {
 			return fmt.Errorf("linearize: %w", err)
 		}
 	}
@@ -208,14 +203,14 @@ func runLinearize(args []string, stdout io.Writer) error {
 }
 
 // newLinearization makes the linearization of teacher the flags describe.
-func newLinearization(teacher *train.Saved, af *attentionFlags, o *linearizeOptions, ft train.Config, lin train.Linearization,
-	transferSteps int, transferLR float64, seed uint64, set map[string]bool) (*train.Linearize, error) {
+func newLinearization(teacher *train.Saved, af *attentionFlags, o *linearizeOptions, tr, ft train.Config, lin train.Linearization,
+	seed uint64, set map[string]bool) (*train.Linearize, error) {
 	// The default student, or the mechanism --attention names with its
 	// own defaults.
 	var base attention.Config
 	if !af.given() {
 		var err error
-		if base, err = attention.ParseSpec(defaultStudent); err != nil {
+		if base, err = attention.ParseSpec(train.DefaultStudent); err != nil {
 			return nil, err
 		}
 	}
@@ -245,19 +240,18 @@ func newLinearization(teacher *train.Saved, af *attentionFlags, o *linearizeOpti
 	if err := lin.Validate(); err != nil {
 		return nil, flagWords(err, "train", "distill")
 	}
-	ft.MinLR = ft.LR / 10
-	tr := ft
-	tr.Steps, tr.LR, tr.MinLR = transferSteps, transferLR, transferLR/10
-	tr.Warmup = min(ft.Warmup, transferSteps/10)
-	ft.Warmup = min(ft.Warmup, ft.Steps/10)
-	ft.Linearize = &lin
-	if transferSteps < 0 {
-		return nil, fmt.Errorf("--transfer-steps %d: must be 0 (none) or positive", transferSteps)
+	// What the flags set of fine-tuning's recipe, transfer's shares.
+	steps, lr := tr.Steps, tr.LR
+	tr = ft
+	tr.Steps, tr.LR, tr.MinLR, tr.Warmup, tr.Linearize = steps, lr, lr/10, steps/10, nil
+	ft.MinLR, ft.Warmup, ft.Linearize = ft.LR/10, ft.Steps/10, &lin
+	if steps < 0 {
+		return nil, fmt.Errorf("--transfer-steps %d: must be 0 (none) or positive", steps)
 	}
 	if err := ft.Validate(); err != nil {
 		return nil, errors.New(oneLine(err))
 	}
-	if transferSteps > 0 {
+	if steps > 0 {
 		if err := tr.Validate(); err != nil {
 			return nil, fmt.Errorf("attention transfer: %s", oneLine(err))
 		}
