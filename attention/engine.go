@@ -113,7 +113,6 @@ type engine struct {
 // engineLayout is the shape of one problem and everything sized from it.
 type engineLayout struct {
 	bh, n, h  int
-	heads     int // H of [B,H,N,h]
 	plan      blocks
 	t, bs     int // blocks per head, rows of the largest block
 	slots     int // states per head: t, or t+1 when non-causal (the total)
@@ -219,7 +218,7 @@ func (a *engine) setHeadSize(h int) {
 // workers, projection p and its projector src, into L.
 func (a *engine) layout(L *engineLayout, B, H, N, h, workers int, p projection, src projector) {
 	o := a.opts
-	*L = engineLayout{bh: B * H, n: N, h: h, heads: H, plan: blocks{N, o.Block}, causal: o.Causal}
+	*L = engineLayout{bh: B * H, n: N, h: h, plan: blocks{N, o.Block}, causal: o.Causal}
 	L.t = L.plan.count()
 	L.bs = min(o.Block, N)
 	_, L.ro, L.preW = p.dims()
@@ -713,7 +712,8 @@ func (a *engine) queriesPrep(w *engineWorker, hd, l int, pre, o []float32) {
 }
 
 // localWeights computes S and W = lt(S^p) of block l's diagonal block into
-// w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local, else
+// w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local (or W the
+// stabilizer's exp(S) relative to each row's maximum, with Softmax), else
 // S = M(Q_l)·M(K_l)ᵀ (from w.mq and w.mk) and p = fm.diagPow().
 func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	L := &a.L
