@@ -69,9 +69,12 @@ import (
 //     M(K) (also with Remat), which the phases read, leaving dM; Backward
 //     ends by running the networks backward, into dq, dk and the parameter
 //     gradients;
-//   - the stabilizer (stabilizer.go): plain, or logScales for maps whose
+//   - the stabilizer (stabilizer.go): plain, logScales for maps whose
 //     key features carry per-key log-scales, kept relative to running
-//     maxima (Performer; engine_scaled.go).
+//     maxima (Performer; engine_scaled.go), or mixed for softmax local
+//     blocks and a learned mix, which keeps the local and the sketched
+//     terms relative to one reference per row (engine_mixed.go, with the
+//     per-head temperature of Scale).
 type engine struct {
 	kind  Kind
 	opts  kernelOptions
