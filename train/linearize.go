@@ -55,16 +55,17 @@ const DefaultStudent = "polysketch:block=64:learned:raw-qk:scale:local-softmax:m
 // LinearizeRecipes returns the recipes of the two stages of a
 // linearization by default, from base (the batch, evaluations, seed and
 // corpus of the run): 50 steps of attention transfer at a peak learning
-// rate of 1e-2, then 150 of fine-tuning every weight at 5e-4, warm-up over
-// a tenth of each and decay to a tenth of the peak: with the default
-// batch of 8 × 256 tokens, a tenth of the tokens of a 2,000-step teacher.
+// rate of 1e-2, then 150 of fine-tuning every weight at 5e-4, distilled
+// from the teacher with weight 1, warm-up over a tenth of each and decay to
+// a tenth of the peak: with the default batch of 8 × 256 tokens, a tenth
+// of the tokens of a 2,000-step teacher.
 func LinearizeRecipes(base Config) (transfer, finetune Config) {
 	transfer, finetune = base, base
 	transfer.Steps, transfer.LR, transfer.Warmup = 50, 1e-2, 5
 	finetune.Steps, finetune.LR, finetune.Warmup = 150, 5e-4, 15
 	transfer.MinLR, finetune.MinLR = transfer.LR/10, finetune.LR/10
 	transfer.Linearize = nil
-	finetune.Linearize = &Linearization{Train: TrainAll}
+	finetune.Linearize = &Linearization{Train: TrainAll, Distill: 1}
 	return transfer, finetune
 }
 
