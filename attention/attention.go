@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -175,9 +176,9 @@ func (o kernelOptions) validate(kind Kind) error {
 // checkBlock validates a block or tile size.
 func checkBlock(b int) error {
 	if b <= 0 {
-		return fmt.Errorf("--block %d: must be positive", b)
+		return field.Invalid("block", b, "must be positive")
 	}
-	return checkMax("--block", b, maxBlock)
+	return checkMax("block", b, maxBlock)
 }
 
 // Upper bounds of the options whose values size buffers, so that a
@@ -191,10 +192,10 @@ const (
 	maxDegree     = 64      // of polynomial weights
 )
 
-// checkMax refuses an option value above max.
-func checkMax(flag string, v, max int) error {
+// checkMax refuses a value v of option name above max.
+func checkMax(name string, v, max int) error {
 	if v > max {
-		return fmt.Errorf("%s %d: at most %d", flag, v, max)
+		return field.Invalid(name, v, "at most %d", max)
 	}
 	return nil
 }
@@ -202,9 +203,9 @@ func checkMax(flag string, v, max int) error {
 // checkEvenDegree validates the degree of polynomial weights.
 func checkEvenDegree(p int) error {
 	if p < 2 || p%2 != 0 {
-		return fmt.Errorf("--degree %d: polynomial weights need an even degree ≥ 2 (2, 4, 8)", p)
+		return field.Invalid("degree", p, "polynomial weights need an even degree ≥ 2 (2, 4, 8)")
 	}
-	return checkMax("--degree", p, maxDegree)
+	return checkMax("degree", p, maxDegree)
 }
 
 // Check validates user-supplied q, k, v: equal [B,H,N,h] shapes and finite

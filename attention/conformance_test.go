@@ -361,3 +361,80 @@ func TestConformanceDecoder(t *testing.T) {
 		})
 	}
 }
+
+// repeatHeads returns x ([B,G,N,h]) with each head repeated group times in
+// order: [B,G·group,N,h].
+func repeatHeads(x *tensor.Tensor, group int) *tensor.Tensor {
+	B, G, N, h := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	r := tensor.New(B, G*group, N, h)
+	for i := range B * G * group {
+		j := i / group
+		copy(r.Data[i*N*h:(i+1)*N*h], x.Data[j*N*h:(j+1)*N*h])
+	}
+	return r
+}
+
+// TestConformanceGroupedDecoder requires a decoder of grouped-query
+// attention (4 query heads, 2 key/value heads) to give, bit for bit, what
+// a decoder of 4 heads gives for the key/value heads repeated, for every
+// mechanism and chunk schedule, and its state saved mid-sequence to
+// resume exactly.
+func TestConformanceGroupedDecoder(t *testing.T) {
+	const H, kvHeads = 4, 2
+	for _, c := range conformanceCases {
+		t.Run(c.spec, func(t *testing.T) {
+			m := c.build(t, true)
+			rng := rand.New(rand.NewPCG(7, 7))
+			q := randTensor(rng, 1, confB, H, confN, confh)
+			k, v := randTensor(rng, 1, confB, kvHeads, confN, confh), randTensor(rng, 1, confB, kvHeads, confN, confh)
+			forward(m, q, repeatHeads(k, H/kvHeads), repeatHeads(v, H/kvHeads)) // draws sketches at these sizes
+			for _, s := range conformanceSchedules {
+				plain, err := NewDecoder(m, confB, H, confh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				grouped, err := NewGroupedDecoder(m, confB, H, kvHeads, confh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := decodeChunks(t, plain, q, repeatHeads(k, H/kvHeads), repeatHeads(v, H/kvHeads), s)
+				if got := decodeChunks(t, grouped, q, k, v, s); !slices.Equal(got.Data, want.Data) {
+					t.Errorf("schedule %v: grouped decoder differs from the decoder of repeated heads by %.3g", s, maxRelDiff(got.Data, want.Data))
+				}
+			}
+			if c.spec[:5] == "hyper" {
+				return // no state to save
+			}
+			d, _ := NewGroupedDecoder(m, confB, H, kvHeads, confh)
+			full := decodeChunks(t, d, q, k, v, []int{1})
+			cut := 17
+			d.Reset()
+			decodeChunks(t, d, prefix(q, cut), prefix(k, cut), prefix(v, cut), []int{1})
+			st, err := SaveState(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _ := NewGroupedDecoder(m, confB, H, kvHeads, confh)
+			if err := RestoreState(e, st); err != nil {
+				t.Fatal(err)
+			}
+			rest := decodeChunks(t, e, suffix(q, cut), suffix(k, cut), suffix(v, cut), []int{1})
+			if want := suffix(full, cut); !slices.Equal(rest.Data, want.Data) {
+				t.Error("a grouped decoder restored mid-sequence does not continue as the one saved")
+			}
+		})
+	}
+}
+
+// prefix and suffix return positions [0, n) and [n, N) of x ([B,H,N,h]).
+func prefix(x *tensor.Tensor, n int) *tensor.Tensor { return positions(x, 0, n) }
+func suffix(x *tensor.Tensor, n int) *tensor.Tensor { return positions(x, n, x.Shape[2]) }
+
+func positions(x *tensor.Tensor, lo, hi int) *tensor.Tensor {
+	B, H, N, h := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	p := tensor.New(B, H, hi-lo, h)
+	for bh := range B * H {
+		copy(p.Data[bh*(hi-lo)*h:(bh+1)*(hi-lo)*h], x.Data[(bh*N+lo)*h:(bh*N+hi)*h])
+	}
+	return p
+}

@@ -1,6 +1,9 @@
 package attention
 
-import "github.com/polysketch/polysketch/vec"
+import (
+	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/vec"
+)
 
 // The cumulative-sum algorithm (PolySketchFormer v1, Sec. 3; Performer's
 // causal prefix sums): the state S_i = Σ_{j≤i} φ(k_j)v_jᵀ and
@@ -25,9 +28,9 @@ func (a *engine) cumsumFeatures(w *engineWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	F := L.F
 	a.sketchKeys(w, hd, l, w.preK)
-	transposeInto(mat(rows, F, w.fk), mat(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)))
+	transposeInto(blas.NewGeneral(rows, F, w.fk), blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)))
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	transposeInto(mat(rows, F, w.fq), mat(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)))
+	transposeInto(blas.NewGeneral(rows, F, w.fq), blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)))
 }
 
 // cumsumDen returns the denominator for the weights' sum x.
@@ -97,7 +100,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 			vec.Axpy(gd, s, dfq)
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
-		transposeInto(mat(F, rows, w.dphi), mat(rows, F, w.df))
+		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
 		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
@@ -128,7 +131,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 				dfk[f] = ks * (vec.Dot(R[f*h:(f+1)*h], vi) + rho[f])
 			}
 		}
-		transposeInto(mat(F, rows, w.dphi), mat(rows, F, w.df))
+		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
 		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}

@@ -59,6 +59,64 @@ func NewDecoder(m Mechanism, B, H, h int) (Decoder, error) {
 	return d.NewDecoder(B, H, h)
 }
 
+// NewGroupedDecoder returns a Decoder of the causal mechanism m for
+// grouped-query attention (Ainslie et al., 2023): B sequences of H query
+// heads of size h and kvHeads key/value heads, each serving H/kvHeads
+// query heads in order (query head i reads key/value head
+// i/(H/kvHeads)). Its Steps take q and o of [B,H,n,h] and k and v of
+// [B,kvHeads,n,h], and give what a Decoder of H heads gives for k and v
+// whose heads are repeated so. A KV cache keeps the kvHeads heads alone;
+// the other decoders are given the repeated heads. kvHeads = H is
+// NewDecoder.
+func NewGroupedDecoder(m Mechanism, B, H, kvHeads, h int) (Decoder, error) {
+	if kvHeads <= 0 || H%max(kvHeads, 1) != 0 {
+		return nil, fmt.Errorf("decoder for %d query heads and %d key/value heads: the query heads must be a positive multiple of the key/value heads", H, kvHeads)
+	}
+	d, err := NewDecoder(m, B, H, h)
+	if err != nil || kvHeads == H {
+		return d, err
+	}
+	if c, ok := d.(*cacheDecoder); ok {
+		c.groups(H / kvHeads)
+		return c, nil
+	}
+	return &repeatDecoder{inner: d, group: H / kvHeads, h: h}, nil
+}
+
+// repeatDecoder runs a Decoder of H heads on the keys and values of fewer
+// heads, repeating each for its group of query heads.
+type repeatDecoder struct {
+	inner  Decoder
+	group  int
+	h      int
+	kr, vr tensor.Tensor // [B,H,n,h]
+}
+
+func (d *repeatDecoder) Step(o, q, k, v *tensor.Tensor) {
+	bh := q.Shape[0] * q.Shape[1]
+	checkGroupedStep("Decoder.Step", bh, bh/d.group, d.h, o, q, k, v)
+	d.kr.Resize(q.Shape...)
+	d.vr.Resize(q.Shape...)
+	per := q.Len() / bh // n·h floats a head
+	for i := range bh {
+		j := i / d.group
+		copy(d.kr.Data[i*per:(i+1)*per], k.Data[j*per:(j+1)*per])
+		copy(d.vr.Data[i*per:(i+1)*per], v.Data[j*per:(j+1)*per])
+	}
+	d.inner.Step(o, q, &d.kr, &d.vr)
+}
+
+func (d *repeatDecoder) Len() int { return d.inner.Len() }
+func (d *repeatDecoder) Reset()   { d.inner.Reset() }
+
+// unwrap returns the decoder whose state d's is.
+func unwrap(d Decoder) Decoder {
+	if r, ok := d.(*repeatDecoder); ok {
+		return r.inner
+	}
+	return d
+}
+
 // Decodable is implemented by mechanisms that run incrementally; see
 // NewDecoder, which checks the sizes before calling it.
 type Decodable interface {
@@ -84,6 +142,20 @@ func checkStep(op string, bh, h int, o, q, k, v *tensor.Tensor) int {
 		if !tensor.SameShape(q, t) {
 			panic(fmt.Sprintf("attention.%s: shapes %v and %v differ", op, q.Shape, t.Shape))
 		}
+	}
+	return n
+}
+
+// checkGroupedStep is checkStep for grouped-query attention: o and q of
+// bh heads, k and v of bkv.
+func checkGroupedStep(op string, bh, bkv, h int, o, q, k, v *tensor.Tensor) int {
+	if bkv == bh {
+		return checkStep(op, bh, h, o, q, k, v)
+	}
+	n := checkStep(op, bh, h, o, q, q, o)
+	kn := checkStep(op, bkv, h, k, k, k, v)
+	if kn != n || k.Dims() != q.Dims() {
+		panic(fmt.Sprintf("attention.%s: q %v and k %v differ in positions", op, q.Shape, k.Shape))
 	}
 	return n
 }

@@ -38,24 +38,28 @@ func (a *squarePolyAttn) NewDecoder(B, H, h int) (Decoder, error) {
 	return d, nil
 }
 
-// cacheDecoder is a KV cache, one per head: position n attends to the
-// keys and values of positions 0…n.
+// cacheDecoder is a KV cache, one per key/value head: position n attends
+// to the keys and values of positions 0…n. With grouped-query attention
+// (group > 1) query head i reads key/value head i/group, so that the cache
+// holds B·H/group heads, not B·H.
 type cacheDecoder struct {
 	bh, h  int
+	group  int       // query heads per key/value head
+	bkv    int       // key/value heads, bh/group
 	degree int       // 0 for softmax, else the degree p of polynomial weights
 	scale  float32   // softmax: 1/√h, as the mechanisms scale q·k
 	n      int       // positions consumed
 	size   int       // positions the cache holds before it must grow
-	k, v   []float32 // [bh × size × h]
+	k, v   []float32 // [bkv × size × h]
 	w      []float32 // [bh × size] attention weights of a one-position step
 
 	chunk  int       // positions of the Step in progress
 	scores []float32 // chunks: per worker, [chunk × (n+chunk)] weights
 
-	o, q, kn, vn []float32 // the Step in progress
-	team         team
-	stepFn       func(w, i int) // bound once: handing it to team allocates nothing
-	chunkFn      func(w, i int)
+	o, q    []float32 // the Step in progress
+	team    team
+	stepFn  func(w, i int) // bound once: handing it to team allocates nothing
+	chunkFn func(w, i int)
 
 	// weights, if set, turns a row of scores into its weights in place
 	// (sqpoly), in place of softmax or (q·k)^p.
@@ -63,7 +67,7 @@ type cacheDecoder struct {
 }
 
 func newCacheDecoder(B, H, h, degree int) *cacheDecoder {
-	d := &cacheDecoder{bh: B * H, h: h, degree: degree, scale: float32(1 / math.Sqrt(float64(h)))}
+	d := &cacheDecoder{bh: B * H, bkv: B * H, group: 1, h: h, degree: degree, scale: float32(1 / math.Sqrt(float64(h)))}
 	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
 	return d
 }
@@ -71,12 +75,26 @@ func newCacheDecoder(B, H, h, degree int) *cacheDecoder {
 func (d *cacheDecoder) Len() int { return d.n }
 func (d *cacheDecoder) Reset()   { d.n = 0 }
 
+// groups makes the empty cache one of grouped-query attention, whose
+// Steps take keys and values of bh/group heads.
+func (d *cacheDecoder) groups(group int) {
+	d.group, d.bkv = group, d.bh/group
+}
+
 func (d *cacheDecoder) Step(o, q, k, v *tensor.Tensor) {
-	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
+	n := checkGroupedStep("Decoder.Step", d.bh, d.bkv, d.h, o, q, k, v)
 	if d.n+n > d.size {
 		d.grow(max(16, 2*d.size, d.n+n))
 	}
-	d.o, d.q, d.kn, d.vn = o.Data, q.Data, k.Data, v.Data
+	// The new keys and values first, every head's, since the query heads
+	// of a group read them in parallel below.
+	h := d.h
+	for j := range d.bkv {
+		at := (j*d.size + d.n) * h
+		copy(d.k[at:at+n*h], k.Data[j*n*h:(j+1)*n*h])
+		copy(d.v[at:at+n*h], v.Data[j*n*h:(j+1)*n*h])
+	}
+	d.o, d.q = o.Data, q.Data
 	total := d.n + n
 	if n == 1 {
 		d.team.run(stepWorkers(d.bh, d.bh*total*d.h), d.bh, d.stepFn)
@@ -86,15 +104,15 @@ func (d *cacheDecoder) Step(o, q, k, v *tensor.Tensor) {
 		d.scores = tensor.Grow(d.scores, workers*n*total)
 		d.team.run(workers, d.bh, d.chunkFn)
 	}
-	d.o, d.q, d.kn, d.vn = nil, nil, nil, nil
+	d.o, d.q = nil, nil
 	d.n = total
 }
 
 // grow moves the cache to room for size positions per head.
 func (d *cacheDecoder) grow(size int) {
 	h := d.h
-	k, v := make([]float32, d.bh*size*h), make([]float32, d.bh*size*h)
-	for i := 0; i < d.bh; i++ {
+	k, v := make([]float32, d.bkv*size*h), make([]float32, d.bkv*size*h)
+	for i := 0; i < d.bkv; i++ {
 		copy(k[i*size*h:], d.k[i*d.size*h:(i*d.size+d.n)*h])
 		copy(v[i*size*h:], d.v[i*d.size*h:(i*d.size+d.n)*h])
 	}
@@ -119,13 +137,11 @@ func (d *cacheDecoder) weigh(w []float32) {
 	vec.Scale(1/(1+vec.Sum(w)), w)
 }
 
-// stepHead appends head i's key and value and computes its output.
+// stepHead computes query head i's output.
 func (d *cacheDecoder) stepHead(_, i int) {
 	h, n := d.h, d.n
-	base := i * d.size * h
+	base := i / d.group * d.size * h
 	keys, vals := d.k[base:base+(n+1)*h], d.v[base:base+(n+1)*h]
-	copy(keys[n*h:], d.kn[i*h:(i+1)*h])
-	copy(vals[n*h:], d.vn[i*h:(i+1)*h])
 	q, o := d.q[i*h:(i+1)*h], d.o[i*h:(i+1)*h]
 	w := d.w[i*d.size : i*d.size+n+1]
 	for j := range w {
@@ -138,23 +154,21 @@ func (d *cacheDecoder) stepHead(_, i int) {
 	}
 }
 
-// chunkHead appends head i's chunk of keys and values and computes the
-// chunk's outputs: S = Q·Kᵀ against the whole cache, each row weighed over
-// the keys it sees and zeroed beyond (the causal mask), then O = W·V.
+// chunkHead computes query head i's outputs of the chunk: S = Q·Kᵀ
+// against the whole cache, each row weighed over the keys it sees and
+// zeroed beyond (the causal mask), then O = W·V.
 func (d *cacheDecoder) chunkHead(w, i int) {
 	h, n0, n := d.h, d.n, d.chunk
 	total := n0 + n
-	base := i * d.size * h
+	base := i / d.group * d.size * h
 	keys, vals := d.k[base:base+total*h], d.v[base:base+total*h]
-	copy(keys[n0*h:], d.kn[i*n*h:(i+1)*n*h])
-	copy(vals[n0*h:], d.vn[i*n*h:(i+1)*n*h])
 	q, o := d.q[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
 	s := d.scores[w*n*total : (w+1)*n*total]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(n, h, q), mat(total, h, keys), 0, mat(n, total, s))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(n, h, q), blas.NewGeneral(total, h, keys), 0, blas.NewGeneral(n, total, s))
 	for t := 0; t < n; t++ {
 		row := s[t*total : (t+1)*total]
 		d.weigh(row[:n0+t+1])
 		clear(row[n0+t+1:])
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(n, total, s), mat(total, h, vals), 0, mat(n, h, o))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(n, total, s), blas.NewGeneral(total, h, vals), 0, blas.NewGeneral(n, h, o))
 }

@@ -248,11 +248,11 @@ func (d *sketchDecoder) step() {
 	// Sketches of every head's q and k, one product each, and the
 	// queries' features; the keys' features wait for the fold of their
 	// block.
-	d.proj.apply(mat(bh, h, d.q), d.preQ, d.mq, &d.sks)
-	transposeInto(mat(bh, F, d.fq), mat(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
-	transposeInto(mat(bh, ro, d.mqr), mat(ro, bh, d.mq))
-	d.kproj.apply(mat(bh, h, d.k), d.preK, d.mk, &d.sks)
-	transposeInto(mat(bh, ro, d.mkr), mat(ro, bh, d.mk))
+	d.proj.apply(blas.NewGeneral(bh, h, d.q), d.preQ, d.mq, &d.sks)
+	transposeInto(blas.NewGeneral(bh, F, d.fq), blas.NewGeneral(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
+	transposeInto(blas.NewGeneral(bh, ro, d.mqr), blas.NewGeneral(ro, bh, d.mq))
+	d.kproj.apply(blas.NewGeneral(bh, h, d.k), d.preK, d.mk, &d.sks)
+	transposeInto(blas.NewGeneral(bh, ro, d.mkr), blas.NewGeneral(ro, bh, d.mk))
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
 	d.team.run(workers, bh, d.stepFn)
@@ -329,7 +329,7 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
 		// One row times F×h: the stream kernel keeps o in registers.
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, fc, mat(1, F, fq), mat(F, h, prefix), 1, mat(1, h, o))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, fc, blas.NewGeneral(1, F, fq), blas.NewGeneral(F, h, prefix), 1, blas.NewGeneral(1, h, o))
 		den += fc * vec.Dot(fq, prefix[F*h:])
 	}
 	if d.fm.one == 0 {
@@ -370,9 +370,9 @@ func (d *sketchDecoder) foldAt(i int) int {
 func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	transposeInto(mat(ro, b, c.fm), mat(b, ro, d.pm[i*b*ro:(i+1)*b*ro]))
+	transposeInto(blas.NewGeneral(ro, b, c.fm), blas.NewGeneral(b, ro, d.pm[i*b*ro:(i+1)*b*ro]))
 	phiK := d.fm.lift.apply(c.fphi, c.fm, c.ftilde, ro, b)
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, b, phiK), mat(b, h, d.pv[i*b*h:(i+1)*b*h]), 1, mat(F, h, prefix))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, b, phiK), blas.NewGeneral(b, h, d.pv[i*b*h:(i+1)*b*h]), 1, blas.NewGeneral(F, h, prefix))
 	zeta := prefix[F*h:]
 	for f := range zeta {
 		zeta[f] += vec.Sum(phiK[f*b : (f+1)*b])
@@ -424,9 +424,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 	c := &d.chunks[w]
 	q, k := d.q[i*n*h:(i+1)*n*h], d.k[i*n*h:(i+1)*n*h]
 	v, o := d.v[i*n*h:(i+1)*n*h], d.o[i*n*h:(i+1)*n*h]
-	d.proj.apply(mat(n, h, q), c.pre, c.mq, &c.sks)
+	d.proj.apply(blas.NewGeneral(n, h, q), c.pre, c.mq, &c.sks)
 	phiQ := d.fm.lift.apply(c.phiQ, c.mq, c.tilde, d.ro, n)
-	d.kproj.apply(mat(n, h, k), c.pre, c.mk, &c.sks)
+	d.kproj.apply(blas.NewGeneral(n, h, k), c.pre, c.mk, &c.sks)
 	var phiK, sk []float32
 	if d.ls != nil { // the keys' features now; other maps' wait for the fold
 		phiK = d.fm.lift.apply(c.phiK, c.mk, c.tilde, d.ro, n)
@@ -485,9 +485,9 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		m := pos + s
 		wts, den := c.wts[:s*m], c.den[:s]
 		if d.local {
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.General{Rows: s, Cols: kw, Stride: h, Data: q[t0*h:]}, mat(m, kw, keys), 0, mat(s, m, wts))
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.General{Rows: s, Cols: kw, Stride: h, Data: q[t0*h:]}, blas.NewGeneral(m, kw, keys), 0, blas.NewGeneral(s, m, wts))
 		} else {
-			blas.SgemmSerial(blas.Trans, blas.Trans, 1, blas.General{Rows: kw, Cols: s, Stride: n, Data: c.mq[t0:]}, mat(m, kw, keys), 0, mat(s, m, wts))
+			blas.SgemmSerial(blas.Trans, blas.Trans, 1, blas.General{Rows: kw, Cols: s, Stride: n, Data: c.mq[t0:]}, blas.NewGeneral(m, kw, keys), 0, blas.NewGeneral(s, m, wts))
 		}
 		for t := range s {
 			row := wts[t*m : (t+1)*m]
@@ -516,7 +516,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 			clear(row[pos+t+1:])
 		}
 		out := o[t0*h : (t0+s)*h]
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(s, m, wts), mat(m, h, vals), 0, mat(s, h, out))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(s, m, wts), blas.NewGeneral(m, h, vals), 0, blas.NewGeneral(s, h, out))
 
 		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
 		if at >= b {
@@ -525,7 +525,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 					vec.Mul(phiQ[f*n+t0:f*n+t0+s], phiQ[f*n+t0:f*n+t0+s], c.cf[:s])
 				}
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiQ[t0:]}, mat(F, h, prefix), 1, mat(s, h, out))
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiQ[t0:]}, blas.NewGeneral(F, h, prefix), 1, blas.NewGeneral(s, h, out))
 			for f, z := range prefix[F*h:] {
 				vec.Axpy(z, phiQ[f*n+t0:f*n+t0+s], den)
 			}
@@ -554,7 +554,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		for f := 0; f < F; f++ {
 			vec.Mul(phiK[f*n+t0:f*n+t0+s], phiK[f*n+t0:f*n+t0+s], ks)
 		}
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiK[t0:]}, mat(s, h, v[t0*h:]), 1, mat(F, h, block))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.General{Rows: F, Cols: s, Stride: n, Data: phiK[t0:]}, blas.NewGeneral(s, h, v[t0*h:]), 1, blas.NewGeneral(F, h, block))
 		zeta := block[F*h:]
 		for f := range zeta {
 			zeta[f] += vec.Sum(phiK[f*n+t0 : f*n+t0+s])

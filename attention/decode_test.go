@@ -142,25 +142,29 @@ func TestDecoderMatchesForward(t *testing.T) {
 	}
 }
 
-// decodeChunks feeds q, k, v ([B,H,N,h]) to d in chunks of the sizes of
-// schedule, repeated until N positions are consumed (the last chunk cut
-// short), and returns the outputs in the same layout.
+// decodeChunks feeds q, k, v ([B,H,N,h]; k and v may have fewer heads,
+// for a grouped decoder) to d in chunks of the sizes of schedule, repeated
+// until N positions are consumed (the last chunk cut short), and returns
+// the outputs in the layout of q.
 func decodeChunks(t *testing.T, d Decoder, q, k, v *tensor.Tensor, schedule []int) *tensor.Tensor {
 	t.Helper()
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	out := tensor.New(q.Shape...)
+	// chunk copies positions [at, at+n) of x ([B,heads,N,h]).
+	chunk := func(x *tensor.Tensor, at, n int) *tensor.Tensor {
+		c := tensor.New(B, x.Shape[1], n, h)
+		for bh := 0; bh < B*x.Shape[1]; bh++ {
+			copy(c.Data[bh*n*h:(bh+1)*n*h], x.Data[(bh*N+at)*h:(bh*N+at+n)*h])
+		}
+		return c
+	}
+	start := d.Len() // a restored decoder goes on from there
 	for at, i := 0, 0; at < N; i++ {
 		n := min(schedule[i%len(schedule)], N-at)
-		qs, ks, vs, os := tensor.New(B, H, n, h), tensor.New(B, H, n, h), tensor.New(B, H, n, h), tensor.New(B, H, n, h)
+		qs, ks, vs, os := chunk(q, at, n), chunk(k, at, n), chunk(v, at, n), tensor.New(B, H, n, h)
 		os.Fill(float32(math.NaN())) // every output must be written
-		for bh := 0; bh < B*H; bh++ {
-			src, dst := (bh*N+at)*h, bh*n*h
-			copy(qs.Data[dst:dst+n*h], q.Data[src:src+n*h])
-			copy(ks.Data[dst:dst+n*h], k.Data[src:src+n*h])
-			copy(vs.Data[dst:dst+n*h], v.Data[src:src+n*h])
-		}
-		if d.Len() != at {
-			t.Fatalf("Len() = %d before position %d", d.Len(), at)
+		if d.Len() != start+at {
+			t.Fatalf("Len() = %d before position %d", d.Len(), start+at)
 		}
 		d.Step(os, qs, ks, vs)
 		for bh := 0; bh < B*H; bh++ {
@@ -168,7 +172,7 @@ func decodeChunks(t *testing.T, d Decoder, q, k, v *tensor.Tensor, schedule []in
 		}
 		at += n
 	}
-	if d.Len() != N {
+	if d.Len() != start+N {
 		t.Fatalf("Len() = %d after %d positions", d.Len(), N)
 	}
 	return out

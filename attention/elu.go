@@ -58,7 +58,7 @@ func (eluMap) floats() int                         { return 0 }
 func (m eluMap) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
 	n := x.Rows
 	pre = pre[:m.h*n]
-	transposeInto(mat(m.h, n, mT), x)
+	transposeInto(blas.NewGeneral(m.h, n, mT), x)
 	vec.Exp(pre, mT[:m.h*n]) // +Inf where x is large, replaced below
 	for i, x := range mT[:m.h*n] {
 		if x > 0 {
@@ -78,5 +78,5 @@ func (m eluMap) backward(dx blas.General, accumulate bool, dmT, pre []float32, s
 	for i, f := range pre[:m.h*n] {
 		d[i] = dmT[i] * min(f, 1)
 	}
-	transposeAdd(dx, mat(m.h, n, d), accumulate)
+	transposeAdd(dx, blas.NewGeneral(m.h, n, d), accumulate)
 }

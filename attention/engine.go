@@ -686,7 +686,7 @@ func (a *engine) keysPrep(w *engineWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, a.rows(a.v, hd, l)), 0, mat(F, h, state))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -710,7 +710,7 @@ func (a *engine) queriesPrep(w *engineWorker, hd, l int, pre, o []float32) {
 	a.localWeights(w, hd, l)
 	lowerRowSums(d, w.w, rows)
 	if o != nil {
-		lowerMul(mat(rows, L.h, a.rows(o, hd, l)), mat(rows, rows, w.w), mat(rows, L.h, a.rows(a.v, hd, l)), 0)
+		lowerMul(blas.NewGeneral(rows, L.h, a.rows(o, hd, l)), blas.NewGeneral(rows, rows, w.w), blas.NewGeneral(rows, L.h, a.rows(a.v, hd, l)), 0)
 	}
 }
 
@@ -723,7 +723,7 @@ func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
 	if !L.sketched {
-		lowerABt(mat(rows, rows, s), mat(rows, L.h, a.rows(a.q, hd, l)), mat(rows, L.h, a.rows(a.k, hd, l)))
+		lowerABt(blas.NewGeneral(rows, rows, s), blas.NewGeneral(rows, L.h, a.rows(a.q, hd, l)), blas.NewGeneral(rows, L.h, a.rows(a.k, hd, l)))
 		a.stab.exactWeights(w, hd, l, rows, a.opts.Degree)
 		return
 	}
@@ -766,7 +766,7 @@ func (a *engine) finish(w *engineWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, z), beta, mat(rows, h, out))
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -815,7 +815,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, z), mat(rows, h, gr), 0, mat(F, rows, dphi))
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -833,7 +833,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 			scaleRows(ww, fs, rows)
 			scaleRows(s, fs, rows)
 		}
-		lowerABt(mat(rows, rows, dw), mat(rows, h, gr), mat(rows, h, v))
+		lowerABt(blas.NewGeneral(rows, rows, dw), blas.NewGeneral(rows, h, gr), blas.NewGeneral(rows, h, v))
 		lowerRowDots(gd, ww, dw, rows)
 	} else {
 		clear(gd)
@@ -852,15 +852,15 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 				row[j] += gi
 			}
 		}
-		lowerTMul(mat(rows, h, a.rows(a.dv, hd, l)), mat(rows, rows, ww), mat(rows, h, gr), 0)
+		lowerTMul(blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)), blas.NewGeneral(rows, rows, ww), blas.NewGeneral(rows, h, gr), 0)
 		if L.sketched {
 			a.stab.diagBackward(w, dw, rows, a.fm.lift.diagPow())
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
 			a.stab.exactBackward(w, dw, rows, a.opts.Degree)
-			lowerMul(mat(rows, h, dq), mat(rows, rows, dw), mat(rows, h, a.rows(a.k, hd, l)), 0)
-			lowerTMul(mat(rows, h, a.rows(a.dk, hd, l)), mat(rows, rows, dw), mat(rows, h, a.rows(a.q, hd, l)), 0)
+			lowerMul(blas.NewGeneral(rows, h, dq), blas.NewGeneral(rows, rows, dw), blas.NewGeneral(rows, h, a.rows(a.k, hd, l)), 0)
+			lowerTMul(blas.NewGeneral(rows, h, a.rows(a.dk, hd, l)), blas.NewGeneral(rows, rows, dw), blas.NewGeneral(rows, h, a.rows(a.q, hd, l)), 0)
 		}
 	}
 	dm := w.dmq[:ro*rows]
@@ -896,7 +896,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 func (a *engine) queryState(w *engineWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(F, rows, phi), mat(rows, h, w.g), 0, mat(F, h, state))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -935,8 +935,8 @@ func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(F, rows, phi), mat(F, h, u), beta, mat(rows, h, a.rows(a.dv, hd, l)))
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(F, h, u), mat(rows, h, v), 0, mat(F, rows, dphi))
+		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}

@@ -167,11 +167,11 @@ func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumul
 func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 	symmetricOf(psi, u, r)
 	if s == nil {
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 1, mat(r, n, dmT))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 1, blas.NewGeneral(r, n, dmT))
 		return
 	}
 	aux = aux[:r*n]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(r, r, psi), mat(r, n, mT), 0, mat(r, n, aux))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 0, blas.NewGeneral(r, n, aux))
 	for c := 0; c < r; c++ {
 		x := aux[c*n : (c+1)*n]
 		vec.Mul(x, x, s[:n])
@@ -182,15 +182,15 @@ func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 // diagScores multiplies row-major copies of the projections (w.mqr, w.mkr),
 // which diagBackward reuses.
 func (tensored) diagScores(w *engineWorker, s []float32, rows, r int) {
-	transposeInto(mat(rows, r, w.mqr), mat(r, rows, w.mq))
-	transposeInto(mat(rows, r, w.mkr), mat(r, rows, w.mk))
-	lowerABt(mat(rows, rows, s), mat(rows, r, w.mqr), mat(rows, r, w.mkr))
+	transposeInto(blas.NewGeneral(rows, r, w.mqr), blas.NewGeneral(r, rows, w.mq))
+	transposeInto(blas.NewGeneral(rows, r, w.mkr), blas.NewGeneral(r, rows, w.mk))
+	lowerABt(blas.NewGeneral(rows, rows, s), blas.NewGeneral(rows, r, w.mqr), blas.NewGeneral(rows, r, w.mkr))
 }
 
 // diagBackward leaves its gradients row-major.
 func (tensored) diagBackward(w *engineWorker, dS, dmk []float32, rows, r int) {
-	lowerMul(mat(rows, r, w.dmr), mat(rows, rows, dS), mat(rows, r, w.mkr), 0)
-	lowerTMul(mat(rows, r, dmk), mat(rows, rows, dS), mat(rows, r, w.mqr), 0)
+	lowerMul(blas.NewGeneral(rows, r, w.dmr), blas.NewGeneral(rows, rows, dS), blas.NewGeneral(rows, r, w.mkr), 0)
+	lowerTMul(blas.NewGeneral(rows, r, dmk), blas.NewGeneral(rows, rows, dS), blas.NewGeneral(rows, r, w.mqr), 0)
 }
 
 func (tensored) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {
@@ -240,13 +240,13 @@ func (entrywise) sharedBackward(dmT, u, s, _, _, _ []float32, r, n int) {
 }
 
 func (entrywise) diagScores(w *engineWorker, s []float32, rows, r int) {
-	lowerAtB(mat(rows, rows, s), mat(r, rows, w.mq), mat(r, rows, w.mk))
+	lowerAtB(blas.NewGeneral(rows, rows, s), blas.NewGeneral(r, rows, w.mq), blas.NewGeneral(r, rows, w.mk))
 }
 
 // diagBackward leaves its gradients transposed, as the features are.
 func (entrywise) diagBackward(w *engineWorker, dS, dmk []float32, rows, r int) {
-	lowerMulT(mat(r, rows, w.dmr), mat(rows, rows, dS), mat(r, rows, w.mk), 0)
-	lowerTMulT(mat(r, rows, dmk), mat(rows, rows, dS), mat(r, rows, w.mq), 0)
+	lowerMulT(blas.NewGeneral(r, rows, w.dmr), blas.NewGeneral(rows, rows, dS), blas.NewGeneral(r, rows, w.mk), 0)
+	lowerTMulT(blas.NewGeneral(r, rows, dmk), blas.NewGeneral(rows, rows, dS), blas.NewGeneral(r, rows, w.mq), 0)
 }
 
 func (entrywise) addDiagonal(dm, src []float32, rows, r int, accumulate bool) {

@@ -2,11 +2,11 @@ package attention
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -88,17 +88,17 @@ func (HyperConfig) Mechanism() string { return string(Hyper) }
 func (c HyperConfig) Validate() error {
 	var errs []error
 	if c.Hashes < 1 || c.Hashes > 12 {
-		errs = append(errs, fmt.Errorf("--hashes %d: must be between 1 and 12 (7 is the default)", c.Hashes))
+		errs = append(errs, field.Invalid("hashes", c.Hashes, "must be between 1 and 12 (7 is the default)"))
 	}
 	if c.Samples < 0 {
-		errs = append(errs, fmt.Errorf("--samples %d: must be 0 (blocks only) or positive (256 is the default)", c.Samples))
+		errs = append(errs, field.Invalid("samples", c.Samples, "must be 0 (blocks only) or positive (256 is the default)"))
 	}
-	errs = append(errs, checkMax("--samples", c.Samples, maxSamples))
+	errs = append(errs, checkMax("samples", c.Samples, maxSamples))
 	if c.MinLength < 0 {
-		errs = append(errs, fmt.Errorf("--min-length %d: must be 0 or positive (4096 is the default)", c.MinLength))
+		errs = append(errs, field.Invalid("min_length", c.MinLength, "must be 0 or positive (4096 is the default)"))
 	}
 	if c.Sampling != SampleUniform && c.Sampling != SampleVNorm {
-		errs = append(errs, fmt.Errorf("--sampling %q: use %s or %s", c.Sampling, SampleUniform, SampleVNorm))
+		errs = append(errs, field.Invalid("sampling", c.Sampling, "use %s or %s", SampleUniform, SampleVNorm))
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }

@@ -114,15 +114,15 @@ func (a *hyperAttn) backwardPart(sc *hyperScratch, kg *keyGrads, p hyperPart, k,
 		dks, dvs, beta = sc.dkg, sc.dvg, 0
 	}
 	dog := sc.dog[p.r0*h:]
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(rows, p.n, s), mat(rows, h, dog), beta, mat(p.n, h, dvs))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, p.n, s), blas.NewGeneral(rows, h, dog), beta, blas.NewGeneral(p.n, h, dvs))
 	dp := sc.dp[:rows*p.n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(rows, h, dog), mat(p.n, h, vv), 0, mat(rows, p.n, dp))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(rows, h, dog), blas.NewGeneral(p.n, h, vv), 0, blas.NewGeneral(rows, p.n, dp))
 	for r := p.r0; r < p.r1; r++ {
 		vec.Axpy(-sc.delta[r], sc.ones[:p.n], dp[(r-p.r0)*p.n:(r-p.r0+1)*p.n])
 	}
 	vec.Mul(dp, dp, s) // dS, the gradient of the logits
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, alpha, mat(rows, p.n, dp), mat(p.n, h, k), 1, mat(rows, h, sc.dqg[p.r0*h:]))
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, alpha, mat(rows, p.n, dp), mat(rows, h, sc.qg[p.r0*h:]), beta, mat(p.n, h, dks))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, alpha, blas.NewGeneral(rows, p.n, dp), blas.NewGeneral(p.n, h, k), 1, blas.NewGeneral(rows, h, sc.dqg[p.r0*h:]))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, alpha, blas.NewGeneral(rows, p.n, dp), blas.NewGeneral(rows, h, sc.qg[p.r0*h:]), beta, blas.NewGeneral(p.n, h, dks))
 	if direct {
 		return
 	}
@@ -196,7 +196,7 @@ func (a *hyperAttn) backwardBatch(sc *hyperScratch, p hyperPart, k, v []float32)
 		copy(db[u*h:(u+1)*h], sc.dog[int(r)*h:])
 	}
 	s := sc.s[:hyperRows*p.n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, mat(hyperRows, h, qb), mat(p.n, h, k), 0, mat(hyperRows, p.n, s))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, blas.NewGeneral(hyperRows, h, qb), blas.NewGeneral(p.n, h, k), 0, blas.NewGeneral(hyperRows, p.n, s))
 	for u := range hyperRows {
 		row := s[u*p.n : (u+1)*p.n]
 		if u >= len(rows) {
@@ -210,19 +210,19 @@ func (a *hyperAttn) backwardBatch(sc *hyperScratch, p hyperPart, k, v []float32)
 		clear(sc.dkg[:p.n*h])
 		clear(sc.dvg[:p.n*h])
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(hyperRows, p.n, s), mat(hyperRows, h, db), 1, mat(p.n, h, sc.dvg))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(hyperRows, p.n, s), blas.NewGeneral(hyperRows, h, db), 1, blas.NewGeneral(p.n, h, sc.dvg))
 	dp := sc.dp[:hyperRows*p.n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(hyperRows, h, db), mat(p.n, h, v), 0, mat(hyperRows, p.n, dp))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(hyperRows, h, db), blas.NewGeneral(p.n, h, v), 0, blas.NewGeneral(hyperRows, p.n, dp))
 	for u, r := range rows {
 		vec.Axpy(-sc.delta[r], sc.ones[:p.n], dp[u*p.n:(u+1)*p.n])
 	}
 	vec.Mul(dp, dp, s)
 	tb := sc.tb[:hyperRows*h]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, alpha, mat(hyperRows, p.n, dp), mat(p.n, h, k), 0, mat(hyperRows, h, tb))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, alpha, blas.NewGeneral(hyperRows, p.n, dp), blas.NewGeneral(p.n, h, k), 0, blas.NewGeneral(hyperRows, h, tb))
 	for u, r := range rows {
 		vec.Add(sc.dqg[int(r)*h:int(r+1)*h], sc.dqg[int(r)*h:int(r+1)*h], tb[u*h:(u+1)*h])
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, alpha, mat(hyperRows, p.n, dp), mat(hyperRows, h, qb), 1, mat(p.n, h, sc.dkg))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, alpha, blas.NewGeneral(hyperRows, p.n, dp), blas.NewGeneral(hyperRows, h, qb), 1, blas.NewGeneral(p.n, h, sc.dkg))
 }
 
 // reduceItem adds the partial dK and dV of groups 1… to one block of rows

@@ -54,7 +54,7 @@ func (a *hyperAttn) hash(sc *hyperScratch, x []float32, ranks []int32, n, h int)
 	for i0 := 0; i0 < n; i0 += b {
 		rows := min(b, n-i0)
 		p := sc.proj[:rows*nh]
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, h, x[i0*h:]), mat(h, nh, a.proj), 0, mat(rows, nh, p))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, h, x[i0*h:]), blas.NewGeneral(h, nh, a.proj), 0, blas.NewGeneral(rows, nh, p))
 		for r := range rows {
 			code := 0
 			for u, y := range p[r*nh : (r+1)*nh] {

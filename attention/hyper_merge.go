@@ -16,7 +16,7 @@ func (a *hyperAttn) scores(sc *hyperScratch, p hyperPart, k, lw []float32) []flo
 	h := a.call.h
 	rows, n := p.r1-p.r0, p.n
 	s := sc.s[:rows*n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), mat(rows, h, sc.qg[p.r0*h:]), mat(n, h, k), 0, mat(rows, n, s))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), blas.NewGeneral(rows, h, sc.qg[p.r0*h:]), blas.NewGeneral(n, h, k), 0, blas.NewGeneral(rows, n, s))
 	for r := range rows {
 		row := s[r*n : (r+1)*n]
 		switch {
@@ -79,7 +79,7 @@ func (a *hyperAttn) forwardRows(sc *hyperScratch, vw *hyperView, blk int) int {
 		for r := p.r0; r < p.r1; r++ {
 			sc.online(r, s[(r-p.r0)*p.n:(r-p.r0+1)*p.n], og, h)
 		}
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(p.r1-p.r0, p.n, s), mat(p.n, h, v), 1, mat(p.r1-p.r0, h, og[p.r0*h:]))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(p.r1-p.r0, p.n, s), blas.NewGeneral(p.n, h, v), 1, blas.NewGeneral(p.r1-p.r0, h, og[p.r0*h:]))
 	}
 	for r := range n {
 		vec.Scale(1/sc.l[r], og[r*h:(r+1)*h])
@@ -115,7 +115,7 @@ func (a *hyperAttn) forwardBatch(sc *hyperScratch, p hyperPart, k, v []float32) 
 		copy(qb[u*h:(u+1)*h], sc.qg[int(r)*h:])
 	}
 	s := sc.s[:hyperRows*p.n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), mat(hyperRows, h, qb), mat(p.n, h, k), 0, mat(hyperRows, p.n, s))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), blas.NewGeneral(hyperRows, h, qb), blas.NewGeneral(p.n, h, k), 0, blas.NewGeneral(hyperRows, p.n, s))
 	og := sc.og
 	for u := range hyperRows {
 		if u >= len(rows) || !sc.online(int(rows[u]), s[u*p.n:(u+1)*p.n], og, h) {
@@ -123,7 +123,7 @@ func (a *hyperAttn) forwardBatch(sc *hyperScratch, p hyperPart, k, v []float32) 
 		}
 	}
 	tb := sc.tb[:hyperRows*h]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(hyperRows, p.n, s), mat(p.n, h, v), 0, mat(hyperRows, h, tb))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(hyperRows, p.n, s), blas.NewGeneral(p.n, h, v), 0, blas.NewGeneral(hyperRows, h, tb))
 	for u, r := range rows {
 		vec.Add(og[int(r)*h:int(r+1)*h], og[int(r)*h:int(r+1)*h], tb[u*h:(u+1)*h])
 	}

@@ -464,13 +464,13 @@ func TestHyperDecoder(t *testing.T) {
 
 func TestHyperConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, want string }{
-		{"hyper:hashes=0", "--hashes 0"},
-		{"hyper:hashes=13", "--hashes 13"},
-		{"hyper:block=0", "--block 0"},
-		{"hyper:samples=-1", "--samples -1"},
-		{"hyper:min-length=-5", "--min-length -5"},
-		{"hyper:sampling=norm", `--sampling "norm"`},
-		{"hyper:degree=4", "--degree is no option of hyper"},
+		{"hyper:hashes=0", "hashes 0"},
+		{"hyper:hashes=13", "hashes 13"},
+		{"hyper:block=0", "block 0"},
+		{"hyper:samples=-1", "samples -1"},
+		{"hyper:min-length=-5", "min_length -5"},
+		{"hyper:sampling=norm", `sampling "norm"`},
+		{"hyper:degree=4", "degree is no option of hyper"},
 	} {
 		_, err := ParseSpec(tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -12,12 +12,12 @@ func TestOptionLimits(t *testing.T) {
 	for _, c := range []struct {
 		spec, want string
 	}{
-		{"polysketch:sketch-size=1025", "--sketch-size 1025: at most 1024"},
-		{"sqpolysketch:sketch-size=257", "--sketch-size 257: at most 256"},
-		{"performer:features=65537", "--features 65537: at most 65536"},
-		{"hyper:samples=1048577", "--samples 1048577: at most 1048576"},
-		{"flash:block=65537", "--block 65537: at most 65536"},
-		{"polynomial:degree=66", "--degree 66: at most 64"},
+		{"polysketch:sketch-size=1025", "sketch_size 1025: at most 1024"},
+		{"sqpolysketch:sketch-size=257", "sketch_size 257: at most 256"},
+		{"performer:features=65537", "features 65537: at most 65536"},
+		{"hyper:samples=1048577", "samples 1048577: at most 1048576"},
+		{"flash:block=65537", "block 65537: at most 65536"},
+		{"polynomial:degree=66", "degree 66: at most 64"},
 	} {
 		_, err := ParseSpec(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -248,8 +248,3 @@ func ipow(x float32, p int) float32 {
 // scanChunk is the number of state elements one scan task covers: the
 // scans are elementwise, so they split over elements as well as over heads.
 const scanChunk = 4096
-
-// mat is the rows×cols matrix stored densely from the start of data.
-func mat(rows, cols int, data []float32) blas.General {
-	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
-}

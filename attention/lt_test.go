@@ -52,9 +52,9 @@ func TestLowerKernels(t *testing.T) {
 			for _, tr := range []bool{false, true} {
 				s := randSlice(rng, n*n) // overwritten on the lower triangle and the diagonal tiles
 				if tr {
-					lowerAtB(mat(n, n, s), mat(k, n, a), mat(k, n, b))
+					lowerAtB(blas.NewGeneral(n, n, s), blas.NewGeneral(k, n, a), blas.NewGeneral(k, n, b))
 				} else {
-					lowerABt(mat(n, n, s), mat(n, k, a), mat(n, k, b))
+					lowerABt(blas.NewGeneral(n, n, s), blas.NewGeneral(n, k, a), blas.NewGeneral(n, k, b))
 				}
 				wantS := make([]float64, n*n)
 				for i := 0; i < n; i++ {
@@ -75,11 +75,11 @@ func TestLowerKernels(t *testing.T) {
 				}
 				mul, tmul := randSlice(rng, n*k), randSlice(rng, n*k)
 				if tr {
-					lowerMulT(mat(k, n, mul), mat(n, n, s), mat(k, n, y), 0)
-					lowerTMulT(mat(k, n, tmul), mat(n, n, s), mat(k, n, y), 0)
+					lowerMulT(blas.NewGeneral(k, n, mul), blas.NewGeneral(n, n, s), blas.NewGeneral(k, n, y), 0)
+					lowerTMulT(blas.NewGeneral(k, n, tmul), blas.NewGeneral(n, n, s), blas.NewGeneral(k, n, y), 0)
 				} else {
-					lowerMul(mat(n, k, mul), mat(n, n, s), mat(n, k, y), 0)
-					lowerTMul(mat(n, k, tmul), mat(n, n, s), mat(n, k, y), 0)
+					lowerMul(blas.NewGeneral(n, k, mul), blas.NewGeneral(n, n, s), blas.NewGeneral(n, k, y), 0)
+					lowerTMul(blas.NewGeneral(n, k, tmul), blas.NewGeneral(n, n, s), blas.NewGeneral(n, k, y), 0)
 				}
 				wantMul, wantTMul := make([]float64, n*k), make([]float64, n*k)
 				for i := 0; i < n; i++ {
@@ -98,7 +98,7 @@ func TestLowerKernels(t *testing.T) {
 					got := g.got
 					if tr { // back to row-major
 						got = make([]float32, n*k)
-						transposeInto(mat(n, k, got), mat(k, n, g.got))
+						transposeInto(blas.NewGeneral(n, k, got), blas.NewGeneral(k, n, g.got))
 					}
 					if err, scale := maxErr(got, g.want); err > 1e-5*scale {
 						t.Errorf("transposed=%v: %s: max error %.3g (scale %.3g)", tr, g.name, err, scale)
@@ -175,9 +175,9 @@ func TestScans(t *testing.T) {
 				}
 			}
 			if scaled {
-				scaledSum(dst, mat(tn, size, states), bmax)
+				scaledSum(dst, blas.NewGeneral(tn, size, states), bmax)
 			} else {
-				sumStates(dst, mat(tn, size, states))
+				sumStates(dst, blas.NewGeneral(tn, size, states))
 			}
 			if err, scale := maxErr(dst, wantSum); err > 1e-5*scale {
 				t.Errorf("t=%d: sum (scaled %v): max error %.3g (scale %.3g)", tn, scaled, err, scale)
@@ -196,9 +196,9 @@ func TestLowerPow(t *testing.T) {
 			a, b, c := randSlice(rng, n*m), randSlice(rng, n*m), randSlice(rng, n*k)
 			s, w := randSlice(rng, n*n), randSlice(rng, n*n) // stale contents must not matter
 			y, d := make([]float32, n*k), make([]float32, n)
-			lowerABt(mat(n, n, s), mat(n, m, a), mat(n, m, b))
+			lowerABt(blas.NewGeneral(n, n, s), blas.NewGeneral(n, m, a), blas.NewGeneral(n, m, b))
 			lowerPow(w, s, make([]float32, n), n, p)
-			lowerMul(mat(n, k, y), mat(n, n, w), mat(n, k, c), 0)
+			lowerMul(blas.NewGeneral(n, k, y), blas.NewGeneral(n, n, w), blas.NewGeneral(n, k, c), 0)
 			lowerRowSums(d, w, n)
 			for i := 0; i < n; i++ {
 				var sum, abs float64

@@ -2,11 +2,11 @@ package attention
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -65,11 +65,11 @@ func (PerformerConfig) Mechanism() string { return string(Performer) }
 func (c PerformerConfig) Validate() error {
 	var errs []error
 	if c.Features <= 0 {
-		errs = append(errs, fmt.Errorf("--features %d: must be positive (256 is the default)", c.Features))
+		errs = append(errs, field.Invalid("features", c.Features, "must be positive (256 is the default)"))
 	}
-	errs = append(errs, checkMax("--features", c.Features, maxFeatures))
+	errs = append(errs, checkMax("features", c.Features, maxFeatures))
 	if c.Redraw < 0 {
-		errs = append(errs, fmt.Errorf("--redraw %d: must be 0 (never) or a positive number of steps", c.Redraw))
+		errs = append(errs, field.Invalid("redraw", c.Redraw, "must be 0 (never) or a positive number of steps"))
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
@@ -207,8 +207,8 @@ func (f *favor) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 	m, h, n := f.m, f.h, x.Rows
 	scale := float32(math.Pow(float64(h), -0.25))
 	b, xt, s := pre[:m*n], pre[m*n:(m+h)*n], pre[(m+h)*n:(m+h+1)*n]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, mat(m, h, f.w), x, 0, mat(m, n, b))
-	transposeInto(mat(h, n, xt), x)
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, blas.NewGeneral(m, h, f.w), x, 0, blas.NewGeneral(m, n, b))
+	transposeInto(blas.NewGeneral(h, n, xt), x)
 	vec.Scale(scale, xt)
 	half, tmp := scr.buf[:n], scr.a[:n]
 	clear(half)
@@ -250,7 +250,7 @@ func (f *favor) backward(dx blas.General, accumulate bool, dmT, pre []float32, s
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, mat(m, n, db), mat(m, h, f.w), beta, dx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, blas.NewGeneral(m, n, db), blas.NewGeneral(m, h, f.w), beta, dx)
 	sum := scr.buf[:n]
 	clear(sum)
 	for k := 0; k < m; k++ {

@@ -193,7 +193,7 @@ func TestPerformerRedraw(t *testing.T) {
 	c := newPerformer(t, "performer:features=8", true, confh)
 	c.(Stepper).SetStep(1000)
 	if maxRelDiff(w(c), w0) != 0 {
-		t.Error("features changed without --redraw")
+		t.Error("features changed without redraw")
 	}
 }
 
@@ -231,20 +231,20 @@ func TestLinearConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		spec, want string
 	}{
-		{"performer:features=0", "--features 0: must be positive"},
-		{"performer:features=-3", "--features -3: must be positive"},
-		{"performer:redraw=-1", "--redraw -1: must be 0 (never) or a positive number of steps"},
-		{"performer:block=0", "--block 0: must be positive"},
-		{"elu:block=-2", "--block -2: must be positive"},
-		{"elu:features=8", "--features is no option of elu attention: its options are --block, --cumsum, --remat"},
-		{"performer:features=many", "performer option --features=many"},
+		{"performer:features=0", "features 0: must be positive"},
+		{"performer:features=-3", "features -3: must be positive"},
+		{"performer:redraw=-1", "redraw -1: must be 0 (never) or a positive number of steps"},
+		{"performer:block=0", "block 0: must be positive"},
+		{"elu:block=-2", "block -2: must be positive"},
+		{"elu:features=8", "features is no option of elu attention: its options are block, cumsum, remat"},
+		{"performer:features=many", "performer option features=many"},
 	} {
 		_, err := ParseSpec(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParseSpec(%q) = %v, want an error containing %q", c.spec, err, c.want)
 		}
 	}
-	if _, err := New(PerformerConfig{Features: 0, Block: 0}, Setup{}); err == nil || !strings.Contains(err.Error(), "--features") || !strings.Contains(err.Error(), "--block") {
+	if _, err := New(PerformerConfig{Features: 0, Block: 0}, Setup{}); err == nil || !strings.Contains(err.Error(), "features") || !strings.Contains(err.Error(), "block") {
 		t.Errorf("New with two bad options: %v, want both named", err)
 	}
 }

@@ -2,7 +2,8 @@ package attention
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // PolysketchConfig configures PolySketch attention (see polysketch.go).
@@ -34,19 +35,20 @@ func (c PolysketchConfig) Validate() error {
 	if err := checkEvenDegree(c.Degree); err != nil {
 		errs = append(errs, err)
 	} else if c.Degree&(c.Degree-1) != 0 {
-		errs = append(errs, fmt.Errorf("--degree %d: polysketch needs a power of two (2, 4, 8)", c.Degree))
+		errs = append(errs, field.Invalid("degree", c.Degree, "polysketch needs a power of two (2, 4, 8)"))
 	}
 	if c.SketchSize <= 0 {
-		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (32 or 64 are the paper's)", c.SketchSize))
+		errs = append(errs, field.Invalid("sketch_size", c.SketchSize, "must be positive (32 or 64 are the paper's)"))
 	}
-	errs = append(errs, checkMax("--sketch-size", c.SketchSize, maxSketchSize))
+	errs = append(errs, checkMax("sketch_size", c.SketchSize, maxSketchSize))
 	switch c.Sketch {
 	case Gaussian, SRHT:
 	default:
-		errs = append(errs, fmt.Errorf("--sketch %q: use %q or %q", c.Sketch, Gaussian, SRHT))
+		errs = append(errs, field.Invalid("sketch", c.Sketch, "use %q or %q", Gaussian, SRHT))
 	}
 	if (c.Softmax || c.Mix) && (!c.Local || c.CumSum) {
-		errs = append(errs, errors.New("local_softmax and mix weigh the local blocks against the rest: they need local blocks (local) and the block algorithm (no cumsum)"))
+		errs = append(errs, field.Errorf("%s and %s weigh the local blocks against the rest: they need local blocks (%s) and the block algorithm (no %s)",
+			field.Name("local_softmax"), field.Name("mix"), field.Name("local"), field.Name("cumsum")))
 	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }

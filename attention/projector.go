@@ -1,6 +1,7 @@
 package attention
 
 import (
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -80,13 +81,13 @@ func (b *perBlock) side(key bool) ([]float32, projection) {
 func (b *perBlock) apply(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
-	p.apply(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT, &w.sks)
+	p.apply(blas.NewGeneral(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT, &w.sks)
 }
 
 func (b *perBlock) output(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
 	x, p := b.side(key)
 	_, rows := b.e.L.plan.span(l)
-	p.output(mat(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT)
+	p.output(blas.NewGeneral(rows, b.e.L.h, b.e.rows(x, hd, l)), pre, mT)
 }
 
 func (b *perBlock) backward(w *engineWorker, key bool, hd, l int, accumulate bool, dmT, pre []float32) {
@@ -104,7 +105,7 @@ func (b *perBlock) backward(w *engineWorker, key bool, hd, l int, accumulate boo
 	if dmT == nil {
 		return
 	}
-	p.backward(mat(rows, L.h, b.e.rows(dx, hd, l)), accumulate, dmT, pre, &w.sks)
+	p.backward(blas.NewGeneral(rows, L.h, b.e.rows(dx, hd, l)), accumulate, dmT, pre, &w.sks)
 }
 
 // backwardEnd adds the per-block parameter gradients of a

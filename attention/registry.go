@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // The registry: every mechanism registers an Entry from its own file, and
@@ -209,16 +211,18 @@ func OptionsOf(cfg Config) []Option {
 	return opts
 }
 
-// OptionNames returns the flag names of cfg's options, for messages.
-func OptionNames(cfg Config) string {
-	var names []string
-	for _, o := range OptionsOf(cfg) {
-		names = append(names, "--"+o.Flag)
+// optionList returns the end of a message that lists cfg's options,
+// "its options are %s, %s", and the options' names to format it with.
+func optionList(cfg Config) (string, []any) {
+	opts := OptionsOf(cfg)
+	if len(opts) == 0 {
+		return "it has no options", nil
 	}
-	if len(names) == 0 {
-		return "it has no options"
+	names := make([]any, len(opts))
+	for i, o := range opts {
+		names[i] = field.Name(o.Name)
 	}
-	return "its options are " + strings.Join(names, ", ")
+	return "its options are " + strings.Repeat("%s, ", len(opts)-1) + "%s", names
 }
 
 // Set returns cfg with the option named name (a flag or JSON name) set
@@ -233,11 +237,12 @@ func Set(cfg Config, name, value string) (Config, error) {
 		v := reflect.New(reflect.TypeOf(cfg)).Elem()
 		v.Set(reflect.ValueOf(cfg))
 		if err := parseValue(v.Field(o.index), value); err != nil {
-			return cfg, fmt.Errorf("%s option --%s=%s: %w", cfg.Mechanism(), o.Flag, value, err)
+			return cfg, field.Errorf("%s option %s=%s: %w", cfg.Mechanism(), field.Name(o.Name), value, err)
 		}
 		return v.Interface().(Config), nil
 	}
-	return cfg, fmt.Errorf("--%s is no option of %s attention: %s", strings.ReplaceAll(name, "_", "-"), cfg.Mechanism(), OptionNames(cfg))
+	list, names := optionList(cfg)
+	return cfg, field.Errorf("%s is no option of %s attention: "+list, append([]any{field.Name(name), cfg.Mechanism()}, names...)...)
 }
 
 // ParseSpec parses a mechanism spec: a name, then options as
@@ -369,7 +374,8 @@ func UnmarshalConfig(name string, data []byte, lenient bool) (Config, error) {
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v.Interface()); err != nil {
-		return nil, fmt.Errorf("%s options: %w (%s)", name, err, OptionNames(def))
+		list, names := optionList(def)
+		return nil, field.Errorf("%s options: %w ("+list+")", append([]any{name, err}, names...)...)
 	}
 	return v.Elem().Interface().(Config), nil
 }

@@ -21,7 +21,7 @@ func ExampleParseSpec() {
 	// Output:
 	// {Degree:4 SketchSize:64 Block:256 Local:true Sketch:gaussian Learned:false CumSum:false Remat:false RawQK:false Scale:false Softmax:false Mix:false}
 	// polysketch:sketch-size=64
-	// spec "flash:degree=4": --degree is no option of flash attention: its options are --block
+	// spec "flash:degree=4": degree is no option of flash attention: its options are block
 }
 
 // ParseSpecFrom lets a caller start a mechanism from its own defaults:
@@ -51,6 +51,6 @@ func ExampleParseSpecFrom() {
 	// flash:block=64 [block=64]
 	// polysketch:block=32 [block=32]
 	// softmax []
-	// polysketch attention: --degree 3: polynomial weights need an even degree ≥ 2 (2, 4, 8)
+	// polysketch attention: degree 3: polynomial weights need an even degree ≥ 2 (2, 4, 8)
 	// true
 }

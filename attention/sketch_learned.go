@@ -216,7 +216,7 @@ func (s *learned) transposeWeights() {
 		for _, f := range nets {
 			for i, l := range f.linears() {
 				if l.BF16 == nil {
-					transposeInto(mat(l.Out, l.In, f.wT[i]), mat(l.In, l.Out, l.Weight.Value.Data))
+					transposeInto(blas.NewGeneral(l.Out, l.In, f.wT[i]), blas.NewGeneral(l.In, l.Out, l.Weight.Value.Data))
 				}
 			}
 		}
@@ -378,7 +378,7 @@ func (s *learned) forward(x blas.General, c int, buf []float32, k kept) []float3
 			in := x
 			if j > 0 {
 				p, _, _ := s.pair(buf, c, rows, j-1, e)
-				in = mat(rows, r, p)
+				in = blas.NewGeneral(rows, r, p)
 			}
 			f.forward(in, s.acts(buf, c, rows, j, e), k)
 		}
@@ -426,7 +426,7 @@ func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c i
 			in, din, acc := x, dx, accumulate || e > 0
 			if j > 0 {
 				m, _, dm := s.pair(buf, c, rows, j-1, e)
-				in, din, acc = mat(rows, r, m), mat(rows, r, dm), false
+				in, din, acc = blas.NewGeneral(rows, r, m), blas.NewGeneral(rows, r, dm), false
 			}
 			dy := region(buf, c, s.dy[j]+e*r, r, rows)
 			f.backward(din, acc, in, dy, s.acts(buf, c, rows, j, e), f.grads(grads), tA, tB, tX[:rows*f.in])
@@ -442,7 +442,7 @@ func (f *sketchNet) forward(x blas.General, a netActs, k kept) {
 	for i := 0; i < rows; i++ {
 		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x.Data[i*x.Stride:i*x.Stride+in], g, b, f.ln1.Eps)
 	}
-	f.l1.Apply(mat(rows, hid, a.a1), mat(rows, in, a.u0))
+	f.l1.Apply(blas.NewGeneral(rows, hid, a.a1), blas.NewGeneral(rows, in, a.u0))
 	vec.GELU(a.h1, a.a1)
 	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
 	for i := 0; i < rows; i++ {
@@ -452,15 +452,15 @@ func (f *sketchNet) forward(x blas.General, a netActs, k kept) {
 	if k.load {
 		k.take(a.a2, f.kept, r, rows)
 	} else {
-		f.l2.Apply(mat(rows, r, a.a2), mat(rows, hid, a.u1))
+		f.l2.Apply(blas.NewGeneral(rows, r, a.a2), blas.NewGeneral(rows, hid, a.u1))
 	}
-	f.l3.Apply(mat(rows, hid, a.a3), mat(rows, r, a.a2))
+	f.l3.Apply(blas.NewGeneral(rows, hid, a.a3), blas.NewGeneral(rows, r, a.a2))
 	vec.GELU(a.h3, a.a3)
 	if k.load {
 		k.take(a.y, f.kept+r, r, rows)
 		return
 	}
-	f.l4.Apply(mat(rows, r, a.y), mat(rows, hid, a.h3))
+	f.l4.Apply(blas.NewGeneral(rows, r, a.y), blas.NewGeneral(rows, hid, a.h3))
 	if k.buf != nil {
 		k.put(a.a2, f.kept, r, rows)
 		k.put(a.y, f.kept+r, r, rows)
@@ -475,13 +475,13 @@ func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, d
 	in, hid, r, rows := f.in, f.l1.Out, f.l2.Out, x.Rows
 	// y = h3·W4 + b4
 	dh3 := tA
-	f.l4.ApplyBackward(mat(rows, hid, dh3), mat(rows, r, dy), mat(rows, hid, a.h3), mat(r, hid, f.wT[3]), mat(hid, r, g.w4), g.c4)
+	f.l4.ApplyBackward(blas.NewGeneral(rows, hid, dh3), blas.NewGeneral(rows, r, dy), blas.NewGeneral(rows, hid, a.h3), blas.NewGeneral(r, hid, f.wT[3]), blas.NewGeneral(hid, r, g.w4), g.c4)
 	vec.GELUBackward(dh3, a.a3, dh3)
 	// a3 = a2·W3 + b3, a2 = u1·W2 + b2
 	da2 := tB[:rows*r]
-	f.l3.ApplyBackward(mat(rows, r, da2), mat(rows, hid, dh3), mat(rows, r, a.a2), mat(hid, r, f.wT[2]), mat(r, hid, g.w3), g.c3)
+	f.l3.ApplyBackward(blas.NewGeneral(rows, r, da2), blas.NewGeneral(rows, hid, dh3), blas.NewGeneral(rows, r, a.a2), blas.NewGeneral(hid, r, f.wT[2]), blas.NewGeneral(r, hid, g.w3), g.c3)
 	du1 := tA
-	f.l2.ApplyBackward(mat(rows, hid, du1), mat(rows, r, da2), mat(rows, hid, a.u1), mat(r, hid, f.wT[1]), mat(hid, r, g.w2), g.c2)
+	f.l2.ApplyBackward(blas.NewGeneral(rows, hid, du1), blas.NewGeneral(rows, r, da2), blas.NewGeneral(rows, hid, a.u1), blas.NewGeneral(r, hid, f.wT[1]), blas.NewGeneral(hid, r, g.w2), g.c2)
 	// u1 = LN2(h1), h1 = GELU(a1)
 	dh1 := tB
 	clear(dh1)
@@ -492,7 +492,7 @@ func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, d
 	vec.GELUBackward(dh1, a.a1, dh1)
 	// a1 = u0·W1 + b1, u0 = LN1(x)
 	du0 := tX
-	f.l1.ApplyBackward(mat(rows, in, du0), mat(rows, hid, dh1), mat(rows, in, a.u0), mat(hid, in, f.wT[0]), mat(in, hid, g.w1), g.c1)
+	f.l1.ApplyBackward(blas.NewGeneral(rows, in, du0), blas.NewGeneral(rows, hid, dh1), blas.NewGeneral(rows, in, a.u0), blas.NewGeneral(hid, in, f.wT[0]), blas.NewGeneral(in, hid, g.w1), g.c1)
 	gain = f.ln1.Gain.Value.Data
 	for i := 0; i < rows; i++ {
 		d := dx.Data[i*dx.Stride : i*dx.Stride+in]
@@ -619,7 +619,7 @@ func (s *netPass) apply(_ *engineWorker, key bool, hd, l int, _, mT []float32) {
 		m = s.ms[1]
 	}
 	at := (hd*L.n + lo) * L.ro
-	transposeInto(mat(L.ro, rows, mT), mat(rows, L.ro, m[at:at+rows*L.ro]))
+	transposeInto(blas.NewGeneral(L.ro, rows, mT), blas.NewGeneral(rows, L.ro, m[at:at+rows*L.ro]))
 }
 
 func (s *netPass) output(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
@@ -638,7 +638,7 @@ func (s *netPass) backward(_ *engineWorker, key bool, hd, l int, _ bool, dmT, _ 
 	if dmT == nil {
 		clear(dm)
 	} else {
-		transposeAdd(mat(rows, L.ro, dm), mat(L.ro, rows, dmT), false)
+		transposeAdd(blas.NewGeneral(rows, L.ro, dm), blas.NewGeneral(L.ro, rows, dmT), false)
 	}
 }
 
@@ -659,7 +659,7 @@ func (s *netPass) forwardItem(w *engineWorker, i int) {
 	L := &s.e.L
 	side := i / L.chunks
 	x, _, lo, rows := s.rows(side, i%L.chunks)
-	m := s.net.forward(mat(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false))
+	m := s.net.forward(blas.NewGeneral(rows, L.h, x[lo*L.h:]), L.chunk, w.sks.buf, s.kept(side, lo, false))
 	copy(s.ms[side][lo*L.ro:(lo+rows)*L.ro], m)
 }
 
@@ -686,7 +686,7 @@ func (s *netPass) backwardItem(w *engineWorker, g int) {
 	for i := g; i < 2*L.chunks; i += L.groups {
 		side := i / L.chunks
 		x, dx, lo, rows := s.rows(side, i%L.chunks)
-		xv, dxv := mat(rows, L.h, x[lo*L.h:]), mat(rows, L.h, dx[lo*L.h:])
+		xv, dxv := blas.NewGeneral(rows, L.h, x[lo*L.h:]), blas.NewGeneral(rows, L.h, dx[lo*L.h:])
 		net.forward(xv, L.chunk, w.sks.buf, s.kept(side, lo, true))
 		net.backward(dxv, acc, xv, L.chunk, w.sks.buf, s.dms[side][lo*L.ro:], grads)
 	}

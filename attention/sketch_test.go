@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -13,9 +14,9 @@ import (
 func sketchRows(s *sketch, x []float32, n int) []float32 {
 	pre, mT := make([]float32, s.preW*n), make([]float32, s.out*n)
 	scr := s.newScratch(n)
-	s.apply(mat(n, s.in, x), pre, mT, &scr)
+	s.apply(blas.NewGeneral(n, s.in, x), pre, mT, &scr)
 	m := make([]float32, n*s.out)
-	transposeInto(mat(n, s.out, m), mat(s.out, n, mT))
+	transposeInto(blas.NewGeneral(n, s.out, m), blas.NewGeneral(s.out, n, mT))
 	return m
 }
 
@@ -99,11 +100,11 @@ func featureError(s *sketch, Q, K []float32, n, p int) float64 {
 	phi := func(x []float32) []float32 {
 		pre, mT, tilde := make([]float32, s.preW*n), make([]float32, s.out*n), make([]float32, s.out*n)
 		scr := s.newScratch(n)
-		s.apply(mat(n, s.in, x), pre, mT, &scr)
+		s.apply(blas.NewGeneral(n, s.in, x), pre, mT, &scr)
 		phiT := make([]float32, F*n)
 		selfTensor(phiT, mT, tilde, s.out, n)
 		out := make([]float32, n*F)
-		transposeInto(mat(n, F, out), mat(F, n, phiT))
+		transposeInto(blas.NewGeneral(n, F, out), blas.NewGeneral(F, n, phiT))
 		return out
 	}
 	pq, pk := phi(Q), phi(K)
@@ -182,7 +183,7 @@ func TestSketchBackward(t *testing.T) {
 				scr := s.newScratch(n)
 				pre, mT, tilde, phiT := make([]float32, s.preW*n), make([]float32, s.out*n), make([]float32, s.out*n), make([]float32, F*n)
 				loss := func() float64 {
-					s.apply(mat(n, h, x), pre, mT, &scr)
+					s.apply(blas.NewGeneral(n, h, x), pre, mT, &scr)
 					selfTensor(phiT, mT, tilde, s.out, n)
 					return dot64(phiT, w)
 				}
@@ -191,7 +192,7 @@ func TestSketchBackward(t *testing.T) {
 				selfTensorBackward(dm, w, mT, tilde, make([]float32, n), s.out, n, false)
 				dx := randSlice(rng, n*h) // accumulate onto this
 				base := append([]float32(nil), dx...)
-				s.backward(mat(n, h, dx), true, dm, pre, &scr)
+				s.backward(blas.NewGeneral(n, h, dx), true, dm, pre, &scr)
 				for i := range x {
 					const eps = 1e-2
 					orig := x[i]

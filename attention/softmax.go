@@ -67,7 +67,7 @@ func (a *softmaxAttn) forwardHead(_, bh int) {
 	head := bh * N * h
 	q, k, v := a.q.Data[head:head+N*h], a.k.Data[head:head+N*h], a.v.Data[head:head+N*h]
 	p := a.p[bh*N*N : (bh+1)*N*N]
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), mat(N, h, q), mat(N, h, k), 0, mat(N, N, p))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, float32(1/math.Sqrt(float64(h))), blas.NewGeneral(N, h, q), blas.NewGeneral(N, h, k), 0, blas.NewGeneral(N, N, p))
 	for i := 0; i < N; i++ {
 		row := p[i*N : (i+1)*N]
 		n := N
@@ -77,7 +77,7 @@ func (a *softmaxAttn) forwardHead(_, bh int) {
 		vec.Softmax(row[:n])
 		clear(row[n:])
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(N, N, p), mat(N, h, v), 0, mat(N, h, a.call.o[head:head+N*h]))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(N, N, p), blas.NewGeneral(N, h, v), 0, blas.NewGeneral(N, h, a.call.o[head:head+N*h]))
 }
 
 func (a *softmaxAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
@@ -112,16 +112,16 @@ func (a *softmaxAttn) backwardHead(w, bh int) {
 	p := a.p[bh*N*N : (bh+1)*N*N]
 	ds := a.dp[w]
 	scale := float32(1 / math.Sqrt(float64(h)))
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(N, N, p), mat(N, h, do), 0, mat(N, h, span(c.dv)))
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(N, h, do), mat(N, h, v), 0, mat(N, N, ds))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(N, N, p), blas.NewGeneral(N, h, do), 0, blas.NewGeneral(N, h, span(c.dv)))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(N, h, do), blas.NewGeneral(N, h, v), 0, blas.NewGeneral(N, N, ds))
 	for i := 0; i < N; i++ {
 		pr, dr := p[i*N:(i+1)*N], ds[i*N:(i+1)*N]
 		d := vec.Dot(pr, dr)
 		vec.Mul(dr, dr, pr)
 		vec.Axpy(-d, pr, dr)
 	}
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, scale, mat(N, N, ds), mat(N, h, k), 0, mat(N, h, span(c.dq)))
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, mat(N, N, ds), mat(N, h, q), 0, mat(N, h, span(c.dk)))
+	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, scale, blas.NewGeneral(N, N, ds), blas.NewGeneral(N, h, k), 0, blas.NewGeneral(N, h, span(c.dq)))
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, blas.NewGeneral(N, N, ds), blas.NewGeneral(N, h, q), 0, blas.NewGeneral(N, h, span(c.dk)))
 }
 
 // SoftmaxConfig configures softmax attention, which has no options.

@@ -2,13 +2,13 @@ package attention
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"unicode"
 
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
@@ -65,33 +65,41 @@ type SquarePolynomialConfig struct {
 func (SquarePolynomialConfig) Mechanism() string { return string(SquarePolynomial) }
 
 func (c SquarePolynomialConfig) Validate() error {
-	var errs []error
-	if c.Degree < 1 || c.Degree > maxSquareDegree {
-		errs = append(errs, fmt.Errorf("--degree %d: the inner polynomial's degree must be 1 to %d", c.Degree, maxSquareDegree))
-	}
-	if c.Init != "uniform" && c.Init != "ones" {
-		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
-	}
-	if err := checkCoefficients(c.Coefficients, c.Degree); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(append(errs, checkBlock(c.Block))...)
+	return errors.Join(append(checkSquare(c.Degree, c.Init, c.Coefficients), checkBlock(c.Block))...)
 }
 
-// checkCoefficients checks explicit coefficients ("" for none) against
-// the degree.
-func checkCoefficients(explicit string, degree int) error {
-	if explicit == "" {
-		return nil
+// checkSquare validates the options of the inner polynomial that sqpoly
+// and sqpolysketch share: its degree, its initialization and its
+// explicit coefficients ("" for none).
+func checkSquare(degree int, init, explicit string) []error {
+	var errs []error
+	if degree < 1 || degree > maxSquareDegree {
+		errs = append(errs, field.Invalid("degree", degree, "the inner polynomial's degree must be 1 to %d", maxSquareDegree))
 	}
+	if init != "uniform" && init != "ones" {
+		errs = append(errs, field.Invalid("init", init, "use uniform or ones"))
+	}
+	if explicit != "" {
+		if _, err := coefficients(explicit, max(degree, 0)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// coefficients parses explicit coefficients and checks that there are
+// degree+1 of them; a degree below 1 takes any number (its own error is
+// the degree's).
+func coefficients(explicit string, degree int) ([]float32, error) {
 	a, err := parseCoefficients(explicit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if degree >= 1 && len(a) != degree+1 {
-		return fmt.Errorf("--coefficients %q: %d values for --degree %d; give %d values or --degree %d", explicit, len(a), degree, degree+1, len(a)-1)
+		return nil, field.Errorf("%s %q: %d values for %s %d; give %d values or %s %d",
+			field.Name("coefficients"), explicit, len(a), field.Name("degree"), degree, degree+1, field.Name("degree"), len(a)-1)
 	}
-	return nil
+	return a, nil
 }
 
 // parseCoefficients reads "a0,a1,…": finite numbers separated by commas
@@ -100,13 +108,13 @@ func checkCoefficients(explicit string, degree int) error {
 func parseCoefficients(s string) ([]float32, error) {
 	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("--coefficients %q: no values; write them like 1,-0.5,2", s)
+		return nil, field.Invalid("coefficients", s, "no values; write them like 1,-0.5,2")
 	}
 	a := make([]float32, len(parts))
 	for i, p := range parts {
 		x, err := strconv.ParseFloat(strings.TrimSpace(p), 32)
 		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, fmt.Errorf("--coefficients %q: value %d (%q) is not a finite number; write them like 1,-0.5,2", s, i+1, p)
+			return nil, field.Invalid("coefficients", s, "value %d (%q) is not a finite number; write them like 1,-0.5,2", i+1, p)
 		}
 		a[i] = float32(x)
 	}
@@ -143,12 +151,9 @@ func newCoefficients(degree int, init, explicit string, seed uint64) (*nn.Param,
 	coef := nn.NewParam("coefficients", false, degree+1)
 	switch {
 	case explicit != "":
-		a, err := parseCoefficients(explicit)
+		a, err := coefficients(explicit, degree)
 		if err != nil {
 			return nil, err
-		}
-		if len(a) != degree+1 {
-			return nil, fmt.Errorf("--coefficients %q: %d values for --degree %d; give %d values or --degree %d", explicit, len(a), degree, degree+1, len(a)-1)
 		}
 		copy(coef.Value.Data, a)
 	case init == "ones":

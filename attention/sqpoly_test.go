@@ -217,15 +217,15 @@ func TestSquarePolyZeroRows(t *testing.T) {
 // each with a line saying how to fix it.
 func TestSquarePolyConfigErrors(t *testing.T) {
 	for _, c := range []struct{ spec, want string }{
-		{"sqpoly:degree=0", "--degree 0: the inner polynomial's degree must be 1 to 8"},
-		{"sqpoly:degree=9", "--degree 9"},
-		{"sqpoly:init=normal", `--init "normal": use uniform or ones`},
-		{"sqpoly:block=0", "--block 0: must be positive"},
+		{"sqpoly:degree=0", "degree 0: the inner polynomial's degree must be 1 to 8"},
+		{"sqpoly:degree=9", "degree 9"},
+		{"sqpoly:init=normal", `init "normal": use uniform or ones`},
+		{"sqpoly:block=0", "block 0: must be positive"},
 		{"sqpoly:degree=2:coefficients=1,x,3", `value 2 ("x") is not a finite number`},
 		{"sqpoly:degree=1:coefficients=1,NaN", "is not a finite number"},
-		{"sqpoly:degree=3:coefficients=1,2", "2 values for --degree 3; give 4 values or --degree 1"},
+		{"sqpoly:degree=3:coefficients=1,2", "2 values for degree 3; give 4 values or degree 1"},
 		{"sqpoly:degree=3:coefficients= ,", "no values"},
-		{"sqpoly:terms=3", "--terms is no option of sqpoly attention: its options are --degree, --init, --coefficients, --frozen, --block"},
+		{"sqpoly:terms=3", "terms is no option of sqpoly attention: its options are degree, init, coefficients, frozen, block"},
 	} {
 		_, err := ParseSpec(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
@@ -53,20 +54,11 @@ type SquareSketchConfig struct {
 func (SquareSketchConfig) Mechanism() string { return string(SquareSketch) }
 
 func (c SquareSketchConfig) Validate() error {
-	var errs []error
-	if c.Degree < 1 || c.Degree > 8 {
-		errs = append(errs, fmt.Errorf("--degree %d: the inner polynomial's degree must be 1 to 8", c.Degree))
-	}
+	errs := checkSquare(c.Degree, c.Init, c.Coefficients)
 	if c.SketchSize <= 0 {
-		errs = append(errs, fmt.Errorf("--sketch-size %d: must be positive (8 or 16 keep the features few)", c.SketchSize))
+		errs = append(errs, field.Invalid("sketch_size", c.SketchSize, "must be positive (8 or 16 keep the features few)"))
 	}
-	errs = append(errs, checkMax("--sketch-size", c.SketchSize, maxSketchSize/4))
-	if c.Init != "uniform" && c.Init != "ones" {
-		errs = append(errs, fmt.Errorf("--init %q: use uniform or ones", c.Init))
-	}
-	if err := checkCoefficients(c.Coefficients, c.Degree); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, checkMax("sketch_size", c.SketchSize, maxSketchSize/4))
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
 
@@ -201,7 +193,7 @@ func (s *degreeSketch) matrices() map[string]*tensor.Tensor {
 }
 
 func (s *degreeSketch) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
-	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(s.w, s.h, s.gT), x, 0, mat(s.w, x.Rows, pre))
+	blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(s.w, s.h, s.gT), x, 0, blas.NewGeneral(s.w, x.Rows, pre))
 	s.output(x, pre, mT)
 }
 
@@ -284,5 +276,5 @@ func (s *degreeSketch) backwardOf(dx blas.General, accumulate bool, dmT, pre []f
 	if accumulate {
 		beta = 1
 	}
-	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(s.w, n, dp), mat(s.w, s.h, s.gT), beta, dx)
+	blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(s.w, n, dp), blas.NewGeneral(s.w, s.h, s.gT), beta, dx)
 }

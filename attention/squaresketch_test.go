@@ -169,12 +169,12 @@ func TestSquareSketchCoefficients(t *testing.T) {
 // each with a line saying how to fix it.
 func TestSquareSketchConfigErrors(t *testing.T) {
 	for _, c := range []struct{ spec, want string }{
-		{"sqpolysketch:degree=0", "--degree 0: the inner polynomial's degree must be 1 to 8"},
-		{"sqpolysketch:sketch-size=0", "--sketch-size 0: must be positive"},
-		{"sqpolysketch:init=normal", `--init "normal": use uniform or ones`},
+		{"sqpolysketch:degree=0", "degree 0: the inner polynomial's degree must be 1 to 8"},
+		{"sqpolysketch:sketch-size=0", "sketch_size 0: must be positive"},
+		{"sqpolysketch:init=normal", `init "normal": use uniform or ones`},
 		{"sqpolysketch:degree=2:coefficients=1,x,3", `value 2 ("x") is not a finite number`},
 		{"sqpolysketch:degree=1:coefficients=1,Inf", "is not a finite number"},
-		{"sqpolysketch:degree=3:coefficients=1,2", "2 values for --degree 3; give 4 values or --degree 1"},
+		{"sqpolysketch:degree=3:coefficients=1,2", "2 values for degree 3; give 4 values or degree 1"},
 		{"sqpolysketch:frozen=maybe", "frozen"},
 	} {
 		_, err := ParseSpec(c.spec)

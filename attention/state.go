@@ -55,7 +55,7 @@ type stateful interface {
 // SaveState returns a copy of d's state. It fails for decoders whose state
 // cannot be copied (HyperAttention's).
 func SaveState(d Decoder) (*State, error) {
-	sd, ok := d.(stateful)
+	sd, ok := unwrap(d).(stateful)
 	if !ok {
 		return nil, fmt.Errorf("the decoder %T has no state to save", d)
 	}
@@ -65,7 +65,7 @@ func SaveState(d Decoder) (*State, error) {
 // CheckState reports whether s can be restored into d: the same kind of
 // decoder and the same shapes.
 func CheckState(d Decoder, s *State) error {
-	sd, ok := d.(stateful)
+	sd, ok := unwrap(d).(stateful)
 	if !ok {
 		return fmt.Errorf("the decoder %T has no state to restore", d)
 	}
@@ -78,7 +78,7 @@ func RestoreState(d Decoder, s *State) error {
 	if err := CheckState(d, s); err != nil {
 		return err
 	}
-	d.(stateful).restore(s)
+	unwrap(d).(stateful).restore(s)
 	return nil
 }
 
@@ -185,8 +185,8 @@ func DecodeState(b []byte) (*State, []byte, error) {
 // save copies the keys and values of the positions so far, head by head.
 func (d *cacheDecoder) save() *State {
 	h, n := d.h, d.n
-	k, v := make([]float32, d.bh*n*h), make([]float32, d.bh*n*h)
-	for i := range d.bh {
+	k, v := make([]float32, d.bkv*n*h), make([]float32, d.bkv*n*h)
+	for i := range d.bkv {
 		copy(k[i*n*h:(i+1)*n*h], d.k[i*d.size*h:])
 		copy(v[i*n*h:(i+1)*n*h], d.v[i*d.size*h:])
 	}
@@ -197,8 +197,8 @@ func (d *cacheDecoder) check(s *State) error {
 	if s == nil {
 		return errors.New("no state")
 	}
-	m := d.bh * s.n * d.h
-	if s.n < 0 || s.n > math.MaxInt32 || m/max(1, d.bh*d.h) != s.n {
+	m := d.bkv * s.n * d.h
+	if s.n < 0 || s.n > math.MaxInt32 || m/max(1, d.bkv*d.h) != s.n {
 		return fmt.Errorf("a state of %d positions", s.n)
 	}
 	return s.checkArrays(kvState, m, m)
@@ -210,7 +210,7 @@ func (d *cacheDecoder) restore(s *State) {
 	if n > d.size {
 		d.grow(n)
 	}
-	for i := range d.bh {
+	for i := range d.bkv {
 		copy(d.k[i*d.size*h:], s.data[0][i*n*h:(i+1)*n*h])
 		copy(d.v[i*d.size*h:], s.data[1][i*n*h:(i+1)*n*h])
 	}

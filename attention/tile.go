@@ -312,9 +312,9 @@ func (t *tiled) forwardItem(w, item int) {
 	alpha := t.weights.scoreScale(h)
 	for j0 := 0; j0 < end; j0 += t.bc {
 		cols := min(t.bc, end-j0)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, mat(rows, h, q[i0*h:]), mat(cols, h, k[j0*h:]), 0, mat(rows, cols, sc.s))
+		blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, blas.NewGeneral(rows, h, q[i0*h:]), blas.NewGeneral(cols, h, k[j0*h:]), 0, blas.NewGeneral(rows, cols, sc.s))
 		t.weights.forwardTile(sc, tile{i0: i0, rows: rows, j0: j0, cols: cols, causal: t.causal}, o, h)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, mat(rows, cols, sc.s), mat(cols, h, v[j0*h:]), 1, mat(rows, h, o))
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, cols, sc.s), blas.NewGeneral(cols, h, v[j0*h:]), 1, blas.NewGeneral(rows, h, o))
 	}
 	t.weights.forwardEnd(sc, rows, o, t.stat[bh*N+i0:bh*N+i0+rows], h)
 	copy(t.o[head+i0*h:], o)
@@ -390,13 +390,13 @@ func (t *tiled) backwardItem(w, item int) {
 		for i0 := start; i0 < N; i0 += t.br {
 			rows := min(t.br, N-i0)
 			tl := tile{i0: i0, rows: rows, j0: j0, cols: cols, causal: t.causal}
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, mat(rows, h, q[i0*h:]), mat(cols, h, k[j0*h:]), 0, mat(rows, cols, sc.s))
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, alpha, blas.NewGeneral(rows, h, q[i0*h:]), blas.NewGeneral(cols, h, k[j0*h:]), 0, blas.NewGeneral(rows, cols, sc.s))
 			t.weights.backwardWeights(sc, tl, stat[i0:i0+rows])
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, mat(rows, cols, sc.s), mat(rows, h, up[i0*h:]), 1, mat(cols, h, dv))
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, mat(rows, h, up[i0*h:]), mat(cols, h, v[j0*h:]), 0, mat(rows, cols, sc.dp))
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, cols, sc.s), blas.NewGeneral(rows, h, up[i0*h:]), 1, blas.NewGeneral(cols, h, dv))
+			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(rows, h, up[i0*h:]), blas.NewGeneral(cols, h, v[j0*h:]), 0, blas.NewGeneral(rows, cols, sc.dp))
 			t.weights.backwardScores(sc, tl, delta[i0:i0+rows])
-			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, gradAlpha, mat(rows, cols, sc.dp), mat(cols, h, k[j0*h:]), 1, mat(rows, h, dq[i0*h:]))
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, gradAlpha, mat(rows, cols, sc.dp), mat(rows, h, q[i0*h:]), 1, mat(cols, h, dk))
+			blas.SgemmSerial(blas.NoTrans, blas.NoTrans, gradAlpha, blas.NewGeneral(rows, cols, sc.dp), blas.NewGeneral(cols, h, k[j0*h:]), 1, blas.NewGeneral(rows, h, dq[i0*h:]))
+			blas.SgemmSerial(blas.Trans, blas.NoTrans, gradAlpha, blas.NewGeneral(rows, cols, sc.dp), blas.NewGeneral(rows, h, q[i0*h:]), 1, blas.NewGeneral(cols, h, dk))
 		}
 	}
 }

@@ -128,14 +128,14 @@ func BenchmarkSgemmSerial(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 1))
 			a, bb, cc := randTensor(rng, 1, c.m, c.k), randTensor(rng, 1, c.k, c.n), tensor.New(c.m, c.n)
-			bv := mat(c.k, c.n, bb.Data)
+			bv := blas.NewGeneral(c.k, c.n, bb.Data)
 			if c.tB == blas.Trans {
 				bb = randTensor(rng, 1, c.n, c.k)
-				bv = mat(c.n, c.k, bb.Data)
+				bv = blas.NewGeneral(c.n, c.k, bb.Data)
 			}
 			cpu := cpuTime()
 			for b.Loop() {
-				blas.SgemmSerial(blas.NoTrans, c.tB, 1, mat(c.m, c.k, a.Data), bv, 1, mat(c.m, c.n, cc.Data))
+				blas.SgemmSerial(blas.NoTrans, c.tB, 1, blas.NewGeneral(c.m, c.k, a.Data), bv, 1, blas.NewGeneral(c.m, c.n, cc.Data))
 			}
 			b.ReportMetric(2*float64(c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			if used := cpuTime() - cpu; used > 0 {

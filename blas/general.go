@@ -11,6 +11,12 @@ type General struct {
 	Data               []float32
 }
 
+// NewGeneral returns the rows×cols matrix stored densely, row after row,
+// from the start of data: the view whose Stride is cols.
+func NewGeneral(rows, cols int, data []float32) General {
+	return General{Rows: rows, Cols: cols, Stride: cols, Data: data}
+}
+
 // Strided is a batch of matrices of one shape laid out in one slice at a
 // fixed distance: matrix i is General with Data starting at i·Step. Step
 // 0 repeats one matrix for every product of the batch (a shared weight).

@@ -10,6 +10,9 @@
 //	config.json            {"model": model.Config, "train": the training settings}
 //	state.json             step, tokenizer, data position, tokens seen, training time
 //	tokenizer.json         the tokenizer, if it came from a file (a Hugging Face tokenizer.json)
+//	tokenizer_config.json  of an imported model, as it came (special tokens, chat template)
+//	generation_config.json of an imported model, as it came (the ids that end a generation)
+//	chat_template.jinja    of an imported model, as it came (its chat template, where not in tokenizer_config.json)
 //	manifest.json          format version, and the size and SHA-256 of each file above
 //
 // The weights are plain safetensors, so other ecosystems read them
@@ -34,8 +37,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
@@ -76,7 +81,15 @@ type Checkpoint struct {
 	// the model's ids never depend on a file outside the checkpoint; nil
 	// for a built-in tokenizer, which State.Tokenizer names.
 	TokenizerJSON []byte
+	// Files are other files of the model kept whole, by name: the
+	// tokenizer_config.json, generation_config.json and
+	// chat_template.jinja of an imported model (ModelFiles); nil for none.
+	Files map[string][]byte
 }
+
+// ModelFiles are the names a Checkpoint's Files may have: the files of a
+// Hugging Face model directory that an import keeps as they came.
+var ModelFiles = []string{"tokenizer_config.json", "generation_config.json", "chat_template.jinja"}
 
 // State is where a run stands, saved in state.json.
 type State struct {
@@ -195,6 +208,15 @@ func save(dir string, c *Checkpoint) error {
 	}
 	if c.TokenizerJSON != nil {
 		if err := write(tokenizerFile, func(w *hashWriter) error { _, err := w.Write(c.TokenizerJSON); return err }); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedKeys(c.Files) {
+		if !slices.Contains(ModelFiles, name) {
+			return fmt.Errorf("file %q is none of the model files a checkpoint keeps (%s)", name, strings.Join(ModelFiles, ", "))
+		}
+		b := c.Files[name]
+		if err := write(name, func(w *hashWriter) error { _, err := w.Write(b); return err }); err != nil {
 			return err
 		}
 	}
@@ -322,7 +344,7 @@ func load(dir string) (*Checkpoint, error) {
 	if err := checkSizes(cfg.Model, weights, int64(len(files[weightsFile]))); err != nil {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
 	}
-	m, err := model.New(cfg.Model)
+	m, err := model.NewEmpty(cfg.Model) // every parameter is read below
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", configFile, err)
 	}
@@ -343,6 +365,14 @@ func load(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
 	}
 	c := &Checkpoint{Model: m, Train: cfg.Train, State: st.State, TokenizerJSON: files[tokenizerFile]}
+	for _, name := range ModelFiles {
+		if b, ok := files[name]; ok {
+			if c.Files == nil {
+				c.Files = map[string][]byte{}
+			}
+			c.Files[name] = b
+		}
+	}
 	if b, ok := files[optimizerFile]; ok {
 		opt, meta, err := safetensors.Decode(bytes.NewReader(b), nil)
 		if err != nil {

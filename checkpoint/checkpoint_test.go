@@ -14,8 +14,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/fifotest"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/safetensors"
 	"github.com/polysketch/polysketch/tensor"
@@ -575,5 +577,87 @@ func TestTokenizerFile(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, tokenizerFile), []byte(`{"model": {"type": "BPX"}}`+"\n"), 0o644)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "tokenizer.json: SHA-256 checksum mismatch") {
 		t.Errorf("Load of an edited tokenizer.json: %v, want a checksum mismatch", err)
+	}
+}
+
+// TestLoadNamedPipe puts named pipes where a checkpoint's files go: Load
+// must refuse each at once, naming the file, rather than wait for a
+// writer.
+func TestLoadNamedPipe(t *testing.T) {
+	for _, name := range []string{weightsFile, manifestFile, stateFile} {
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := Save(dir, newCheckpoint(t, 1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		os.Remove(path)
+		fifotest.Make(t, path)
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(dir)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), name+" is a named pipe, not a regular file") || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s a named pipe: %v, want one line saying so", name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("Load with %s a named pipe has not returned after a minute: it waits for a writer", name)
+		}
+	}
+}
+
+// TestModelFiles: an imported model's tokenizer_config.json and
+// generation_config.json are saved verbatim, checksummed, and loaded back;
+// another name is refused.
+func TestModelFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	c := newCheckpoint(t, 1, 3)
+	c.Files = map[string][]byte{"tokenizer_config.json": []byte(`{"eos_token": "</s>"}`), "generation_config.json": []byte(`{"eos_token_id": [1, 2]}`)}
+	if err := Save(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range c.Files {
+		if !bytes.Equal(got.Files[name], b) {
+			t.Errorf("%s: %q, want %q", name, got.Files[name], b)
+		}
+		if disk, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(disk, b) {
+			t.Errorf("%s on disk: %q, want %q", name, disk, b)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": [1, 3]}`), 0o644)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "generation_config.json: SHA-256 checksum mismatch") {
+		t.Errorf("Load of an edited generation_config.json: %v, want a checksum mismatch", err)
+	}
+	c.Files = map[string][]byte{"../x.json": nil}
+	if err := Save(filepath.Join(t.TempDir(), "other"), c); err == nil || !strings.Contains(err.Error(), `file "../x.json" is none of the model files`) {
+		t.Errorf("Save of another file: %v", err)
+	}
+}
+
+// TestVerify: Verify streams every file against the manifest.
+func TestVerify(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := Save(dir, newCheckpoint(t, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, weightsFile)
+	b := readFileT(t, path)
+	b[len(b)/2] ^= 1
+	os.WriteFile(path, b, 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "model.safetensors: SHA-256 checksum mismatch") {
+		t.Errorf("Verify of a flipped bit: %v", err)
+	}
+	os.WriteFile(path, b[:len(b)-1], 0o644)
+	if err := Verify(dir); err == nil || !strings.Contains(err.Error(), "the manifest says") {
+		t.Errorf("Verify of a truncated file: %v", err)
 	}
 }

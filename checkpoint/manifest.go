@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // formatName marks a manifest as a polysketch checkpoint's.
@@ -50,7 +52,7 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 // writeFile creates the file at path, fills it with encode, syncs it to
 // disk, and returns its size and checksum.
 func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return s, err
 	}
@@ -76,10 +78,40 @@ func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err er
 // optimizerFile and tokenizerFile are optional.
 var required = []string{configFile, stateFile, weightsFile}
 
-// readVerified reads the manifest of dir and every file it lists, checking
-// each file's size and checksum, and returns the files' contents by name.
-func readVerified(dir string) (map[string][]byte, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+// Verify checks every file of the checkpoint in dir against its
+// manifest's size and SHA-256, reading each as a stream: a checkpoint is
+// verified in constant memory however large its weights. Load checks all
+// this and more (shapes, finite values) on the way in.
+func Verify(dir string) error {
+	man, err := readManifest(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	for _, s := range man.Files {
+		f, err := regular.Open(filepath.Join(dir, s.Name))
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		f.Close()
+		switch {
+		case err != nil:
+			return fmt.Errorf("checkpoint %s: reading %s: %w", dir, s.Name, err)
+		case n != s.Size:
+			return fmt.Errorf("checkpoint %s: %s has %d bytes, the manifest says %d: the file is truncated or was changed after saving", dir, s.Name, n, s.Size)
+		case hex.EncodeToString(h.Sum(nil)) != s.SHA256:
+			return fmt.Errorf("checkpoint %s: %s: SHA-256 checksum mismatch: the file is corrupted or was changed after saving", dir, s.Name)
+		}
+	}
+	return nil
+}
+
+// readManifest reads and checks the manifest of dir: its format, and
+// that it lists every required file once and no file a checkpoint does
+// not have.
+func readManifest(dir string) (*manifest, error) {
+	b, err := regular.ReadFile(filepath.Join(dir, manifestFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, fmt.Errorf("no checkpoint: %w", derr)
@@ -100,17 +132,39 @@ func readVerified(dir string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("%s: format version %d, this program reads version %d", manifestFile, man.Version, Version)
 	}
 	allowed := map[string]bool{optimizerFile: true, tokenizerFile: true}
+	for _, name := range ModelFiles {
+		allowed[name] = true
+	}
 	for _, name := range required {
 		allowed[name] = true
 	}
-	files := make(map[string][]byte, len(man.Files))
+	listed := map[string]bool{}
 	for _, s := range man.Files {
 		if !allowed[s.Name] {
 			return nil, fmt.Errorf("%s lists unexpected file %q", manifestFile, s.Name)
 		}
-		if _, dup := files[s.Name]; dup {
+		if listed[s.Name] {
 			return nil, fmt.Errorf("%s lists %q twice", manifestFile, s.Name)
 		}
+		listed[s.Name] = true
+	}
+	for _, name := range required {
+		if !listed[name] {
+			return nil, fmt.Errorf("%s does not list %s", manifestFile, name)
+		}
+	}
+	return &man, nil
+}
+
+// readVerified reads the manifest of dir and every file it lists, checking
+// each file's size and checksum, and returns the files' contents by name.
+func readVerified(dir string) (map[string][]byte, error) {
+	man, err := readManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string][]byte, len(man.Files))
+	for _, s := range man.Files {
 		b, err := readFile(filepath.Join(dir, s.Name), s.Size)
 		if err != nil {
 			return nil, err
@@ -123,18 +177,13 @@ func readVerified(dir string) (map[string][]byte, error) {
 		}
 		files[s.Name] = b
 	}
-	for _, name := range required {
-		if _, ok := files[name]; !ok {
-			return nil, fmt.Errorf("%s does not list %s", manifestFile, name)
-		}
-	}
 	return files, nil
 }
 
 // readFile reads the file at path, refusing to read more than one byte
 // past the size expected, so a huge file cannot exhaust memory.
 func readFile(path string, size int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s is missing", filepath.Base(path))

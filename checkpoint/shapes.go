@@ -25,34 +25,57 @@ type paramShape struct {
 func expectedShapes(cfg model.Config) []paramShape {
 	d, V := int64(cfg.Dim), int64(cfg.Vocab)
 	h, hidden := int64(cfg.HeadSize()), int64(cfg.HiddenSize())
+	H, G := int64(cfg.Heads), int64(cfg.KVHeadCount())
+	qkv := mul(mul(2, G)+H, h)
 	var out []paramShape
 	add := func(name string, shape ...int64) { out = append(out, paramShape{name, shape}) }
+	norm := func(name string) {
+		add(name+".gain", d)
+		if cfg.Norm != model.NormRMS {
+			add(name+".bias", d)
+		}
+	}
 	add("embed.weight", V, d)
 	if cfg.Positions == model.PositionsLearned {
 		add("pos.weight", int64(cfg.Context), d)
 	}
 	qk := attention.PropertiesOf(cfg.Attention).NormalizeQK
+	ffnIn := mul(2, hidden) // gate and value
+	if cfg.FFN == model.FFNGELU {
+		ffnIn = hidden
+	}
 	for i := range cfg.Layers {
 		p := fmt.Sprintf("layers.%d.", i)
-		add(p+"ln1.gain", d)
-		add(p+"ln1.bias", d)
-		add(p+"attn.qkv.weight", d, mul(3, d))
+		norm(p + "ln1")
+		add(p+"attn.qkv.weight", d, qkv)
+		if cfg.QKVBias {
+			add(p+"attn.qkv.bias", qkv)
+		}
 		if qk {
 			add(p+"attn.qknorm.gain", h)
 			add(p+"attn.qknorm.bias", h)
 		}
-		add(p+"attn.out.weight", d, d)
-		add(p+"ln2.gain", d)
-		add(p+"ln2.bias", d)
-		add(p+"ffn.in.weight", d, mul(2, hidden))
+		add(p+"attn.out.weight", mul(H, h), d)
+		if cfg.OutBias {
+			add(p+"attn.out.bias", d)
+		}
+		norm(p + "ln2")
+		add(p+"ffn.in.weight", d, ffnIn)
+		if cfg.FFNBias {
+			add(p+"ffn.in.bias", ffnIn)
+		}
 		add(p+"ffn.out.weight", hidden, d)
+		if cfg.FFNBias {
+			add(p+"ffn.out.bias", d)
+		}
 	}
-	add("norm.gain", d)
-	add("norm.bias", d)
+	norm("norm")
 	if !cfg.Tied {
 		add("head.weight", d, V)
 	}
-	add("head.bias", V)
+	if !cfg.NoHeadBias {
+		add("head.bias", V)
+	}
 	return out
 }
 

@@ -24,7 +24,16 @@ func TestExpectedShapes(t *testing.T) {
 	soft.Attention = attention.SoftmaxConfig{}
 	encoder := tinyConfig()
 	encoder.Bidirectional, encoder.Positions, encoder.PostNorm = true, model.PositionsLearned, true
-	for name, cfg := range map[string]model.Config{"tiny": tinyConfig(), "learned sketch": learned, "untied": untied, "softmax": soft, "encoder": encoder} {
+	llama := tinyConfig()
+	llama.Attention = attention.SoftmaxConfig{}
+	llama.KVHeads, llama.Norm, llama.FFN, llama.Positions, llama.NoHeadBias, llama.Tied = 1, model.NormRMS, model.FFNSwiGLU, model.PositionsRoPEOnly, true, false
+	qwen := llama
+	qwen.QKVBias, qwen.HeadDim, qwen.Tied = true, 6, true
+	gpt2 := tinyConfig()
+	gpt2.Attention = attention.SoftmaxConfig{}
+	gpt2.Positions, gpt2.FFN, gpt2.QKVBias, gpt2.OutBias, gpt2.FFNBias, gpt2.NoHeadBias = model.PositionsLearned, model.FFNGELU, true, true, true, true
+	for name, cfg := range map[string]model.Config{"tiny": tinyConfig(), "learned sketch": learned, "untied": untied, "softmax": soft, "encoder": encoder,
+		"llama": llama, "qwen2": qwen, "gpt2": gpt2} {
 		t.Run(name, func(t *testing.T) {
 			m, err := model.New(cfg)
 			if err != nil {
@@ -107,9 +116,9 @@ func TestLoadRefusesHugeAttentionOptions(t *testing.T) {
 		value  any
 		want   string
 	}{
-		{"sketch_size", 2e9, "--sketch-size 2000000000: at most 1024"},
-		{"block", 1e12, "--block 1000000000000: at most 65536"},
-		{"degree", 1 << 40, "--degree 1099511627776: at most 64"},
+		{"sketch_size", 2e9, "sketch_size 2000000000: at most 1024"},
+		{"block", 1e12, "block 1000000000000: at most 65536"},
+		{"degree", 1 << 40, "degree 1099511627776: at most 64"},
 	} {
 		t.Run(tc.option, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ckpt")

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,7 +16,7 @@ type countTokenizer struct{ vocab int }
 
 func (c countTokenizer) Name() string   { return "count" }
 func (c countTokenizer) VocabSize() int { return c.vocab }
-func (c countTokenizer) Encode(dst []int32, text []byte) []int32 {
+func (c countTokenizer) Encode(context.Context, []int32, []byte) ([]int32, error) {
 	panic("not used")
 }
 func (c countTokenizer) Decode(dst []byte, tokens []int32) ([]byte, error) {

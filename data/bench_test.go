@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ func BenchmarkLoadGoSource(b *testing.B) {
 			b.SetBytes(c.Bytes())
 			var n int64
 			for b.Loop() {
-				train, val, err := Load(c, tok, Options{CacheDir: b.TempDir()})
+				train, val, err := Load(context.Background(), c, tok, Options{CacheDir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -45,7 +46,7 @@ func BenchmarkLoadCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	opt := Options{CacheDir: b.TempDir()}
-	train, val, err := Load(c, tokenizer.Byte, opt)
+	train, val, err := Load(context.Background(), c, tokenizer.Byte, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func BenchmarkLoadCached(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		train, val, err := Load(c, tokenizer.Byte, opt)
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, opt)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Corpus is an ordered list of text files: plain text, JSON lines or
@@ -26,6 +28,11 @@ type Corpus struct {
 	// TextField is the field of JSON lines, and the column of Parquet
 	// files, that holds the text; "" means DefaultTextField.
 	TextField string
+	// MaxRecord is the most bytes one JSON-lines record (a line) may
+	// have, decompressed: a longer one is an error naming its file and
+	// line, as reading it would take memory that grows with it. 0 means
+	// DefaultMaxRecord.
+	MaxRecord int64
 	// Binary lists the files NewCorpus left out as binary data (see
 	// Format), by name.
 	Binary []string
@@ -153,6 +160,19 @@ func (c *Corpus) textField() string {
 	return c.TextField
 }
 
+// DefaultMaxRecord is the record limit of a Corpus that sets none.
+const DefaultMaxRecord = 64 << 20
+
+func (c *Corpus) maxRecord() int64 {
+	if c.MaxRecord <= 0 {
+		return DefaultMaxRecord
+	}
+	return c.MaxRecord
+}
+
+// records returns how c's files hold text in records.
+func (c *Corpus) records() records { return records{field: c.textField(), max: c.maxRecord()} }
+
 // hasRecords reports whether any file of c holds records (JSON lines,
 // Parquet), whose text is in a field.
 func (c *Corpus) hasRecords() bool {
@@ -182,7 +202,7 @@ func listPath(p string) ([]File, error) {
 	case err == nil && info.Mode().IsRegular():
 		return []File{{Path: p, Name: filepath.Base(p), Size: info.Size(), ModTime: info.ModTime()}}, nil
 	case err == nil:
-		return nil, fmt.Errorf("corpus path %q is %s, not a file or directory", p, kind(info.Mode()))
+		return nil, fmt.Errorf("corpus path %q is %s, not a file or directory", p, regular.Kind(info.Mode()))
 	case errors.Is(err, fs.ErrNotExist) && strings.ContainsAny(p, `*?[`):
 		return glob(p)
 	case errors.Is(err, fs.ErrNotExist):
@@ -263,25 +283,6 @@ func walk(root string, keep func(name string) bool) ([]File, error) {
 	}
 	slices.SortFunc(files, func(a, b File) int { return cmp.Compare(a.Name, b.Name) })
 	return files, nil
-}
-
-// kind names the kind of file of mode in messages.
-func kind(mode fs.FileMode) string {
-	switch {
-	case mode.IsRegular():
-		return "a regular file"
-	case mode.IsDir():
-		return "a directory"
-	case mode&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case mode&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case mode&fs.ModeSocket != 0:
-		return "a socket"
-	case mode&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a regular file"
 }
 
 func plural(n int, noun string) string {
@@ -376,8 +377,8 @@ func isDir(path string) bool {
 // every machine and whatever other files are in the corpus; about
 // valFraction of the files go to validation.
 func (c *Corpus) Split(valFraction float64) (train, val *Corpus) {
-	train = &Corpus{Desc: c.Desc + " (training split)", TextField: c.TextField}
-	val = &Corpus{Desc: c.Desc + " (validation split)", TextField: c.TextField}
+	train = &Corpus{Desc: c.Desc + " (training split)", TextField: c.TextField, MaxRecord: c.MaxRecord}
+	val = &Corpus{Desc: c.Desc + " (validation split)", TextField: c.TextField, MaxRecord: c.MaxRecord}
 	for _, f := range c.Files {
 		if isValidation(f.Name, valFraction) {
 			val.Files = append(val.Files, f)

@@ -1,12 +1,14 @@
 package data
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // chunkSize is the most text tokenized at once. Files are read in chunks
@@ -20,6 +22,7 @@ type chunk struct {
 	text  []byte
 	parts []part
 	ids   []int32
+	err   error // of encoding the text
 	done  chan struct{}
 }
 
@@ -48,7 +51,7 @@ type part struct {
 // and an unrelated one starts; empty files and records are no documents
 // and add none. Without one, as for the byte tokenizer, whose
 // every id is a byte of text, the documents are simply concatenated.
-func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
+func encodeFiles(ctx context.Context, files []File, rec records, tok tokenizer.Tokenizer, w *tokenWriter, size, workers int) (forced int, err error) {
 	eot, sep := tokenizer.EndOfText(tok)
 	workers = max(workers, 1)
 	inFlight := 2*workers + 1
@@ -60,10 +63,7 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 	ordered := make(chan *chunk, inFlight)
 	quit := make(chan struct{})
 
-	if field == "" {
-		field = DefaultTextField
-	}
-	r := &fileReader{files: files, field: field, size: size}
+	r := &fileReader{files: files, rec: rec, size: size}
 	var readErr error
 	go func() {
 		defer close(ordered)
@@ -72,6 +72,9 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 		for {
 			select {
 			case <-quit:
+				return
+			case <-ctx.Done():
+				readErr = ctx.Err()
 				return
 			default:
 			}
@@ -98,16 +101,19 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 	for range workers {
 		go func() {
 			for c := range todo {
-				c.ids = c.ids[:0]
+				c.ids, c.err = c.ids[:0], nil
 				start := 0
 				for _, p := range c.parts {
 					if sep && p.newDoc {
 						c.ids = append(c.ids, eot)
 					}
 					if p.cont {
-						c.ids = tokenizer.Continue(tok, c.ids, c.text[start:p.end])
+						c.ids, c.err = tokenizer.Continue(ctx, tok, c.ids, c.text[start:p.end])
 					} else {
-						c.ids = tok.Encode(c.ids, c.text[start:p.end])
+						c.ids, c.err = tok.Encode(ctx, c.ids, c.text[start:p.end])
+					}
+					if c.err != nil {
+						break
 					}
 					start = p.end
 				}
@@ -119,7 +125,10 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 	for c := range ordered {
 		<-c.done
 		if writeErr == nil {
-			if writeErr = w.write(c.ids); writeErr != nil {
+			if writeErr = c.err; writeErr == nil {
+				writeErr = w.write(c.ids)
+			}
+			if writeErr != nil {
 				close(quit)
 			}
 		}
@@ -134,7 +143,7 @@ func encodeFiles(files []File, field string, tok tokenizer.Tokenizer, w *tokenWr
 // fileReader reads the documents of the files of a corpus into chunks.
 type fileReader struct {
 	files  []File
-	field  string // of records (JSON lines, Parquet) that holds the text
+	rec    records
 	size   int
 	next   int       // index of the next file to open
 	file   docReader // the file being read, or nil
@@ -225,22 +234,24 @@ func (r *fileReader) open() error {
 	if want.Size == 0 {
 		return nil
 	}
-	f, err := os.Open(want.Path)
-	if err != nil {
+	f, err := regular.Open(want.Path)
+	var nr *regular.NotRegularError
+	switch {
+	case errors.As(err, &nr):
+		return fmt.Errorf("corpus file %q is now %s, not a regular file: run again, or remove it from the corpus", want.Path, regular.Kind(nr.Mode))
+	case err != nil:
 		return pathError("cannot read corpus file", want.Path, err)
 	}
 	info, err := f.Stat()
 	switch {
 	case err != nil:
 		err = pathError("cannot read corpus file", want.Path, err)
-	case !info.Mode().IsRegular():
-		err = fmt.Errorf("corpus file %q is now %s, not a regular file: run again, or remove it from the corpus", want.Path, kind(info.Mode()))
 	case info.Size() != want.Size || !info.ModTime().Equal(want.ModTime):
 		err = fmt.Errorf("corpus file %q changed since the corpus was listed: run again", want.Path)
 	}
 	var d docReader
 	if err == nil {
-		d, err = openDocs(f, want, r.field)
+		d, err = openDocs(f, want, r.rec)
 	}
 	if err != nil {
 		f.Close()
@@ -295,7 +306,7 @@ func forcedCut(text []byte) int {
 // where it has no such place for a megabyte. fn must not keep text after
 // it returns. Texts stops at the first error, fn's or a file's.
 func (c *Corpus) Texts(fn func(text []byte, start bool) error) error {
-	r := &fileReader{files: c.Files, field: c.textField(), size: chunkSize}
+	r := &fileReader{files: c.Files, rec: c.records(), size: chunkSize}
 	defer r.close()
 	ch := &chunk{text: make([]byte, 0, chunkSize)}
 	first := true

@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -33,7 +34,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	train, val, err := data.Load(corpus, tok, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	train, val, err := data.Load(context.Background(), corpus, tok, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/polysketch/polysketch/internal/field"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A Format is how a corpus file holds its text, told by the file's name:
@@ -90,7 +94,7 @@ const sniffSize = 8000
 // or, for data without one, more than a quarter of those bytes not valid
 // UTF-8. Text in Latin-1 or with a few stray bytes stays text.
 func isBinary(f File) (bool, error) {
-	file, err := os.Open(f.Path)
+	file, err := regular.Open(f.Path)
 	if err != nil {
 		return false, pathError("cannot read corpus file", f.Path, err)
 	}
@@ -142,9 +146,15 @@ type docReader interface {
 	close()
 }
 
+// records says how files of records (JSON lines, Parquet) hold their text.
+type records struct {
+	field string // the field, or column, of the text
+	max   int64  // bytes of a JSON-lines record at most
+}
+
 // openDocs returns a docReader of the file f, open as file, whose records
-// keep their text in field.
-func openDocs(file *os.File, f File, field string) (docReader, error) {
+// are read as rec says.
+func openDocs(file *os.File, f File, rec records) (docReader, error) {
 	counted := &countingReader{r: file}
 	switch f.Format {
 	case Text:
@@ -157,15 +167,15 @@ func openDocs(file *os.File, f File, field string) (docReader, error) {
 		// Buffered to tell an empty text, which is no document.
 		return &textDocs{file: file, f: f, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
 	case JSONLines:
-		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(counted, 1<<16), counted: counted}, nil
+		return &jsonDocs{file: file, f: f, field: rec.field, max: rec.max, r: bufio.NewReaderSize(counted, 1<<16), counted: counted}, nil
 	case JSONLinesGzip:
 		gz, err := gzip.NewReader(counted)
 		if err != nil {
 			return nil, fmt.Errorf("corpus file %q is not gzip data (%v): decompress it or fix its name", f.Path, err)
 		}
-		return &jsonDocs{file: file, f: f, field: field, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
+		return &jsonDocs{file: file, f: f, field: rec.field, max: rec.max, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
 	case Parquet:
-		d, err := openParquet(file, f, field)
+		d, err := openParquet(file, f, rec.field)
 		if err != nil {
 			return nil, err
 		}
@@ -251,11 +261,12 @@ type jsonDocs struct {
 	file    *os.File
 	f       File
 	field   string
+	max     int64 // bytes of a line at most
 	r       *bufio.Reader
 	counted *countingReader
 	line    int
 	buf     []byte
-	text    bytes.Reader
+	text    strings.Reader
 	record  map[string]json.RawMessage
 }
 
@@ -267,6 +278,9 @@ func (d *jsonDocs) next() (io.Reader, error) {
 				return nil, err
 			}
 			return nil, io.EOF
+		}
+		if _, ok := errors.AsType[*RecordTooLongError](err); ok {
+			return nil, err
 		}
 		if err != nil && err != io.EOF {
 			return nil, d.errorf("cannot read: %v", err)
@@ -282,13 +296,16 @@ func (d *jsonDocs) next() (io.Reader, error) {
 	}
 }
 
-// readLine returns the next line, of any length, and io.EOF with the
-// last one if it has no newline.
+// readLine returns the next line, of up to d.max bytes, and io.EOF with
+// the last one if it has no newline.
 func (d *jsonDocs) readLine() ([]byte, error) {
 	d.line++
 	d.buf = d.buf[:0]
 	for {
 		part, err := d.r.ReadSlice('\n')
+		if int64(len(d.buf)+len(part)) > d.max {
+			return nil, &RecordTooLongError{Path: d.f.Path, Line: d.line, Limit: d.max}
+		}
 		d.buf = append(d.buf, part...)
 		if err != bufio.ErrBufferFull {
 			return d.buf, err
@@ -296,24 +313,54 @@ func (d *jsonDocs) readLine() ([]byte, error) {
 	}
 }
 
+// A RecordTooLongError is a record of JSON lines longer than the record
+// limit of its corpus (Corpus.MaxRecord).
+type RecordTooLongError struct {
+	Path  string
+	Line  int
+	Limit int64 // bytes
+}
+
+func (e *RecordTooLongError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap returns the error as internal/field writes it, naming the limit
+// (max_record) for a command line to name it as its flag.
+func (e *RecordTooLongError) Unwrap() error {
+	return field.Errorf("%s:%d: a record of more than %s, the record limit: split it into smaller records, or raise %s",
+		e.Path, e.Line, bytesString(e.Limit), field.Name("max_record"))
+}
+
+// bytesString writes a size in bytes for people: 64 MiB, 1000 bytes.
+func bytesString(n int64) string {
+	for _, u := range []struct {
+		name  string
+		scale int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.scale && n%u.scale == 0 {
+			return fmt.Sprintf("%d %s", n/u.scale, u.name)
+		}
+	}
+	return plural(int(n), "byte")
+}
+
 // parse returns the text of a line.
-func (d *jsonDocs) parse(line []byte) ([]byte, error) {
+func (d *jsonDocs) parse(line []byte) (string, error) {
 	if d.line == 1 {
 		line = bytes.TrimPrefix(line, []byte("\ufeff")) // a byte-order mark some editors write
 	}
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
-		return nil, nil
+		return "", nil
 	}
 	if line[0] != '{' {
-		return nil, d.errorf("%s, not a JSON object with a %q field", jsonKind(line), d.field)
+		return "", d.errorf("%s, not a JSON object with a %q field", jsonKind(line), d.field)
 	}
 	clear(d.record)
 	if d.record == nil {
 		d.record = make(map[string]json.RawMessage)
 	}
 	if err := json.Unmarshal(line, &d.record); err != nil {
-		return nil, d.errorf("invalid JSON: %v", err)
+		return "", d.errorf("invalid JSON: %v", err)
 	}
 	raw, ok := d.record[d.field]
 	if !ok {
@@ -324,16 +371,16 @@ func (d *jsonDocs) parse(line []byte) ([]byte, error) {
 				}
 			}
 		})
-		return nil, d.errorf("no %q field (fields: %s): name the text field with --text-field", d.field, quoteList(fields, 8))
+		return "", field.Errorf("%s:%d: no %q field (fields: %s): set %s to the field that holds the text", d.f.Path, d.line, d.field, quoteList(fields, 8), field.Name("text_field"))
 	}
 	var s *string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, d.errorf("field %q is %s, not a string", d.field, jsonKind(raw))
+		return "", d.errorf("field %q is %s, not a string", d.field, jsonKind(raw))
 	}
 	if s == nil {
-		return nil, nil // null: no text
+		return "", nil // null: no text
 	}
-	return []byte(*s), nil
+	return *s, nil
 }
 
 // errorf returns an error at the current line, as compilers write them.
@@ -398,27 +445,27 @@ type parquetDocs struct {
 	text   bytes.Reader
 }
 
-// openParquet opens the Parquet file f, open as file, at its column field
+// openParquet opens the Parquet file f, open as file, at its column column
 // (a dotted path for a nested one).
-func openParquet(file *os.File, f File, field string) (*parquetDocs, error) {
+func openParquet(file *os.File, f File, column string) (*parquetDocs, error) {
 	pf, err := parquet.OpenFile(file, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("corpus file %q is not a Parquet file polysketch can read: %v", f.Path, err)
 	}
 	schema := pf.Schema()
-	leaf, ok := schema.Lookup(strings.Split(field, ".")...)
+	leaf, ok := schema.Lookup(strings.Split(column, ".")...)
 	if !ok {
 		var cols []string
 		for _, c := range schema.Columns() {
 			cols = append(cols, strings.Join(c, "."))
 		}
-		return nil, fmt.Errorf("corpus file %q has no column %q (columns: %s): name the text column with --text-field", f.Path, field, quoteList(cols, 12))
+		return nil, field.Errorf("corpus file %q has no column %q (columns: %s): set %s to the column that holds the text", f.Path, column, quoteList(cols, 12), field.Name("text_field"))
 	}
 	switch t := leaf.Node.Type(); {
 	case t.Kind() != parquet.ByteArray:
-		return nil, fmt.Errorf("corpus file %q: column %q holds %v, not strings: name the text column with --text-field", f.Path, field, t.Kind())
+		return nil, field.Errorf("corpus file %q: column %q holds %v, not strings: set %s to the column that holds the text", f.Path, column, t.Kind(), field.Name("text_field"))
 	case leaf.MaxRepetitionLevel > 0:
-		return nil, fmt.Errorf("corpus file %q: column %q is a list, not one string a row: name the text column with --text-field", f.Path, field)
+		return nil, field.Errorf("corpus file %q: column %q is a list, not one string a row: set %s to the column that holds the text", f.Path, column, field.Name("text_field"))
 	}
 	return &parquetDocs{file: file, f: f, col: leaf.ColumnIndex, groups: pf.RowGroups(), buf: make([]parquet.Value, 256)}, nil
 }

@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"os"
@@ -37,7 +38,7 @@ func ExampleCorpus_TextField() {
 	corpus.TextField = "content"
 	fmt.Println(corpus.Files[0].Name, corpus.Files[0].Format, "—", corpus.BinaryNote())
 
-	train, val, err := data.Load(corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	train, val, err := data.Load(context.Background(), corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}

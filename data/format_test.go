@@ -2,7 +2,9 @@ package data
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,7 +242,7 @@ func TestLoadTextField(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.TextField = field
-		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache})
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +271,7 @@ func encodeErr(t *testing.T, c *Corpus) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = encodeFiles(c.Files, c.TextField, tokenizer.Byte, w, 1<<20, 2)
+	_, err = encodeFiles(context.Background(), c.Files, c.records(), tokenizer.Byte, w, 1<<20, 2)
 	return err
 }
 
@@ -302,14 +304,14 @@ func TestRecordErrors(t *testing.T) {
 		want        string
 	}{
 		{"syntax.jsonl", "", at("syntax.jsonl") + ":3: invalid JSON: "},
-		{"missing.jsonl", "", at("missing.jsonl") + `:2: no "text" field (fields: "body", "id"): name the text field with --text-field`},
+		{"missing.jsonl", "", at("missing.jsonl") + `:2: no "text" field (fields: "body", "id"): set text_field to the field that holds the text`},
 		{"number.jsonl", "", at("number.jsonl") + `:4: field "text" is a number, not a string`},
 		{"array.jsonl", "", at("array.jsonl") + `:1: an array, not a JSON object with a "text" field`},
 		{"nolf.jsonl", "", at("nolf.jsonl") + `:2: field "text" is a number`},
 		{"gz.jsonl.gz", "", at("gz.jsonl.gz") + ":2: invalid JSON: "},
 		{"notgz.txt.gz", "", "is not gzip data"},
 		{"cols.parquet", "", fmt.Sprintf(`corpus file %q has no column "text"`, at("cols.parquet"))},
-		{"cols.parquet", "body", fmt.Sprintf(`corpus file %q has no column "body" (columns: "id", "text", "lang"): name the text column with --text-field`, at("cols.parquet"))},
+		{"cols.parquet", "body", fmt.Sprintf(`corpus file %q has no column "body" (columns: "id", "text", "lang"): set text_field to the column that holds the text`, at("cols.parquet"))},
 		{"cols.parquet", "id", `column "id" holds INT64, not strings`},
 		{"cut.jsonl.gz", "", ": cannot read: unexpected EOF"}, // at the line the cut falls in
 		{"cut.txt.gz", "", fmt.Sprintf("cannot read corpus file %q: unexpected EOF", at("cut.txt.gz"))},
@@ -424,6 +426,48 @@ func TestTexts(t *testing.T) {
 		}
 		if pieces < tc.pieces {
 			t.Errorf("%s: %d pieces, want at least %d", tc.name, pieces, tc.pieces)
+		}
+	}
+}
+
+// TestRecordLimit reads JSON lines, plain and gzip-compressed, with a
+// record longer than a small limit: Load must refuse it in one line
+// naming the file and line, and take records up to the limit.
+func TestRecordLimit(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 4 << 10
+	long := `{"text": "` + strings.Repeat("x", 2*limit) + `"}` + "\n"
+	fits := `{"text": "` + strings.Repeat("y", limit-13) + `"}` + "\n" // 13 bytes of JSON around the text, the newline included
+	if len(fits) != limit {
+		t.Fatalf("a record of %d bytes, want %d", len(fits), limit)
+	}
+	good := `{"text": "fine"}` + "\n"
+	writeFiles(t, dir, map[string]string{"long.jsonl": good + long + good, "fits.jsonl": good + fits})
+	writeGzip(t, filepath.Join(dir, "long.jsonl.gz"), []byte(good+good+long))
+	for _, tc := range []struct {
+		name string
+		line int
+	}{{"long.jsonl", 2}, {"long.jsonl.gz", 3}, {"fits.jsonl", 0}} {
+		path := filepath.Join(dir, tc.name)
+		c, err := NewCorpus(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.MaxRecord = limit
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: t.TempDir()})
+		if tc.line == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			} else {
+				train.Close()
+				val.Close()
+			}
+			continue
+		}
+		want := fmt.Sprintf("%s:%d: a record of more than 4 KiB, the record limit", path, tc.line)
+		var rl *RecordTooLongError
+		if !errors.As(err, &rl) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", tc.name, err, want)
 		}
 	}
 }

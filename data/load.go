@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // Options configure Load.
@@ -28,6 +30,9 @@ type Options struct {
 	// Logf, if not nil, is told what Load does: cache hits, rebuilds and
 	// tokenization throughput.
 	Logf func(format string, args ...any)
+	// MaxRecord is the record limit (Corpus.MaxRecord) of the corpus
+	// that LoadPaths opens.
+	MaxRecord int64
 }
 
 // OpenPaths returns the corpus NewCorpus makes of paths, or the Go
@@ -58,18 +63,19 @@ func (c *Corpus) Summary() string {
 
 // LoadPaths is Load of the corpus OpenPaths makes of paths and field. It
 // tells opt.Logf what the corpus holds before reading it.
-func LoadPaths(paths []string, field string, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, err error) {
+func LoadPaths(ctx context.Context, paths []string, field string, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, err error) {
 	c, err := OpenPaths(paths, field)
 	if err != nil {
 		return nil, nil, err
 	}
+	c.MaxRecord = opt.MaxRecord
 	if opt.Logf != nil {
 		opt.Logf("corpus: %s", c.Summary())
 		if note := c.BinaryNote(); note != "" {
 			opt.Logf("corpus: %s", note)
 		}
 	}
-	return Load(c, tok, opt)
+	return Load(ctx, c, tok, opt)
 }
 
 // DefaultValFraction is the share of a corpus held out for validation.
@@ -107,7 +113,10 @@ func DefaultCacheDir() (string, error) {
 // of a corpus made by NewCorpus from the same paths, by GoSource from the
 // same tree, or else of the same files. Other files in the cache directory
 // are left alone.
-func Load(c *Corpus, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, err error) {
+//
+// Tokenizing stops with ctx's error when ctx is done, removing the token
+// file it was writing.
+func Load(ctx context.Context, c *Corpus, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, err error) {
 	frac := opt.ValFraction
 	if frac == 0 {
 		frac = DefaultValFraction
@@ -134,10 +143,10 @@ func Load(c *Corpus, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, 
 
 	trainFiles, valFiles := c.Split(frac)
 	if trainFiles.Bytes() > 0 && valFiles.Bytes() > 0 {
-		if train, err = l.load(trainFiles, "train"); err != nil {
+		if train, err = l.load(ctx, trainFiles, "train"); err != nil {
 			return nil, nil, err
 		}
-		if val, err = l.load(valFiles, "val"); err != nil {
+		if val, err = l.load(ctx, valFiles, "val"); err != nil {
 			train.Close()
 			return nil, nil, err
 		}
@@ -145,7 +154,7 @@ func Load(c *Corpus, tok tokenizer.Tokenizer, opt Options) (train, val *Tokens, 
 		return train, val, nil
 	}
 
-	all, err := l.load(c, "all")
+	all, err := l.load(ctx, c, "all")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,7 +207,7 @@ func filePrefix(c *Corpus, tok tokenizer.Tokenizer, frac float64) (string, error
 }
 
 // load returns the tokens of c, from the cache or freshly made.
-func (l *loader) load(c *Corpus, split string) (*Tokens, error) {
+func (l *loader) load(ctx context.Context, c *Corpus, split string) (*Tokens, error) {
 	path, err := l.path(c, split)
 	if err != nil {
 		return nil, err
@@ -211,7 +220,7 @@ func (l *loader) load(c *Corpus, split string) (*Tokens, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		l.logf("%v; rebuilding it", err)
 	}
-	return l.build(c, path)
+	return l.build(ctx, c, path)
 }
 
 // path returns the token file for c: l.prefix, the split and a hash of
@@ -245,7 +254,7 @@ var tokenFileName = regexp.MustCompile(`^(train|val|all)-[0-9a-f]{24}\.bin$`)
 
 // build tokenizes c into a new token file at path, atomically: readers see
 // either no file or a whole one. It returns the file's tokens.
-func (l *loader) build(c *Corpus, path string) (t *Tokens, err error) {
+func (l *loader) build(ctx context.Context, c *Corpus, path string) (t *Tokens, err error) {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, pathError("cannot create cache directory", l.dir, err)
 	}
@@ -266,7 +275,7 @@ func (l *loader) build(c *Corpus, path string) (t *Tokens, err error) {
 	if err != nil {
 		return nil, pathError("cannot write token file", f.Name(), err)
 	}
-	forced, err := encodeFiles(c.Files, c.textField(), l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
+	forced, err := encodeFiles(ctx, c.Files, c.records(), l.tok, w, chunkSize, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +353,7 @@ func (l *loader) removeReplaced(keep ...*Tokens) {
 
 // hasMagic reports whether the file at path starts as token files do.
 func hasMagic(path string) bool {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return false
 	}

@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,8 +82,8 @@ type sepTokenizer struct{}
 func (sepTokenizer) Name() string     { return "bytesep" }
 func (sepTokenizer) VocabSize() int   { return 257 }
 func (sepTokenizer) EndOfText() int32 { return 256 }
-func (sepTokenizer) Encode(dst []int32, text []byte) []int32 {
-	return tokenizer.Byte.Encode(dst, text)
+func (sepTokenizer) Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	return tokenizer.Byte.Encode(ctx, dst, text)
 }
 func (sepTokenizer) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	for i, id := range tokens {
@@ -121,7 +122,7 @@ func TestLoadSplitByFile(t *testing.T) {
 	for _, tok := range []tokenizer.Tokenizer{tokenizer.Byte, gpt2(t)} {
 		t.Run(tok.Name(), func(t *testing.T) {
 			const frac = 0.3
-			train, val, err := Load(c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac})
+			train, val, err := Load(context.Background(), c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,11 +158,11 @@ func TestLoadOneFile(t *testing.T) {
 	for _, tok := range []tokenizer.Tokenizer{tokenizer.Byte, gpt2(t)} {
 		for _, frac := range []float64{0, 0.1, 0.999} {
 			var l logs
-			train, val, err := Load(c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac, Logf: l.logf})
+			train, val, err := Load(context.Background(), c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac, Logf: l.logf})
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := tok.Encode(nil, []byte(text))
+			all, _ := tok.Encode(context.Background(), nil, []byte(text))
 			if frac == 0 {
 				frac = DefaultValFraction
 			}
@@ -200,7 +201,7 @@ func TestLoadErrors(t *testing.T) {
 		{"cache dir is a file", Options{CacheDir: notDir}, []string{notDir, "cache directory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Load(c, tokenizer.Byte, tc.opt)
+			_, _, err := Load(context.Background(), c, tokenizer.Byte, tc.opt)
 			if err == nil {
 				t.Fatal("Load succeeded")
 			}
@@ -245,7 +246,7 @@ func TestLoadChangedFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			cache := t.TempDir()
-			_, _, err = Load(c, tokenizer.Byte, Options{CacheDir: cache})
+			_, _, err = Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache})
 			if err == nil {
 				t.Fatal("Load succeeded")
 			}
@@ -274,7 +275,7 @@ func TestCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		var l logs
-		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache, Logf: l.logf})
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache, Logf: l.logf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,7 +385,7 @@ func TestLoadRemovesReplaced(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				train, val, err = Load(c, tok, Options{CacheDir: cache, ValFraction: frac})
+				train, val, err = Load(context.Background(), c, tok, Options{CacheDir: cache, ValFraction: frac})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -496,7 +497,7 @@ func TestLoadKeepsCorpusChangedByCaller(t *testing.T) {
 	}
 	load := func(c *Corpus) {
 		t.Helper()
-		train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: cache, ValFraction: 0.5})
+		train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: cache, ValFraction: 0.5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +546,7 @@ func TestCacheCorruption(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := t.TempDir()
-			train, val, err := Load(c, g, Options{CacheDir: cache})
+			train, val, err := Load(context.Background(), c, g, Options{CacheDir: cache})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -560,7 +561,7 @@ func TestCacheCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 			var l logs
-			train, val, err = Load(c, g, Options{CacheDir: cache, Logf: l.logf})
+			train, val, err = Load(context.Background(), c, g, Options{CacheDir: cache, Logf: l.logf})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -577,7 +578,7 @@ func TestCacheCorruption(t *testing.T) {
 
 	// A token outside the vocabulary is found when read, not trusted.
 	cache := t.TempDir()
-	train, val, err := Load(c, g, Options{CacheDir: cache})
+	train, val, err := Load(context.Background(), c, g, Options{CacheDir: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +648,7 @@ func TestEncodeChunks(t *testing.T) {
 			if docs > 0 {
 				want = append(want, tc.sep...)
 			}
-			want = tok.Encode(want, b)
+			want, _ = tok.Encode(context.Background(), want, b)
 			docs++
 		}
 		var first []byte
@@ -760,7 +761,7 @@ func encodeTo(t testing.TB, path string, c *Corpus, tok tokenizer.Tokenizer, siz
 	if err != nil {
 		t.Fatal(err)
 	}
-	forced, err = encodeFiles(c.Files, c.TextField, tok, w, size, workers)
+	forced, err = encodeFiles(context.Background(), c.Files, c.records(), tok, w, size, workers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -856,7 +857,7 @@ func TestLoadGoSource(t *testing.T) {
 	}
 	for _, tok := range []tokenizer.Tokenizer{tokenizer.Byte, gpt2(t)} {
 		var l logs
-		train, val, err := Load(c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac, Logf: l.logf})
+		train, val, err := Load(context.Background(), c, tok, Options{CacheDir: t.TempDir(), ValFraction: frac, Logf: l.logf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -884,7 +885,7 @@ func TestTokensClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, val, err := Load(c, tokenizer.Byte, Options{CacheDir: t.TempDir(), ValFraction: 0.5})
+	train, val, err := Load(context.Background(), c, tokenizer.Byte, Options{CacheDir: t.TempDir(), ValFraction: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -932,7 +933,7 @@ func TestOpenPaths(t *testing.T) {
 	}
 	var logged []string
 	logf := func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
-	tr, val, err := LoadPaths([]string{path}, "body", tokenizer.Byte, Options{CacheDir: t.TempDir(), Logf: logf, ValFraction: 0.5})
+	tr, val, err := LoadPaths(context.Background(), []string{path}, "body", tokenizer.Byte, Options{CacheDir: t.TempDir(), Logf: logf, ValFraction: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -943,5 +944,39 @@ func TestOpenPaths(t *testing.T) {
 	}
 	if len(logged) == 0 || logged[0] != "corpus: "+c.Summary() {
 		t.Errorf("LoadPaths logged %q first, want the corpus's summary", logged)
+	}
+}
+
+// stopTokenizer is the byte tokenizer that cancels its context the first
+// time it encodes, as a signal would while a corpus is tokenized.
+type stopTokenizer struct {
+	tokenizer.Tokenizer
+	cancel context.CancelFunc
+}
+
+func (s stopTokenizer) Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	s.cancel()
+	<-ctx.Done()
+	return dst, ctx.Err()
+}
+
+// TestLoadCanceled stops a tokenization under way: Load must return the
+// context's error and leave no temporary token file behind, rather than
+// one that waits a day for the sweep of stale files.
+func TestLoadCanceled(t *testing.T) {
+	dir, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "some text", "b.txt": "more text"})
+	c, err := NewCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, err = Load(ctx, c, stopTokenizer{tokenizer.Byte, cancel}, Options{CacheDir: cache})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Load stopped: %v, want context.Canceled", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "*")); len(left) > 0 {
+		t.Errorf("files left in the cache directory: %q", left)
 	}
 }

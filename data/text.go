@@ -39,7 +39,7 @@ func (c *Corpus) EachText(workers int, f func(worker int, text []byte)) error {
 			}
 		})
 	}
-	r := &fileReader{files: c.Files, field: c.textField(), size: chunkSize}
+	r := &fileReader{files: c.Files, rec: c.records(), size: chunkSize}
 	defer r.close()
 	var err error
 	for more := true; more && err == nil; {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // A token file holds a header and then the ids, little-endian, in the
@@ -170,7 +171,7 @@ var errBadFile = errors.New("invalid token file")
 // openTokens opens a token file written for tok and checks its header
 // against tok and the file's size.
 func openTokens(path string, tok tokenizer.Tokenizer, desc string) (*Tokens, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,7 +37,9 @@ import (
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/internal/filelock"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
@@ -61,10 +62,11 @@ type Experiment struct {
 type kind int
 
 const (
-	taskKind      kind = iota // a task: exact match
-	lmKind                    // the corpus: validation perplexity
-	speedKind                 // the corpus: training steps per second
-	linearizeKind             // the corpus: a teacher, its students and the same from scratch (linearize.go)
+	taskKind       kind = iota // a task: exact match
+	lmKind                     // the corpus: validation perplexity
+	speedKind                  // the corpus: training steps per second
+	downstreamKind             // the corpus's perplexity and multiple-choice accuracy (downstream.go)
+	linearizeKind              // the corpus: a teacher, its students and the same from scratch (linearize.go)
 )
 
 // measure is what a task experiment's table shows of each run.
@@ -112,6 +114,12 @@ type Plan struct {
 	Corpus     []string `json:"corpus,omitempty"`
 	TextField  string   `json:"text_field,omitempty"`
 	Runs       []Run    `json:"runs"`
+	// The downstream experiment's models, when given rather than trained,
+	// its files of questions, shots and sample size (Options).
+	Checkpoints []string `json:"checkpoints,omitempty"`
+	Choices     []string `json:"choices,omitempty"`
+	Shots       int      `json:"shots,omitempty"`
+	Limit       int      `json:"limit,omitempty"`
 }
 
 // Options say how to run an experiment.
@@ -127,6 +135,7 @@ type Options struct {
 	// directories and globs; empty means the Go source tree.
 	Corpus    []string
 	TextField string // the field of the corpus's records that holds the text; "" for "text"
+	MaxRecord int64  // the record limit of the corpus (data.Corpus.MaxRecord); 0 for the default
 	CacheDir  string // tokenized corpora; "" means the default
 	// Tokenizer is the vocabulary of the lm and speed experiments' models
 	// and corpus; nil means bytes. The task experiments keep their own
@@ -145,6 +154,16 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Progress, if not nil, is called after every step of every run.
 	Progress func(run string, p train.Progress)
+
+	// The downstream experiment: the checkpoints to score (absolute
+	// paths; none to train the grid's mechanisms and score those), the
+	// files of multiple-choice questions, the shots of its k-shot
+	// columns (0 for 0-shot only) and the questions sampled from each
+	// file (0 for all).
+	Checkpoints []string
+	Choices     []string
+	Shots       int
+	Limit       int
 }
 
 // The files of an experiment directory.
@@ -182,21 +201,27 @@ func Lookup(name string) (*Experiment, error) {
 func (e *Experiment) Plan(o Options) (Plan, error) {
 	if e.Name == "task" {
 		if o.TaskFile == "" {
-			return Plan{}, errors.New("experiment task needs a task file (--task FILE)")
+			return Plan{}, field.Errorf("experiment task needs a task file (%s)", field.Name("task_file"))
 		}
 		if o.Context < 1 {
-			return Plan{}, fmt.Errorf("context %d: must be positive", o.Context)
+			return Plan{}, field.Invalid("context", o.Context, "must be positive")
 		}
 	} else if o.TaskFile != "" {
-		return Plan{}, fmt.Errorf("experiment %s takes no task file; the experiment task does", e.Name)
+		return Plan{}, field.Errorf("experiment %s takes no task file (%s); the experiment task does", e.Name, field.Name("task_file"))
 	}
 	if o.Steps < 0 {
-		return Plan{}, fmt.Errorf("--steps %d: must be positive (or 0 for the default)", o.Steps)
+		return Plan{}, field.Invalid("steps", o.Steps, "must be positive (or 0 for the default)")
+	}
+	if err := checkDownstream(e, o); err != nil {
+		return Plan{}, err
 	}
 	if o.Teacher != "" && e.kind != linearizeKind {
-		return Plan{}, fmt.Errorf("experiment %s takes no teacher; the experiment linearize does", e.Name)
+		return Plan{}, field.Errorf("experiment %s takes no teacher (%s); the experiment linearize does", e.Name, field.Name("teacher"))
 	}
 	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o)}
+	if e.kind == downstreamKind {
+		p.Checkpoints, p.Choices, p.Shots, p.Limit = o.Checkpoints, o.Choices, o.Shots, o.Limit
+	}
 	if o.Steps > 0 {
 		scale := func(tc train.Config) train.Config { return withSteps(tc, o.Steps) }
 		if e.kind == linearizeKind { // the teacher's steps; its students' in proportion
@@ -296,7 +321,7 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		if tok == nil {
 			tok = tokenizer.Byte
 		}
-		trainTokens, valTokens, err := data.LoadPaths(o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf})
+		trainTokens, valTokens, err := data.LoadPaths(ctx, o.Corpus, o.TextField, tok, data.Options{CacheDir: o.CacheDir, Logf: logf, MaxRecord: o.MaxRecord})
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}
@@ -335,6 +360,11 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 		res.Note = note
 		results = append(results, res)
 	}
+	if e.kind == downstreamKind {
+		if results, err = e.downstream(ctx, o, plan, results, logf); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.report(o.Dir, plan, results, logf); err != nil {
 		return nil, err
 	}
@@ -350,13 +380,13 @@ func claim(dir string, plan Plan) error {
 	}
 	want = append(want, '\n')
 	path := filepath.Join(dir, PlanFile)
-	have, err := os.ReadFile(path)
+	have, err := regular.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if entries, _ := os.ReadDir(dir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != lockFile }) {
 			return fmt.Errorf("%s is not empty and holds no %s: choose an empty or new directory for the experiment", dir, PlanFile)
 		}
-		return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(want); return err })
+		return atomicfile.WriteBytes(path, want)
 	case err != nil:
 		return fmt.Errorf("experiment directory: %w", err)
 	case !bytes.Equal(have, want):
@@ -436,7 +466,7 @@ func runOne(ctx context.Context, o Options, r Run, source *train.Corpus, logf fu
 	if r.Train.Task == nil {
 		run.Source = source
 	}
-	t, err := train.Start(filepath.Join(o.Dir, RunsDir, r.Name), run)
+	t, err := train.Start(ctx, filepath.Join(o.Dir, RunsDir, r.Name), run)
 	if errors.Is(err, train.ErrComplete) {
 		return nil
 	}

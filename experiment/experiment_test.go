@@ -56,13 +56,34 @@ func optionsFor(t *testing.T, e *Experiment, dir string) Options {
 	if e.Name == "task" {
 		o.TaskFile, o.Context = tinyTaskFile(t), 8
 	}
+	if e.kind == downstreamKind {
+		o.Choices, o.Shots = choiceFiles(t, "piqa.jsonl", "generic.jsonl"), 1
+	}
 	return o
+}
+
+// choiceFiles returns the absolute paths of multichoice's hand-written
+// questions.
+func choiceFiles(t *testing.T, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		p, err := filepath.Abs(filepath.Join("..", "multichoice", "testdata", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // TestQuick runs every experiment's --quick version, and some of them
 // twice in two directories, requiring the same table bit for bit.
 func TestQuick(t *testing.T) {
 	for _, e := range List() {
+		if e.kind == downstreamKind {
+			continue // TestDownstream runs it: its table and files are of another kind
+		}
 		t.Run(e.Name, func(t *testing.T) {
 			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 			o := optionsFor(t, e, a)
@@ -183,6 +204,9 @@ func TestPlansValid(t *testing.T) {
 			if e.Name == "task" {
 				o.TaskFile, o.Context = "x.jsonl", 64
 			}
+			if e.kind == downstreamKind {
+				o.Choices = []string{"/x.jsonl"}
+			}
 			if _, err := e.Plan(o); err != nil {
 				t.Errorf("%s (quick %v): %v", e.Name, quick, err)
 			}
@@ -201,9 +225,9 @@ func TestApplyMechanism(t *testing.T) {
 		{spec: "polysketch:learned=true:local=false:sketch-size=64", want: attention.PolysketchConfig{Degree: 4, SketchSize: 64, Block: 32, Sketch: attention.Gaussian, Learned: true}},
 		{spec: "polysketch:learned:block=8", want: attention.PolysketchConfig{Degree: 4, SketchSize: 32, Block: 8, Local: true, Sketch: attention.Gaussian, Learned: true}},
 		{spec: "linear", err: `unknown attention mechanism "linear"`},
-		{spec: "polysketch:rank=3", err: "--rank is no option of polysketch attention: its options are --degree"},
-		{spec: "polynomial:degree=four", err: "--degree=four: want an integer"},
-		{spec: "polynomial:degree=3", err: "--degree 3: polynomial weights need an even degree"},
+		{spec: "polysketch:rank=3", err: "rank is no option of polysketch attention: its options are degree"},
+		{spec: "polynomial:degree=four", err: "degree=four: want an integer"},
+		{spec: "polynomial:degree=3", err: "degree 3: polynomial weights need an even degree"},
 	}
 	for _, tt := range tests {
 		mc := model.Config{Context: 32}
@@ -343,7 +367,7 @@ func TestSteps(t *testing.T) {
 		}
 	}
 	o.Steps = -1
-	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "--steps -1") {
+	if _, err := e.Plan(o); err == nil || !strings.Contains(err.Error(), "steps -1") {
 		t.Errorf("steps -1: %v", err)
 	}
 }
@@ -401,13 +425,13 @@ func TestLinearizeTeacher(t *testing.T) {
 	teacher := filepath.Join(t.TempDir(), "teacher")
 	tc := plan.Runs[0].Train
 	tc.Steps, tc.Warmup = 40, 4
-	trainTokens, valTokens, err := data.LoadPaths(o.Corpus, "", tokenizer.Byte, data.Options{CacheDir: o.CacheDir})
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), o.Corpus, "", tokenizer.Byte, data.Options{CacheDir: o.CacheDir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer trainTokens.Close()
 	defer valTokens.Close()
-	tr, err := train.Start(teacher, train.Run{Model: plan.Runs[0].Model, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
+	tr, err := train.Start(context.Background(), teacher, train.Run{Model: plan.Runs[0].Model, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
 	if err != nil {
 		t.Fatal(err)
 	}

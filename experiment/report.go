@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -37,6 +36,8 @@ type Result struct {
 	// Note says what the run took from others: the coefficients a
 	// frozen-best run (Run.FreezeBest) trained with.
 	Note string `json:"note,omitempty"`
+	// Downstream are the downstream experiment's scores of the model.
+	Downstream []Score `json:"downstream,omitempty"`
 	// A linearization's: the validation loss after attention transfer
 	// (Skipped: of the converted student, with nothing to transfer), and
 	// the per-layer relative errors before and after it.
@@ -109,12 +110,15 @@ func (e *Experiment) report(dir string, plan Plan, rs []Result, logf func(string
 }
 
 func write(path string, b []byte) error {
-	return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(b); return err })
+	return atomicfile.WriteBytes(path, b)
 }
 
 // Table returns the markdown table of results rs of plan: a row per
 // mechanism, a column per size, as the paper lays its tables out.
 func (e *Experiment) Table(plan Plan, rs []Result) string {
+	if e.kind == downstreamKind {
+		return downstreamTable(plan, rs)
+	}
 	var rows, cols []string
 	cell := map[[2]string]string{}
 	for _, r := range rs {
@@ -208,6 +212,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 func (e *Experiment) charts(plan Plan, rs []Result) []namedChart {
 	if e.kind == linearizeKind {
 		return linearizeCharts(plan, rs)
+	}
+	if e.kind == downstreamKind {
+		return nil // the table says it all
 	}
 	if e.kind == speedKind {
 		c := namedChart{file: "speed.png", Chart: chart.Chart{

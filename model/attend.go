@@ -17,12 +17,12 @@ import (
 // runs or changes.
 
 // AttentionForward returns the attention output, [B,H,N,h], of layer i
-// for the projections qkv ([B,N,3d], as Tap gives them). The output is the
-// model's buffer, overwritten by the next call (and by Forward).
+// for the projections qkv ([B,N,q+2·kv], q, k and v side by side as Tap
+// gives them). The output is the model's buffer, overwritten by the next
+// call (and by Forward).
 func (m *Model) AttentionForward(i int, qkv *tensor.Tensor) *tensor.Tensor {
-	d := m.cfg.Dim
-	if i < 0 || i >= len(m.layers) || qkv.Dims() != 3 || qkv.Shape[2] != 3*d || qkv.Shape[1] > m.cfg.Context {
-		panic(fmt.Sprintf("model.AttentionForward: layer %d of %d, projections %v (want [B,N≤%d,%d])", i, len(m.layers), qkv.Shape, m.cfg.Context, 3*d))
+	if i < 0 || i >= len(m.layers) || qkv.Dims() != 3 || qkv.Shape[2] != m.layers[i].qkv.Out || qkv.Shape[1] > m.cfg.Context {
+		panic(fmt.Sprintf("model.AttentionForward: layer %d of %d, projections %v (want [B,N≤%d,%d])", i, len(m.layers), qkv.Shape, m.cfg.Context, m.layers[0].qkv.Out))
 	}
 	m.resize(qkv.Shape[0], qkv.Shape[1])
 	m.haveGrad = false

@@ -33,7 +33,7 @@ func (m *Model) NewSequence() (*Sequence, error) {
 	s := &Sequence{limit: ContextLimit(m.cfg)}
 	h := m.cfg.HeadSize()
 	for i, l := range m.layers {
-		ad, err := attention.NewDecoder(l.attn, 1, m.cfg.Heads, h)
+		ad, err := attention.NewGroupedDecoder(l.attn, 1, m.cfg.Heads, m.cfg.KVHeadCount(), h)
 		if err != nil {
 			return nil, fmt.Errorf("sequence state of layer %d: %w", i, err)
 		}
@@ -44,13 +44,23 @@ func (m *Model) NewSequence() (*Sequence, error) {
 
 // ContextLimit returns the most positions a sequence of a model with
 // configuration c may have: Config.Context for the mechanisms whose
-// decoder keeps a KV cache, 0 (no limit) for those with a recurrent state
-// of constant size (attention.Properties).
+// decoder keeps a KV cache and for learned positions (a table of Context
+// rows), 0 (no limit) for those with a recurrent state of constant size
+// (attention.Properties).
 func ContextLimit(c Config) int {
-	if c.Properties().ContextLimit {
+	if c.Properties().ContextLimit || c.positions() == PositionsLearned {
 		return c.Context
 	}
 	return 0
+}
+
+// limitAdvice ends the error of a sequence at the context limit of a
+// model of configuration c: how to have none, where there is a way.
+func limitAdvice(c Config) string {
+	if c.positions() == PositionsLearned {
+		return " (the learned positions end there)"
+	}
+	return ", or use polysketch attention, whose state does not grow"
 }
 
 // Len returns the number of positions consumed: the position of the next
@@ -93,27 +103,37 @@ type Batch struct {
 	group    int // rows per matrix product
 	embed    *nn.Embedding
 	embScale float32
-	pos      *nn.Sinusoidal
+	pos      *nn.Sinusoidal // nil unless sinusoidal embeddings are added
+	posTable *nn.Embedding  // learned positions; nil otherwise
 	blocks   []block
-	norm     *nn.LayerNorm
+	norm     normalizer
 	head     *nn.Linear // nil when tied
-	bias     *nn.Param
+	bias     *nn.Param  // nil with NoHeadBias
 	workers  []*seqWorker
 
 	spans                 []span // the rows of each product
-	tokens                []int32
+	tokens, posIDs        []int32
 	x, a1, qkv, ot, y, a2 tensor.Tensor // rows of all the sequences of a step
 	last, final, logits   tensor.Tensor // one row per sequence
+	all                   tensor.Tensor // StepEvery's logits
 	at                    []int         // first row of each sequence
 	order                 []int         // of the sequences in attend
+
+	// Gather makes StepEvery compute all the logits it returns as one
+	// matrix product, which multiplies the output layer's weights much
+	// faster than a product per sequence when many sequences want a few
+	// rows each and the vocabulary is large; but then a row's last bits
+	// depend on the rows it shares the step with (a server must not set
+	// it: its responses would change with the load).
+	Gather bool
 }
 
 // seqWorker is the state of one goroutine of a step's attention: RoPE
 // tables and q/k LayerNorms of its own, and the heads of one sequence.
 type seqWorker struct {
-	rope       *nn.RoPE
+	rope       *nn.RoPE        // nil without rotary embeddings
 	qn, kn     []*nn.LayerNorm // per layer; nil entries for softmax
-	q, k, v, o tensor.Tensor   // [1,H,c,h]
+	q, k, v, o tensor.Tensor   // q, o [1,H,c,h]; k, v [1,KVH,c,h]
 }
 
 // NewBatch returns a Batch for the model's Sequences.
@@ -125,13 +145,22 @@ func (m *Model) NewBatch() *Batch {
 	}
 	b := &Batch{
 		cfg: c, group: group(min(c.Dim, c.HiddenSize(), c.Vocab)), embed: &nn.Embedding{Vocab: c.Vocab, Dim: c.Dim, Weight: m.embed.Weight, BF16: m.embed.BF16},
-		embScale: m.embScale, pos: nn.NewSinusoidal(c.Dim), norm: m.norm.Share(), head: shareLinear(m.head), bias: m.bias,
+		embScale: m.embScale, norm: shareNorm(m.norm), head: shareLinear(m.head), bias: m.bias,
+	}
+	if m.pos != nil {
+		b.pos = nn.NewSinusoidal(c.Dim)
+	}
+	if m.posTable != nil {
+		b.posTable = &nn.Embedding{Vocab: m.posTable.Vocab, Dim: c.Dim, Weight: m.posTable.Weight}
 	}
 	for _, l := range m.layers {
 		b.blocks = append(b.blocks, l.shared())
 	}
 	for range runtime.GOMAXPROCS(0) {
-		w := &seqWorker{rope: nn.NewRoPE(c.HeadSize())}
+		w := &seqWorker{}
+		if m.rope != nil {
+			w.rope = m.rope.Share()
+		}
 		for _, l := range m.layers {
 			if l.qn != nil {
 				w.qn, w.kn = append(w.qn, l.qn.Share()), append(w.kn, l.qn.Share())
@@ -154,6 +183,26 @@ func (m *Model) NewBatch() *Batch {
 // outside the vocabulary, an empty chunk, a sequence listed twice, or a
 // chunk that passes a sequence's Limit.
 func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error) {
+	return b.step(seqs, tokens, nil)
+}
+
+// StepEvery is Step that also returns the logits after every token, not
+// only the last, of the sequences whose every[i] is true: what scoring a
+// text under the model needs (the log-probability of each of its tokens
+// given those before). The result has len(tokens[i]) rows for such a
+// sequence and one for the others, sequence after sequence in the order
+// of seqs; like Step's, it belongs to the Batch. A sequence's last row is
+// Step's, bit for bit; its rows before go through the output layer as
+// one matrix product of their own, so that they do not depend on the
+// other sequences of the step either (unless Gather is set).
+func (b *Batch) StepEvery(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
+	if len(every) != len(seqs) {
+		return nil, fmt.Errorf("batch step: %d every flags for %d sequences", len(every), len(seqs))
+	}
+	return b.step(seqs, tokens, every)
+}
+
+func (b *Batch) step(seqs []*Sequence, tokens [][]int32, every []bool) (*tensor.Tensor, error) {
 	if err := b.check(seqs, tokens); err != nil {
 		return nil, err
 	}
@@ -164,17 +213,14 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 		b.tokens = append(b.tokens, t...)
 	}
 	R, S := len(b.tokens), len(seqs)
-	for _, t := range []*tensor.Tensor{&b.x, &b.a1, &b.ot, &b.y, &b.a2} {
+	for _, t := range []*tensor.Tensor{&b.x, &b.a1, &b.y, &b.a2} {
 		t.Resize(R, d)
 	}
-	b.qkv.Resize(R, 3*d)
+	b.ot.Resize(R, c.Heads*c.HeadSize())
+	b.qkv.Resize(R, c.QKVSize())
 	b.embed.Forward(&b.x, b.tokens)
 	scale(b.embScale, b.x.Data)
-	for i, s := range seqs {
-		b.pos.Offset = s.n
-		x := rows(&b.x, b.at[i], b.at[i]+len(tokens[i]), d).Reshape(1, len(tokens[i]), d)
-		b.pos.Forward(x, x)
-	}
+	b.addPositions(seqs, tokens)
 	b.spans = b.spans[:0]
 	gather := false // the last span gathers sequences of one token
 	for i, t := range tokens {
@@ -194,6 +240,9 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 	for i, s := range seqs {
 		s.n += len(tokens[i])
 	}
+	if every != nil && b.Gather {
+		return b.everyLogits(tokens, every), nil
+	}
 	// Only each sequence's last row needs logits: the head, a product with
 	// Vocab columns, runs on S rows.
 	b.last.Resize(S, d)
@@ -206,16 +255,90 @@ func (b *Batch) Step(seqs []*Sequence, tokens [][]int32) (*tensor.Tensor, error)
 	b.norm.Forward(&b.final, &b.last)
 	for lo := 0; lo < S; lo += b.group {
 		hi := min(lo+b.group, S)
-		f, out := rows(&b.final, lo, hi, d), rows(&b.logits, lo, hi, c.Vocab)
-		if b.head != nil {
-			b.head.Forward(out, f)
-		} else {
-			b.embed.Logits(out, f)
-			scale(1/b.embScale, out.Data)
-			addRows(out.Data, b.bias.Value.Data)
-		}
+		b.logitsOf(rows(&b.logits, lo, hi, c.Vocab), rows(&b.final, lo, hi, d))
+	}
+	if every != nil {
+		return b.everyLogits(tokens, every), nil
 	}
 	return &b.logits, nil
+}
+
+// everyLogits returns the logits of a StepEvery: the rows of b.x it
+// wants (every row of the sequences marked, the last of the others)
+// gathered in order and through the final LayerNorm, then through the
+// output layer: with Gather, as one product; else each sequence's rows
+// but the last as a product of their own, and the last rows copied from
+// Step's logits in b.logits.
+func (b *Batch) everyLogits(tokens [][]int32, every []bool) *tensor.Tensor {
+	d, V := b.cfg.Dim, b.cfg.Vocab
+	n := 0
+	for i, t := range tokens {
+		lo := b.at[i] + len(t) - 1
+		if every[i] {
+			lo = b.at[i]
+		}
+		// a1 and a2 are free once the blocks have run, and have a row
+		// for every token of the step.
+		copy(b.a1.Data[n*d:], b.x.Data[lo*d:(b.at[i]+len(t))*d])
+		n += b.at[i] + len(t) - lo
+	}
+	gathered, final := rows(&b.a1, 0, n, d), rows(&b.a2, 0, n, d)
+	b.all.Resize(n, V)
+	if b.Gather {
+		b.norm.Forward(final, gathered)
+		b.logitsOf(&b.all, final)
+		return &b.all
+	}
+	r := 0
+	for i, t := range tokens {
+		if k := len(t) - 1; every[i] && k > 0 {
+			f := rows(final, r, r+k, d)
+			b.norm.Forward(f, rows(gathered, r, r+k, d))
+			b.logitsOf(rows(&b.all, r, r+k, V), f)
+			r += k
+		}
+		copy(b.all.Data[r*V:(r+1)*V], b.logits.Data[i*V:(i+1)*V])
+		r++
+	}
+	return &b.all
+}
+
+// logitsOf computes the logits out of rows f of the final LayerNorm's
+// output.
+func (b *Batch) logitsOf(out, f *tensor.Tensor) {
+	if b.head != nil {
+		b.head.Forward(out, f)
+		return
+	}
+	b.embed.Logits(out, f)
+	scale(1/b.embScale, out.Data)
+	if b.bias != nil {
+		addRows(out.Data, b.bias.Value.Data)
+	}
+}
+
+// addPositions adds the position embeddings of each sequence's tokens,
+// from its position on, to the rows of b.x: sinusoidal, rows of the
+// learned table, or none (rotary embeddings alone).
+func (b *Batch) addPositions(seqs []*Sequence, tokens [][]int32) {
+	d := b.cfg.Dim
+	switch {
+	case b.pos != nil:
+		for i, s := range seqs {
+			b.pos.Offset = s.n
+			x := rows(&b.x, b.at[i], b.at[i]+len(tokens[i]), d).Reshape(1, len(tokens[i]), d)
+			b.pos.Forward(x, x)
+		}
+	case b.posTable != nil:
+		b.posIDs = b.posIDs[:0]
+		for i, s := range seqs {
+			for j := range tokens[i] {
+				b.posIDs = append(b.posIDs, int32(s.n+j))
+			}
+		}
+		b.posTable.Forward(&b.y, b.posIDs) // b.y is free until the first layer
+		add(b.x.Data, b.y.Data)
+	}
 }
 
 // check validates a Step's arguments and marks the sequences busy.
@@ -251,7 +374,7 @@ func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
 			}
 		}
 		if s.limit > 0 && s.n+n > s.limit {
-			return fmt.Errorf("batch step: %d positions from position %d of sequence %d pass the context length %d of this %s model; shorten the sequence, or use polysketch attention, whose state does not grow", n, s.n, i, s.limit, b.cfg.Attention)
+			return fmt.Errorf("batch step: %d positions from position %d of sequence %d pass the context length %d of this %s model; shorten the sequence%s", n, s.n, i, s.limit, b.cfg.Attention, limitAdvice(b.cfg))
 		}
 	}
 	return nil
@@ -304,13 +427,17 @@ func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 // attendOne runs layer l's attention for the n rows of sequence s
 // starting at row at.
 func (b *Batch) attendOne(wk *seqWorker, l int, s *Sequence, at, n int) {
-	H, h, d := b.cfg.Heads, b.cfg.HeadSize(), b.cfg.Dim
-	for _, t := range []*tensor.Tensor{&wk.q, &wk.k, &wk.v, &wk.o} {
-		t.Resize(1, H, n, h)
+	H, KVH, h := b.cfg.Heads, b.cfg.KVHeadCount(), b.cfg.HeadSize()
+	wk.q.Resize(1, H, n, h)
+	wk.o.Resize(1, H, n, h)
+	wk.k.Resize(1, KVH, n, h)
+	wk.v.Resize(1, KVH, n, h)
+	if wk.rope != nil {
+		wk.rope.Offset = s.n
 	}
-	wk.rope.Offset = s.n
-	blk := block{qn: wk.qn[l], kn: wk.kn[l]}
-	blk.heads(&wk.q, &wk.k, &wk.v, rows(&b.qkv, at, at+n, 3*d), wk.rope)
+	blk := b.blocks[l]
+	blk.qn, blk.kn = wk.qn[l], wk.kn[l]
+	blk.heads(&wk.q, &wk.k, &wk.v, rows(&b.qkv, at, at+n, blk.qkv.Out), wk.rope)
 	s.attn[l].Step(&wk.o, &wk.q, &wk.k, &wk.v)
-	fromHeads(matrix(rows(&b.ot, at, at+n, d), d), &wk.o)
+	fromHeads(matrix(rows(&b.ot, at, at+n, H*h), H*h), &wk.o)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,7 +109,7 @@ func TestBatchInvariance(t *testing.T) {
 	// Wide enough for products of many rows at a time, and a GLU whose
 	// output sums over more than one k block of the packed products.
 	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 288, 40; return c }
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		cfg  Config
 		prec nn.Precision
@@ -120,7 +121,19 @@ func TestBatchInvariance(t *testing.T) {
 		{"polysketch/bf16", tiny("polysketch:learned"), nn.BF16},
 		{"polysketch/wide/bf16", wide(tiny("polysketch:learned")), nn.BF16},
 		{"flash/wide/bf16", wide(tiny("flash")), nn.BF16},
-	} {
+	}
+	for _, a := range architectures() { // imported models' architectures, grouped heads and all
+		cases = append(cases, struct {
+			name string
+			cfg  Config
+			prec nn.Precision
+		}{a.name, a.cfg, nn.FP32}, struct {
+			name string
+			cfg  Config
+			prec nn.Precision
+		}{a.name + "/wide/bf16", wide(a.cfg), nn.BF16})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
 			m := mustNew(t, c)
@@ -336,6 +349,108 @@ func BenchmarkBatchPosition(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.N*S)/b.Elapsed().Seconds(), "tokens/s")
 			})
+		}
+	}
+}
+
+// TestStepEvery steps sequences in chunks, some asking for the logits
+// after every token, and checks those rows against Forward over the
+// whole sequence, each sequence's last row bit for bit against Step's
+// (but with Gather), and that a sequence not asking gets its one row.
+func TestStepEvery(t *testing.T) {
+	for _, c := range testCases() {
+		for _, gather := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/gather=%v", c.name, gather), func(t *testing.T) { stepEvery(t, c.cfg, gather) })
+		}
+	}
+	m := mustNew(t, tiny("polysketch"))
+	s, _ := m.NewSequence()
+	if _, err := m.NewBatch().StepEvery([]*Sequence{s}, [][]int32{{1}}, nil); err == nil {
+		t.Error("StepEvery with no flags: no error")
+	}
+}
+
+func stepEvery(t *testing.T, cfg Config, gather bool) {
+	m := mustNew(t, cfg)
+	perturb(m, 4)
+	V := cfg.Vocab
+	rng := rand.New(rand.NewPCG(4, 4))
+	lengths := []int{12, 9, 10}
+	every := []bool{true, false, true}
+	chunks := []int{5, 4, 1} // the last chunks: 2, 1 and 0 (done) tokens
+	var tokens [][]int32
+	var seqs, twins []*Sequence
+	for _, n := range lengths {
+		tokens = append(tokens, randomTokens(rng, n, V))
+		for _, ss := range []*[]*Sequence{&seqs, &twins} {
+			s, err := m.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			*ss = append(*ss, s)
+		}
+	}
+	b, twin := m.NewBatch(), m.NewBatch()
+	b.Gather = gather
+	got := make([][][]float32, len(seqs))
+	for i, n := range lengths {
+		got[i] = make([][]float32, n)
+	}
+	for step := 0; ; step++ {
+		var ss, tw []*Sequence
+		var ts [][]int32
+		var ev []bool
+		var idx []int
+		for i, s := range seqs {
+			at := s.Len()
+			if at == lengths[i] {
+				continue
+			}
+			c := min(chunks[step%len(chunks)], lengths[i]-at)
+			ss, tw, ts, ev, idx = append(ss, s), append(tw, twins[i]), append(ts, tokens[i][at:at+c]), append(ev, every[i]), append(idx, i)
+		}
+		if len(ss) == 0 {
+			break
+		}
+		logits, err := b.StepEvery(ss, ts, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := twin.Step(tw, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := 0
+		for j, i := range idx {
+			n := 1
+			if ev[j] {
+				n = len(ts[j])
+			}
+			at := ss[j].Len() - n
+			for k := range n {
+				got[i][at+k] = append([]float32(nil), logits.Data[(r+k)*V:(r+k+1)*V]...)
+			}
+			r += n
+			if g, w := got[i][ss[j].Len()-1], last.Data[j*V:(j+1)*V]; !gather && !slices.Equal(g, w) {
+				t.Errorf("sequence %d, position %d: StepEvery's last row differs from Step's", i, ss[j].Len()-1)
+			}
+		}
+		if r != logits.Shape[0] {
+			t.Fatalf("step %d: %d rows of logits, want %d", step, logits.Shape[0], r)
+		}
+	}
+	for i, toks := range tokens {
+		want := m.Forward(toks, 1, len(toks))
+		for p, g := range got[i] {
+			if g == nil {
+				if every[i] {
+					t.Errorf("sequence %d, position %d: no logits", i, p)
+				}
+				continue
+			}
+			if d := relDiff(g, want.Data[p*V:(p+1)*V]); d > decodeTol {
+				t.Errorf("sequence %d, position %d: logits differ from Forward by %.3g of the largest, want ≤ %g", i, p, d, decodeTol)
+			}
 		}
 	}
 }

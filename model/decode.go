@@ -124,9 +124,9 @@ func (d *Decoder) check(op string, tokens []int32, n int) error {
 	}
 	if limit > 0 && pos+n > limit {
 		if n == 1 {
-			return fmt.Errorf("%s: position %d reaches the context length %d of this %s model; Reset, or use polysketch attention, whose state does not grow", op, pos, limit, d.cfg.Attention.Mechanism())
+			return fmt.Errorf("%s: position %d reaches the context length %d of this %s model; Reset%s", op, pos, limit, d.cfg.Attention.Mechanism(), limitAdvice(d.cfg))
 		}
-		return fmt.Errorf("%s: %d positions from position %d pass the context length %d of this %s model; shorten the prompt, or use polysketch attention, whose state does not grow", op, n, pos, limit, d.cfg.Attention.Mechanism())
+		return fmt.Errorf("%s: %d positions from position %d pass the context length %d of this %s model; shorten the prompt%s", op, n, pos, limit, d.cfg.Attention.Mechanism(), limitAdvice(d.cfg))
 	}
 	return nil
 }
@@ -151,5 +151,5 @@ func shareLinear(l *nn.Linear) *nn.Linear {
 	if l == nil {
 		return nil
 	}
-	return &nn.Linear{In: l.In, Out: l.Out, Weight: l.Weight, Bias: l.Bias, BF16: l.BF16}
+	return l.Share()
 }

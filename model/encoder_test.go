@@ -80,8 +80,8 @@ func TestEncoderConfig(t *testing.T) {
 		f          func(c *Config)
 	}{
 		{"post-norm decoder", "post_norm: an option of encoder models", func(c *Config) { c.PostNorm = true }},
-		{"learned decoder", `positions "learned": an option of encoder models`, func(c *Config) { c.Positions = PositionsLearned }},
-		{"unknown positions", `positions "alibi": use rope, sinusoidal or learned`, func(c *Config) { c.Bidirectional, c.Positions = true, "alibi" }},
+		{"sinusoidal decoder", `positions "sinusoidal": an option of encoder models`, func(c *Config) { c.Positions = PositionsSinusoidal }},
+		{"unknown positions", `positions "alibi": use rope, rope-only, sinusoidal or learned`, func(c *Config) { c.Bidirectional, c.Positions = true, "alibi" }},
 	} {
 		c := tiny("softmax")
 		tc.f(&c)

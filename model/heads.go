@@ -7,21 +7,25 @@ import (
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // The nn layers see activations as rows of features, [B·N, d]; attention
-// sees heads, [B,H,N,h]. toHeads and fromHeads move a view of d = H·h
-// columns of the rows between the two layouts. Each is a permutation, and the adjoint
-// of a permutation is its inverse, so each is the other's backward pass:
-// the forward split of q, k, v (toHeads) has fromHeads as its backward,
-// and the merge of the attention output (fromHeads) has toHeads.
+// sees heads, [B,H,N,h]. toHeads and fromHeads move a view of the columns
+// of the rows between the two layouts. With grouped-query attention the
+// view holds fewer heads (G = cols/h) than the heads tensor (H, a multiple
+// of G): toHeads repeats row head j into heads j·H/G … (j+1)·H/G − 1, and
+// fromHeads sums those heads back into it. Each is the other's adjoint, so
+// each is the other's backward pass: the forward split of q, k, v
+// (toHeads) has fromHeads as its backward, and the merge of the attention
+// output (fromHeads, H = G) has toHeads.
 
-// toHeads copies the rows matrix src ([B·N, H·h]) into dst ([B,H,N,h]):
-// dst[b,i,n,:] = src[b·N+n, i·h : (i+1)·h].
+// toHeads copies the rows matrix src ([B·N, G·h]) into dst ([B,H,N,h]):
+// dst[b,i,n,:] = src[b·N+n, (i/g)·h : (i/g+1)·h], g = H/G.
 func toHeads(dst *tensor.Tensor, src blas.General) {
-	B, H, N, h := headShape("toHeads", dst, src)
+	B, H, N, h, g := headShape("toHeads", dst, src)
 	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
-		b, i := bh/H, bh%H
+		b, i := bh/H, bh%H/g
 		for n := 0; n < N; n++ {
 			at := (b*N+n)*src.Stride + i*h
 			copy(dst.Data[(bh*N+n)*h:(bh*N+n+1)*h], src.Data[at:at+h])
@@ -29,32 +33,41 @@ func toHeads(dst *tensor.Tensor, src blas.General) {
 	})
 }
 
-// fromHeads is the inverse of toHeads: it copies src ([B,H,N,h]) into the
-// rows matrix dst ([B·N, H·h]).
+// fromHeads is the adjoint of toHeads: it writes the heads of src
+// ([B,H,N,h]) into the rows matrix dst ([B·N, G·h]), each row head the sum
+// of its g = H/G heads in order (a copy when H = G).
 func fromHeads(dst blas.General, src *tensor.Tensor) {
-	B, H, N, h := headShape("fromHeads", src, dst)
-	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
-		b, i := bh/H, bh%H
+	B, H, N, h, g := headShape("fromHeads", src, dst)
+	G := H / g
+	parallel.Workers(B*G, headWorkers(B*H*N*h), func(bj int) {
+		b, j := bj/G, bj%G
 		for n := 0; n < N; n++ {
-			at := (b*N+n)*dst.Stride + i*h
-			copy(dst.Data[at:at+h], src.Data[(bh*N+n)*h:(bh*N+n+1)*h])
+			at := (b*N+n)*dst.Stride + j*h
+			row := dst.Data[at : at+h]
+			first := (b*H + j*g) * N
+			copy(row, src.Data[(first+n)*h:(first+n+1)*h])
+			for i := 1; i < g; i++ {
+				k := (first + i*N + n) * h
+				vec.Add(row, row, src.Data[k:k+h])
+			}
 		}
 	})
 }
 
-// headShape returns the shape of heads ([B,H,N,h]), panicking unless rows
-// is a [B·N, H·h] matrix.
-func headShape(op string, heads *tensor.Tensor, rows blas.General) (B, H, N, h int) {
+// headShape returns the shape of heads ([B,H,N,h]) and the heads g of it
+// per head of rows, panicking unless rows is a [B·N, G·h] matrix with G
+// dividing H.
+func headShape(op string, heads *tensor.Tensor, rows blas.General) (B, H, N, h, g int) {
 	B, H, N, h = heads.Shape[0], heads.Shape[1], heads.Shape[2], heads.Shape[3]
-	if rows.Rows != B*N || rows.Cols != H*h {
+	if rows.Rows != B*N || rows.Cols%h != 0 || rows.Cols == 0 || H%(rows.Cols/h) != 0 {
 		panic(fmt.Sprintf("model.%s: heads %v and a %d×%d rows matrix", op, heads.Shape, rows.Rows, rows.Cols))
 	}
-	return B, H, N, h
+	return B, H, N, h, H / (rows.Cols / h)
 }
 
 // matrix returns t as a row-major matrix of cols columns.
 func matrix(t *tensor.Tensor, cols int) blas.General {
-	return blas.General{Rows: t.Len() / cols, Cols: cols, Stride: cols, Data: t.Data}
+	return blas.NewGeneral(t.Len()/cols, cols, t.Data)
 }
 
 // headWorkers returns the goroutines for moving n floats between layouts:

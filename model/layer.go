@@ -1,28 +1,109 @@
 package model
 
 import (
+	"fmt"
+	"math/rand/v2"
+
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
 
-// layer is one pre-LayerNorm Transformer++ block: an attention sublayer and
-// a GLU sublayer, each added to the residual stream.
+// normalizer is the normalization of a block or of the output: an
+// nn.LayerNorm or an nn.RMSNorm (Config.Norm).
+type normalizer interface {
+	Forward(y, x *tensor.Tensor)
+	Backward(dx, dy *tensor.Tensor)
+	Params() []*nn.Param
+}
+
+// newNorm returns the normalization of c over d features, its parameters
+// called name+".gain" (and name+".bias" for a LayerNorm).
+func newNorm(c Config, name string, d int) normalizer {
+	if c.norm() == NormRMS {
+		n := nn.NewRMSNorm(name, d)
+		n.Eps = c.normEps()
+		return n
+	}
+	n := nn.NewLayerNorm(name, d, nn.GainBias)
+	n.Eps = c.normEps()
+	return n
+}
+
+// shareNorm returns a normalizer with n's parameters and caches of its own.
+func shareNorm(n normalizer) normalizer {
+	switch n := n.(type) {
+	case *nn.LayerNorm:
+		return n.Share()
+	case *nn.RMSNorm:
+		return n.Share()
+	}
+	panic(fmt.Sprintf("model: normalizer %T", n))
+}
+
+// feedForward is the feed-forward block of a layer: an nn.GLU (GEGLU,
+// SwiGLU) or an nn.MLP (Config.FFN).
+type feedForward interface {
+	Forward(y, x *tensor.Tensor)
+	Backward(dx, dy *tensor.Tensor)
+	Params() []*nn.Param
+}
+
+// newFFN returns the feed-forward block of c, its layers called
+// name+".in" and name+".out".
+func newFFN(c Config, name string, rng *rand.Rand) feedForward {
+	d, hidden := c.Dim, c.HiddenSize()
+	switch c.ffn() {
+	case FFNGELU:
+		return nn.NewMLP(name, d, hidden, nn.GELU, c.FFNBias, rng)
+	case FFNSwiGLU:
+		g := nn.NewGLU(name, d, hidden, c.FFNBias, rng)
+		g.Act = nn.SiLU
+		return g
+	}
+	return nn.NewGLU(name, d, hidden, c.FFNBias, rng)
+}
+
+// ffnLinears returns the two dense layers of f.
+func ffnLinears(f feedForward) (in, out *nn.Linear) {
+	switch f := f.(type) {
+	case *nn.GLU:
+		return f.In, f.Out
+	case *nn.MLP:
+		return f.In, f.Out
+	}
+	panic(fmt.Sprintf("model: feed-forward block %T", f))
+}
+
+// shareFFN returns a feed-forward block with f's parameters and state of
+// its own.
+func shareFFN(f feedForward) feedForward {
+	switch f := f.(type) {
+	case *nn.GLU:
+		return f.Share()
+	case *nn.MLP:
+		return f.Share()
+	}
+	panic(fmt.Sprintf("model: feed-forward block %T", f))
+}
+
+// layer is one pre-norm Transformer block: an attention sublayer and a
+// feed-forward sublayer, each added to the residual stream.
 type layer struct {
-	ln1    *nn.LayerNorm
-	qkv    *nn.Linear    // d → 3d: q, k, v side by side
+	ln1    normalizer
+	qkv    *nn.Linear    // d → (H + 2·KVH)·h: q, k, v side by side
 	qn, kn *nn.LayerNorm // one LayerNorm over each head's h features, for q and (shared) k; nil for softmax
 	attn   attention.Mechanism
 	sketch []*nn.Param // the mechanism's parameters (learned sketches), renamed into the layer
-	out    *nn.Linear  // d → d
-	ln2    *nn.LayerNorm
-	ffn    *nn.GLU
+	out    *nn.Linear  // H·h → d
+	ln2    normalizer
+	ffn    feedForward
 	post   bool // post-LayerNorm (Config.PostNorm)
 
 	// Kept for Backward: the nn layers and the mechanism hold references.
 	a1, a2  tensor.Tensor // [B,N,d] outputs of ln1 and ln2, inputs of qkv and ffn
-	q, k, v tensor.Tensor // [B,H,N,h] inputs of the mechanism
-	ot      tensor.Tensor // [B,N,d] attention output, rows again: the input of out
+	q, k, v tensor.Tensor // [B,H,N,h] inputs of the mechanism (k and v repeated for their groups)
+	ot      tensor.Tensor // [B,N,H·h] attention output, rows again: the input of out
 }
 
 // block is the computation of a layer, written once for training
@@ -30,10 +111,11 @@ type layer struct {
 // are the layer's own in training and copies sharing their parameters in
 // decoding, so that decoding leaves the training state alone.
 type block struct {
-	ln1, qn, kn, ln2 *nn.LayerNorm
-	qkv, out         *nn.Linear
-	ffn              *nn.GLU
-	post             bool // LayerNorm after each residual sum (Config.PostNorm)
+	ln1, ln2 normalizer
+	qn, kn   *nn.LayerNorm
+	qkv, out *nn.Linear
+	ffn      feedForward
+	post     bool // normalization after each residual sum (Config.PostNorm)
 }
 
 // block returns the layer's own nn layers as a block.
@@ -43,8 +125,7 @@ func (l *layer) block() block {
 
 // shared returns a block with the layer's parameters and state of its own.
 func (l *layer) shared() block {
-	b := block{ln1: l.ln1.Share(), ln2: l.ln2.Share(), qkv: shareLinear(l.qkv), out: shareLinear(l.out), post: l.post}
-	b.ffn = &nn.GLU{Dim: l.ffn.Dim, Hidden: l.ffn.Hidden, In: shareLinear(l.ffn.In), Out: shareLinear(l.ffn.Out)}
+	b := block{ln1: shareNorm(l.ln1), ln2: shareNorm(l.ln2), qkv: l.qkv.Share(), out: l.out.Share(), ffn: shareFFN(l.ffn), post: l.post}
 	if l.qn != nil {
 		b.qn, b.kn = l.qn.Share(), l.qn.Share()
 	}
@@ -54,22 +135,24 @@ func (l *layer) shared() block {
 // forward updates the residual stream x (rows of d features) through the
 // block:
 //
-//	x += out(mix(qkv(LN₁(x))));  x += GLU(LN₂(x))
+//	x += out(mix(qkv(N₁(x))));  x += FFN(N₂(x))
 //
-// or with post-LayerNorm (the encoder of BERT and of the thesis's §1.2.1)
+// or with post-normalization (the encoder of BERT and of the thesis's
+// §1.2.1)
 //
-//	x = LN₁(x + out(mix(qkv(x))));  x = LN₂(x + GLU(x))
+//	x = N₁(x + out(mix(qkv(x))));  x = N₂(x + FFN(x))
 //
 // a1, qkv, ot, y and a2 receive the intermediate rows: the input of qkv
-// (LN₁(x), or a copy of x), the projections [rows,3d], the attention
-// output [rows,d] that mix writes into ot from qkv, the sublayer outputs,
-// and the input of the GLU (LN₂(x), or the first LayerNorm's output). All
-// but the attention acts on each row alone. With spans the dense layers
-// run on each span of rows as a product of its own, so that a row meets
-// the same matrix kernels however many rows share the pass (see Batch);
-// with none, on all rows at once.
+// (N₁(x), or a copy of x), the projections [rows, (H+2·KVH)·h], the
+// attention output [rows, H·h] that mix writes into ot from qkv, the
+// sublayer outputs, and the input of the feed-forward block (N₂(x), or the
+// first normalization's output). All but the attention acts on each row
+// alone. With spans the dense layers run on each span of rows as a product
+// of its own, so that a row meets the same matrix kernels however many
+// rows share the pass (see Batch); with none, on all rows at once.
 func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, spans []span, mix func()) {
 	_, d := x.Matrix()
+	wqkv, wo := b.qkv.Out, b.out.In
 	each := func(f func(x, a1, qkv, ot, y, a2 *tensor.Tensor)) {
 		if len(spans) == 0 {
 			f(x, a1, qkv, ot, y, a2)
@@ -77,7 +160,7 @@ func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, spans []span, mix f
 		}
 		for _, s := range spans {
 			lo, hi := s.lo, s.hi
-			f(rows(x, lo, hi, d), rows(a1, lo, hi, d), rows(qkv, lo, hi, 3*d), rows(ot, lo, hi, d), rows(y, lo, hi, d), rows(a2, lo, hi, d))
+			f(rows(x, lo, hi, d), rows(a1, lo, hi, d), rows(qkv, lo, hi, wqkv), rows(ot, lo, hi, wo), rows(y, lo, hi, d), rows(a2, lo, hi, d))
 		}
 	}
 	each(func(x, a1, qkv, _, _, _ *tensor.Tensor) {
@@ -106,15 +189,17 @@ func (b block) forward(x, a1, qkv, ot, y, a2 *tensor.Tensor, spans []span, mix f
 	})
 }
 
-// heads moves the projections qkv (rows [B·N, 3d]) into the heads q, k, v
-// ([B,H,N,h]), normalizes q and k when the mechanism wants it, and turns
-// them by RoPE at rope's offset.
+// heads moves the projections qkv (rows [B·N, (H+2·KVH)·h]) into the heads
+// q ([B,H,N,h]), k and v ([B,KVH,N,h], or [B,H,N,h] to repeat each
+// key/value head for its group of query heads), normalizes q and k when
+// the mechanism wants it, and turns them by RoPE at rope's offset.
 func (b block) heads(q, k, v, qkv *tensor.Tensor, rope *nn.RoPE) {
-	d := q.Shape[1] * q.Shape[3]
-	p := matrix(qkv, 3*d)
-	toHeads(q, p.Slice(0, p.Rows, 0, d))
-	toHeads(k, p.Slice(0, p.Rows, d, 2*d))
-	toHeads(v, p.Slice(0, p.Rows, 2*d, 3*d))
+	qc := q.Shape[1] * q.Shape[3]
+	kc := (b.qkv.Out - qc) / 2
+	p := matrix(qkv, b.qkv.Out)
+	toHeads(q, p.Slice(0, p.Rows, 0, qc))
+	toHeads(k, p.Slice(0, p.Rows, qc, qc+kc))
+	toHeads(v, p.Slice(0, p.Rows, qc+kc, qc+2*kc))
 	if b.qn != nil {
 		b.qn.Forward(q, q)
 		b.kn.Forward(k, k)
@@ -146,9 +231,10 @@ func (l *layer) params() []*nn.Param {
 }
 
 func (l *layer) resize(B, N, d, H, h int) {
-	for _, t := range []*tensor.Tensor{&l.a1, &l.a2, &l.ot} {
+	for _, t := range []*tensor.Tensor{&l.a1, &l.a2} {
 		t.Resize(B, N, d)
 	}
+	l.ot.Resize(B, N, H*h)
 	for _, t := range []*tensor.Tensor{&l.q, &l.k, &l.v} {
 		t.Resize(B, H, N, h)
 	}
@@ -157,7 +243,6 @@ func (l *layer) resize(B, N, d, H, h int) {
 // forward updates the residual stream m.x through the layer, layer i of
 // m, using m's shared scratch.
 func (l *layer) forward(m *Model, i int) {
-	d := m.cfg.Dim
 	b := l.block()
 	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, nil, func() {
 		b.heads(&l.q, &l.k, &l.v, &m.qkv, m.rope)
@@ -165,31 +250,31 @@ func (l *layer) forward(m *Model, i int) {
 		if m.Tap != nil {
 			m.Tap(i, &m.qkv, &m.o)
 		}
-		fromHeads(matrix(&l.ot, d), &m.o)
+		fromHeads(matrix(&l.ot, l.out.In), &m.o)
 	})
 }
 
 // backward takes m.x = dL/d(layer output) and leaves dL/d(layer input)
 // there, accumulating the parameter gradients.
 func (l *layer) backward(m *Model) {
-	d := m.cfg.Dim
 	if l.post {
-		// x_out = LN₂(a2 + GLU(a2)), a2 = LN₁(x_in + out(Attention(…(x_in)))).
+		// x_out = N₂(a2 + FFN(a2)), a2 = N₁(x_in + out(Attention(…(x_in)))).
 		l.ln2.Backward(&m.x, &m.x)
 		l.ffn.Backward(&m.y, &m.x)
 		add(m.y.Data, m.x.Data)
 		l.ln1.Backward(&m.x, &m.y)
 	} else {
-		// GLU sublayer: x_out = x_mid + GLU(LN₂(x_mid)).
+		// Feed-forward sublayer: x_out = x_mid + FFN(N₂(x_mid)).
 		l.ffn.Backward(&m.y, &m.x)
 		l.ln2.Backward(&m.y, &m.y)
 		add(m.x.Data, m.y.Data)
 	}
 
-	// Attention sublayer: x_mid = x_in + out(Attention(…(LN₁(x_in)))),
-	// or without LN₁ (post-LayerNorm).
-	l.out.Backward(&m.y, &m.x)
-	toHeads(&m.o, matrix(&m.y, d)) // backward of fromHeads
+	// Attention sublayer: x_mid = x_in + out(Attention(…(N₁(x_in)))),
+	// or without N₁ (post-normalization). The gradient of the attention
+	// output takes the place of its value, which out no longer needs.
+	l.out.Backward(&l.ot, &m.x)
+	toHeads(&m.o, matrix(&l.ot, l.out.In)) // backward of fromHeads
 	l.attn.Backward(&m.dq, &m.dk, &m.dv, &m.o)
 	if m.rope != nil {
 		m.rope.Backward(&m.dq, &m.dq)
@@ -199,10 +284,12 @@ func (l *layer) backward(m *Model) {
 		l.qn.Backward(&m.dq, &m.dq)
 		l.kn.Backward(&m.dk, &m.dk)
 	}
-	p := matrix(&m.qkv, 3*d)
-	fromHeads(p.Slice(0, p.Rows, 0, d), &m.dq) // backward of toHeads
-	fromHeads(p.Slice(0, p.Rows, d, 2*d), &m.dk)
-	fromHeads(p.Slice(0, p.Rows, 2*d, 3*d), &m.dv)
+	qc := l.out.In
+	kc := (l.qkv.Out - qc) / 2
+	p := matrix(&m.qkv, l.qkv.Out)
+	fromHeads(p.Slice(0, p.Rows, 0, qc), &m.dq) // backward of toHeads; k and v sum their groups
+	fromHeads(p.Slice(0, p.Rows, qc, qc+kc), &m.dk)
+	fromHeads(p.Slice(0, p.Rows, qc+kc, qc+2*kc), &m.dv)
 	l.qkv.Backward(&m.y, &m.qkv)
 	if !l.post {
 		l.ln1.Backward(&m.y, &m.y)

@@ -1,7 +1,11 @@
 // Package model is the decoder-only Transformer++ of PolySketchFormer
 // (Kacham, Mirrokni and Zhong, Appendix I): its configuration, parameters,
 // forward and backward passes, and the state for generating one token at a
-// time.
+// time. The same blocks, configured otherwise, are the architectures of
+// imported models (package hf): RMSNorm, SwiGLU or GPT-2's GELU MLP,
+// grouped-query attention, biases per projection, rotary embeddings
+// alone at any base with Llama 3 or linear scaling, or learned positions
+// (see Config).
 //
 // For tokens x of shape [B,N] the model computes
 //
@@ -14,8 +18,8 @@
 //	    h = h + GLU(LN₂(h))                   (GELU(a·W₁) ⊙ a·W₃)·W₂, hidden 4·d
 //	logits = LN(h)·Eᵀ/√d + c                  tied; or LN(h)·W_out + c
 //
-// Linear maps have no biases (as in the paper's reference code); every
-// LayerNorm has a gain and a bias, and the q/k LayerNorm of a layer is one
+// By default linear maps have no biases (as in the paper's reference
+// code); every LayerNorm has a gain and a bias, and the q/k LayerNorm of a layer is one
 // set of parameters over the h features of every head, applied to q and to
 // k alike, as the paper's derivation (the same rescaling and bias for q and
 // k) and its reference code have it. The input embedding is scaled by √d
@@ -67,15 +71,15 @@ import (
 type Model struct {
 	cfg      Config
 	embed    *nn.Embedding
-	embScale float32        // √Dim
-	pos      *nn.Sinusoidal // nil with learned positions
-	rope     *nn.RoPE       // nil unless Positions is rope
+	embScale float32        // Config.EmbedScale, √Dim by default
+	pos      *nn.Sinusoidal // nil unless sinusoidal embeddings are added
+	rope     *nn.RoPE       // nil unless q and k are turned
 	posTable *nn.Embedding  // learned positions, [Context, d]; nil otherwise
 	posIDs   []int32        // the position of every row, for posTable
 	layers   []*layer
-	norm     *nn.LayerNorm
+	norm     normalizer
 	head     *nn.Linear // untied output projection; nil when tied
-	bias     *nn.Param  // logits bias c (head.Bias when untied)
+	bias     *nn.Param  // logits bias c (head.Bias when untied); nil with NoHeadBias
 	params   []*nn.Param
 	ce       nn.CrossEntropy
 
@@ -88,17 +92,17 @@ type Model struct {
 	tokens        []int32       // copy of the last Forward's tokens
 	x             tensor.Tensor // [B,N,d] residual stream; Backward: its gradient (no layer keeps x)
 	y             tensor.Tensor // [B,N,d] sublayer output; Backward: sublayer input gradients
-	qkv           tensor.Tensor // [B,N,3d] projections; Backward: their gradient
+	qkv           tensor.Tensor // [B,N,(H+2·KVH)·h] projections; Backward: their gradient
 	o             tensor.Tensor // [B,H,N,h] attention output; Backward: its gradient
-	dq, dk        tensor.Tensor // [B,H,N,h]
+	dq, dk        tensor.Tensor // [B,H,N,h] (k and v repeated for their groups)
 	dv            tensor.Tensor // [B,H,N,h]
 	final         tensor.Tensor // [B,N,d] output of the final LayerNorm
 	logits        tensor.Tensor // [B,N,V]; after Loss, the gradient of the loss
 	haveGrad      bool          // Loss ran, so Backward may
 
 	// Tap, if not nil, is called by Forward after the attention of each
-	// layer i with its projections qkv ([B,N,3d], q, k and v side by side
-	// as the layer's product made them) and the attention output o
+	// layer i with its projections qkv ([B,N,q+2·kv], q, k and v side by
+	// side as the layer's product made them) and the attention output o
 	// ([B,H,N,h], before the output projection): a teacher's activations
 	// for attention transfer (see AttentionForward). Both are the model's
 	// buffers: copy what you keep.
@@ -114,28 +118,42 @@ type Model struct {
 // New returns a model with freshly initialized parameters, drawn from
 // cfg.Seed: the same Config gives the same weights. Linear weights are
 // N(0, 1/fan-in), except the two projections into the residual stream of
-// each layer (attention output and GLU output), scaled down by √(2·Layers)
-// as in GPT-2, so that the stream does not grow with depth; embeddings are
-// N(0, 1/d); LayerNorm gains start at 1, biases at 0.
+// each layer (attention output and feed-forward output), scaled down by
+// √(2·Layers) as in GPT-2, so that the stream does not grow with depth;
+// embeddings are N(0, 1/d); norm gains start at 1, biases at 0.
 func New(cfg Config) (*Model, error) {
+	return build(cfg, rand.New(rand.NewPCG(cfg.Seed, 0x5472616e73666f72))) // "Transfor"
+}
+
+// NewEmpty returns a model of cfg whose weight matrices and embeddings
+// are zero (norm gains one, biases zero), for a caller that sets every
+// parameter, as loading a checkpoint does: it skips the random draws of
+// New, which take seconds for a model of 100M parameters. Attention's own
+// random draws (sketches) are those of New.
+func NewEmpty(cfg Config) (*Model, error) { return build(cfg, nil) }
+
+// build returns a model of cfg whose weights are drawn from rng, or left
+// zero for a nil rng.
+func build(cfg Config, rng *rand.Rand) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model config: %w", err)
 	}
 	d, V, h, L := cfg.Dim, cfg.Vocab, cfg.HeadSize(), cfg.Layers
+	H := cfg.Heads
 	hidden := cfg.HiddenSize()
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5472616e73666f72)) // "Transfor"
 	m := &Model{
 		cfg:      cfg,
 		embed:    nn.NewEmbedding("embed", V, d, rng),
-		embScale: float32(math.Sqrt(float64(d))),
+		embScale: cfg.embedScale(),
 	}
 	m.params = append(m.params, m.embed.Params()...)
-	switch cfg.positions() {
-	case PositionsRoPE:
-		m.pos, m.rope = nn.NewSinusoidal(d), nn.NewRoPE(h)
-	case PositionsSinusoidal:
+	if cfg.sinusoidal() {
 		m.pos = nn.NewSinusoidal(d)
-	case PositionsLearned:
+	}
+	if cfg.rotary() {
+		m.rope = nn.NewRoPEFrequencies(cfg.RoPEFrequencies())
+	}
+	if cfg.positions() == PositionsLearned {
 		// Entries of unit variance, as large as the sinusoids they replace
 		// and as the √d-scaled token embedding's: at N(0, 1/d), as the
 		// token table starts, positions would be drowned and take
@@ -152,16 +170,17 @@ func New(cfg Config) (*Model, error) {
 			return nil, fmt.Errorf("model layer %d: %w", i, err)
 		}
 		l := &layer{
-			ln1:  nn.NewLayerNorm(name+".ln1", d, nn.GainBias),
-			qkv:  nn.NewLinear(name+".attn.qkv", d, 3*d, false, rng),
+			ln1:  newNorm(cfg, name+".ln1", d),
+			qkv:  nn.NewLinear(name+".attn.qkv", d, cfg.QKVSize(), cfg.QKVBias, rng),
 			attn: attn,
-			out:  nn.NewLinear(name+".attn.out", d, d, false, rng),
-			ln2:  nn.NewLayerNorm(name+".ln2", d, nn.GainBias),
-			ffn:  nn.NewGLU(name+".ffn", d, hidden, false, rng),
+			out:  nn.NewLinear(name+".attn.out", H*h, d, cfg.OutBias, rng),
+			ln2:  newNorm(cfg, name+".ln2", d),
+			ffn:  newFFN(cfg, name+".ffn", rng),
 			post: cfg.PostNorm,
 		}
-		l.out.Weight.InitNormal(rng, resid/math.Sqrt(float64(d)))
-		l.ffn.Out.Weight.InitNormal(rng, resid/math.Sqrt(float64(hidden)))
+		_, ffnOut := ffnLinears(l.ffn)
+		l.out.Weight.InitNormal(rng, resid/math.Sqrt(float64(H*h)))
+		ffnOut.Weight.InitNormal(rng, resid/math.Sqrt(float64(hidden)))
 		if cfg.Properties().NormalizeQK {
 			l.qn = nn.NewLayerNorm(name+".attn.qknorm", h, nn.GainBias)
 			l.kn = l.qn.Share()
@@ -175,16 +194,19 @@ func New(cfg Config) (*Model, error) {
 		m.layers = append(m.layers, l)
 		m.params = append(m.params, l.params()...)
 	}
-	m.norm = nn.NewLayerNorm("norm", d, nn.GainBias)
+	m.norm = newNorm(cfg, "norm", d)
 	m.params = append(m.params, m.norm.Params()...)
-	if cfg.Tied {
-		m.bias = nn.NewParam("head.bias", false, V)
-	} else {
-		m.head = nn.NewLinear("head", d, V, true, rng)
+	switch {
+	case !cfg.Tied:
+		m.head = nn.NewLinear("head", d, V, !cfg.NoHeadBias, rng)
 		m.bias = m.head.Bias
 		m.params = append(m.params, m.head.Weight)
+	case !cfg.NoHeadBias:
+		m.bias = nn.NewParam("head.bias", false, V)
 	}
-	m.params = append(m.params, m.bias)
+	if m.bias != nil {
+		m.params = append(m.params, m.bias)
+	}
 	return m, nil
 }
 
@@ -207,18 +229,22 @@ func (m *Model) Config() Config { return m.cfg }
 //
 //	embed.weight                             [V,d]
 //	pos.weight                               [Context,d]  learned positions only
-//	layers.<i>.ln1.gain, layers.<i>.ln1.bias [d]
-//	layers.<i>.attn.qkv.weight               [d,3d]  columns: q, k, v, each head by head
+//	layers.<i>.ln1.gain, layers.<i>.ln1.bias [d]     no bias with RMSNorm
+//	layers.<i>.attn.qkv.weight               [d,(H+2·KVH)·h]  columns: q, k, v, each head by head
+//	layers.<i>.attn.qkv.bias                 [(H+2·KVH)·h]    QKVBias only
 //	layers.<i>.attn.qknorm.gain, .bias       [h]     polynomial and polysketch only
 //	layers.<i>.attn.sketch.f<j>.…            learned sketches only: the networks of
 //	                                                 Algorithm 2, named by the attention package
-//	layers.<i>.attn.out.weight               [d,d]
-//	layers.<i>.ln2.gain, layers.<i>.ln2.bias [d]
-//	layers.<i>.ffn.in.weight                 [d,2·hidden]  gate, then value
+//	layers.<i>.attn.out.weight               [H·h,d]
+//	layers.<i>.attn.out.bias                 [d]     OutBias only
+//	layers.<i>.ln2.gain, layers.<i>.ln2.bias [d]     no bias with RMSNorm
+//	layers.<i>.ffn.in.weight                 [d,2·hidden]  gate, then value (gelu: [d,hidden])
+//	layers.<i>.ffn.in.bias                   [2·hidden]    FFNBias only (gelu: [hidden])
 //	layers.<i>.ffn.out.weight                [hidden,d]
-//	norm.gain, norm.bias                     [d]
+//	layers.<i>.ffn.out.bias                  [d]     FFNBias only
+//	norm.gain, norm.bias                     [d]     no bias with RMSNorm
 //	head.weight                              [d,V]   untied only
-//	head.bias                                [V]
+//	head.bias                                [V]     unless NoHeadBias
 func (m *Model) Params() []*nn.Param { return m.params }
 
 // Forward computes the logits, [B,N,V], of tokens ([B·N] ids in row-major
@@ -246,7 +272,9 @@ func (m *Model) Forward(tokens []int32, B, N int) *tensor.Tensor {
 	} else {
 		m.embed.Logits(&m.logits, &m.final)
 		scale(1/m.embScale, m.logits.Data)
-		addRows(m.logits.Data, m.bias.Value.Data)
+		if m.bias != nil {
+			addRows(m.logits.Data, m.bias.Value.Data)
+		}
 	}
 	return &m.logits
 }
@@ -293,7 +321,9 @@ func (m *Model) Backward() {
 	if m.head != nil {
 		m.head.Backward(&m.y, &m.logits)
 	} else {
-		addColSums(m.bias.Grad.Data, m.logits.Data, m.cfg.Vocab)
+		if m.bias != nil {
+			addColSums(m.bias.Grad.Data, m.logits.Data, m.cfg.Vocab)
+		}
 		scale(1/m.embScale, m.logits.Data)
 		m.embed.LogitsBackward(&m.y, &m.logits)
 	}
@@ -312,10 +342,13 @@ func (m *Model) Backward() {
 }
 
 // addPositions adds the position embeddings to the B×N rows of m.x:
-// sinusoidal, or rows of the learned table.
+// sinusoidal, rows of the learned table, or none (rotary embeddings alone).
 func (m *Model) addPositions(B, N int) {
 	if m.pos != nil {
 		m.pos.Forward(&m.x, &m.x)
+		return
+	}
+	if m.posTable == nil {
 		return
 	}
 	m.posIDs = m.posIDs[:0]
@@ -337,7 +370,7 @@ func (m *Model) resize(B, N int) {
 	for _, t := range []*tensor.Tensor{&m.x, &m.y, &m.final} {
 		t.Resize(B, N, d)
 	}
-	m.qkv.Resize(B, N, 3*d)
+	m.qkv.Resize(B, N, m.cfg.QKVSize())
 	for _, t := range []*tensor.Tensor{&m.o, &m.dq, &m.dk, &m.dv} {
 		t.Resize(B, H, N, h)
 	}
@@ -360,8 +393,11 @@ func add(dst, src []float32) {
 	})
 }
 
-// scale sets x *= s, in parallel over chunks.
+// scale sets x *= s, in parallel over chunks; nothing for s = 1.
 func scale(s float32, x []float32) {
+	if s == 1 {
+		return
+	}
 	parallel.For((len(x)+elementwise-1)/elementwise, func(c int) {
 		vec.Scale(s, x[c*elementwise:min((c+1)*elementwise, len(x))])
 	})

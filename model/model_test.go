@@ -80,7 +80,49 @@ func testCases() []struct {
 			cfg  Config
 		}{name, tiny(name)})
 	}
+	for _, a := range architectures() {
+		cases = append(cases, a)
+	}
 	return cases
+}
+
+// architectures are the model families that imported checkpoints have,
+// small: Llama (RMSNorm, SwiGLU, grouped-query attention, rotary
+// embeddings alone at another base, with Llama 3's scaling, untied),
+// Qwen2 (q, k, v biases, a head size other than dim/heads, tied), GPT-2
+// (LayerNorm, GELU MLP, biases everywhere, learned positions, tied), and
+// grouped-query attention with linear mechanisms.
+func architectures() []struct {
+	name string
+	cfg  Config
+} {
+	llama := func(spec string) Config {
+		c := tiny(spec)
+		c.Heads, c.KVHeads, c.Tied = 4, 2, false
+		c.Positions, c.Norm, c.NormEps, c.FFN = PositionsRoPEOnly, NormRMS, 1e-6, FFNSwiGLU
+		c.NoHeadBias, c.EmbedScale = true, 1
+		c.RoPETheta = 500000
+		c.RoPEScaling = RoPEScaling{Type: ScalingLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContext: 16}
+		return c
+	}
+	qwen := llama("softmax")
+	qwen.HeadDim, qwen.QKVBias, qwen.Tied, qwen.RoPEScaling = 6, true, true, RoPEScaling{}
+	gpt := tiny("softmax")
+	gpt.Positions, gpt.FFN, gpt.QKVBias, gpt.OutBias, gpt.FFNBias = PositionsLearned, FFNGELU, true, true, true
+	gpt.NoHeadBias, gpt.EmbedScale = true, 1
+	linear := llama("flash")
+	linear.RoPEScaling = RoPEScaling{Type: ScalingLinear, Factor: 4}
+	return []struct {
+		name string
+		cfg  Config
+	}{
+		{"llama", llama("softmax")},
+		{"qwen2", qwen},
+		{"gpt2", gpt},
+		{"llama/linear-scaling/flash", linear},
+		{"llama/polysketch", llama("polysketch:learned")},
+		{"llama/elu", llama("elu")},
+	}
 }
 
 func mustNew(t testing.TB, c Config) *Model {
@@ -173,7 +215,10 @@ func checkModelGradients(t *testing.T, cfg Config) {
 		classes[paramClass(pr.p.Name)] = true
 		checkProbe(t, m, pr, tokens, targets, B, N, rng)
 	}
-	want := []string{"embed", "ln1", "qkv", "out", "ln2", "ffn.in", "ffn.out", "norm", "head.bias"}
+	want := []string{"embed", "ln1", "qkv", "out", "ln2", "ffn.in", "ffn.out", "norm"}
+	if !cfg.NoHeadBias {
+		want = append(want, "head.bias")
+	}
 	if cfg.Properties().NormalizeQK {
 		want = append(want, "qknorm")
 	}
@@ -403,7 +448,25 @@ func TestParams(t *testing.T) {
 		}
 		cfg := c.cfg
 		d, V, hid, h := cfg.Dim, cfg.Vocab, cfg.HiddenSize(), cfg.HeadSize()
-		perLayer := 2*d + 3*d*d + d*d + 2*d + 2*d*hid + hid*d
+		H, G := cfg.Heads, cfg.KVHeadCount()
+		norm := 2 * d // gain and bias
+		if cfg.Norm == NormRMS {
+			norm = d
+		}
+		ffn := 2*d*hid + hid*d // GLU: gate and value, then out
+		if cfg.FFN == FFNGELU {
+			ffn = d*hid + hid*d
+		}
+		perLayer := 2*norm + d*(H+2*G)*h + H*h*d + ffn
+		if cfg.QKVBias {
+			perLayer += (H + 2*G) * h
+		}
+		if cfg.OutBias {
+			perLayer += d
+		}
+		if cfg.FFNBias {
+			perLayer += ffn/d - hid + d // the in layer's outputs, then d
+		}
 		if cfg.Properties().NormalizeQK {
 			perLayer += 2 * h
 		}
@@ -425,14 +488,24 @@ func TestParams(t *testing.T) {
 		if sq, ok := cfg.Attention.(attention.SquarePolynomialConfig); ok && !sq.Frozen {
 			perLayer += sq.Degree + 1 // the coefficients
 		}
-		want := V*d + cfg.Layers*perLayer + 2*d + V
+		want := V*d + cfg.Layers*perLayer + norm
+		if !cfg.NoHeadBias {
+			want += V
+		}
 		if !cfg.Tied {
 			want += d * V
+		}
+		if cfg.Positions == PositionsLearned {
+			want += cfg.Context * d
 		}
 		if total != want {
 			t.Errorf("%s: %d parameters, want %d", c.name, total, want)
 		}
-		for _, name := range []string{"embed.weight", "layers.0.attn.qkv.weight", "layers.1.ffn.out.weight", "norm.gain", "head.bias"} {
+		names := []string{"embed.weight", "layers.0.attn.qkv.weight", "layers.1.ffn.out.weight", "norm.gain"}
+		if !cfg.NoHeadBias {
+			names = append(names, "head.bias")
+		}
+		for _, name := range names {
 			if !seen[name] {
 				t.Errorf("%s: no parameter %q", c.name, name)
 			}
@@ -493,10 +566,23 @@ func TestValidate(t *testing.T) {
 		{"none", "no attention mechanism", func(c *Config) { c.Attention = nil }},
 		{"degree", "degree 3", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 3 }) }},
 		{"degree pow2", "degree 6", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Degree = 6 }) }},
-		{"sketch size", "--sketch-size 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.SketchSize = 0 }) }},
+		{"sketch size", "sketch_size 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.SketchSize = 0 }) }},
 		{"sketch", "sketch \"x\"", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Sketch = "x" }) }},
-		{"block", "--block 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Block = 0 }) }},
-		{"flash block", "--block -1", func(c *Config) { c.Attention = attention.FlashConfig{Block: -1} }},
+		{"block", "block 0", func(c *Config) { *c = with(*c, func(a *attention.PolysketchConfig) { a.Block = 0 }) }},
+		{"flash block", "block -1", func(c *Config) { c.Attention = attention.FlashConfig{Block: -1} }},
+		{"kv heads", "heads 4 is not a multiple of kv_heads 3", func(c *Config) { c.KVHeads = 3 }},
+		{"head dim", "head_dim 7: odd", func(c *Config) { c.HeadDim = 7 }},
+		{"norm", `norm "batch"`, func(c *Config) { c.Norm = "batch" }},
+		{"norm eps", "norm_eps -1", func(c *Config) { c.NormEps = -1 }},
+		{"ffn", `ffn "relu"`, func(c *Config) { c.FFN = "relu" }},
+		{"embed scale", "embed_scale -1", func(c *Config) { c.EmbedScale = -1 }},
+		{"rope theta", "rope_theta 1:", func(c *Config) { c.RoPETheta = 1 }},
+		{"rope scaling", `rope_scaling: type "yarn"`, func(c *Config) { c.RoPEScaling = RoPEScaling{Type: "yarn", Factor: 2} }},
+		{"rope scaling factor", "rope_scaling: factor 0", func(c *Config) { c.RoPEScaling = RoPEScaling{Type: ScalingLinear} }},
+		{"llama3 factors", "low_freq_factor 4 and high_freq_factor 1", func(c *Config) {
+			c.RoPEScaling = RoPEScaling{Type: ScalingLlama3, Factor: 8, LowFreqFactor: 4, HighFreqFactor: 1, OriginalContext: 8192}
+		}},
+		{"rope without rotary", "rope_theta and rope_scaling: options of rotary positions", func(c *Config) { c.Positions, c.RoPETheta = PositionsLearned, 1e4 }},
 	} {
 		cfg := DefaultConfig()
 		c.f(&cfg)
@@ -543,6 +629,27 @@ func TestConfigJSON(t *testing.T) {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("JSON %s lacks %s", b, key)
 		}
+	}
+	// The fields of other architectures are left out where they are
+	// zero, so that the configurations written before them read the same.
+	for _, key := range []string{"kv_heads", "head_dim", "rope", "norm", "ffn", "bias", "embed_scale"} {
+		if strings.Contains(string(b), key) {
+			t.Errorf("JSON %s of the default architecture has %s", b, key)
+		}
+	}
+	for _, a := range architectures() {
+		b := jsonRoundTrip(t, a.cfg)
+		if a.name == "llama" {
+			for _, key := range []string{`"kv_heads":2`, `"rope_theta":500000`, `"rope_scaling":{"type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_context":16}`, `"norm":"rmsnorm"`, `"ffn":"swiglu"`, `"no_head_bias":true`, `"embed_scale":1`} {
+				if !strings.Contains(string(b), key) {
+					t.Errorf("JSON %s lacks %s", b, key)
+				}
+			}
+		}
+	}
+	var back Config
+	if err := json.Unmarshal([]byte(`{"vocab":8,"dim":8,"layers":1,"heads":2,"context":8,"hidden":0,"attention":"softmax","tied":true,"seed":1,"rope_scaling":{"type":"linear","factor":2,"beta":3}}`), &back); err == nil {
+		t.Error("an unknown field of rope_scaling was accepted")
 	}
 }
 
@@ -633,6 +740,83 @@ func TestInitialLossNearUniform(t *testing.T) {
 		// variance (the untied head's N(0, 1/d) init) is expected.
 		if loss := m.Loss(tokens, targets, B, N); math.Abs(loss-uniform) > 1 {
 			t.Errorf("tied=%v: initial loss %.3f, want within 1 of ln(%d) = %.3f", tied, loss, cfg.Vocab, uniform)
+		}
+	}
+}
+
+// TestGroupedHeads checks toHeads and fromHeads of grouped-query
+// attention: each key/value head repeated for its group of query heads,
+// and fromHeads its adjoint, ⟨toHeads(r), x⟩ = ⟨r, fromHeads(x)⟩, which
+// makes it toHeads' backward pass.
+func TestGroupedHeads(t *testing.T) {
+	const B, H, G, N, h = 2, 6, 2, 3, 4
+	const ld, col = 5 * G * h, 3 * h // a view inside wider rows
+	rng := rand.New(rand.NewPCG(2, 2))
+	r := make([]float32, B*N*ld)
+	x := make([]float32, B*H*N*h)
+	for i := range r {
+		r[i] = float32(rng.IntN(9) - 4)
+	}
+	for i := range x {
+		x[i] = float32(rng.IntN(9) - 4)
+	}
+	view := func(data []float32) blas.General {
+		return blas.General{Rows: B * N, Cols: G * h, Stride: ld, Data: data[col:]}
+	}
+	heads := tensor.New(B, H, N, h)
+	toHeads(heads, view(r))
+	for _, e := range [][4]int{{0, 0, 0, 0}, {0, 2, 1, 3}, {1, 3, 2, 1}, {1, 5, 0, 2}} {
+		b, i, n, j := e[0], e[1], e[2], e[3]
+		if got, want := heads.Data[((b*H+i)*N+n)*h+j], r[(b*N+n)*ld+col+i/(H/G)*h+j]; got != want {
+			t.Errorf("heads%v = %v, want key/value head %d's %v", e, got, i/(H/G), want)
+		}
+	}
+	back := make([]float32, len(r))
+	fromHeads(view(back), tensor.From(x, B, H, N, h))
+	var lhs, rhs float64 // small integers: both sums are exact
+	for i := range x {
+		lhs += float64(heads.Data[i]) * float64(x[i])
+	}
+	for i := range r {
+		rhs += float64(r[i]) * float64(back[i])
+	}
+	if lhs != rhs {
+		t.Errorf("⟨toHeads(r), x⟩ = %v, ⟨r, fromHeads(x)⟩ = %v", lhs, rhs)
+	}
+}
+
+// TestNewEmpty: NewEmpty builds the parameters of New, without drawing
+// them: weights zero, gains one.
+func TestNewEmpty(t *testing.T) {
+	for _, a := range architectures() {
+		m, e := mustNew(t, a.cfg), func() *Model {
+			e, err := NewEmpty(a.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}()
+		if len(m.Params()) != len(e.Params()) {
+			t.Fatalf("%s: %d parameters, New has %d", a.name, len(e.Params()), len(m.Params()))
+		}
+		for i, p := range e.Params() {
+			q := m.Params()[i]
+			if p.Name != q.Name || !tensor.SameShape(p.Value, q.Value) {
+				t.Errorf("%s: parameter %s %v, New's %s %v", a.name, p.Name, p.Value.Shape, q.Name, q.Value.Shape)
+			}
+			if strings.Contains(p.Name, ".attn.sketch.") {
+				continue // attention's own draws
+			}
+			want := float32(0)
+			if strings.HasSuffix(p.Name, ".gain") {
+				want = 1
+			}
+			for _, v := range p.Value.Data {
+				if v != want {
+					t.Errorf("%s: %s holds %g, want %g", a.name, p.Name, v, want)
+					break
+				}
+			}
 		}
 	}
 }

@@ -97,7 +97,8 @@ func (m *Model) ReleaseFP32() error {
 func (m *Model) linears() []*nn.Linear {
 	var ls []*nn.Linear
 	for _, l := range m.layers {
-		ls = append(ls, l.qkv, l.out, l.ffn.In, l.ffn.Out)
+		in, out := ffnLinears(l.ffn)
+		ls = append(ls, l.qkv, l.out, in, out)
 	}
 	if m.head != nil {
 		ls = append(ls, m.head)

@@ -25,14 +25,21 @@ const unit = 1.0 / 256
 func TestBF16Forward(t *testing.T) {
 	untied := tiny("softmax")
 	untied.Tied = false
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		cfg  Config
 	}{
 		{"polysketch/learned", tiny("polysketch:learned")},
 		{"polysketch/learned/remat", tiny("polysketch:learned:remat")},
 		{"softmax/untied", untied},
-	} {
+	}
+	for _, a := range architectures() {
+		cases = append(cases, struct {
+			name string
+			cfg  Config
+		}{a.name, a.cfg})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const B, N = 2, 13
 			c := tc.cfg

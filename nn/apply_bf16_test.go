@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -33,9 +34,9 @@ func TestLinearApplyBF16(t *testing.T) {
 
 	y2, dx2 := make([]float32, rows*out), make([]float32, rows*in)
 	dw, db := make([]float32, in*out), make([]float32, out)
-	l.Apply(general(rows, out, y2), general(rows, in, x.Data))
+	l.Apply(blas.NewGeneral(rows, out, y2), blas.NewGeneral(rows, in, x.Data))
 	// wT is not read in bf16: the copy of Wᵀ is.
-	l.ApplyBackward(general(rows, in, dx2), general(rows, out, dy.Data), general(rows, in, x.Data), general(out, in, nil), general(in, out, dw), db)
+	l.ApplyBackward(blas.NewGeneral(rows, in, dx2), blas.NewGeneral(rows, out, dy.Data), blas.NewGeneral(rows, in, x.Data), blas.NewGeneral(out, in, nil), blas.NewGeneral(in, out, dw), db)
 	for _, c := range []struct {
 		name      string
 		got, want []float32

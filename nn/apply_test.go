@@ -27,7 +27,7 @@ func transposed(l *Linear) blas.General {
 			wT[j*l.In+i] = l.Weight.Value.Data[i*l.Out+j]
 		}
 	}
-	return general(l.Out, l.In, wT)
+	return blas.NewGeneral(l.Out, l.In, wT)
 }
 
 // applyCase is linearCase through Apply and ApplyBackward on strided
@@ -50,7 +50,7 @@ func applyCase(rng *rand.Rand, s size, bias bool) *gradCase {
 			db = l.Bias.Grad.Data
 		}
 		l.ApplyBackward(strided(c.dinputs[0], s.rows, in), strided(dy, s.rows, out), strided(x, s.rows, in),
-			transposed(l), general(in, out, l.Weight.Grad.Data), db)
+			transposed(l), blas.NewGeneral(in, out, l.Weight.Grad.Data), db)
 	}
 	return c
 }
@@ -105,7 +105,7 @@ func TestLinearApply(t *testing.T) {
 			db = make([]float32, out)
 		}
 		dx := tensor.New(rows, in)
-		l.ApplyBackward(general(rows, in, dx.Data), general(rows, out, dy.Data), strided(x, rows, in), transposed(l), general(in, out, dw), db)
+		l.ApplyBackward(blas.NewGeneral(rows, in, dx.Data), blas.NewGeneral(rows, out, dy.Data), strided(x, rows, in), transposed(l), blas.NewGeneral(in, out, dw), db)
 		if !bitwiseEqual(dw, wantDW) {
 			t.Errorf("bias %v: ApplyBackward's weight gradient differs from Backward's", bias)
 		}
@@ -120,11 +120,11 @@ func TestLinearApplyShapes(t *testing.T) {
 		name string
 		call func()
 	}{
-		{"input width", func() { l.Apply(general(2, 3, make([]float32, 6)), general(2, 5, make([]float32, 10))) }},
-		{"rows", func() { l.Apply(general(3, 3, make([]float32, 9)), general(2, 4, make([]float32, 8))) }},
+		{"input width", func() { l.Apply(blas.NewGeneral(2, 3, make([]float32, 6)), blas.NewGeneral(2, 5, make([]float32, 10))) }},
+		{"rows", func() { l.Apply(blas.NewGeneral(3, 3, make([]float32, 9)), blas.NewGeneral(2, 4, make([]float32, 8))) }},
 		{"backward rows", func() {
-			l.ApplyBackward(general(2, 4, make([]float32, 8)), general(3, 3, make([]float32, 9)), general(2, 4, make([]float32, 8)),
-				general(3, 4, make([]float32, 12)), general(4, 3, make([]float32, 12)), make([]float32, 3))
+			l.ApplyBackward(blas.NewGeneral(2, 4, make([]float32, 8)), blas.NewGeneral(3, 3, make([]float32, 9)), blas.NewGeneral(2, 4, make([]float32, 8)),
+				blas.NewGeneral(3, 4, make([]float32, 12)), blas.NewGeneral(4, 3, make([]float32, 12)), make([]float32, 3))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,10 +90,10 @@ func (e *Embedding) Logits(logits, h *tensor.Tensor) {
 	checkRows("Embedding.Logits", "logits", logits, rows, e.Vocab)
 	e.h = h
 	if e.BF16 != nil {
-		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Dim, h.Data), e.BF16.form("Embedding.Logits", blas.Trans), 0, general(rows, e.Vocab, logits.Data))
+		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, e.Dim, h.Data), e.BF16.form("Embedding.Logits", blas.Trans), 0, blas.NewGeneral(rows, e.Vocab, logits.Data))
 		return
 	}
-	blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, e.Dim, h.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Vocab, logits.Data))
+	blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(rows, e.Dim, h.Data), blas.NewGeneral(e.Vocab, e.Dim, e.Weight.Value.Data), 0, blas.NewGeneral(rows, e.Vocab, logits.Data))
 }
 
 // LogitsBackward takes dlogits for the logits of the last Logits call,
@@ -106,16 +106,16 @@ func (e *Embedding) LogitsBackward(dh, dlogits *tensor.Tensor) {
 	rows := e.h.Len() / e.Dim
 	checkRows("Embedding.LogitsBackward", "dlogits", dlogits, rows, e.Vocab)
 	if e.BF16 != nil {
-		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
+		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, e.Vocab, dlogits.Data), blas.NewGeneral(rows, e.Dim, e.h.Data), 1, blas.NewGeneral(e.Vocab, e.Dim, e.Weight.Grad.Data))
 	} else {
-		blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(rows, e.Dim, e.h.Data), 1, general(e.Vocab, e.Dim, e.Weight.Grad.Data))
+		blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, e.Vocab, dlogits.Data), blas.NewGeneral(rows, e.Dim, e.h.Data), 1, blas.NewGeneral(e.Vocab, e.Dim, e.Weight.Grad.Data))
 	}
 	if dh != nil {
 		checkRows("Embedding.LogitsBackward", "dh", dh, rows, e.Dim)
 		if e.BF16 != nil {
-			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), e.BF16.form("Embedding.LogitsBackward", blas.NoTrans), 0, general(rows, e.Dim, dh.Data))
+			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, e.Vocab, dlogits.Data), e.BF16.form("Embedding.LogitsBackward", blas.NoTrans), 0, blas.NewGeneral(rows, e.Dim, dh.Data))
 			return
 		}
-		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, e.Vocab, dlogits.Data), general(e.Vocab, e.Dim, e.Weight.Value.Data), 0, general(rows, e.Dim, dh.Data))
+		blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, e.Vocab, dlogits.Data), blas.NewGeneral(e.Vocab, e.Dim, e.Weight.Value.Data), 0, blas.NewGeneral(rows, e.Dim, dh.Data))
 	}
 }

@@ -8,8 +8,11 @@ import (
 	"github.com/polysketch/polysketch/tensor"
 )
 
-func gluCase(rng *rand.Rand, s size, bias bool) *gradCase {
+func gluCase(rng *rand.Rand, s size, bias bool) *gradCase { return gluCaseAct(rng, s, bias, GELU) }
+
+func gluCaseAct(rng *rand.Rand, s size, bias bool, act Activation) *gradCase {
 	g := NewGLU("ffn", s.dim, 2*s.dim, bias, rng) // hidden 2·dim keeps the large case quick
+	g.Act = act
 
 	randomize(rng, g.Params())
 	x := randTensor(rng, 1, 2, s.rows/2, s.dim)
@@ -28,10 +31,27 @@ func gelu(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
+// silu is x·σ(x).
+func silu(x float64) float64 { return x / (1 + math.Exp(-x)) }
+
+// activations are the references of the Activations.
+var activations = []struct {
+	name string
+	act  Activation
+	ref  func(float64) float64
+}{{"GELU", GELU, gelu}, {"SiLU", SiLU, silu}}
+
 func TestGLUForward(t *testing.T) {
+	for _, a := range activations {
+		t.Run(a.name, func(t *testing.T) { checkGLUForward(t, a.act, a.ref) })
+	}
+}
+
+func checkGLUForward(t *testing.T, act Activation, ref func(float64) float64) {
 	rng := rand.New(rand.NewPCG(4, 1))
 	const rows, dim, hidden = 3, 4, 6
 	g := NewGLU("ffn", dim, hidden, true, rng)
+	g.Act = act
 	randomize(rng, g.Params())
 	x := randTensor(rng, 1, rows, dim)
 	y := tensor.New(rows, dim)
@@ -45,7 +65,7 @@ func TestGLUForward(t *testing.T) {
 				a += float64(x.Data[r*dim+k]) * float64(w[k*2*hidden+j])
 				b += float64(x.Data[r*dim+k]) * float64(w[k*2*hidden+hidden+j])
 			}
-			h[j] = gelu(a) * b
+			h[j] = ref(a) * b
 		}
 		for i := range dim {
 			want := float64(g.Out.Bias.Value.Data[i])
@@ -66,5 +86,52 @@ func TestGLUDefaultHidden(t *testing.T) {
 	}
 	if n := len(g.Params()); n != 2 {
 		t.Errorf("%d params without bias, want 2", n)
+	}
+}
+
+func mlpCase(rng *rand.Rand, s size, bias bool, act Activation) *gradCase {
+	m := NewMLP("ffn", s.dim, 3*s.dim, act, bias, rng)
+	randomize(rng, m.Params())
+	x := randTensor(rng, 1, 2, s.rows/2, s.dim)
+	c := &gradCase{
+		params: m.Params(), inputs: []*tensor.Tensor{x},
+		dinputs: []*tensor.Tensor{tensor.New(x.Shape...)},
+		out:     tensor.New(x.Shape...),
+	}
+	c.forward = func() { m.Forward(c.out, x) }
+	c.backward = func(dy *tensor.Tensor) { m.Backward(c.dinputs[0], dy) }
+	return c
+}
+
+func TestMLPForward(t *testing.T) {
+	for _, a := range activations {
+		t.Run(a.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(4, 3))
+			const rows, dim, hidden = 3, 4, 7
+			m := NewMLP("ffn", dim, hidden, a.act, true, rng)
+			randomize(rng, m.Params())
+			x := randTensor(rng, 1, rows, dim)
+			y := tensor.New(rows, dim)
+			m.Forward(y, x)
+			for r := range rows {
+				h := make([]float64, hidden)
+				for j := range hidden {
+					s := float64(m.In.Bias.Value.Data[j])
+					for k := range dim {
+						s += float64(x.Data[r*dim+k]) * float64(m.In.Weight.Value.Data[k*hidden+j])
+					}
+					h[j] = a.ref(s)
+				}
+				for i := range dim {
+					want := float64(m.Out.Bias.Value.Data[i])
+					for j := range hidden {
+						want += h[j] * float64(m.Out.Weight.Value.Data[j*dim+i])
+					}
+					if got := float64(y.Data[r*dim+i]); math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
+						t.Errorf("y[%d,%d] = %g, want %g", r, i, got, want)
+					}
+				}
+			}
+		})
 	}
 }

@@ -110,3 +110,55 @@ func TestLayerNormInPlace(t *testing.T) {
 		t.Error("gain gradient differs when dx = dy")
 	}
 }
+
+func rmsNormCase(rng *rand.Rand, s size) *gradCase {
+	l := NewRMSNorm("norm", s.dim)
+	randomize(rng, l.Params())
+	x := lnInput(rng, s.rows, s.dim)
+	c := &gradCase{
+		params: l.Params(), inputs: []*tensor.Tensor{x},
+		dinputs: []*tensor.Tensor{tensor.New(x.Shape...)},
+		out:     tensor.New(x.Shape...),
+	}
+	c.forward = func() { l.Forward(c.out, x) }
+	c.backward = func(dy *tensor.Tensor) { l.Backward(c.dinputs[0], dy) }
+	return c
+}
+
+func TestRMSNormForward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 3))
+	const rows, dim = 4, 16
+	l := NewRMSNorm("norm", dim)
+	l.Eps = 1e-6
+	randomize(rng, l.Params())
+	x := lnInput(rng, rows, dim)
+	y := tensor.New(rows, dim)
+	l.Forward(y, x)
+	for r := range rows {
+		var sq float64
+		for i := range dim {
+			sq += float64(x.Data[r*dim+i]) * float64(x.Data[r*dim+i])
+		}
+		rms := math.Sqrt(sq/dim + 1e-6)
+		for i := range dim {
+			want := float64(x.Data[r*dim+i]) / rms * float64(l.Gain.Value.Data[i])
+			if got := float64(y.Data[r*dim+i]); math.Abs(got-want) > 1e-5*(1+math.Abs(want)) {
+				t.Errorf("y[%d,%d] = %g, want %g", r, i, got, want)
+			}
+		}
+	}
+	// In place, forward and backward, gives the same bits.
+	dy := randTensor(rng, 1, rows, dim)
+	dx := tensor.New(rows, dim)
+	l.Backward(dx, dy)
+	gain := l.Gain.Grad.Clone()
+	l.Forward(x, x)
+	if !bitwiseEqual(x.Data, y.Data) {
+		t.Error("Forward with y = x differs")
+	}
+	l.Gain.Grad.Zero()
+	l.Backward(dy, dy)
+	if !bitwiseEqual(dy.Data, dx.Data) || !bitwiseEqual(l.Gain.Grad.Data, gain.Data) {
+		t.Error("Backward with dx = dy differs")
+	}
+}

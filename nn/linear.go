@@ -41,6 +41,13 @@ func NewLinear(name string, in, out int, bias bool, rng *rand.Rand) *Linear {
 	return l
 }
 
+// Share returns a Linear with l's parameters and bf16 copies and state of
+// its own, to run the layer on other inputs (decoding) without disturbing
+// what a Forward kept for Backward.
+func (l *Linear) Share() *Linear {
+	return &Linear{In: l.In, Out: l.Out, Weight: l.Weight, Bias: l.Bias, BF16: l.BF16}
+}
+
 // Params lists the weight and, if present, the bias.
 func (l *Linear) Params() []*Param {
 	if l.Bias == nil {
@@ -68,10 +75,10 @@ func (l *Linear) Forward(y, x *tensor.Tensor) {
 		beta = 1
 	}
 	if l.BF16 != nil {
-		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), beta, general(rows, l.Out, y.Data))
+		blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.BF16.form("Linear.Forward", blas.NoTrans), beta, blas.NewGeneral(rows, l.Out, y.Data))
 		return
 	}
-	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, general(rows, l.In, x.Data), l.w(), beta, general(rows, l.Out, y.Data))
+	blas.Sgemm(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, x.Data), l.w(), beta, blas.NewGeneral(rows, l.Out, y.Data))
 }
 
 // Backward takes dy, the gradient of the loss with respect to the y of the
@@ -90,9 +97,9 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 	}
 	// The weight gradient comes first so that dx may reuse the storage of x.
 	if l.BF16 != nil {
-		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
+		blas.GemmBF16(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, l.x.Data), blas.NewGeneral(rows, l.Out, dy.Data), 1, blas.NewGeneral(l.In, l.Out, l.Weight.Grad.Data))
 	} else {
-		blas.Sgemm(blas.Trans, blas.NoTrans, 1, general(rows, l.In, l.x.Data), general(rows, l.Out, dy.Data), 1, general(l.In, l.Out, l.Weight.Grad.Data))
+		blas.Sgemm(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(rows, l.In, l.x.Data), blas.NewGeneral(rows, l.Out, dy.Data), 1, blas.NewGeneral(l.In, l.Out, l.Weight.Grad.Data))
 	}
 	if l.Bias != nil {
 		l.partial = addColSums(l.Bias.Grad.Data, dy.Data, rows, l.Out, l.partial)
@@ -100,15 +107,15 @@ func (l *Linear) Backward(dx, dy *tensor.Tensor) {
 	if dx != nil {
 		checkRows("Linear.Backward", "dx", dx, rows, l.In)
 		if l.BF16 != nil {
-			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, general(rows, l.Out, dy.Data), wt, 0, general(rows, l.In, dx.Data))
+			blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(rows, l.Out, dy.Data), wt, 0, blas.NewGeneral(rows, l.In, dx.Data))
 			return
 		}
-		blas.Sgemm(blas.NoTrans, blas.Trans, 1, general(rows, l.Out, dy.Data), l.w(), 0, general(rows, l.In, dx.Data))
+		blas.Sgemm(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(rows, l.Out, dy.Data), l.w(), 0, blas.NewGeneral(rows, l.In, dx.Data))
 	}
 }
 
 // w returns the weight as a view.
-func (l *Linear) w() blas.General { return general(l.In, l.Out, l.Weight.Value.Data) }
+func (l *Linear) w() blas.General { return blas.NewGeneral(l.In, l.Out, l.Weight.Value.Data) }
 
 // Apply computes y = x·W + b for the rows of x ([rows × In]) into y
 // ([rows × Out]) on the calling goroutine, keeping nothing for a backward

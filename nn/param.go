@@ -25,7 +25,12 @@ func NewParam(name string, decay bool, shape ...int) *Param {
 }
 
 // InitNormal fills the value with independent N(0, std²) samples from rng.
+// A nil rng leaves the value as it is: the layers of a model whose
+// weights are read from a file skip the draws (model.NewEmpty).
 func (p *Param) InitNormal(rng *rand.Rand, std float64) {
+	if rng == nil {
+		return
+	}
 	for i := range p.Value.Data {
 		p.Value.Data[i] = float32(rng.NormFloat64() * std)
 	}

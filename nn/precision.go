@@ -108,8 +108,7 @@ func matrix(p *Param) blas.General {
 	if p.Value.Dims() != 2 {
 		panic(fmt.Sprintf("nn: bf16 copies of %s of shape %v: want a matrix", p.Name, p.Value.Shape))
 	}
-	r, c := p.Value.Shape[0], p.Value.Shape[1]
-	return blas.General{Rows: r, Cols: c, Stride: c, Data: p.Value.Data}
+	return blas.NewGeneral(p.Value.Shape[0], p.Value.Shape[1], p.Value.Data)
 }
 
 // MarshalText returns the precision's name, for configurations in JSON.

@@ -9,9 +9,11 @@ import (
 
 // RoPE is the rotary position embedding (Su et al., 2021) of one head
 // size: it rotates the pair (x[i], x[i+h/2]) of a head vector at position p
-// by the angle p·θᵢ, θᵢ = 10000^(−2i/h), so that the dot product of a
-// rotated query and key depends only on their relative position. It has no
-// parameters; Backward applies the inverse rotation.
+// by the angle p·θᵢ, θᵢ = base^(−2i/h) with base 10000 unless the
+// frequencies are given (NewRoPEFrequencies: another base, or scaled as
+// Llama 3's are), so that the dot product of a rotated query and key
+// depends only on their relative position. It has no parameters; Backward
+// applies the inverse rotation.
 //
 // Inputs have shape [..., N, h], positions running along the second-last
 // dimension: [B,H,N,h] for attention heads, or [B,N,h] (reshape a [B·N,h]
@@ -27,18 +29,43 @@ type RoPE struct {
 	Offset int // position of index 0 along N
 
 	head      int
+	freqs     []float64 // θᵢ, [head/2]
 	cos, sin  []float32 // [positions, head/2], grown as positions are needed
 	positions int
 	fwdOffset int // Offset of the last Forward, for Backward
 }
 
-// NewRoPE returns a RoPE for head vectors of even size head.
+// NewRoPE returns a RoPE for head vectors of even size head, with base
+// 10000.
 func NewRoPE(head int) *RoPE {
 	if head <= 0 || head%2 != 0 {
 		panic(fmt.Sprintf("nn.NewRoPE: head size %d must be even and positive", head))
 	}
-	return &RoPE{head: head}
+	return NewRoPEFrequencies(RoPEFrequencies(head, 10000))
 }
+
+// NewRoPEFrequencies returns a RoPE for head vectors of size 2·len(freqs)
+// that turns pair i by p·freqs[i] at position p.
+func NewRoPEFrequencies(freqs []float64) *RoPE {
+	if len(freqs) == 0 {
+		panic("nn.NewRoPEFrequencies: no frequencies")
+	}
+	return &RoPE{head: 2 * len(freqs), freqs: freqs}
+}
+
+// RoPEFrequencies returns the angular frequencies θᵢ = base^(−2i/head) of
+// the head/2 pairs of a head, i = 0 … head/2−1.
+func RoPEFrequencies(head int, base float64) []float64 {
+	freqs := make([]float64, head/2)
+	for i := range freqs {
+		freqs[i] = math.Pow(base, -2*float64(i)/float64(head))
+	}
+	return freqs
+}
+
+// Share returns a RoPE of the same frequencies with tables of its own, for
+// another goroutine.
+func (r *RoPE) Share() *RoPE { return &RoPE{head: r.head, freqs: r.freqs} }
 
 // table makes sure the cos/sin tables cover positions [0, n). Every entry is
 // computed on its own in float64, so the tables' values do not depend on
@@ -51,8 +78,7 @@ func (r *RoPE) table(n int) {
 	half := r.head / 2
 	r.cos = tensor.Grow(r.cos, n*half)
 	r.sin = tensor.Grow(r.sin, n*half)
-	for i := range half {
-		theta := math.Pow(10000, -2*float64(i)/float64(r.head))
+	for i, theta := range r.freqs {
 		for p := range n {
 			s, c := math.Sincos(float64(p) * theta)
 			r.cos[p*half+i], r.sin[p*half+i] = float32(c), float32(s)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
@@ -27,11 +26,6 @@ func rowsOf(op, name string, t *tensor.Tensor, cols int) int {
 		panic(fmt.Sprintf("nn.%s: %s has shape %v, want last dimension %d", op, name, t.Shape, cols))
 	}
 	return t.Len() / cols
-}
-
-// general returns the rows×cols row-major matrix in data as a view.
-func general(rows, cols int, data []float32) blas.General {
-	return blas.General{Rows: rows, Cols: cols, Stride: cols, Data: data}
 }
 
 // checkRows panics unless t is a matrix of rows×cols (any leading shape).

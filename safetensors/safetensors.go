@@ -27,12 +27,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"unicode/utf8"
 
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -111,7 +111,7 @@ func f16(b []byte) float32 {
 // metadata (nil if the file has none). Errors name the file, and the
 // tensor where there is one.
 func Read(path string, opts *Options) (map[string]*tensor.Tensor, map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -119,9 +119,6 @@ func Read(path string, opts *Options) (map[string]*tensor.Tensor, map[string]str
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("safetensors: %s: not a regular file", path)
 	}
 	ts, md, err := decode(bufio.NewReaderSize(f, 1<<20), st.Size(), opts)
 	if err != nil {
@@ -399,6 +396,21 @@ func validate(entries []entry, opts *Options) (int64, error) {
 				return 0, fmt.Errorf("tensor %q: dtype %s, want F32 (conversion from F16, BF16 and F64 is off)", e.name, e.dtype)
 			}
 			return 0, fmt.Errorf("tensor %q: dtype %s is not supported: polysketch reads F32 (and F16, BF16, F64 when converting)", e.name, e.dtype)
+		}
+	}
+	return layout(entries)
+}
+
+// layout checks the shapes and offsets of entries of known dtypes, sorts
+// them by offset, and returns the length of the data buffer they tile.
+func layout(entries []entry) (int64, error) {
+	for _, e := range entries {
+		dt, ok := dtypes[e.dtype]
+		switch {
+		case !ok:
+			return 0, fmt.Errorf("tensor %q: unknown dtype %q", e.name, e.dtype)
+		case dt.size == 0:
+			return 0, fmt.Errorf("tensor %q: dtype %s is not supported: polysketch reads F32, F16, BF16, F64 and the integers", e.name, e.dtype)
 		case e.begin > e.end:
 			return 0, fmt.Errorf("tensor %q: data_offsets [%d, %d] end before they begin", e.name, e.begin, e.end)
 		}
@@ -490,7 +502,18 @@ func Encode(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]
 }
 
 func encode(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]string) error {
-	header, names, err := makeHeader(tensors, metadata)
+	items := make(map[string]item, len(tensors))
+	for name, t := range tensors {
+		if t == nil {
+			return fmt.Errorf("tensor %q is nil", name)
+		}
+		n, ok := volume(t.Shape)
+		if !ok || n != int64(len(t.Data)) || slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
+			return fmt.Errorf("tensor %q: shape %v does not match its %d elements", name, t.Shape, len(t.Data))
+		}
+		items[name] = item{"F32", t.Shape, 4 * int64(len(t.Data))}
+	}
+	header, names, err := makeHeader(items, metadata)
 	if err != nil {
 		return err
 	}
@@ -516,22 +539,23 @@ func encode(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]
 	return bw.Flush()
 }
 
+// item is a tensor as the header describes it: dtype, shape and bytes.
+type item struct {
+	dtype string
+	shape []int
+	bytes int64
+}
+
 // makeHeader returns the padded JSON header and the tensor names in buffer
 // order.
-func makeHeader(tensors map[string]*tensor.Tensor, metadata map[string]string) ([]byte, []string, error) {
+func makeHeader(tensors map[string]item, metadata map[string]string) ([]byte, []string, error) {
 	names := make([]string, 0, len(tensors))
-	for name, t := range tensors {
+	for name := range tensors {
 		switch {
 		case name == metadataKey:
 			return nil, nil, fmt.Errorf("tensor name %q is reserved for metadata", name)
 		case !utf8.ValidString(name):
 			return nil, nil, fmt.Errorf("tensor name %q is not valid UTF-8", name)
-		case t == nil:
-			return nil, nil, fmt.Errorf("tensor %q is nil", name)
-		}
-		n, ok := volume(t.Shape)
-		if !ok || n != int64(len(t.Data)) || slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
-			return nil, nil, fmt.Errorf("tensor %q: shape %v does not match its %d elements", name, t.Shape, len(t.Data))
 		}
 		names = append(names, name)
 	}
@@ -567,14 +591,14 @@ func makeHeader(tensors map[string]*tensor.Tensor, metadata map[string]string) (
 		}
 		t := tensors[name]
 		writeString(&b, name)
-		b.WriteString(`:{"dtype":"F32","shape":[`)
-		for j, d := range t.Shape {
+		fmt.Fprintf(&b, `:{"dtype":%q,"shape":[`, t.dtype)
+		for j, d := range t.shape {
 			if j > 0 {
 				b.WriteByte(',')
 			}
 			fmt.Fprint(&b, d)
 		}
-		end := offset + 4*int64(len(t.Data))
+		end := offset + t.bytes
 		fmt.Fprintf(&b, `],"data_offsets":[%d,%d]}`, offset, end)
 		offset = end
 	}

@@ -121,11 +121,11 @@ func TestMatchesReference(t *testing.T) {
 				if (k == 0 || k >= 5000) && p == 1 {
 					continue // plain sampling: drawn in id order, see TestPlain
 				}
-				settings = append(settings, Sampler{Temperature: temp, TopK: k, TopP: p})
+				settings = append(settings, Sampler{Settings: Settings{Temperature: temp, TopK: k, TopP: p}})
 			}
 		}
 	}
-	settings = append(settings, Sampler{Temperature: 0, TopP: 1})
+	settings = append(settings, Sampler{Settings: Settings{Temperature: 0, TopP: 1}})
 	for name, logits := range testLogits() {
 		order := sorted(logits)
 		for _, set := range settings {
@@ -135,7 +135,7 @@ func TestMatchesReference(t *testing.T) {
 			s, ref := set, set
 			s.Rand, ref.Rand = rand.New(rand.NewPCG(1, 2)), rand.New(rand.NewPCG(1, 2))
 			for i := range 10 {
-				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+				if got, want := draw(t, &s, logits), referenceSorted(&ref, logits, order); got != want {
 					t.Fatalf("%s, T=%v k=%d p=%v: draw %d is token %d, the reference's %d", name, set.Temperature, set.TopK, set.TopP, i, got, want)
 				}
 			}
@@ -152,11 +152,11 @@ func TestNucleusFallback(t *testing.T) {
 	for name, logits := range testLogits() {
 		order := sorted(logits)
 		for _, p := range []float64{0.3, 0.9} {
-			s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(3, 4))}
+			s := Sampler{Settings: Settings{Temperature: 1, TopP: p}, Rand: rand.New(rand.NewPCG(3, 4))}
 			ref := s
 			ref.Rand = rand.New(rand.NewPCG(3, 4))
 			for i := range 5 {
-				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+				if got, want := draw(t, &s, logits), referenceSorted(&ref, logits, order); got != want {
 					t.Fatalf("%s, p=%v: draw %d is token %d, the reference's %d", name, p, i, got, want)
 				}
 			}
@@ -171,18 +171,18 @@ func TestExtremeTemperatures(t *testing.T) {
 	logits := []float32{0.5, -3, 2.25, 2.2, 1e6, -1e6, 7}
 	for _, temp := range []float64{1e-300, 1e-40, 1e-3} {
 		for _, p := range []float64{1, 0.9} {
-			s := Sampler{Temperature: temp, TopP: p, Rand: rand.New(rand.NewPCG(1, 1))}
+			s := Sampler{Settings: Settings{Temperature: temp, TopP: p}, Rand: rand.New(rand.NewPCG(1, 1))}
 			for range 10 {
-				if got := s.Next(logits); got != 4 {
+				if got := draw(t, &s, logits); got != 4 {
 					t.Fatalf("T=%v, p=%v: token %d, want 4, the most likely", temp, p, got)
 				}
 			}
 		}
 	}
-	s := Sampler{Temperature: 1e300, TopP: 1, Rand: rand.New(rand.NewPCG(1, 1))}
+	s := Sampler{Settings: Settings{Temperature: 1e300, TopP: 1}, Rand: rand.New(rand.NewPCG(1, 1))}
 	seen := map[int32]bool{}
 	for range 1000 {
-		seen[s.Next(logits)] = true
+		seen[draw(t, &s, logits)] = true
 	}
 	if len(seen) != len(logits) {
 		t.Errorf("T=1e300: drew %d distinct tokens of %d, want all (uniform)", len(seen), len(logits))
@@ -202,11 +202,11 @@ func TestWideNucleus(t *testing.T) {
 		}
 		order := sorted(logits)
 		for _, p := range []float64{0.5, 0.95} {
-			s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(5, 6))}
+			s := Sampler{Settings: Settings{Temperature: 1, TopP: p}, Rand: rand.New(rand.NewPCG(5, 6))}
 			ref := s
 			ref.Rand = rand.New(rand.NewPCG(5, 6))
 			for i := range 40 {
-				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+				if got, want := draw(t, &s, logits), referenceSorted(&ref, logits, order); got != want {
 					t.Fatalf("scale %v, p=%v: draw %d is token %d, the reference's %d", scale, p, i, got, want)
 				}
 			}
@@ -239,11 +239,11 @@ func TestCrossMisses(t *testing.T) {
 		// T=1: a nucleus of tens of thousands; T=0.15: of about a thousand
 		// among more than fewCandidates candidates.
 		for _, temp := range []float64{1, 0.15} {
-			s := Sampler{Temperature: temp, TopP: 0.9, Rand: rand.New(rand.NewPCG(5, 6))}
+			s := Sampler{Settings: Settings{Temperature: temp, TopP: 0.9}, Rand: rand.New(rand.NewPCG(5, 6))}
 			ref := s
 			ref.Rand = rand.New(rand.NewPCG(5, 6))
 			for i := range 10 {
-				if got, want := s.Next(logits), referenceSorted(&ref, logits, order); got != want {
+				if got, want := draw(t, &s, logits), referenceSorted(&ref, logits, order); got != want {
 					t.Fatalf("%s, T=%v: draw %d is token %d, the reference's %d", name, temp, i, got, want)
 				}
 			}
@@ -251,27 +251,32 @@ func TestCrossMisses(t *testing.T) {
 	}
 }
 
-// TestWideNucleusMasked: a flat distribution with masked tokens (logit
-// -Inf, weight 0), whose nucleus may reach them when p is 1 or nearly,
-// draws the reference's tokens and never a masked one.
+// TestWideNucleusMasked: a flat distribution with tokens banned by
+// LogitBias (their logits -Inf, weight 0), whose nucleus may reach them
+// when p is 1 or nearly, draws the reference's tokens (on logits masked
+// by hand) and never a banned one.
 func TestWideNucleusMasked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	logits := make([]float32, 50257)
+	masked := make([]float32, len(logits))
+	bans := map[int32]float64{}
 	for i := range logits {
 		logits[i] = float32(0.3 * rng.NormFloat64())
+		masked[i] = logits[i]
 		if i%7 == 0 {
-			logits[i] = float32(math.Inf(-1))
+			masked[i] = float32(math.Inf(-1))
+			bans[int32(i)] = -MaxBias
 		}
 	}
-	order := sorted(logits)
+	order := sorted(masked)
 	for _, p := range []float64{0.3, 0.999999} {
-		s := Sampler{Temperature: 1, TopP: p, Rand: rand.New(rand.NewPCG(7, 8))}
+		s := Sampler{Settings: Settings{Temperature: 1, TopP: p, LogitBias: bans}, Rand: rand.New(rand.NewPCG(7, 8))}
 		ref := s
 		ref.Rand = rand.New(rand.NewPCG(7, 8))
 		for i := range 40 {
-			got, want := s.Next(logits), referenceSorted(&ref, logits, order)
-			if got != want || math.IsInf(float64(logits[got]), -1) {
-				t.Fatalf("p=%v: draw %d is token %d (logit %v), the reference's %d", p, i, got, logits[got], want)
+			got, want := draw(t, &s, logits), referenceSorted(&ref, masked, order)
+			if got != want || bans[got] != 0 {
+				t.Fatalf("p=%v: draw %d is token %d (bias %v), the reference's %d", p, i, got, bans[got], want)
 			}
 		}
 	}
@@ -325,10 +330,10 @@ func TestPlain(t *testing.T) {
 			want[i] = math.Exp(float64(l) / temp)
 			sum += want[i]
 		}
-		s := Sampler{Temperature: temp, TopP: 1, Rand: rand.New(rand.NewPCG(7, 8))}
+		s := Sampler{Settings: Settings{Temperature: temp, TopP: 1}, Rand: rand.New(rand.NewPCG(7, 8))}
 		counts := make([]float64, V)
 		for range draws {
-			counts[s.Next(logits)]++
+			counts[draw(t, &s, logits)]++
 		}
 		for i := range counts {
 			p := want[i] / sum
@@ -366,11 +371,11 @@ func BenchmarkNext(b *testing.B) {
 		name string
 		s    Sampler
 	}{
-		{"greedy", Sampler{Temperature: 0, TopP: 1}},
-		{"temperature", Sampler{Temperature: 1, TopP: 1}},
-		{"top_k=40", Sampler{Temperature: 1, TopK: 40, TopP: 1}},
-		{"top_p=0.9", Sampler{Temperature: 1, TopP: 0.9}},
-		{"top_p=0.95,T=0.8", Sampler{Temperature: 0.8, TopP: 0.95}},
+		{"greedy", Sampler{Settings: Settings{Temperature: 0, TopP: 1}}},
+		{"temperature", Sampler{Settings: Settings{Temperature: 1, TopP: 1}}},
+		{"top_k=40", Sampler{Settings: Settings{Temperature: 1, TopK: 40, TopP: 1}}},
+		{"top_p=0.9", Sampler{Settings: Settings{Temperature: 1, TopP: 0.9}}},
+		{"top_p=0.95,T=0.8", Sampler{Settings: Settings{Temperature: 0.8, TopP: 0.95}}},
 	} {
 		for _, impl := range []string{"reference", "Next"} {
 			b.Run(tc.name+"/"+impl, func(b *testing.B) {
@@ -381,7 +386,7 @@ func BenchmarkNext(b *testing.B) {
 						if impl == "reference" {
 							reference(&s, r)
 						} else {
-							s.Next(r)
+							s.Next(r) // finite logits: no error
 						}
 					}
 				}

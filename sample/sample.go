@@ -2,7 +2,10 @@
 // likely one at temperature 0, else one drawn from softmax(logits/T) cut
 // to the top k and then to the smallest set of probability top p
 // (nucleus), with the caller's generator, so that the tokens depend on the
-// logits and the seed alone. generate and serve share it.
+// logits and the seed alone; the logits may first be changed by a bias
+// and by penalties on the tokens already drawn (penalty.go). Logits that
+// are not finite are an error, never a token. generate and serve share
+// it, and the validation of its Settings.
 //
 // The cost follows what is asked, never a sort of the whole vocabulary:
 // greedy is an argmax; plain temperature sampling vectorized passes
@@ -19,6 +22,7 @@
 package sample
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -26,12 +30,13 @@ import (
 	"github.com/polysketch/polysketch/vec"
 )
 
-// Sampler draws tokens; its fields are its settings.
+// Sampler draws the tokens of one sequence.
 type Sampler struct {
-	Temperature float64    // 0 takes the most likely token
-	TopK        int        // the k most likely only; 0 for all
-	TopP        float64    // the most likely of total probability TopP only; 1 for all
-	Rand        *rand.Rand // the source of the draws
+	Settings
+	Rand *rand.Rand // the source of the draws
+
+	counts   map[int32]int // times each token was drawn, for the penalties
+	adjusted []float32     // the logits with the bias and penalties
 
 	order []int32   // token ids, most likely first
 	probs []float64 // their weights
@@ -52,18 +57,51 @@ type Sampler struct {
 	est   estimate  // the sample that guesses cross's ranges
 }
 
-// New returns a Sampler drawing with rng.
-func New(temperature, topP float64, topK int, rng *rand.Rand) *Sampler {
-	return &Sampler{Temperature: temperature, TopK: topK, TopP: topP, Rand: rng}
+// New returns a Sampler drawing by set with rng. The settings must be
+// valid (Settings.Validate).
+func New(set Settings, rng *rand.Rand) *Sampler {
+	return &Sampler{Settings: set, Rand: rng}
 }
 
-// Next returns a token id drawn from logits.
+// Next returns a token id drawn from logits, and counts it as drawn (for
+// the penalties). Logits that are not all finite are an error (a
+// *NonFiniteError): a model whose outputs overflow has no distribution
+// to draw from.
 //
 // With top k or top p the token is drawn by walking the candidates most
 // likely first (ties by id), as a sort of the whole vocabulary would
 // order them. Plain temperature sampling walks the tokens in id order
 // instead, which draws from the same distribution without ordering it.
-func (s *Sampler) Next(logits []float32) int32 {
+func (s *Sampler) Next(logits []float32) (int32, error) {
+	if err := CheckFinite(logits); err != nil {
+		return 0, err
+	}
+	id := s.next(s.adjust(logits))
+	s.drawn(id)
+	return id, nil
+}
+
+// A NonFiniteError is a row of logits holding NaN or an infinity.
+type NonFiniteError struct {
+	Token int32   // the first token whose logit is not finite
+	Logit float32 // its logit
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("the model's logits are not finite (token %d: %v): its weights or activations overflow", e.Token, e.Logit)
+}
+
+// CheckFinite returns a *NonFiniteError if a logit is NaN or infinite.
+// It costs a vectorized sum when they are finite.
+func CheckFinite(logits []float32) error {
+	if i := vec.NonFinite(logits); i >= 0 {
+		return &NonFiniteError{Token: int32(i), Logit: logits[i]}
+	}
+	return nil
+}
+
+// next draws a token from finite logits.
+func (s *Sampler) next(logits []float32) int32 {
 	switch {
 	case s.Temperature == 0:
 		return Argmax(logits)

@@ -4,33 +4,61 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"github.com/polysketch/polysketch/sample"
 )
 
 // The request and response bodies of the OpenAI API, as far as this
 // server implements them. Fields clients send that are not listed here
-// are ignored; listed fields of the wrong type are errors.
+// are ignored, but for those that would change the answer and that the
+// server lacks (unsupported): those are refused with 400, naming the
+// field. Listed fields of the wrong type are errors.
 
 // completionRequest is the body of POST /v1/completions, and of
 // /v1/chat/completions with Messages instead of Prompt.
 type completionRequest struct {
-	Model               string          `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []message       `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	TopK                *int            `json:"top_k"`
-	Stop                json.RawMessage `json:"stop"`
-	Seed                *int64          `json:"seed"`
-	N                   *int            `json:"n"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	Echo                bool            `json:"echo"`
-	Logprobs            json.RawMessage `json:"logprobs"`
+	Model               string             `json:"model"`
+	Prompt              json.RawMessage    `json:"prompt"`
+	Messages            []message          `json:"messages"`
+	MaxTokens           *int               `json:"max_tokens"`
+	MaxCompletionTokens *int               `json:"max_completion_tokens"`
+	Temperature         *float64           `json:"temperature"`
+	TopP                *float64           `json:"top_p"`
+	TopK                *int               `json:"top_k"`
+	Stop                json.RawMessage    `json:"stop"`
+	Seed                *int64             `json:"seed"`
+	N                   *int               `json:"n"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *streamOptions     `json:"stream_options"`
+	Echo                bool               `json:"echo"`
+	Logprobs            json.RawMessage    `json:"logprobs"`
+	PresencePenalty     *float64           `json:"presence_penalty"`
+	FrequencyPenalty    *float64           `json:"frequency_penalty"`
+	LogitBias           map[string]float64 `json:"logit_bias"`
+	BestOf              *int               `json:"best_of"`
+	Suffix              *string            `json:"suffix"`
+}
+
+// unsupported returns the error for a field of r that asks for what this
+// server does not do (best_of beyond 1, a suffix to insert before), as
+// llama.cpp answers the fields it lacks: silently ignoring it would
+// answer another request than the one sent.
+func (r *completionRequest) unsupported() *apiError {
+	field := ""
+	switch {
+	case r.BestOf != nil && *r.BestOf != 1:
+		field = "best_of"
+	case r.Suffix != nil && *r.Suffix != "":
+		field = "suffix"
+	default:
+		return nil
+	}
+	e := errorf(http.StatusBadRequest, "unsupported_parameter", "%s is not supported by this server; leave it out (see the supported fields in the documentation of polysketch serve)", field)
+	e.Param = &field
+	return e
 }
 
 type streamOptions struct {
@@ -102,12 +130,14 @@ type completionChoice struct {
 }
 
 // logprobs are the log-probabilities of a choice's tokens (legacy
-// completions format): each generated token, its log-probability under
-// the model (before temperature, top-k and top-p), the most likely
-// alternatives at its position, and its byte offset in the choice's text.
+// completions format): each token (with echo, the prompt's first), its
+// log-probability under the model (before temperature, top-k and top-p),
+// the most likely alternatives at its position, and its byte offset in
+// the choice's text. The prompt's first token has null for both, as
+// nothing predicts it.
 type logprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -243,15 +273,13 @@ func stringOrList(field string, raw json.RawMessage) ([]string, *apiError) {
 
 // sampling is a request's validated generation settings.
 type sampling struct {
-	maxTokens   int
-	temperature float64
-	topP        float64
-	topK        int
-	stop        []string
-	seed        uint64
-	n           int
-	logprobs    int  // alternatives per position; -1 for no logprobs
-	explicit    bool // max_tokens was given, rather than defaulted
+	sample.Settings
+	maxTokens int
+	stop      []string
+	seed      uint64
+	n         int
+	logprobs  int  // alternatives per position; -1 for no logprobs
+	explicit  bool // max_tokens was given, rather than defaulted
 }
 
 // maxStops bounds the stop strings of a request, as OpenAI does.
@@ -267,12 +295,15 @@ const maxChoices = 16
 // a server queueing fewer than that could never take such a request.
 const MaxChoices = maxChoices
 
-// settings validates the sampling fields of r; defMax is the max_tokens
-// of a request that sets none.
-func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, *apiError) {
-	s := sampling{maxTokens: defMax, temperature: 1, topP: 1, n: 1, logprobs: -1}
+// settings validates the sampling fields of r for a vocabulary of vocab
+// tokens; defMax is the max_tokens of a request that sets none.
+func (r *completionRequest) settings(defMax, vocab int, seed func() uint64) (sampling, *apiError) {
+	s := sampling{Settings: sample.Settings{Temperature: 1, TopP: 1}, maxTokens: defMax, n: 1, logprobs: -1}
 	bad := func(format string, args ...any) (sampling, *apiError) {
 		return s, errorf(http.StatusBadRequest, "invalid_value", format, args...)
+	}
+	if err := r.unsupported(); err != nil {
+		return s, err
 	}
 	if r.MaxTokens == nil {
 		r.MaxTokens = r.MaxCompletionTokens
@@ -283,25 +314,36 @@ func (r *completionRequest) settings(defMax int, seed func() uint64) (sampling, 
 		}
 		s.maxTokens, s.explicit = *r.MaxTokens, true
 	}
-	if r.Temperature != nil {
-		t := *r.Temperature
-		if !(t >= 0) || math.IsInf(t, 0) {
-			return bad("temperature %v: must be 0 (greedy) or more", t)
+	set := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
 		}
-		s.temperature = t
 	}
-	if r.TopP != nil {
-		p := *r.TopP
-		if !(p > 0 && p <= 1) {
-			return bad("top_p %v: must be in (0, 1]", p)
-		}
-		s.topP = p
-	}
+	set(&s.Temperature, r.Temperature)
+	set(&s.TopP, r.TopP)
+	set(&s.PresencePenalty, r.PresencePenalty)
+	set(&s.FrequencyPenalty, r.FrequencyPenalty)
 	if r.TopK != nil {
-		if *r.TopK < 0 {
-			return bad("top_k %d: must be 0 (all tokens) or more", *r.TopK)
+		s.TopK = *r.TopK
+	}
+	if len(r.LogitBias) > 0 {
+		s.LogitBias = make(map[int32]float64, len(r.LogitBias))
+		for k, v := range r.LogitBias {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil {
+				return bad("logit_bias: key %q is not a token id: want {\"token id\": bias, ...}", k)
+			}
+			s.LogitBias[int32(id)] = v
 		}
-		s.topK = *r.TopK
+	}
+	if err := s.Settings.Validate(vocab); err != nil {
+		var se *sample.SettingError
+		if errors.As(err, &se) {
+			e := errorf(http.StatusBadRequest, "invalid_value", "%v", err)
+			e.Param = &se.Field
+			return s, e
+		}
+		return bad("%v", err)
 	}
 	if r.N != nil {
 		if *r.N < 1 || *r.N > maxChoices {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"container/list"
+	"context"
 	"encoding/binary"
 	"slices"
 	"unicode"
@@ -233,8 +234,11 @@ func (c *prefixCache) resume(j *job) {
 		return
 	}
 	keep := 1 // the last prompt token gives the first logits
-	if j.cache.fill {
+	switch {
+	case j.cache.fill:
 		keep = 0
+	case j.echo:
+		keep = len(j.prompt) // every token's logits are wanted
 	}
 	snap, r, matched := c.lookup(j.prompt, keep)
 	if snap != nil {
@@ -297,7 +301,14 @@ func (c *prefixCache) finished(j *job) {
 	if c == nil || !j.cache.chat || j.cache.fill {
 		return
 	}
-	ids := append(slices.Clone(j.prompt), j.tok.Encode(nil, []byte(turnContent(string(j.cache.answer))+"\n"))...)
+	// The answer's tokens, each match of a hostile pre-tokenizer pattern
+	// bounded by tokenizer.MatchTimeout; a text it gives up on is not
+	// cached.
+	answer, err := j.tok.Encode(context.Background(), nil, []byte(turnContent(string(j.cache.answer))+"\n"))
+	if err != nil {
+		return
+	}
+	ids := append(slices.Clone(j.prompt), answer...)
 	n := len(ids)
 	if j.limit > 0 {
 		n = min(n, j.limit)

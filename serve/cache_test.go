@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/fifotest"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 )
@@ -533,5 +536,78 @@ func TestPrefixTrie(t *testing.T) {
 	c.evict()
 	if c.used != 0 || c.entries != 0 || c.lru.Len() != 0 || len(c.root.children) != 0 {
 		t.Errorf("all evicted: %d bytes, %d states, %d nodes, %d children of the root", c.used, c.entries, c.lru.Len(), len(c.root.children))
+	}
+}
+
+// TestCacheFileNamedPipe puts a named pipe where the cache file goes: the
+// server must come up, ignoring it with a log line, rather than wait
+// forever for a writer.
+func TestCacheFileNamedPipe(t *testing.T) {
+	dir := t.TempDir()
+	fifotest.Make(t, filepath.Join(dir, cacheFile))
+	var log syncLog
+	o := Options{PrefillChunk: cacheChunk, CacheMemory: 64 << 20, CacheDir: dir, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	ready := make(chan *Server, 1)
+	go func() {
+		s := New(o)
+		if err := s.Ready(testModel(t, testConfig()), tokenizer.Byte); err != nil {
+			t.Error(err)
+		}
+		ready <- s
+	}()
+	select {
+	case s := <-ready:
+		s.Close()
+	case <-time.After(time.Minute):
+		t.Fatal("Ready has not returned after a minute: it waits on the named pipe")
+	}
+	if !strings.Contains(log.String(), "prefix cache file ignored") || !strings.Contains(log.String(), "named pipe") {
+		t.Errorf("no log line about the named pipe:\n%s", log.String())
+	}
+}
+
+// syncLog is a log's output, written and read on other goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestCheckCacheDir checks that a cache directory that cannot be written
+// is refused when the server starts, not found at shutdown.
+func TestCheckCacheDir(t *testing.T) {
+	if err := CheckCacheDir(filepath.Join(t.TempDir(), "new", "dir")); err != nil {
+		t.Errorf("a new directory: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	if err := CheckCacheDir(file); err == nil {
+		t.Error("a regular file as the cache directory was accepted")
+	}
+	ro := t.TempDir()
+	os.Chmod(ro, 0o555)
+	t.Cleanup(func() { os.Chmod(ro, 0o755) })
+	if f, err := os.CreateTemp(ro, "probe"); err == nil {
+		// Root writes anywhere the file system allows.
+		f.Close()
+		os.Remove(f.Name())
+		if ro = "/proc/self"; runtime.GOOS != "linux" {
+			t.Skip("no directory that this user cannot write: the read-only case is not checked")
+		}
+	}
+	err := CheckCacheDir(ro)
+	if err == nil || !strings.Contains(err.Error(), "not writable") {
+		t.Errorf("read-only directory %s: %v, want an error saying it is not writable", ro, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -72,6 +74,26 @@ func (s *Server) startCache(l *loaded) {
 		}
 	}
 	l.sched.cache = c
+}
+
+// CheckCacheDir makes the directory dir for Options.CacheDir if need be
+// and checks that files can be written in it, so that a directory that
+// SaveCache could not write at shutdown is refused at start.
+func CheckCacheDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cache directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+cacheFile+".check*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("cache directory %s is not writable (%v): the prefix cache is written there at shutdown; choose another directory or make it writable", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
 }
 
 // SaveCache writes the prefix cache to Options.CacheDir, if both are set.
@@ -168,7 +190,7 @@ func (c *prefixCache) save(path string, id [32]byte) error {
 // of identity id, checking the whole file before keeping any of it, and
 // returns how many it kept (the budget may drop the oldest).
 func (c *prefixCache) load(path string, id [32]byte, m *model.Model) (int, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return 0, err
 	}
@@ -191,9 +213,9 @@ func (c *prefixCache) load(path string, id [32]byte, m *model.Model) (int, error
 	case binary.LittleEndian.Uint32(hdr[body:]) != crc32.Checksum(hdr[:body], castagnoli):
 		return 0, errors.New("header checksum mismatch: the file is damaged")
 	case [32]byte(hdr[len(cacheMagic):len(cacheMagic)+32]) != id:
-		return 0, errors.New("written for another model, tokenizer, --prefill-chunk or CPU")
+		return 0, errors.New("written for another model, tokenizer, prefill chunk or CPU")
 	case binary.LittleEndian.Uint32(hdr[len(cacheMagic)+32:]) != uint32(c.block):
-		return 0, errors.New("written for another --prefill-chunk")
+		return 0, errors.New("written for another prefill chunk")
 	}
 	seq, err := m.NewSequence()
 	if err != nil {

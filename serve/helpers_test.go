@@ -36,6 +36,15 @@ func testModel(t testing.TB, c model.Config) *model.Model {
 	return m
 }
 
+// byteIDs returns the tokens of s under the byte tokenizer.
+func byteIDs(s string) []int32 {
+	ids := make([]int32, len(s))
+	for i := range len(s) {
+		ids[i] = int32(s[i])
+	}
+	return ids
+}
+
 // newTest starts a ready Server for model m (testConfig's when nil) on
 // an httptest server, closed at the end of the test.
 func newTest(t testing.TB, o Options, m *model.Model) (*Server, *httptest.Server) {

@@ -136,6 +136,8 @@ func TestAuth(t *testing.T) {
 		{"tokenize without key", keyed.URL, "POST", "/tokenize", "", 401},
 		{"tokenize with key", keyed.URL, "POST", "/tokenize", "Bearer sesame", 200},
 		{"detokenize without key", keyed.URL, "POST", "/detokenize", "", 401},
+		{"tokenizer_info without key", keyed.URL, "GET", "/tokenizer_info", "", 401},
+		{"tokenizer_info with key", keyed.URL, "GET", "/tokenizer_info", "Bearer sesame", 200},
 		{"health is public", keyed.URL, "GET", "/health", "", 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

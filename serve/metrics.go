@@ -21,6 +21,7 @@ type metrics struct {
 	active       prometheus.Gauge
 	ttft         prometheus.Histogram
 	itl          prometheus.Histogram
+	nonFinite    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -52,8 +53,11 @@ func newMetrics() *metrics {
 			Name: "polysketch_inter_token_latency_seconds", Help: "Between consecutive tokens of a sequence.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		nonFinite: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "polysketch_nonfinite_logits_total", Help: "Sequences ended because the model's logits were not finite (NaN or infinite): a model whose weights or activations overflow.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.rejected, m.promptTokens, m.generated, m.queue, m.active, m.ttft, m.itl,
+	m.reg.MustRegister(m.requests, m.rejected, m.promptTokens, m.generated, m.queue, m.active, m.ttft, m.itl, m.nonFinite,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -72,7 +72,7 @@ func BenchmarkStepSampling(b *testing.B) {
 			b.Run("sample/"+tc.name+"/"+rows.name, func(b *testing.B) {
 				s := &scheduler{}
 				for i := range S {
-					s.stepJ = append(s.stepJ, &job{sampler: sample.New(tc.temperature, tc.topP, tc.topK, rand.New(rand.NewPCG(1, uint64(i))))})
+					s.stepJ = append(s.stepJ, &job{sampler: sample.New(sample.Settings{Temperature: tc.temperature, TopP: tc.topP, TopK: tc.topK}, rand.New(rand.NewPCG(1, uint64(i))))})
 					s.drawn = append(s.drawn, i)
 				}
 				for b.Loop() {
@@ -84,7 +84,7 @@ func BenchmarkStepSampling(b *testing.B) {
 	b.Run("logprobs=5", func(b *testing.B) {
 		for b.Loop() {
 			for i := range S {
-				t := &tokenLogprobs{logits: rowPool.get(c.Vocab), tok: 1, top: 5, tk: tokenizer.Byte}
+				t := &tokenLogprobs{logits: rowPool.get(c.Vocab), toks: []int32{1}, offsets: []int{0}, top: 5, tk: tokenizer.Byte}
 				copy(t.logits, peaked[i*c.Vocab:(i+1)*c.Vocab])
 				t.compute()
 			}

@@ -3,9 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
-	"github.com/polysketch/polysketch/sample"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +14,8 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/model"
-	"github.com/polysketch/polysketch/vec"
+	"github.com/polysketch/polysketch/sample"
+	"github.com/polysketch/polysketch/tensor"
 )
 
 // Continuous batching. Every step of the scheduler runs one batched model
@@ -43,6 +42,13 @@ type job struct {
 	kv      int64   // bytes of KV cache reserved for it
 	top     int     // alternatives of logprobs; -1 for none
 	offset  int     // bytes of text so far, for logprobs' text offsets
+	// echo asks for the logprobs of the prompt's tokens (echo with
+	// logprobs), at the byte offsets offsets of the prompt's text; such a
+	// job reads its whole prompt in chunks of StepRows, neither resuming
+	// from the prefix cache nor adding to it, and with max 0 ends after
+	// it.
+	echo    bool
+	offsets []int
 	out     *mailbox
 	cache   cacheJob
 
@@ -131,11 +137,14 @@ type scheduler struct {
 	free   []*model.Sequence
 	seqs   []*model.Sequence
 	chunks [][]int32
+	every  []bool // the rows of stepJ that want logits after every token (echo)
+	last   []int  // the row of the logits after each one's last token
 	stepJ  []*job
 
 	cache *prefixCache // the scheduler goroutine's own; nil when off
 	drawn []int        // the rows of stepJ that sample a token
 	toks  []int32      // their tokens
+	errs  []error      // or why there is none
 }
 
 func newScheduler(m *model.Model, o *Options, met *metrics) *scheduler {
@@ -324,7 +333,16 @@ func (s *scheduler) step() {
 	prefills := 0
 	for _, j := range s.active {
 		if j.fed < len(j.prompt) {
-			c := min(s.chunk, len(j.prompt)-j.fed)
+			chunk := s.chunk
+			if j.echo {
+				// Every row's logits go through the output layer, as a
+				// product of the chunk's rows: the longer the chunk, the
+				// less its weights are packed again (GPT-2's are 51 MB).
+				// Such a job never shares the prefix cache, whose states
+				// must come from chunks of s.chunk.
+				chunk = s.rows
+			}
+			c := min(chunk, len(j.prompt)-j.fed)
 			if prefills > 0 && rows+c > s.rows {
 				continue
 			}
@@ -333,7 +351,27 @@ func (s *scheduler) step() {
 			prefills++
 		}
 	}
-	logits, err := s.batch.Step(s.seqs, s.chunks)
+	// Prompts read for their logprobs want the logits after every token.
+	s.every, s.last = s.every[:0], s.last[:0]
+	echo, r := false, 0
+	for i, j := range s.stepJ {
+		e := j.echo && j.fed < len(j.prompt)
+		echo = echo || e
+		s.every = append(s.every, e)
+		if e {
+			r += len(s.chunks[i])
+		} else {
+			r++
+		}
+		s.last = append(s.last, r-1)
+	}
+	var logits *tensor.Tensor
+	var err error
+	if echo {
+		logits, err = s.batch.StepEvery(s.seqs, s.chunks, s.every)
+	} else {
+		logits, err = s.batch.Step(s.seqs, s.chunks)
+	}
 	if err != nil {
 		// Admission checked every limit: a failure here is a bug; end
 		// the jobs of this step rather than the server.
@@ -348,6 +386,9 @@ func (s *scheduler) step() {
 	s.drawn = s.drawn[:0]
 	for i, j := range s.stepJ {
 		if j.fed < len(j.prompt) {
+			if s.every[i] {
+				s.promptLogprobs(j, logits.Data[(s.last[i]+1-len(s.chunks[i]))*V:(s.last[i]+1)*V], len(s.chunks[i]))
+			}
 			j.fed += len(s.chunks[i])
 			s.metrics.promptTokens.Add(float64(len(s.chunks[i])))
 			s.cache.reached(j)
@@ -357,12 +398,26 @@ func (s *scheduler) step() {
 			if j.fed < len(j.prompt) || j.cache.fill {
 				continue
 			}
+			if j.max == 0 { // read for its logprobs only
+				j.out.post(event{index: j.index, finish: "length"})
+				j.canceled.Store(true)
+				continue
+			}
 		}
 		s.drawn = append(s.drawn, i)
 	}
 	s.sample(logits.Data, V)
 	for k, i := range s.drawn {
-		s.emit(s.stepJ[i], logits.Data[i*V:(i+1)*V], s.toks[k], now)
+		j, r := s.stepJ[i], s.last[i]
+		if err := s.errs[k]; err != nil {
+			// Logits that are not finite: this request fails, the others
+			// go on.
+			s.metrics.nonFinite.Inc()
+			j.out.post(event{index: j.index, err: err})
+			j.canceled.Store(true)
+			continue
+		}
+		s.emit(j, logits.Data[r*V:(r+1)*V], s.toks[k], now)
 	}
 	for i := 0; i < len(s.active); {
 		if s.active[i].canceled.Load() {
@@ -374,11 +429,12 @@ func (s *scheduler) step() {
 }
 
 // sample draws the tokens of the rows s.drawn of logits (V columns) into
-// s.toks, the jobs side by side: each has a generator of its own, so
-// their tokens do not depend on how they are spread. A panic in one is
-// raised again here, for safeStep.
+// s.toks, and the sampler's error for each into s.errs, the jobs side by
+// side: each has a generator of its own, so their tokens do not depend on
+// how they are spread. A panic in one is raised again here, for safeStep.
 func (s *scheduler) sample(logits []float32, V int) {
 	s.toks = slices.Grow(s.toks[:0], len(s.drawn))[:len(s.drawn)]
+	s.errs = slices.Grow(s.errs[:0], len(s.drawn))[:len(s.drawn)]
 	var failed atomic.Value
 	parallel.For(len(s.drawn), func(k int) {
 		defer func() {
@@ -387,7 +443,8 @@ func (s *scheduler) sample(logits []float32, V int) {
 			}
 		}()
 		i := s.drawn[k]
-		s.toks[k] = s.stepJ[i].sampler.Next(logits[i*V : (i+1)*V])
+		r := s.last[i]
+		s.toks[k], s.errs[k] = s.stepJ[i].sampler.Next(logits[r*V : (r+1)*V])
 	})
 	if v := failed.Load(); v != nil {
 		panic(v)
@@ -410,7 +467,7 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 		// The request's handler computes them from a copy of the row, off
 		// this goroutine: a softmax over the vocabulary costs as much as
 		// sampling.
-		lp = &tokenLogprobs{logits: rowPool.get(len(logits)), tok: tok, top: j.top, offset: j.offset, tk: j.tok}
+		lp = &tokenLogprobs{logits: rowPool.get(len(logits)), toks: []int32{tok}, top: j.top, offsets: []int{j.offset}, tk: j.tok}
 		copy(lp.logits, logits)
 		b, _ := j.tok.Decode(nil, []int32{tok})
 		j.offset += len(b)
@@ -451,14 +508,39 @@ func (s *scheduler) emit(j *job, logits []float32, tok int32, now time.Time) {
 	j.next = tok
 }
 
-// tokenLogprobs is what the logprobs entry of a sampled token is
-// computed from: a copy of the logits it was drawn from.
+// promptLogprobs posts the logprobs of the prompt tokens that the logits
+// of a chunk of n prompt tokens of j (n rows, from position j.fed)
+// predict: those after each token of the chunk but the last of the
+// prompt, whose logits predict the first generated token; and, for the
+// first chunk, the first token, which nothing predicts (null, as OpenAI
+// and vLLM give it).
+func (s *scheduler) promptLogprobs(j *job, logits []float32, n int) {
+	V := len(logits) / n
+	first := j.fed + 1
+	k := min(n, len(j.prompt)-first) // rows that predict prompt tokens
+	lp := &tokenLogprobs{toks: j.prompt[first : first+k], offsets: j.offsets[first : first+k], top: j.top, tk: j.tok}
+	if j.fed == 0 {
+		lp.toks, lp.offsets, lp.nulls = j.prompt[:first+k], j.offsets[:first+k], 1
+	}
+	if len(lp.toks) == 0 {
+		return
+	}
+	lp.logits = rowPool.get(k * V)
+	copy(lp.logits, logits[:k*V])
+	j.out.post(event{index: j.index, pending: lp})
+}
+
+// tokenLogprobs is what logprobs entries are computed from: tokens, and
+// copies of the logits that predicted them (those they were drawn from,
+// for generated tokens), one row each but for the first nulls tokens,
+// which nothing predicts.
 type tokenLogprobs struct {
-	logits []float32
-	tok    int32
-	top    int // alternatives to list
-	offset int // of the token in the choice's text
-	tk     tokenizer.Tokenizer
+	logits  []float32 // len(toks)-nulls rows
+	toks    []int32
+	nulls   int   // 0, or 1 for the first token of a prompt
+	top     int   // alternatives to list
+	offsets []int // of the tokens in the choice's text
+	tk      tokenizer.Tokenizer
 }
 
 // rowPool recycles the copies of logits rows that logprobs take.
@@ -475,14 +557,12 @@ func (p *pool) get(n int) []float32 {
 
 func (p *pool) put(b []float32) { p.p.Put(&b) }
 
-// compute returns the entry of logprobs for the token: its
+// compute returns the entries of logprobs for the tokens: each one's
 // log-probability under softmax(logits), computed in float64, and the
-// top most likely tokens (ties by id), found by partial selection. It
-// gives the copy of the logits back to the pool.
+// top most likely tokens (ties by id), found by partial selection; null
+// for the nulls first. It gives the copy of the logits back to the pool.
 func (t *tokenLogprobs) compute() *logprobs {
-	logits := t.logits
-	defer rowPool.put(logits)
-	lse := logSumExp(logits)
+	defer rowPool.put(t.logits)
 	name := func(id int32) string {
 		b, err := t.tk.Decode(nil, []int32{id})
 		if err != nil {
@@ -490,39 +570,37 @@ func (t *tokenLogprobs) compute() *logprobs {
 		}
 		return tokenName(b)
 	}
+	n := len(t.toks)
 	lp := &logprobs{
-		Tokens:        []string{name(t.tok)},
-		TokenLogprobs: []float64{float64(logits[t.tok]) - lse},
-		TextOffset:    []int{t.offset},
-		TopLogprobs:   []map[string]float64{{}},
+		Tokens:        make([]string, n),
+		TokenLogprobs: make([]*float64, n),
+		TopLogprobs:   make([]map[string]float64, n),
+		TextOffset:    t.offsets,
 	}
-	if t.top > 0 {
-		var sel sample.Sampler
-		for _, id := range sel.Top(nil, logits, t.top) {
-			lp.TopLogprobs[0][name(id)] = float64(logits[id]) - lse
+	V := 0
+	if n > t.nulls {
+		V = len(t.logits) / (n - t.nulls)
+	}
+	var sel sample.Sampler
+	var ids []int32
+	for i, tok := range t.toks {
+		lp.Tokens[i] = name(tok)
+		if i < t.nulls {
+			continue
+		}
+		logits := t.logits[(i-t.nulls)*V : (i-t.nulls+1)*V]
+		lse := sample.LogSumExp(logits)
+		v := float64(logits[tok]) - lse
+		lp.TokenLogprobs[i] = &v
+		lp.TopLogprobs[i] = map[string]float64{}
+		if t.top > 0 {
+			ids = sel.Top(ids[:0], logits, t.top)
+			for _, id := range ids {
+				lp.TopLogprobs[i][name(id)] = float64(logits[id]) - lse
+			}
 		}
 	}
 	return lp
-}
-
-// lseBlock is how many terms logSumExp adds in float32 before adding
-// their sum in float64.
-const lseBlock = 1024
-
-// logSumExp returns log Σ e^l over logits: the vectorized float32
-// exponentials of vec.SumExp below the maximum, their sums over blocks
-// added in float64, so that the rounding stays that of a block (a few
-// float32 units) however long the vocabulary.
-func logSumExp(logits []float32) float64 {
-	top := vec.Max(logits)
-	if math.IsInf(float64(top), 0) || top != top {
-		return float64(top)
-	}
-	var sum float64
-	for lo := 0; lo < len(logits); lo += lseBlock {
-		sum += float64(vec.SumExp(logits[lo:min(lo+lseBlock, len(logits))], top))
-	}
-	return float64(top) + math.Log(sum)
 }
 
 // tokenName is how logprobs show a token: its text, or for bytes that

@@ -1,8 +1,8 @@
 // Package serve is polysketch's OpenAI-compatible inference server:
 // POST /v1/completions and /v1/chat/completions (streamed as server-sent
 // events or not), GET /v1/models, POST /tokenize and /detokenize
-// (llama.cpp's form), /health, Prometheus /metrics and a small web page
-// at /.
+// (llama.cpp's form and vLLM's) with GET /tokenizer_info, /health,
+// Prometheus /metrics and a small web page at /.
 //
 // Requests are decoded together by continuous batching (see scheduler.go):
 // every step of the model runs all active sequences at once, sequences
@@ -60,7 +60,7 @@ type Options struct {
 	StepRows      int           // rows per step beyond which further prompt chunks wait a step
 	MaxBody       int64         // bytes of a request body
 	KVMemory      int64         // bytes of KV cache for all sequences of a KV-cache model; 0 for no limit
-	APIKey        string        // bearer token required on /v1/, /tokenize, /detokenize and /metrics; empty for none
+	APIKey        string        // bearer token required on /v1/, /tokenize, /detokenize, /tokenizer_info and /metrics; empty for none
 	MetricsPublic bool          // serve /metrics without the API key
 	WriteTimeout  time.Duration // for each write to a client; 0 for none
 	Logger        *slog.Logger  // a line per failed request (at most logBurst a second); nil for slog.Default()
@@ -147,6 +147,7 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /v1/models/{id}", s.api(s.model))
 	s.mux.HandleFunc("POST /tokenize", s.api(s.tokenize))
 	s.mux.HandleFunc("POST /detokenize", s.api(s.detokenize))
+	s.mux.HandleFunc("GET /tokenizer_info", s.api(s.tokenizerInfo))
 	s.mux.HandleFunc("GET /health", s.health)
 	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	if o.MetricsPublic {
@@ -163,7 +164,7 @@ func New(o Options) *Server {
 	})
 	for path, method := range map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET",
-		"/health": "GET", "/metrics": "GET", "/tokenize": "POST", "/detokenize": "POST",
+		"/health": "GET", "/metrics": "GET", "/tokenize": "POST", "/detokenize": "POST", "/tokenizer_info": "GET",
 	} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
@@ -347,6 +348,16 @@ func (s *Server) authorized(r *http.Request) bool {
 // fail answers err as {"error": {...}}, counts it by its code and logs a
 // line, unless more than logBurst were logged in the last second.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
+	s.reject(r, err)
+	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, err.status, map[string]any{"error": err})
+}
+
+// reject counts err by its code and logs a line, unless more than
+// logBurst were logged in the last second.
+func (s *Server) reject(r *http.Request, err *apiError) {
 	reason := "other"
 	if err.Code != nil {
 		reason = *err.Code // a fixed set of codes, never the client's text
@@ -359,16 +370,20 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err *apiError) {
 		}
 		s.opts.Logger.Warn("request failed", args...)
 	}
-	if err.status == http.StatusTooManyRequests || err.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, err.status, map[string]any{"error": err})
 }
 
+// writeJSON answers v as JSON with the given status; v that cannot be
+// encoded (a NaN, say) is answered with 500 and an error, never an empty
+// body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]any{"error": errorf(status, "internal_error", "internal error: the answer cannot be written as JSON: %v", err)})
+	}
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	w.Write(append(b, '\n'))
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -428,7 +443,8 @@ type request struct {
 	// whose text holds its special tokens (and no plain-transcript stop).
 	templated bool
 	prompts   []string
-	tokens    [][]int32
+	tokens    [][]int32 // of each prompt; given by the client, or encoded by generate
+	begin     []int     // of each prompt, the tokens generate put before its text
 	set       sampling
 	stream    bool
 	usage     bool
@@ -447,17 +463,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if len(req.Messages) > 0 {
 		return errorf(http.StatusBadRequest, "invalid_value", "messages belong to /v1/chat/completions; /v1/completions takes a prompt")
 	}
-	prompts, err := stringOrList("prompt", req.Prompt)
+	prompts, ids, err := promptOf(req.Prompt, l.tok)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "invalid_type", "field prompt: want a string or a list of strings (token ids are not supported)")
+		return err
 	}
-	if prompts == nil {
-		return errorf(http.StatusBadRequest, "invalid_value", "prompt is missing")
-	}
-	if len(prompts) == 0 || len(prompts) > maxChoices {
-		return errorf(http.StatusBadRequest, "invalid_value", "prompt: %d strings, want 1 to %d", len(prompts), maxChoices)
-	}
-	rq := &request{prompts: prompts, stream: req.Stream, echo: req.Echo}
+	rq := &request{prompts: prompts, tokens: ids, stream: req.Stream, echo: req.Echo}
 	return s.generate(w, r, l, req, rq, 16)
 }
 
@@ -494,7 +504,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // generate validates the settings, queues one job per prompt and choice,
 // and answers with their text.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req *completionRequest, rq *request, defMax int) *apiError {
-	set, err := req.settings(defMax, rand.Uint64)
+	set, err := req.settings(defMax, l.m.Config().Vocab, rand.Uint64)
 	if err != nil {
 		return err
 	}
@@ -508,14 +518,25 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	if seqs := len(rq.prompts) * set.n; seqs > s.opts.MaxQueue {
 		return errorf(http.StatusBadRequest, "invalid_value", "%d prompts × n=%d choices: %d sequences, more than this server queues at once (%d); ask for fewer choices", len(rq.prompts), set.n, seqs, s.opts.MaxQueue)
 	}
+	given := rq.tokens
+	rq.tokens = nil
 	for i, p := range rq.prompts {
 		// A template writes the beginning-of-sequence token itself, as
-		// transformers' apply_chat_template encodes without special tokens.
+		// transformers' apply_chat_template encodes without special tokens;
+		// prompts of token ids are read as they are, as vLLM does.
 		var ids []int32
-		if !rq.templated {
+		if given == nil && !rq.templated {
 			ids = slices.Clone(l.cfg.Begin)
 		}
-		ids = l.tok.Encode(ids, []byte(p))
+		rq.begin = append(rq.begin, len(ids))
+		if given != nil {
+			ids = given[i]
+		} else {
+			var err *apiError
+			if ids, err = encode(r, l.tok, ids, fmt.Sprintf("prompt %d", i), p); err != nil {
+				return err
+			}
+		}
 		if len(ids) == 0 {
 			if !l.hasEOT {
 				return errorf(http.StatusBadRequest, "invalid_value", "prompt %d is empty: this model needs at least one token to start from", i)
@@ -540,8 +561,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 	rq.set = set
 	box := newMailbox()
 	var jobs []*job
-	if set.maxTokens > 0 {
+	if rq.jobs() {
+		echo := rq.echo && set.logprobs >= 0
 		for p, ids := range rq.tokens {
+			var offsets []int
+			if echo {
+				offsets = textOffsets(l.tok, ids, rq.begin[p])
+			}
 			for c := range set.n {
 				idx := p*set.n + c
 				offset := 0
@@ -549,8 +575,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 					offset = len(rq.prompts[p])
 				}
 				jobs = append(jobs, &job{
-					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset,
-					sampler: sample.New(set.temperature, set.topP, set.topK, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
+					index: idx, prompt: ids, max: set.maxTokens, limit: l.limit, offset: offset, echo: echo, offsets: offsets,
+					sampler: sample.New(set.Settings, rand.New(rand.NewPCG(set.seed, uint64(idx)))),
 					text:    newTextStream(set.stop), tok: l.tok, eos: l.cfg.EOS, top: set.logprobs,
 					kv: mulSat(l.kvRow, int64(len(ids))+int64(set.maxTokens)), out: box, cache: cacheJob{chat: rq.chat && !rq.templated},
 				})
@@ -577,6 +603,88 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, l *loaded, req
 		return nil
 	}
 	return s.collect(w, r, rq, box, len(jobs))
+}
+
+// generationError is the answer to a request whose generation failed
+// with err: 503 for a server shutting down, 500 for logits that are not
+// finite (a model that overflows) and for bugs.
+func generationError(err error) *apiError {
+	var nf *sample.NonFiniteError
+	switch {
+	case errors.Is(err, errClosed):
+		return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", err)
+	case errors.As(err, &nf):
+		return errorf(http.StatusInternalServerError, "non_finite_logits", "generation failed: %v; the server is still up", err)
+	}
+	return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", err)
+}
+
+// promptOf parses the prompt of /v1/completions: a string, a list of
+// strings, a list of token ids, or a list of lists of token ids (as
+// lm-evaluation-harness sends them). Prompts of token ids come with
+// their ids, checked against the vocabulary, and their text decoded.
+func promptOf(raw json.RawMessage, tok tokenizer.Tokenizer) ([]string, [][]int32, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, errorf(http.StatusBadRequest, "invalid_value", "prompt is missing")
+	}
+	var texts []string
+	var ids [][]int32
+	if list, err := stringOrList("prompt", raw); err == nil {
+		texts = list
+	} else {
+		var one []int64
+		var many [][]int64
+		switch {
+		case json.Unmarshal(raw, &one) == nil:
+			many = [][]int64{one}
+		case json.Unmarshal(raw, &many) == nil:
+		default:
+			return nil, nil, errorf(http.StatusBadRequest, "invalid_type", "field prompt: want a string, a list of strings, a list of token ids or a list of lists of them")
+		}
+		V := tok.VocabSize()
+		for i, p := range many {
+			t := make([]int32, len(p))
+			for j, id := range p {
+				if id < 0 || id >= int64(V) {
+					param := "prompt"
+					e := errorf(http.StatusBadRequest, "invalid_value", "prompt %d, token %d: id %d outside the vocabulary [0, %d)", i, j, id, V)
+					e.Param = &param
+					return nil, nil, e
+				}
+				t[j] = int32(id)
+			}
+			b, _ := tok.Decode(nil, t) // checked above
+			ids, texts = append(ids, t), append(texts, string(b))
+		}
+	}
+	if len(texts) == 0 || len(texts) > maxChoices {
+		return nil, nil, errorf(http.StatusBadRequest, "invalid_value", "prompt: %d prompts, want 1 to %d", len(texts), maxChoices)
+	}
+	return texts, ids, nil
+}
+
+// jobs reports whether the request has work for the scheduler: tokens
+// to generate, or its prompts' logprobs (echo with logprobs).
+func (rq *request) jobs() bool {
+	return rq.set.maxTokens > 0 || rq.echo && rq.set.logprobs >= 0
+}
+
+// textOffsets returns the byte offset of each token in the text of ids.
+// The first begin tokens, put before the prompt by the server, are not
+// in its text: at offset 0, they take no room.
+func textOffsets(tok tokenizer.Tokenizer, ids []int32, begin int) []int {
+	offsets := make([]int, len(ids))
+	var buf []byte
+	at := 0
+	for i := range ids {
+		offsets[i] = at
+		if i < begin {
+			continue
+		}
+		buf, _ = tok.Decode(buf[:0], ids[i:i+1]) // ids are checked against the vocabulary
+		at += len(buf)
+	}
+	return offsets
 }
 
 // id returns a fresh response id.
@@ -622,10 +730,10 @@ func newChoices(rq *request) *choices {
 		cached: make([]int, len(rq.prompts)), n: rq.set.n}
 	if rq.set.logprobs >= 0 {
 		for i := range c.logprobs {
-			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+			c.logprobs[i] = &logprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 		}
 	}
-	if rq.set.maxTokens == 0 {
+	if !rq.jobs() {
 		for i := range c.finish {
 			c.finish[i] = "length"
 		}
@@ -672,10 +780,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, rq *request, bo
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				if errors.Is(e.err, errClosed) {
-					return errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)
-				}
-				return errorf(http.StatusInternalServerError, "internal_error", "generation failed: %v", e.err)
+				return generationError(e.err)
 			}
 			c.add(e)
 		}
@@ -769,7 +874,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rq *request, box
 		}
 		for _, e := range buf {
 			if e.err != nil {
-				send(map[string]any{"error": errorf(http.StatusServiceUnavailable, "unavailable", "generation failed: %v", e.err)})
+				err := generationError(e.err)
+				s.reject(r, err)
+				send(map[string]any{"error": err})
 				return
 			}
 			c.add(e)

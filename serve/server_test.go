@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
 	"io"
 	"log/slog"
 	"math"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/polysketch/polysketch/attention"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 )
@@ -30,7 +31,7 @@ func TestGreedyMatchesModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	logits, err := dec.Prefill(byteIDs(prompt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,12 @@ func TestBadRequests(t *testing.T) {
 		{"logprobs type", ts.URL, "/v1/completions", `{"prompt":"a","logprobs":"x"}`, nil, 400, "logprobs"},
 		{"chat logprobs", ts.URL, "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"logprobs":true}`, nil, 400, "/v1/completions only"},
 		{"no prompt", ts.URL, "/v1/completions", `{"max_tokens":2}`, nil, 400, "prompt is missing"},
-		{"token prompt", ts.URL, "/v1/completions", `{"prompt":[1,2]}`, nil, 400, "token ids are not supported"},
+		{"token out of vocabulary", ts.URL, "/v1/completions", `{"prompt":[[1,2],[3,256]]}`, nil, 400, "prompt 1, token 1: id 256 outside the vocabulary [0, 256)"},
+		{"negative token", ts.URL, "/v1/completions", `{"prompt":[-1]}`, nil, 400, "id -1 outside the vocabulary"},
+		{"mixed prompt", ts.URL, "/v1/completions", `{"prompt":["a",1]}`, nil, 400, "want a string, a list of strings, a list of token ids"},
+		{"fractional token", ts.URL, "/v1/completions", `{"prompt":[1.5]}`, nil, 400, "want a string, a list of strings, a list of token ids"},
+		{"no prompts", ts.URL, "/v1/completions", `{"prompt":[]}`, nil, 400, "prompt: 0 prompts, want 1 to 16"},
+		{"echo logprobs 6", ts.URL, "/v1/completions", `{"prompt":"a","echo":true,"logprobs":6,"max_tokens":0}`, nil, 400, "logprobs 6: want a number of alternatives from 0 to 5"},
 		{"empty prompt", ts.URL, "/v1/completions", `{"prompt":""}`, nil, 400, "prompt 0 is empty"},
 		{"long prompt", ts.URL, "/v1/completions", `{"prompt":"` + strings.Repeat("x", 101) + `"}`, nil, 400, "over this model's limit of 100"},
 		{"invalid UTF-8", ts.URL, "/v1/completions", "{\"prompt\":\"\xff\xfe\"}", nil, 400, "not valid UTF-8"},
@@ -428,14 +434,15 @@ func TestLogprobs(t *testing.T) {
 	const prompt, n = "if err != nil {", 12
 	got := complete(t, ts.URL, fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"logprobs":3,"echo":true}`, prompt, n)).Choices[0]
 	lp := got.Logprobs
-	if lp == nil || len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
-		t.Fatalf("logprobs %+v, want %d entries of each", lp, n)
+	P := len(prompt) // bytes: the echoed prompt's tokens come first (TestEchoLogprobs)
+	if lp == nil || len(lp.Tokens) != P+n || len(lp.TokenLogprobs) != P+n || len(lp.TopLogprobs) != P+n || len(lp.TextOffset) != P+n {
+		t.Fatalf("logprobs %+v, want %d entries of each", lp, P+n)
 	}
 	dec, err := m.NewDecoder(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := dec.Prefill(tokenizer.Byte.Encode(nil, []byte(prompt)))
+	logits, err := dec.Prefill(byteIDs(prompt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,20 +456,21 @@ func TestLogprobs(t *testing.T) {
 		for _, v := range logits.Data {
 			sum += math.Exp(float64(v) - float64(logits.Data[best]))
 		}
-		want := -math.Log(sum)                                   // log-softmax of the most likely token
-		if d := math.Abs(lp.TokenLogprobs[i] - want); d > 2e-6 { // float32 exponentials (TestLogSumExpAccuracy)
-			t.Errorf("token %d: logprob %v, want %v", i, lp.TokenLogprobs[i], want)
+		want := -math.Log(sum) // log-softmax of the most likely token
+		got := *lp.TokenLogprobs[P+i]
+		if d := math.Abs(got - want); d > 2e-6 { // float32 exponentials (TestLogSumExpAccuracy)
+			t.Errorf("token %d: logprob %v, want %v", i, got, want)
 		}
-		if lp.TextOffset[i] != len(prompt)+i {
-			t.Errorf("token %d: text offset %d, want %d (after the echoed prompt)", i, lp.TextOffset[i], len(prompt)+i)
+		if lp.TextOffset[P+i] != len(prompt)+i {
+			t.Errorf("token %d: text offset %d, want %d (after the echoed prompt)", i, lp.TextOffset[P+i], len(prompt)+i)
 		}
-		top := lp.TopLogprobs[i]
-		if len(top) != 3 || top[lp.Tokens[i]] != lp.TokenLogprobs[i] {
-			t.Errorf("token %d (%q): top logprobs %v, want 3 with the token itself", i, lp.Tokens[i], top)
+		top := lp.TopLogprobs[P+i]
+		if len(top) != 3 || top[lp.Tokens[P+i]] != got {
+			t.Errorf("token %d (%q): top logprobs %v, want 3 with the token itself", i, lp.Tokens[P+i], top)
 		}
 		for name, v := range top {
-			if v > lp.TokenLogprobs[i] {
-				t.Errorf("token %d: alternative %q has logprob %v over the greedy token's %v", i, name, v, lp.TokenLogprobs[i])
+			if v > got {
+				t.Errorf("token %d: alternative %q has logprob %v over the greedy token's %v", i, name, v, got)
 			}
 		}
 		if logits, err = dec.Step([]int32{int32(best)}); err != nil {

@@ -32,16 +32,25 @@ func TestTokenize(t *testing.T) {
 		{"gpt2 add_special", gURL, "/tokenize", `{"content":"Hello world","add_special":true}`, `{"tokens":[15496,995]}`},
 		{"gpt2 pieces", gURL, "/tokenize", `{"content":"Hello world","with_pieces":true}`, `{"tokens":[{"id":15496,"piece":"Hello"},{"id":995,"piece":" world"}]}`},
 		{"gpt2 empty", gURL, "/tokenize", `{"content":""}`, `{"tokens":[]}`},
-		{"gpt2 detokenize", gURL, "/detokenize", `{"tokens":[15496,995]}`, `{"content":"Hello world"}`},
-		{"gpt2 end of text", gURL, "/detokenize", `{"tokens":[50256]}`, `{"content":"<|endoftext|>"}`},
-		{"detokenize nothing", gURL, "/detokenize", `{"tokens":[]}`, `{"content":""}`},
+		{"gpt2 detokenize", gURL, "/detokenize", `{"tokens":[15496,995]}`, `{"content":"Hello world","prompt":"Hello world"}`},
+		{"gpt2 end of text", gURL, "/detokenize", `{"tokens":[50256]}`, `{"content":"<|endoftext|>","prompt":"<|endoftext|>"}`},
+		{"detokenize nothing", gURL, "/detokenize", `{"tokens":[]}`, `{"content":"","prompt":""}`},
+		// vLLM's form, which lm-evaluation-harness's remote tokenizer sends.
+		{"gpt2 vllm", gURL, "/tokenize", `{"prompt":"Hello world","add_special_tokens":false}`, `{"tokens":[15496,995],"count":2,"max_model_len":4096}`},
+		{"gpt2 both", gURL, "/tokenize", `{"prompt":"Hello world","content":"Hello world"}`, `{"tokens":[15496,995]}`},
+		{"gpt2 tokenizer_info", gURL, "/tokenizer_info", "", `{"tokenizer_class":"gpt2","eos_token":"<|endoftext|>","bos_token":null,"pad_token":null,"model_max_length":4096,"vocab_size":50257}`},
+		{"byte tokenizer_info", bs.URL, "/tokenizer_info", "", `{"tokenizer_class":"byte","eos_token":null,"bos_token":null,"pad_token":null,"model_max_length":4096,"vocab_size":256}`},
 		{"byte", bs.URL, "/tokenize", `{"content":"hé"}`, `{"tokens":[104,195,169]}`},
 		// A piece that is part of a character is its bytes, as llama.cpp has it.
 		{"byte pieces", bs.URL, "/tokenize", `{"content":"hé","with_pieces":true}`, `{"tokens":[{"id":104,"piece":"h"},{"id":195,"piece":[195]},{"id":169,"piece":[169]}]}`},
-		{"byte detokenize", bs.URL, "/detokenize", `{"tokens":[104,195,169]}`, `{"content":"hé"}`},
+		{"byte detokenize", bs.URL, "/detokenize", `{"tokens":[104,195,169]}`, `{"content":"hé","prompt":"hé"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, h, b := call(t, "POST", tc.url+tc.path, tc.body)
+			method := "POST"
+			if tc.body == "" {
+				method = "GET"
+			}
+			code, h, b := call(t, method, tc.url+tc.path, tc.body)
 			var got, want any
 			json.Unmarshal(b, &got)
 			if err := json.Unmarshal([]byte(tc.want), &want); err != nil {
@@ -75,6 +84,7 @@ func TestTokenizeBadRequests(t *testing.T) {
 		contains         string
 	}{
 		{"no content", "/tokenize", `{}`, 400, "content is missing"},
+		{"content and prompt", "/tokenize", `{"content":"a","prompt":"b"}`, 400, "content and prompt differ"},
 		{"content type", "/tokenize", `{"content":5}`, 400, "field content: got a JSON number, want a string"},
 		{"malformed", "/tokenize", `{"content":`, 400, "malformed JSON"},
 		{"too large", "/tokenize", `{"content":"` + strings.Repeat("x", 2000) + `"}`, 413, "over 1000 bytes"},

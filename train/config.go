@@ -2,10 +2,10 @@ package train
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
 )
@@ -16,14 +16,15 @@ import (
 type Config struct {
 	// Corpus lists the files, directories and globs trained on (see
 	// data.NewCorpus); empty means the Go source tree (data.GoSource).
-	// The trainer does not read it; it records where the tokens came from
-	// so that a resumed run can load them again.
+	// Start loads it when given no Source; either way the recipe records
+	// where the tokens came from, so that a resumed run can load them
+	// again.
 	Corpus []string `json:"corpus"`
 	// TextField is the field of the corpus's JSON lines, and the column of
 	// its Parquet files, that holds the text; "" means data.DefaultTextField.
 	TextField string `json:"text_field,omitempty"`
 	// Task, if not nil, is the task trained on instead of a corpus (see
-	// NewTask); Corpus is then unused.
+	// Task, the Source); Corpus is then unused.
 	Task *task.Spec `json:"task,omitempty"`
 	// Tokenizer names the tokenizer of the tokens (tokenizer.Lookup).
 	Tokenizer string `json:"tokenizer"`
@@ -116,7 +117,7 @@ func (c Config) schedule() optim.Schedule {
 // Validate reports every problem of the configuration, one line each.
 func (c Config) Validate() error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(format string, args ...any) { errs = append(errs, field.Errorf(format, args...)) }
 	if _, err := tokenizer.Lookup(c.Tokenizer); err != nil {
 		errs = append(errs, err)
 	}
@@ -131,33 +132,33 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Batch < 1 {
-		add("batch %d: must be positive", c.Batch)
+		add("%s %d: must be positive", field.Name("batch"), c.Batch)
 	}
 	if c.Accum < 1 {
-		add("accum %d: must be positive", c.Accum)
+		add("%s %d: must be positive", field.Name("accum"), c.Accum)
 	}
 	if c.Steps < 1 {
-		add("steps %d: must be positive", c.Steps)
+		add("%s %d: must be positive", field.Name("steps"), c.Steps)
 	}
 	if c.Warmup > c.Steps {
-		add("warmup %d: more than the %d steps of the run", c.Warmup, c.Steps)
+		add("%s %d: more than the %d steps of the run", field.Name("warmup"), c.Warmup, c.Steps)
 	} else if err := c.schedule().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Schedule != "" && c.Schedule != ScheduleLinear && c.Schedule != ScheduleCosine {
-		add("schedule %q: use %s or %s", c.Schedule, ScheduleLinear, ScheduleCosine)
+		add("%s %q: use %s or %s", field.Name("schedule"), c.Schedule, ScheduleLinear, ScheduleCosine)
 	}
 	if err := c.optimizer().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if !(c.Clip >= 0) {
-		add("clip %v: must be 0 (off) or positive", c.Clip)
+		add("%s %v: must be 0 (off) or positive", field.Name("clip"), c.Clip)
 	}
 	if _, err := c.Precision.MarshalText(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.EvalEvery < 0 || c.EvalBatches < 0 || c.SaveEvery < 0 {
-		add("eval_every %d, eval_batches %d, save_every %d: must not be negative", c.EvalEvery, c.EvalBatches, c.SaveEvery)
+		add("%s %d, %s %d, %s %d: must not be negative", field.Name("eval_every"), c.EvalEvery, field.Name("eval_batches"), c.EvalBatches, field.Name("save_every"), c.SaveEvery)
 	}
 	return errors.Join(errs...)
 }

@@ -26,7 +26,7 @@ func startRanks(k int, dir string, run func(r int) Run) ([]*Trainer, []error) {
 			defer wg.Done()
 			rr := run(r)
 			rr.Comm = comms[r]
-			trs[r], errs[r] = Start(dir, rr)
+			trs[r], errs[r] = Start(context.Background(), dir, rr)
 		}()
 	}
 	wg.Wait()
@@ -39,15 +39,29 @@ func startRanks(k int, dir string, run func(r int) Run) ([]*Trainer, []error) {
 func runRanks(t *testing.T, dir string, k int, tc Config, opt DistOptions, cancelAt int) ([]*Trainer, []error) {
 	t.Helper()
 	train, val := tinyData(t)
-	trs, errs := startRanks(k, dir, func(int) Run {
+	return trainRanks(t, dir, k, func(int) Run {
 		return Run{Model: tinyModel(), Recipe: tc, Source: &Corpus{Train: train, Val: val}, Dist: opt}
-	})
-	for _, err := range errs {
+	}, cancelAt)
+}
+
+// trainRanks starts on k ranks the Run that run returns for each,
+// failing the test if a rank fails to start, runs them (runAll) and
+// returns their trainers and the errors of Run.
+func trainRanks(t *testing.T, dir string, k int, run func(r int) Run, cancelAt int) ([]*Trainer, []error) {
+	t.Helper()
+	trs, errs := startRanks(k, dir, run)
+	noErrors(t, errs)
+	return trs, runAll(t, trs, cancelAt)
+}
+
+// noErrors fails the test at the first rank's error.
+func noErrors(t *testing.T, errs []error) {
+	t.Helper()
+	for r, err := range errs {
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	return trs, runAll(t, trs, cancelAt)
 }
 
 // runAll runs the trainers of the ranks, each in a goroutine, and closes
@@ -257,7 +271,7 @@ func TestStartupAgreement(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, errs[0] = Start(t.TempDir(), Run{Model: tinyModel(), Recipe: recipe, Source: corpus, Comm: comms[0]})
+		_, errs[0] = Start(context.Background(), t.TempDir(), Run{Model: tinyModel(), Recipe: recipe, Source: corpus, Comm: comms[0]})
 	}()
 	go func() {
 		defer wg.Done()
@@ -312,19 +326,10 @@ func TestDistributedResume(t *testing.T) {
 	}
 	// Every rank loads the checkpoint itself, as on separate hosts.
 	train, val := tinyData(t)
-	trs, errs := startRanks(4, dir, func(int) Run {
+	trs, errs := trainRanks(t, dir, 4, func(int) Run {
 		return Run{Mode: Resume, Configure: func(*model.Config, *Config) error { return nil }, Source: &Corpus{Train: train, Val: val}}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, err := range runAll(t, trs, 0) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	}, 0)
+	noErrors(t, errs)
 	sameRun(t, readMetrics(t, one), readMetrics(t, dir))
 	for _, tr := range trs {
 		sameWeights(t, single.Model, tr.Model)

@@ -34,7 +34,7 @@ func (e Eval) BitsPerToken() float64 { return e.Loss / math.Ln2 }
 // start, batch windows a batch, for at most maxBatches batches (0: all),
 // so that every token but the first is predicted once, from the tokens
 // before it in its window. It stops early with ctx's error if ctx is
-// cancelled.
+// cancelled, and with an error if the model's logits are not finite.
 func Evaluate(ctx context.Context, m *model.Model, tokens *data.Tokens, batch, maxBatches int) (Eval, error) {
 	n := m.Config().Context
 	if tokens.Len() <= int64(n) {
@@ -48,7 +48,17 @@ func Evaluate(ctx context.Context, m *model.Model, tokens *data.Tokens, batch, m
 		return Eval{}, err
 	}
 	var e evaluator
-	return e.run(ctx, m, b)
+	return finite(e.run(ctx, m, b))
+}
+
+// finite returns an evaluation whose loss is not finite as an error: the
+// model's logits overflow. (Training's validation takes such a loss as
+// divergence instead.)
+func finite(e Eval, err error) (Eval, error) {
+	if err == nil && (math.IsNaN(e.Loss) || math.IsInf(e.Loss, 0)) {
+		return e, fmt.Errorf("batch %d: the loss is %v: the model's logits are not finite; its weights or activations overflow", e.Batches, e.Loss)
+	}
+	return e, err
 }
 
 // evaluator runs validations, keeping its buffers between them.
@@ -81,6 +91,9 @@ func (e *evaluator) run(ctx context.Context, m *model.Model, b *data.Batcher) (E
 		sum += loss * float64(k)
 		r.Tokens += k
 		r.Batches++
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			break // no loss is worth the rest
+		}
 	}
 	if r.Tokens == 0 {
 		return r, errors.New("no tokens to evaluate")

@@ -42,7 +42,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	trainTokens, valTokens, err := data.Load(corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	trainTokens, valTokens, err := data.Load(context.Background(), corpus, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func Example() {
 	run := filepath.Join(dir, "run")
 
 	source := &train.Corpus{Train: trainTokens, Val: valTokens}
-	t, err := train.Start(run, train.Run{Model: mc, Recipe: tc, Source: source})
+	t, err := train.Start(context.Background(), run, train.Run{Model: mc, Recipe: tc, Source: source})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func Example() {
 	fmt.Println("stopped at step", res.Step, errors.Is(err, context.Canceled))
 
 	// Resume: the model and recipe are the checkpoint's.
-	t, err = train.Start(run, train.Run{Model: mc, Recipe: tc, Source: source, Mode: train.Resume})
+	t, err = train.Start(context.Background(), run, train.Run{Model: mc, Recipe: tc, Source: source, Mode: train.Resume})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func Example() {
 func ExampleSaved_Changes() {
 	dir := foxDir()
 	defer os.RemoveAll(dir)
-	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), []string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func ExampleSaved_Changes() {
 	tc := train.DefaultConfig()
 	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 2, 2, 0, 2, 1
 	run := filepath.Join(dir, "run")
-	t, err := train.Start(run, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
+	t, err := train.Start(context.Background(), run, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func ExampleSaved_Changes() {
 		fmt.Printf("%s: saved %s, given %s\n", c.Field, c.Saved, c.Given)
 	}
 	// Start applies the same rules, and refuses.
-	_, err = train.Start(run, train.Run{Model: saved.Model.Config(), Recipe: more, Mode: train.Resume})
+	_, err = train.Start(context.Background(), run, train.Run{Model: saved.Model.Config(), Recipe: more, Mode: train.Resume})
 	var refused *train.ResumeError
 	fmt.Println(errors.As(err, &refused))
 	// Output:
@@ -147,7 +147,7 @@ func ExampleSaved_Changes() {
 func ExampleRun_stages() {
 	dir := foxDir()
 	defer os.RemoveAll(dir)
-	trainTokens, valTokens, err := data.LoadPaths([]string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), []string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func ExampleRun_stages() {
 
 	// Stage 1: the sketches alone, on an objective of the caller's (here
 	// the next-token loss of the first half of each sequence).
-	t, err := train.Start(run, train.Run{
+	t, err := train.Start(context.Background(), run, train.Run{
 		Model: mc, Recipe: tc, Source: source, Mode: train.ResumeOrNew,
 		Stage:     "transfer",
 		Trainable: func(p *nn.Param) bool { return strings.Contains(p.Name, ".attn.") },
@@ -189,7 +189,7 @@ func ExampleRun_stages() {
 
 	// Stage 2: every weight, from stage 1's, which Init is given.
 	tc.Steps = 2
-	t, err = train.Start(run, train.Run{
+	t, err = train.Start(context.Background(), run, train.Run{
 		Model: mc, Recipe: tc, Source: source, Mode: train.ResumeOrNew,
 		Init: func(m *model.Model, prev *checkpoint.Checkpoint) error {
 			fmt.Println("stage 2 starts from stage", prev.State.Stage, "at step", prev.State.Step)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
@@ -124,7 +125,7 @@ func CheckStudent(tc model.Config, cfg attention.Config, fromLinear bool) error 
 		return errors.New("the teacher is an encoder (bidirectional): linearization converts decoders")
 	}
 	if !fromLinear && teach != string(attention.Softmax) && teach != string(attention.Flash) {
-		return fmt.Errorf("the teacher's attention is %s, not softmax or flash: linearization converts softmax models (from_linear converts another)", teach)
+		return field.Errorf("the teacher's attention is %s, not softmax or flash: linearization converts softmax models (%s converts another)", teach, field.Name("from_linear"))
 	}
 	if cfg == nil {
 		return errors.New("no student attention given")
@@ -171,7 +172,7 @@ func NewParams(student, teacher *model.Model) []*nn.Param {
 // projections and whatever its mechanism and q/k LayerNorm add.
 func FinetuneParams(student *model.Model, train string) ([]*nn.Param, error) {
 	if train != TrainAll && train != TrainAttention {
-		return nil, fmt.Errorf("train %q: use %s or %s", train, TrainAll, TrainAttention)
+		return nil, field.Invalid("train", train, "use %s or %s", TrainAll, TrainAttention)
 	}
 	var ps []*nn.Param
 	for _, p := range student.Params() {

@@ -12,6 +12,8 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/field"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 )
@@ -37,10 +39,10 @@ func (l Linearization) Validate() error {
 		errs = append(errs, errors.New("no teacher"))
 	}
 	if l.Train != TrainAll && l.Train != TrainAttention {
-		errs = append(errs, fmt.Errorf("train %q: use %s or %s", l.Train, TrainAll, TrainAttention))
+		errs = append(errs, field.Invalid("train", l.Train, "use %s or %s", TrainAll, TrainAttention))
 	}
 	if !(l.Distill >= 0) {
-		errs = append(errs, fmt.Errorf("distill %v: must be 0 (none) or positive", l.Distill))
+		errs = append(errs, field.Invalid("distill", l.Distill, "must be 0 (none) or positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -212,7 +214,7 @@ func (l *Linearize) teacherNames() map[string]bool {
 func (l *Linearize) transfer(ctx context.Context, dir string, mode Mode, res *LinearizeResult) (Result, error) {
 	old := l.teacherNames()
 	var x *Transfer
-	t, err := Start(dir, Run{
+	t, err := Start(ctx, dir, Run{
 		Model: l.Student, Recipe: l.Transfer, Source: l.Source, Data: l.Data, Mode: mode,
 		Stage: StageTransfer,
 		Init: func(m *model.Model, _ *checkpoint.Checkpoint) error {
@@ -273,7 +275,7 @@ func (l *Linearize) transfer(ctx context.Context, dir string, mode Mode, res *Li
 func (l *Linearize) finetune(ctx context.Context, dir string, mode Mode, fromTeacher bool) (Result, error) {
 	lin := l.Finetune.Linearize
 	var ft *Finetune
-	t, err := Start(dir, Run{
+	t, err := Start(ctx, dir, Run{
 		Model: l.Student, Recipe: l.Finetune, Source: l.Source, Data: l.Data, Mode: mode,
 		Stage: StageFinetune,
 		Init: func(m *model.Model, prev *checkpoint.Checkpoint) error {
@@ -355,7 +357,7 @@ func fmtErrors(x []float64) string {
 // ReadLayers reads the per-layer errors of the linearization in dir; nil
 // if there are none.
 func ReadLayers(dir string) (*Layers, error) {
-	b, err := os.ReadFile(filepath.Join(dir, LayersFile))
+	b, err := regular.ReadFile(filepath.Join(dir, LayersFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -6,15 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/polysketch/polysketch/internal/atomicfile"
-
 	"github.com/polysketch/polysketch/chart"
+	"github.com/polysketch/polysketch/internal/atomicfile"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // Metrics is one line of a run's metrics log (metrics.jsonl): the
@@ -57,7 +56,7 @@ const (
 // ReadMetrics reads the metrics log at path. A line that does not parse
 // (the last one, cut short by a crash, say) is skipped and counted.
 func ReadMetrics(path string) (ms []Metrics, skipped int, err error) {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -120,10 +119,10 @@ func openMetrics(path string, step int) (*metricsLog, []Metrics, int, error) {
 	}
 	// Rewrite it whole through a temporary file, so that a crash now
 	// loses nothing.
-	if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+	if err := atomicfile.WriteBytes(path, buf.Bytes()); err != nil {
 		return nil, nil, 0, fmt.Errorf("writing metrics log: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("opening metrics log: %w", err)
 	}

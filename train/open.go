@@ -10,7 +10,9 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // Saved is a checkpoint opened to be used: evaluated, sampled, served or
@@ -18,7 +20,9 @@ import (
 // and the directory it was read from.
 type Saved struct {
 	*checkpoint.Checkpoint
-	Dir       string // the checkpoint's directory
+	Dir string // the checkpoint's directory
+	// Tokenizer is nil for a model imported without a tokenizer.json,
+	// whose ids alone it reads and writes (its state names none).
 	Tokenizer tokenizer.Tokenizer
 	// TokenizerConfig is what the tokenizer_config.json,
 	// generation_config.json and chat_template.jinja beside the
@@ -29,9 +33,12 @@ type Saved struct {
 
 // Open loads the checkpoint that path names: a checkpoint directory, or
 // the directory of a run holding one (CheckpointDir), with its tokenizer:
-// the tokenizer.json saved in it, or the built-in tokenizer its state
-// names, and the tokenizer's configuration files beside it. Every command
-// that reads a checkpoint opens it here.
+// the tokenizer.json saved in it, the built-in tokenizer its state names,
+// or none if it names none (an import without a tokenizer.json, whose
+// TokenizerConfig is then empty); and the tokenizer's configuration files
+// beside it. Every command that reads a checkpoint opens it here, where the
+// ids the model may be given are checked against its embedding: a
+// tokenizer with more tokens than the embedding has rows is refused.
 func Open(path string) (*Saved, error) {
 	dir := CheckpointIn(path)
 	c, err := checkpoint.Load(dir)
@@ -46,13 +53,65 @@ func Open(path string) (*Saved, error) {
 		if s.Tokenizer.Name() != c.State.Tokenizer {
 			return nil, fmt.Errorf("checkpoint %s: its %s is %s, but its state names the tokenizer %s", dir, tokenizer.FileName, s.Tokenizer.Name(), c.State.Tokenizer)
 		}
+	} else if c.State.Tokenizer == "" {
+		s.TokenizerConfig = &tokenizer.Config{Special: map[string]string{}}
+		return s, nil
 	} else if s.Tokenizer, err = tokenizer.Lookup(c.State.Tokenizer); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if err := s.checkVocabulary(); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if s.TokenizerConfig, err = tokenizer.ReadConfig(dir, s.Tokenizer); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return s, nil
+}
+
+// checkVocabulary checks that the model's embedding has a row for every
+// id the model's inputs can hold: every token of the tokenizer, or of a
+// built-in task, whose ids are the task's own.
+func (s *Saved) checkVocabulary() error {
+	rows := s.Model.Config().Vocab
+	if tc, ok := s.Recipe(); ok && tc.Task != nil && tc.Task.Name != task.File {
+		if ids := tc.Task.IDs(); ids > rows {
+			return fmt.Errorf("its task %s has %d token ids, but its model's embedding only %d rows", tc.Task.Name, ids, rows)
+		}
+		return nil
+	}
+	if n := s.Tokenizer.VocabSize(); n > rows {
+		return fmt.Errorf("its tokenizer %s has %d tokens, but its model's embedding only %d rows: ids %d to %d would have none; the tokenizer does not belong to these weights",
+			s.Tokenizer.Name(), n, rows, rows, n-1)
+	}
+	return nil
+}
+
+// Probe runs the model forward on a few tokens and checks that its logits
+// are finite. Load checks that every weight is finite, but finite weights
+// can still overflow (an output layer of 3e38, say), which only running
+// the model shows.
+func (s *Saved) Probe() error {
+	c := s.Model.Config()
+	n := min(8, c.Context, c.Vocab)
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	logits := s.Model.Forward(ids, 1, n).Data
+	if i := vec.NonFinite(logits); i >= 0 {
+		return fmt.Errorf("checkpoint %s: a forward pass on %d tokens gives logits that are not finite (%v, of token %d at position %d): its weights overflow",
+			s.Dir, n, logits[i], i%c.Vocab, i/c.Vocab)
+	}
+	return nil
+}
+
+// NeedTokenizer fails for a checkpoint without a tokenizer, for the
+// commands that read or write text.
+func (s *Saved) NeedTokenizer() error {
+	if s.Tokenizer == nil {
+		return fmt.Errorf("checkpoint %s has no tokenizer (imported without a tokenizer.json): it reads and writes token ids alone", s.Dir)
+	}
+	return nil
 }
 
 // CheckpointIn returns the checkpoint directory that path names: path
@@ -73,11 +132,14 @@ func (s *Saved) CheckTokenizer(arg string) error {
 	}
 	given, err := tokenizer.Open(arg)
 	if err != nil {
-		return fmt.Errorf("--tokenizer: %w", err)
+		return field.Errorf("%s: %w", field.Name("tokenizer"), err)
+	}
+	if err := s.NeedTokenizer(); err != nil {
+		return err
 	}
 	if given.Name() != s.Tokenizer.Name() {
-		return fmt.Errorf("--tokenizer %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop --tokenizer to use the checkpoint's own",
-			arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize())
+		return field.Errorf("%s %s is %s (%d tokens), but checkpoint %s was trained with %s (%d tokens): drop %s to use the checkpoint's own",
+			field.Name("tokenizer"), arg, given.Name(), given.VocabSize(), s.Dir, s.Tokenizer.Name(), s.Tokenizer.VocabSize(), field.Name("tokenizer"))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
+	"github.com/polysketch/polysketch/tensor"
 )
 
 // Run is what Start starts, or resumes, in a run directory.
@@ -61,7 +63,7 @@ type Run struct {
 	// its own stage, and with Mode ResumeOrNew, a checkpoint of another
 	// stage is the previous stage's, which a new run of this one starts
 	// from (see Init). A stage other than "" keeps its metrics log and
-	// loss curve in files of its own (MetricsPath, PlotPath).
+	// loss curves in files of its own (StageFile).
 	Stage string
 	// Init, if not nil, prepares the model of a new run, made from Model:
 	// it may load weights into it, from prev, the previous stage's
@@ -75,6 +77,31 @@ type Run struct {
 	// loss a step minimizes (see Objective). Validation is the Source's
 	// next-token loss either way.
 	Objective Objective
+	// Files are model files the run's checkpoints keep
+	// (checkpoint.Checkpoint.Files): a fine-tuned imported model's
+	// tokenizer_config.json and generation_config.json. A resumed run
+	// keeps its checkpoint's.
+	Files map[string][]byte
+}
+
+// Weights returns a Run.Init that starts a new run from the weights of
+// from, a model of the run's configuration (an imported model, to
+// fine-tune it; another run's): every parameter is copied by its name.
+func Weights(from *model.Model) func(m *model.Model, prev *checkpoint.Checkpoint) error {
+	return func(m *model.Model, _ *checkpoint.Checkpoint) error {
+		src := map[string]*nn.Param{}
+		for _, p := range from.Params() {
+			src[p.Name] = p
+		}
+		for _, p := range m.Params() {
+			q, ok := src[p.Name]
+			if !ok || !tensor.SameShape(p.Value, q.Value) {
+				return fmt.Errorf("the weights to start from have no parameter %s of shape %v", p.Name, p.Value.Shape)
+			}
+			p.Value.CopyFrom(q.Value)
+		}
+		return nil
+	}
 }
 
 // Objective computes the loss of model m on batch b, and its gradient
@@ -167,9 +194,10 @@ func (e *ResumeError) Error() string {
 // its metrics log after the checkpoint's step are dropped. A new run's
 // metrics log starts empty, and a checkpoint already in dir is replaced by
 // its first one. If Start fails, it writes nothing, and removes the
-// directories it made.
-func Start(dir string, r Run) (*Trainer, error) {
-	s := &starting{dir: dir, r: r}
+// directories it made. Tokenizing a corpus stops with ctx's error when
+// ctx is done (see data.Load).
+func Start(ctx context.Context, dir string, r Run) (*Trainer, error) {
+	s := &starting{ctx: ctx, dir: dir, r: r}
 	t, err := s.start()
 	if r.Comm != nil && !s.agreed {
 		err = agree(r.Comm, err, nil) // the others learn of this rank's failure
@@ -191,6 +219,7 @@ func Start(dir string, r Run) (*Trainer, error) {
 
 // starting is the state of a Start under way.
 type starting struct {
+	ctx     context.Context // of Start's call
 	dir     string
 	r       Run
 	agreed  bool       // the ranks' agreement on the run ran
@@ -288,7 +317,7 @@ func (s *starting) start() (*Trainer, error) {
 		return nil, fmt.Errorf("accum %d is not a multiple of the %d ranks: the global batch (batch × accum) is split across the ranks; make accum %d, %d, …", tc.Accum, k, k, 2*k)
 	}
 	if src == nil {
-		train, val, err := data.LoadPaths(tc.Corpus, tc.TextField, tok, r.Data)
+		train, val, err := data.LoadPaths(s.ctx, tc.Corpus, tc.TextField, tok, r.Data)
 		if err != nil {
 			return nil, err
 		}
@@ -312,7 +341,7 @@ func (s *starting) start() (*Trainer, error) {
 	}
 	if resume {
 		c := s.saved.Checkpoint
-		t.Model, t.state, t.saved, t.Resumed = c.Model, c.State, c.State.Step, true
+		t.Model, t.state, t.saved, t.Resumed, t.files = c.Model, c.State, c.State.Step, true, c.Files
 		if err := t.feed.setState(c.State.Data); err != nil {
 			return nil, fmt.Errorf("checkpoint in %s: %w", dir, err)
 		}
@@ -326,6 +355,7 @@ func (s *starting) start() (*Trainer, error) {
 			}
 		}
 		t.state = checkpoint.State{Tokenizer: tc.Tokenizer, Stage: r.Stage}
+		t.files = r.Files
 	}
 	t.params = t.Model.Params()
 	if r.Trainable != nil {

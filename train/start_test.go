@@ -49,7 +49,7 @@ func TestStartModes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, tt.dir)
 			train, val := tinyData(t)
-			tr, err := Start(tt.dir, Run{Model: tinyModel(), Recipe: tc, Mode: tt.mode, Stage: tt.stage, Source: &Corpus{Train: train, Val: val}})
+			tr, err := Start(context.Background(), tt.dir, Run{Model: tinyModel(), Recipe: tc, Mode: tt.mode, Stage: tt.stage, Source: &Corpus{Train: train, Val: val}})
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Start: %v", err)
@@ -87,7 +87,7 @@ func TestStartLocked(t *testing.T) {
 	}
 	before := snapshot(t, dir)
 	for _, mode := range []Mode{New, Resume, Replace, ResumeOrNew} {
-		_, err := Start(dir, Run{Model: tinyModel(), Recipe: tc, Mode: mode})
+		_, err := Start(context.Background(), dir, Run{Model: tinyModel(), Recipe: tc, Mode: mode})
 		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), filepath.Join(dir, LockFile)) {
 			t.Errorf("mode %d on a locked run: %v, want ErrLocked naming the lock", mode, err)
 		}
@@ -135,7 +135,7 @@ func TestStartResumeRules(t *testing.T) {
 	train, val := tinyData(t)
 	longer := tc
 	longer.Steps, longer.EvalEvery = 30, 3
-	tr, err := Start(dir, Run{Model: tinyModel(), Recipe: longer, Mode: Resume, Source: &Corpus{Train: train, Val: val}})
+	tr, err := Start(context.Background(), dir, Run{Model: tinyModel(), Recipe: longer, Mode: Resume, Source: &Corpus{Train: train, Val: val}})
 	if err != nil {
 		t.Fatalf("resume with more steps: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestStartResumeRules(t *testing.T) {
 		{wider, tc, "dim 32 where the checkpoint has 16"},
 		{tinyModel(), other, "batch 2 where the checkpoint has 4"},
 	} {
-		_, err := Start(dir, Run{Model: c.mc, Recipe: c.tc, Mode: Resume, Source: &Corpus{Train: train, Val: val}})
+		_, err := Start(context.Background(), dir, Run{Model: c.mc, Recipe: c.tc, Mode: Resume, Source: &Corpus{Train: train, Val: val}})
 		var re *ResumeError
 		if !errors.As(err, &re) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("resume: %v, want a ResumeError containing %q", err, c.want)

@@ -3,12 +3,14 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/chart"
 	"github.com/polysketch/polysketch/data/task"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // TaskModel shapes mc for task s: the length and direction of its
@@ -37,12 +39,13 @@ func TaskModel(mc *model.Config, s *task.Spec, chosen func(field string) bool) {
 
 // EvaluateTask scores m on the test examples of set, batch examples at a
 // time: the loss, per-token accuracy and exact match over the answer
-// positions. It stops early with ctx's error if ctx is cancelled.
+// positions. It stops early with ctx's error if ctx is cancelled, and
+// with an error if the model's logits are not finite.
 func EvaluateTask(ctx context.Context, m *model.Model, set *task.Set, batch int) (Eval, error) {
 	if batch < 1 {
 		return Eval{}, fmt.Errorf("batch %d: must be positive", batch)
 	}
-	return evaluateTask(ctx, m, set, batch)
+	return finite(evaluateTask(ctx, m, set, batch))
 }
 
 func evaluateTask(ctx context.Context, m *model.Model, set *task.Set, batch int) (Eval, error) {
@@ -60,8 +63,12 @@ func evaluateTask(ctx context.Context, m *model.Model, set *task.Set, batch int)
 			tokens = append(tokens, ex.Tokens...)
 		}
 		logits := m.Forward(tokens, len(exs), N)
-		s.Add(logits.Data, V, exs)
 		r.Batches++
+		if vec.NonFinite(logits.Data) >= 0 {
+			r.Loss = math.NaN() // no score is worth the rest
+			return r, nil
+		}
+		s.Add(logits.Data, V, exs)
 	}
 	tm := s.Metrics()
 	r.Loss, r.Tokens, r.Task = tm.Loss, int64(tm.Tokens), &tm

@@ -33,7 +33,7 @@ func tinyTask(t *testing.T) (model.Config, Config, *task.Set) {
 func TestTaskRun(t *testing.T) {
 	mc, tc, set := tinyTask(t)
 	straightDir := t.TempDir()
-	straight, err := Start(straightDir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+	straight, err := Start(context.Background(), straightDir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestTaskRun(t *testing.T) {
 
 	// Interrupt and resume: the same run, bit for bit.
 	dir := t.TempDir()
-	first, err := Start(dir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+	first, err := Start(context.Background(), dir, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestTaskRun(t *testing.T) {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	// The task rebuilt from the checkpoint's recipe.
-	second, err := Start(dir, Run{Mode: Resume, Configure: func(*model.Config, *Config) error { return nil }})
+	second, err := Start(context.Background(), dir, Run{Mode: Resume, Configure: func(*model.Config, *Config) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestTaskRun(t *testing.T) {
 func TestTaskErrors(t *testing.T) {
 	mc, tc, set := tinyTask(t)
 	start := func(mc model.Config, tc Config) error {
-		_, err := Start(t.TempDir(), Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+		_, err := Start(context.Background(), t.TempDir(), Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 		return err
 	}
 	bad := mc
@@ -127,7 +127,7 @@ func TestResumeOtherTask(t *testing.T) {
 	mc, tc, _ := tinyTask(t)
 	tc.Steps, tc.Warmup = 2, 0
 	taskRun := t.TempDir()
-	tr, err := Start(taskRun, Run{Model: mc, Recipe: tc})
+	tr, err := Start(context.Background(), taskRun, Run{Model: mc, Recipe: tc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestResumeOtherTask(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, tt.dir)
-			_, err := Start(tt.dir, Run{Mode: Resume, Configure: func(_ *model.Config, tc *Config) error {
+			_, err := Start(context.Background(), tt.dir, Run{Mode: Resume, Configure: func(_ *model.Config, tc *Config) error {
 				tt.edit(tc)
 				return nil
 			}})
@@ -178,7 +178,7 @@ func TestDistributedTask(t *testing.T) {
 	mc, tc, set := tinyTask(t)
 	tc.Steps, tc.Batch, tc.Accum = 6, 2, 2
 	one := t.TempDir()
-	single, err := Start(one, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
+	single, err := Start(context.Background(), one, Run{Model: mc, Recipe: tc, Source: &Task{Set: set}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,17 +186,8 @@ func TestDistributedTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	trs, errs := startRanks(2, dir, func(int) Run { return Run{Model: mc, Recipe: tc, Source: &Task{Set: set}} })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, err := range runAll(t, trs, 0) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	trs, errs := trainRanks(t, dir, 2, func(int) Run { return Run{Model: mc, Recipe: tc, Source: &Task{Set: set}} }, 0)
+	noErrors(t, errs)
 	a, b := readMetrics(t, one), readMetrics(t, dir)
 	sameRun(t, a, b)
 	for i := range a {

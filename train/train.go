@@ -14,7 +14,7 @@
 // Start is the one way a run begins, new or resumed, on a corpus or a task,
 // in one process or data-parallel:
 //
-//	t, err := train.Start(dir, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}})
+//	t, err := train.Start(ctx, dir, train.Run{Model: mc, Recipe: tc, Source: &train.Corpus{Train: tr, Val: val}})
 //	res, err := t.Run(ctx) // until Steps, a NaN, or ctx is cancelled
 //	t.Close()
 //
@@ -70,6 +70,8 @@ type Trainer struct {
 
 	release     func(failed bool) // the directory's lock; nil on ranks other than 0
 	closeSource bool              // the Source is a corpus Start loaded
+
+	files map[string][]byte // model files the checkpoints keep (Run.Files)
 
 	batch   Batch
 	saved   int  // step of the last checkpoint; -1 if none
@@ -327,7 +329,7 @@ func (t *Trainer) save(pos []byte) error {
 		return err
 	}
 	t.state.Step, t.state.Data = t.opt.Step, pos
-	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state}
+	c := &checkpoint.Checkpoint{Model: t.Model, Train: tc, Optimizer: t.opt.State(), State: t.state, Files: t.files}
 	if tok, err := tokenizer.Lookup(t.state.Tokenizer); err == nil {
 		if f, ok := tok.(*tokenizer.BPE); ok {
 			c.TokenizerJSON = f.JSON() // the ids' meaning travels with the weights

@@ -61,7 +61,7 @@ func tinyData(t testing.TB) (train, val *data.Tokens) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, val, err = data.Load(c, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
+	train, val, err = data.Load(context.Background(), c, tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache"), ValFraction: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func newTrainer(t *testing.T, dir string, tc Config) *Trainer {
 func startNew(t testing.TB, dir string, mc model.Config, tc Config) (*Trainer, error) {
 	t.Helper()
 	train, val := tinyData(t)
-	return Start(dir, Run{Model: mc, Recipe: tc, Source: &Corpus{Train: train, Val: val}})
+	return Start(context.Background(), dir, Run{Model: mc, Recipe: tc, Source: &Corpus{Train: train, Val: val}})
 }
 
 // resume resumes the run in dir on the tiny corpus with its recipe as
@@ -111,7 +111,7 @@ func startNew(t testing.TB, dir string, mc model.Config, tc Config) (*Trainer, e
 func resume(t testing.TB, dir string, edit func(tc *Config)) (*Trainer, error) {
 	t.Helper()
 	train, val := tinyData(t)
-	return Start(dir, Run{Mode: Resume, Source: &Corpus{Train: train, Val: val}, Configure: func(_ *model.Config, tc *Config) error {
+	return Start(context.Background(), dir, Run{Mode: Resume, Source: &Corpus{Train: train, Val: val}, Configure: func(_ *model.Config, tc *Config) error {
 		if edit != nil {
 			edit(tc)
 		}

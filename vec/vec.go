@@ -69,6 +69,22 @@ func Sum(x []float32) float32 {
 	return sum(x)
 }
 
+// NonFinite returns the index of the first NaN or infinity in x, or -1 if
+// every element is finite. Finite x costs one vectorized sum: a NaN or an
+// infinity makes the sum one, and only then (or when finite elements
+// overflow it) are the elements looked at one by one.
+func NonFinite(x []float32) int {
+	if s := sum(x); !math.IsInf(float64(s), 0) && s == s {
+		return -1
+	}
+	for i, v := range x {
+		if math.IsInf(float64(v), 0) || v != v {
+			return i
+		}
+	}
+	return -1
+}
+
 // Max returns the largest element of x, or -Inf for an empty x. If x holds a
 // NaN, Max returns NaN.
 func Max(x []float32) float32 {

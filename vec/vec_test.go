@@ -975,3 +975,84 @@ func TestSumExp(t *testing.T) {
 		})
 	})
 }
+
+func TestNonFinite(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, tc := range []struct {
+		x    []float32
+		want int
+	}{
+		{nil, -1},
+		{[]float32{1, 2, 3}, -1},
+		{[]float32{3e38, 3e38, -1}, -1}, // finite, though their sum overflows
+		{[]float32{1, inf, nan}, 1},
+		{[]float32{1, 2, -inf}, 2},
+		{[]float32{nan}, 0},
+		{append(make([]float32, 1000), inf, -inf), 1000}, // a sum of NaN
+	} {
+		if got := NonFinite(tc.x); got != tc.want {
+			t.Errorf("NonFinite(%v) = %d, want %d", tc.x[max(0, len(tc.x)-3):], got, tc.want)
+		}
+	}
+}
+
+// siluRef is SiLU in float64, x·σ(x).
+func siluRef(x float64) float64 {
+	if math.IsInf(x, -1) {
+		return 0
+	}
+	return x / (1 + math.Exp(-x))
+}
+
+// siluDerivRef is the derivative of siluRef, σ(x)·(1 + x·σ(-x)).
+func siluDerivRef(x float64) float64 {
+	if math.IsInf(x, 1) {
+		return 1
+	}
+	if math.IsInf(x, -1) {
+		return 0
+	}
+	s, oms := 1/(1+math.Exp(-x)), 1/(1+math.Exp(x))
+	return s * (1 + x*oms)
+}
+
+func TestSiLU(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		xs := grid(-30, 30, 1e-3, 50000, rng)
+		xs = append(xs, 0, 1e-40, -1e-40, 1e-20, -1e-20, -50, -99, -100, -101, -104, -150, -1e30, ninf, 50, 1e20, 1e30, inf, nan)
+		unaryCase(t, "SiLU", SiLU, siluRef, condTol(siluRef, siluDerivRef, 6), func(x float64) float64 { return 0x1p-149 * (1 + math.Abs(x)) }, xs)
+		got := make([]float32, 3)
+		SiLU(got, []float32{ninf, -1000, inf})
+		if got[0] != 0 || got[1] != 0 || !math.IsInf(float64(got[2]), 1) {
+			t.Errorf("SiLU(-Inf, -1000, +Inf) = %v, want [0 0 +Inf]", got)
+		}
+	})
+}
+
+func TestSiLUBackward(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(13, 14))
+		xs := grid(-30, 30, 1e-3, 50000, rng)
+		xs = append(xs, 0, 1e-30, -1e-30, -50, -99, -100, -101, -150, -1e30, ninf, 50, 99, 100, 101, 1e30, inf, nan)
+		dsilu := func(dx, x []float32) {
+			ones := make([]float32, len(x))
+			for i := range ones {
+				ones[i] = 1
+			}
+			SiLUBackward(dx, x, ones)
+		}
+		// SiLU' = σ + x·σ·(1−σ) cancels near x = -1.28, where it crosses
+		// zero: the rounding of its terms bounds the error there.
+		abs := func(x float64) float64 {
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				return 0
+			}
+			s, oms := 1/(1+math.Exp(-x)), 1/(1+math.Exp(x))
+			return 4*eps*(s+math.Abs(x)*s*oms) + 0x1p-149*(1+math.Abs(x))
+		}
+		unaryCase(t, "SiLU'", dsilu, siluDerivRef, condTol(siluDerivRef, func(x float64) float64 {
+			return (siluDerivRef(x+1e-6) - siluDerivRef(x-1e-6)) / 2e-6
+		}, 10), abs, xs)
+	})
+}

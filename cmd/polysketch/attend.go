@@ -43,8 +43,9 @@ flags:
 `
 
 // runAttend implements "polysketch attend".
-func runAttend(args []string, stdout io.Writer) error {
+func runAttend(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("attend", attendHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	var af attentionFlags
 	af.register(fs, "polysketch", false)
 	var (

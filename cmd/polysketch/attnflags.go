@@ -113,7 +113,7 @@ func (a *attentionFlags) apply(base attention.Config) (attention.Config, error) 
 			return a.options(base, true)
 		})
 		if err != nil {
-			return nil, errors.New(oneLine(err))
+			return nil, err
 		}
 		return cfg, nil
 	}
@@ -158,7 +158,7 @@ func (a *attentionFlags) configs(defs []string) ([]attention.Config, []string, e
 func (a *attentionFlags) parse(spec string, start func(attention.Config) (attention.Config, error)) (attention.Config, error) {
 	cfg, err := attention.ParseSpecFrom(spec, start)
 	if err != nil {
-		return nil, fmt.Errorf("--attention %s: %s", spec, oneLine(err))
+		return nil, fmt.Errorf("--attention %s: %w", spec, err)
 	}
 	return cfg, nil
 }

@@ -10,12 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
@@ -57,43 +52,6 @@ line per mechanism, as a PNG (off by default).
 
 flags:
 `
-
-// benchMechanism is one line of the benchmark: a mechanism with its options.
-type benchMechanism struct {
-	name   string // the spec it was given as
-	cfg    attention.Config
-	growth float64 // time grows as N^growth: 2 for quadratic mechanisms
-}
-
-// benchMechanisms returns the mechanisms of a list-taking --attention
-// (defs when not given), each once, its time growing as N^quadratic for
-// quadratic mechanisms and as N^linear for linear ones.
-func benchMechanisms(af *attentionFlags, defs []string, quadratic, linear float64) ([]benchMechanism, error) {
-	cfgs, specs, err := af.configs(defs)
-	if err != nil {
-		return nil, err
-	}
-	var ms []benchMechanism
-	for i, c := range cfgs {
-		growth := quadratic
-		if attention.PropertiesOf(c).Linear {
-			growth = linear
-		}
-		if !slices.ContainsFunc(ms, func(m benchMechanism) bool { return m.cfg == c }) {
-			ms = append(ms, benchMechanism{specs[i], c, growth})
-		}
-	}
-	return ms, nil
-}
-
-// specList returns the full specs of ms, for the title of a table.
-func specList(ms []benchMechanism) string {
-	var specs []string
-	for _, m := range ms {
-		specs = append(specs, attention.Spec(m.cfg))
-	}
-	return strings.Join(specs, ", ")
-}
 
 // benchSpecs is the default list of mechanisms: every registered one and
 // the cumulative-sum forms of those that have one.
@@ -139,8 +97,9 @@ type benchAttentionConfig struct {
 	plot            string
 }
 
-func benchAttention(args []string, stdout io.Writer) error {
+func benchAttention(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("bench attention", benchAttentionHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchAttentionConfig{memLimit: defaultMemLimit()}
 	var af attentionFlags
 	af.register(fs, strings.Join(benchSpecs(), ","), true)
@@ -153,7 +112,7 @@ func benchAttention(args []string, stdout io.Writer) error {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB, 512MiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 5, "time budget of one case: skip a case whose run is predicted to take longer, and stop repeating once it is spent")
 	fs.IntVar(&cfg.reps, "reps", 3, "timed runs per case after the warm-up, at most")
-	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, h, pass, seconds, us_per_token, peak_bytes) instead of a table")
+	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, h, pass, seconds, us_per_token, peak_bytes) instead of a table")
 	fs.StringVar(&cfg.plot, "plot", "", "write a PNG plot of forward+backward µs/token against N to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -255,23 +214,6 @@ func (cfg *benchAttentionConfig) print(w io.Writer, r benchRow) error {
 	return err
 }
 
-// timing is one measured run time, for extrapolating to larger n.
-type timing struct {
-	n       int
-	seconds float64
-}
-
-// predict extrapolates the time of one run at n from the last measurement
-// by the mechanism's asymptotic growth, n^growth. Fitting the growth to
-// the measurements instead proved unreliable on a busy machine; at small n
-// the asymptotic rate overestimates, which errs on the side of the budget.
-func predict(last *timing, n int, growth float64) (float64, bool) {
-	if last == nil {
-		return 0, false
-	}
-	return last.seconds * math.Pow(float64(n)/float64(last.n), growth), true
-}
-
 // measure runs mechanism m at context length n: both passes, or OOM or
 // skipped rows.
 func (cfg *benchAttentionConfig) measure(m benchMechanism, n int, history *[2]*timing) ([]benchRow, error) {
@@ -357,105 +299,4 @@ func randn(rng *rand.Rand, scale float64, shape []int) *tensor.Tensor {
 		t.Data[i] = float32(rng.NormFloat64() * scale)
 	}
 	return t
-}
-
-const heapMetric = "/memory/classes/heap/objects:bytes"
-
-func heapInUse() uint64 {
-	s := []metrics.Sample{{Name: heapMetric}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// heapSampler records the peak heap in use, sampled every millisecond by a
-// goroutine and whenever sample is called.
-type heapSampler struct {
-	peak atomic.Uint64
-	quit chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startHeapSampler() *heapSampler {
-	s := &heapSampler{quit: make(chan struct{})}
-	s.sample()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.quit:
-				return
-			case <-tick.C:
-				s.sample()
-			}
-		}
-	}()
-	return s
-}
-
-func (s *heapSampler) sample() {
-	v := heapInUse()
-	for {
-		old := s.peak.Load()
-		if v <= old || s.peak.CompareAndSwap(old, v) {
-			return
-		}
-	}
-}
-
-// stop ends sampling and returns the peak.
-func (s *heapSampler) stop() uint64 {
-	close(s.quit)
-	s.wg.Wait()
-	s.sample()
-	return s.peak.Load()
-}
-
-// defaultMemLimit is half of physical memory, at most 8 GiB (8 GiB when
-// physical memory is unknown), leaving room for whatever else runs.
-func defaultMemLimit() byteSize {
-	const most = 8 << 30
-	total := physicalMemory()
-	if total <= 0 {
-		return most
-	}
-	return byteSize(min(total/2, most))
-}
-
-// physicalMemory reads MemTotal from /proc/meminfo; 0 if unknown.
-func physicalMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				if err == nil {
-					return kb << 10
-				}
-			}
-		}
-	}
-	return 0
-}
-
-// parseContexts parses the --n flag of the benchmarks: comma-separated
-// positive context lengths, returned sorted without repeats, since the
-// time-budget extrapolation runs from small to large.
-func parseContexts(ns string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--n %q: want comma-separated positive integers", ns)
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
 }

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -65,11 +61,11 @@ func benchCache(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	hs, err := parseInts(*histories)
+	hs, err := positiveInts(*histories, ",")
 	if err != nil {
 		return fmt.Errorf("bench cache: --histories: %w", err)
 	}
-	shs, err := parseInts(*softmax)
+	shs, err := positiveInts(*softmax, ",")
 	if err != nil {
 		return fmt.Errorf("bench cache: --softmax-histories: %w", err)
 	}
@@ -137,71 +133,39 @@ func benchText(n int) string {
 	return b.String()[:n]
 }
 
-// cacheServer is a server of the benchmark.
+// cacheServer is a server of the benchmark, and its client.
 type cacheServer struct {
-	base   string
-	client *http.Client
-	stop   func()
+	*benchServer
+	client    *http.Client
+	closeIdle func()
 }
 
 // startCacheServer serves m with a prefix cache of cacheMem bytes (0:
-// none) on a loopback port.
+// none) on a loopback port, for clients at once.
 func startCacheServer(m *model.Model, cacheMem int64, clients int) (*cacheServer, error) {
 	o := serve.DefaultOptions()
 	o.MaxQueue, o.MaxLength, o.CacheMemory = 1<<16, 1<<20, cacheMem
 	o.KVMemory = 8 << 30
-	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	srv := serve.New(o)
-	if err := srv.Ready(m, tokenizer.Byte); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lb, err := serveBench(m, tokenizer.Byte, o)
 	if err != nil {
-		srv.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	tr := &http.Transport{MaxIdleConnsPerHost: clients}
-	return &cacheServer{base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}, stop: func() {
-		tr.CloseIdleConnections()
-		hs.Close()
-		srv.Close()
-	}}, nil
+	s := &cacheServer{benchServer: lb}
+	s.client, s.closeIdle = benchClient(clients)
+	return s, nil
 }
 
-// complete sends a completion request for prompt and returns the tokens
-// generated and the time it took.
+// close stops the server and its client's connections.
+func (s *cacheServer) close() {
+	s.closeIdle()
+	s.stop()
+}
+
+// complete sends a completion request for prompt, sampled greedily, and
+// returns the tokens generated and the time it took.
 func (s *cacheServer) complete(prompt string, maxTokens int, seed uint64) (int, time.Duration, error) {
-	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "seed": seed, "temperature": 0})
-	req, err := http.NewRequestWithContext(context.Background(), "POST", s.base+"/v1/completions", strings.NewReader(string(body)))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	took := time.Since(start)
-	if err != nil {
-		return 0, 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("status %d: %.200s", resp.StatusCode, b)
-	}
-	var r struct {
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return 0, 0, err
-	}
-	return r.Usage.CompletionTokens, took, nil
+	r, err := benchRequest(s.client, s.base, "", map[string]any{"prompt": prompt, "max_tokens": maxTokens, "seed": seed, "temperature": 0})
+	return r.tokens, time.Duration(r.total * float64(time.Second)), err
 }
 
 // benchFollowUp measures the time to the first token of follow-ups.
@@ -224,7 +188,7 @@ func benchFollowUp(stdout io.Writer, poly, soft *model.Model, hs, shs []int, col
 		}
 		off, err := startCacheServer(c.m, 0, 1)
 		if err != nil {
-			on.stop()
+			on.close()
 			return err
 		}
 		for _, h := range c.hs {
@@ -257,8 +221,8 @@ func benchFollowUp(stdout io.Writer, poly, soft *model.Model, hs, shs []int, col
 			}
 			series[c.off+1].X, series[c.off+1].Y = append(series[c.off+1].X, float64(h)), append(series[c.off+1].Y, median(warm))
 		}
-		on.stop()
-		off.stop()
+		on.close()
+		off.close()
 	}
 	fmt.Fprintln(stdout)
 	if plot == "" {
@@ -358,7 +322,7 @@ func benchShared(stdout io.Writer, m *model.Model, streams, system, maxTokens in
 				return err
 			}
 			if _, _, err := s.complete(shared, 1, 0); err != nil {
-				s.stop()
+				s.close()
 				return err
 			}
 			var mu sync.Mutex
@@ -386,7 +350,7 @@ func benchShared(stdout io.Writer, m *model.Model, streams, system, maxTokens in
 			}
 			wg.Wait()
 			secs := time.Since(start).Seconds()
-			s.stop()
+			s.close()
 			if firstErr != nil {
 				return firstErr
 			}

@@ -1,137 +1,235 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"time"
 
-	"github.com/polysketch/polysketch/chart"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/nn"
+	"github.com/polysketch/polysketch/tensor"
 )
 
-const benchDecodeHelp = `usage: polysketch bench decode --checkpoint DIR [flags]
+const benchDecodeHelp = `usage: polysketch bench decode [flags]
 
-Decodes one stream of --length tokens with a checkpoint, a token a step as
-generate does (the tokens fed are fixed pseudo-random ids: the cost does
-not depend on them), --rounds times, and reports for each window of
---window positions the least and the most time per token over the rounds
-(the least is the estimate on a machine shared with other work) and, at
-the window's end, the bytes of the stream's state
-(model.Snapshot: what serve's prefix cache keeps). A linear mechanism's
-(polysketch, elu, performer, sqpolysketch) time per token and state stay
-flat with the position; a KV cache's grow with it, up to the context it
-was trained on.
+Measures generation of a model of --shape (random weights; or a
+checkpoint's) at --precision, against the memory-bandwidth bound of this
+machine:
+
+  weights   the bytes a decoding step reads: every dense weight matrix (in
+            bf16 two bytes a weight, else four; the tied embedding whole,
+            as the logits read it), and the other parameters in float32;
+            an untied embedding's lookup reads one row and is left out.
+  copy      the copy bandwidth, bytes read plus bytes written per second by
+            copy() of a --copy-mib buffer split among GOMAXPROCS goroutines,
+            best of 5 (the STREAM convention), measured in this run.
+  bound     copy bandwidth / weight bytes: tokens/s of one stream if every
+            step only read the weights at that speed.
+  1 stream  tokens/s of one sequence decoding --tokens tokens after a short
+            prompt, and its share of the bound.
+  S streams tokens/s of S sequences decoding together (one Batch step a
+            token each), and the ratio to one stream, for each S of
+            --streams.
+  prefill   tokens/s of one prompt of --prefill tokens (Decoder.Prefill).
+
+Each figure is the best of --rounds, with the cores the process kept busy
+meanwhile (CPU time over wall time): below GOMAXPROCS, other work shared
+the machine, or the step left cores idle.
 
 flags:
 `
 
-// decodeWindow is one window of bench decode's measurement.
-type decodeWindow struct {
-	From       int     `json:"from"` // positions [From, To)
-	To         int     `json:"to"`
-	MsPerToken float64 `json:"ms_per_token"` // the least over the rounds
-	MaxMs      float64 `json:"max_ms_per_token"`
-	StateBytes int64   `json:"state_bytes"` // after position To-1
-}
-
 func benchDecode(args []string, stdout io.Writer) error {
-	var ck checkpointFlags
-	fs := newFlags("bench decode", benchDecodeHelp, stdout, ck.usage)
-	ck.register(fs)
-	var (
-		length = fs.Int("length", 16384, "positions to decode")
-		window = fs.Int("window", 1024, "positions per reported window")
-		rounds = fs.Int("rounds", 3, "times the stream is decoded")
-		asJSON = fs.Bool("json", false, "print one JSON object per window")
-		plot   = fs.String("plot", "", "write a PNG of the time per token against position to this file")
-	)
+	fs := newFlags("bench decode", benchDecodeHelp, stdout)
+	shape := fs.String("shape", "smollm2-135m", shapeHelp())
+	streams := fs.String("streams", "1,16", "comma-separated numbers of sequences decoded together")
+	tokens := fs.Int("tokens", 32, "tokens each stream decodes")
+	prefill := fs.Int("prefill", 2048, "tokens of the prompt whose prefill is timed (0: none)")
+	rounds := fs.Int("rounds", 3, "rounds of each measurement; the best counts")
+	copyMiB := fs.Int("copy-mib", 512, "size of the buffer the copy bandwidth is measured on, MiB")
+	var prec nn.Precision
+	addPrecisionFlag(fs, &prec)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *length < 1 || *window < 1 || *rounds < 1 {
-		return fmt.Errorf("bench decode: --length %d, --window %d, --rounds %d: must be positive", *length, *window, *rounds)
+	counts, err := positiveInts(*streams, ",")
+	switch {
+	case err != nil:
+		return fmt.Errorf("bench decode: --streams %q: want comma-separated positive numbers, as 1,16", *streams)
+	case *tokens < 1 || *rounds < 1 || *copyMiB < 1 || *prefill < 0:
+		return fmt.Errorf("bench decode: --tokens, --rounds and --copy-mib must be positive, --prefill not negative")
 	}
-	s, err := ck.open()
+	mc, _, err := benchShape(*shape)
 	if err != nil {
-		return fmt.Errorf("bench decode: --checkpoint: %w", err)
+		return fmt.Errorf("bench decode: %w", err)
 	}
-	m := s.Model
-	if lim := model.ContextLimit(m.Config()); lim > 0 && *length > lim {
-		return fmt.Errorf("bench decode: --length %d: %s attention keeps a KV cache of at most %d positions (the context it was trained on); give --length %d or less",
-			*length, m.Config().Attention.Mechanism(), lim, lim)
+	if *prefill > 0 && model.ContextLimit(mc) > 0 && *prefill+*tokens > mc.Context {
+		mc.Context = *prefill + *tokens // no parameter depends on it but learned positions'
 	}
-	var ws []decodeWindow
-	for r := range *rounds {
-		round, err := decodeWindows(m, *length, *window)
-		if err != nil {
-			return fmt.Errorf("bench decode: %w", err)
-		}
-		if r == 0 {
-			ws = round
-			continue
-		}
-		for i, w := range round {
-			ws[i].MsPerToken, ws[i].MaxMs = min(ws[i].MsPerToken, w.MsPerToken), max(ws[i].MaxMs, w.MsPerToken)
-		}
+	m, err := model.New(mc)
+	if err != nil {
+		return fmt.Errorf("bench decode: %w", err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, w := range ws {
-			if err := enc.Encode(w); err != nil {
-				return err
+	weights := weightBytes(m, prec)
+	warnPrecision(stderr, prec)
+	if err := inferIn(m, prec); err != nil {
+		return fmt.Errorf("bench decode: %w", err)
+	}
+	fmt.Fprintf(stdout, "decoding: %s; %s; GOMAXPROCS=%d; best of %d rounds\n", describeModel(mc), precisionDesc(prec), runtime.GOMAXPROCS(0), *rounds)
+	bw := copyBandwidth(*copyMiB<<20, 5)
+	bound := bw / float64(weights)
+	fmt.Fprintf(stdout, "weights    %.1f MB read per token\n", float64(weights)/1e6)
+	fmt.Fprintf(stdout, "copy       %.2f GB/s (read + write, %d MiB buffer)\n", bw/1e9, *copyMiB)
+	fmt.Fprintf(stdout, "bound      %.1f tokens/s\n", bound)
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := func(n int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(rng.IntN(mc.Vocab))
+		}
+		return out
+	}
+	var one float64
+	for _, s := range counts {
+		best, cores := 0.0, 0.0
+		for range *rounds {
+			cpu := cpuTime()
+			start := time.Now()
+			tps, err := decodeStreams(m, s, *tokens, ids)
+			if err != nil {
+				return fmt.Errorf("bench decode: %w", err)
+			}
+			if tps > best {
+				best, cores = tps, float64(cpuTime()-cpu)/float64(time.Since(start))
 			}
 		}
-	} else {
-		fmt.Fprintf(stdout, "%s: %s, one stream, %d rounds\n%14s %16s %14s\n", s.Dir, describeAttention(m.Config().Attention), *rounds, "positions", "ms/token", "state bytes")
-		for _, w := range ws {
-			fmt.Fprintf(stdout, "%6d-%-7d %7.3f-%-8.3f %14d\n", w.From, w.To, w.MsPerToken, w.MaxMs, w.StateBytes)
+		if one == 0 {
+			one = best
 		}
+		label := fmt.Sprintf("%d streams", s)
+		if s == 1 {
+			label = "1 stream"
+		}
+		note := fmt.Sprintf("%.2f× the first", best/one)
+		if s == 1 {
+			note = fmt.Sprintf("%.0f%% of the bound", 100*best/bound)
+		}
+		fmt.Fprintf(stdout, "%-10s %.1f tokens/s (%s; %.2f cores busy)\n", label, best, note, cores)
 	}
-	if *plot != "" {
-		line := chart.Series{Name: m.Config().Attention.Mechanism()}
-		for _, w := range ws {
-			line.X, line.Y = append(line.X, float64(w.To)), append(line.Y, w.MsPerToken)
+	if *prefill > 0 {
+		best, cores := 0.0, 0.0
+		for range *rounds {
+			dec, err := m.NewDecoder(1)
+			if err != nil {
+				return fmt.Errorf("bench decode: %w", err)
+			}
+			prompt := ids(*prefill)
+			cpu := cpuTime()
+			start := time.Now()
+			if _, err := dec.Prefill(prompt); err != nil {
+				return fmt.Errorf("bench decode: %w", err)
+			}
+			if tps := float64(*prefill) / time.Since(start).Seconds(); tps > best {
+				best, cores = tps, float64(cpuTime()-cpu)/float64(time.Since(start))
+			}
 		}
-		c := &chart.Chart{Title: "decoding one stream", X: chart.Axis{Label: "position"}, Y: chart.Axis{Label: "ms per token"}, Series: []chart.Series{line}}
-		if err := chart.Write(*plot, c); err != nil {
-			return fmt.Errorf("bench decode: --plot: %w", err)
-		}
+		fmt.Fprintf(stdout, "prefill    %.1f tokens/s (%d tokens; %.2f cores busy)\n", best, *prefill, cores)
 	}
 	return nil
 }
 
-// decodeWindows decodes length positions of one stream with m, a token a
-// Step, and measures each window of positions.
-func decodeWindows(m *model.Model, length, window int) ([]decodeWindow, error) {
-	seq, err := m.NewSequence()
-	if err != nil {
-		return nil, err
+// weightBytes returns the bytes of m's parameters that a decoding step
+// reads, at precision p: see benchDecodeHelp.
+func weightBytes(m *model.Model, p nn.Precision) int64 {
+	dense := int64(4)
+	if p == nn.BF16 {
+		dense = 2
 	}
-	b := m.NewBatch()
-	vocab := m.Config().Vocab
-	var x uint64 = 1
-	token := [][]int32{{0}}
-	seqs := []*model.Sequence{seq}
-	var ws []decodeWindow
-	for from := 0; from < length; from += window {
-		to := min(from+window, length)
+	var n int64
+	for _, q := range m.Params() {
+		switch {
+		case q.Decay: // a dense layer's weight matrix
+			n += dense * int64(q.Value.Len())
+		case q.Name == "embed.weight" && m.Config().Tied:
+			n += dense * int64(q.Value.Len())
+		case q.Name == "embed.weight" || q.Name == "pos.weight":
+			n += 4 * int64(q.Value.Shape[1]) // a row
+		default:
+			n += 4 * int64(q.Value.Len())
+		}
+	}
+	return n
+}
+
+// copyBandwidth returns the best of rounds of copy() of a buffer of size
+// bytes, split among GOMAXPROCS goroutines as decoding splits its
+// products, as bytes read and written per second.
+func copyBandwidth(size, rounds int) float64 {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	run := func() {
+		var wg sync.WaitGroup
+		for w := range workers {
+			lo, hi := w*size/workers, (w+1)*size/workers
+			wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+		}
+		wg.Wait()
+	}
+	run() // fault the pages in
+	best := 0.0
+	for range rounds {
 		start := time.Now()
-		for range to - from {
-			x = x*6364136223846793005 + 1442695040888963407 // a fixed sequence of ids
-			token[0][0] = int32((x >> 33) % uint64(vocab))
-			if _, err := b.Step(seqs, token); err != nil {
-				return nil, err
-			}
-		}
-		d := time.Since(start)
-		snap, err := seq.Snapshot()
-		if err != nil {
-			return nil, err
-		}
-		ms := float64(d.Microseconds()) / 1000 / float64(to-from)
-		ws = append(ws, decodeWindow{From: from, To: to, MsPerToken: ms, MaxMs: ms, StateBytes: snap.Bytes()})
+		run()
+		best = max(best, 2*float64(size)/time.Since(start).Seconds())
 	}
-	return slices.Clip(ws), nil
+	return best
+}
+
+// decodeStreams decodes n tokens in each of s sequences, stepped together
+// after a prompt of 4 tokens each, and returns the tokens/s of the steps.
+func decodeStreams(m *model.Model, s, n int, ids func(int) []int32) (float64, error) {
+	b := m.NewBatch()
+	seqs := make([]*model.Sequence, s)
+	chunks := make([][]int32, s)
+	for i := range seqs {
+		var err error
+		if seqs[i], err = m.NewSequence(); err != nil {
+			return 0, err
+		}
+		chunks[i] = ids(4)
+	}
+	if _, err := b.Step(seqs, chunks); err != nil {
+		return 0, err
+	}
+	next := func(logits *tensor.Tensor) {
+		V := logits.Shape[1]
+		for i := range chunks {
+			row := logits.Data[i*V : (i+1)*V]
+			best := 0
+			for j, v := range row {
+				if v > row[best] {
+					best = j
+				}
+			}
+			chunks[i] = []int32{int32(best)}
+		}
+	}
+	logits, err := b.Step(seqs, chunks)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range n {
+		next(logits)
+		if logits, err = b.Step(seqs, chunks); err != nil {
+			return 0, err
+		}
+	}
+	return float64(s*n) / time.Since(start).Seconds(), nil
 }

@@ -74,6 +74,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	var opt train.DistOptions
 	asJSON := false
 	fs := newFlags("bench dp", benchDPHelp, stdout)
+	defer asCLI(fs, &err)
 	shapeFlags(fs, &mc)
 	fs.IntVar(&mc.Context, "context", mc.Context, "tokens per sequence")
 	fs.IntVar(&tc.Batch, "batch", tc.Batch, "sequences per micro-batch")
@@ -81,7 +82,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	fs.IntVar(&tc.Steps, "steps", 5, "timed steps, after one warm-up step")
 	fs.BoolVar(&opt.NoOverlap, "no-overlap", false, "send each micro-batch's gradients after its backward pass, not layer by layer")
 	fs.BoolVar(&opt.Allreduce, "allreduce", false, "sum gradients with MPI_Allreduce instead of the fixed-order reduction (not reproducible)")
-	fs.BoolVar(&asJSON, "json", false, "print a JSON line")
+	jsonFlag(fs, &asJSON, "a JSON line")
 	tokName := vocabFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -113,7 +114,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	trainTokens, valTokens, err := data.Load(c, tok, data.Options{CacheDir: dir})
+	trainTokens, valTokens, err := data.Load(context.Background(), c, tok, data.Options{CacheDir: dir})
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func benchDP(args []string, stdout io.Writer) (err error) {
 	defer valTokens.Close()
 	tc.Tokenizer, tc.Corpus = tok.Name(), nil
 	dr.startAgreement()
-	t, err := train.Start(filepath.Join(dir, "run"), train.Run{
+	t, err := train.Start(context.Background(), filepath.Join(dir, "run"), train.Run{
 		Model: mc, Recipe: tc, Comm: dr.commOrNil(), Dist: opt,
 		Source: &train.Corpus{Train: trainTokens, Val: valTokens},
 	})

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,9 +30,12 @@ latency (p50 and p99, measured by the clients), as a table or, with
 --json, as JSON lines.
 
 The server is --url if given (a running 'polysketch serve'); otherwise one
-started in this process for --checkpoint, or for an untrained model of the
-default configuration when --checkpoint is empty. The clients share the
-machine's CPU with an in-process server.
+started in this process for --checkpoint, for a model of --shape with
+random weights, or for an untrained model of the default configuration.
+The clients share the machine's CPU with an in-process server. A model
+without a tokenizer that covers its vocabulary (a named shape, or an
+import without tokenizer.json) reads the prompt's bytes as ids and writes
+every id of 128 and above as "<id>".
 
 flags:
 `
@@ -69,14 +67,16 @@ func benchServe(args []string, stdout io.Writer) error {
 		prompt    = fs.String("prompt", "func main() {\n", "prompt of every request")
 		key       = fs.String("api-key", "", "bearer token for --url")
 		seqs      = fs.Int("max-sequences", 16, "sequences decoded at once by the in-process server")
-		asJSON    = fs.Bool("json", false, "print JSON lines instead of a table")
+		shape     = shapeFlag(fs)
 	)
+	var asJSON bool
+	jsonFlag(fs, &asJSON, "JSON lines instead of a table")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	counts, err := parseInts(*clients)
+	counts, err := positiveInts(*clients, ",")
 	if err != nil || len(counts) == 0 {
 		return fmt.Errorf("bench serve: --clients %q: want comma-separated positive numbers, as 1,16", *clients)
 	}
@@ -94,19 +94,21 @@ func benchServe(args []string, stdout io.Writer) error {
 	if base != "" && prec != nn.FP32 {
 		return errors.New("bench serve: --precision applies to the in-process server; give it to the serve command behind --url instead")
 	}
+	if *shape != "" && (*ckpt != "" || base != "") {
+		return usageError{errors.New("bench serve: --shape and --checkpoint or --url: give the in-process server one model")}
+	}
 	warnPrecision(stderr, prec)
 	if base == "" {
-		addr, stop, err := startBenchServer(*ckpt, *seqs, prec)
+		srv, err := startBenchServer(*ckpt, *shape, *seqs, prec)
 		if err != nil {
 			return fmt.Errorf("bench serve: %w", err)
 		}
-		defer stop()
-		base = "http://" + addr
+		defer srv.stop()
+		base = srv.base
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: slices.Max(counts)}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	if !*asJSON {
+	client, closeIdle := benchClient(slices.Max(counts))
+	defer closeIdle()
+	if !asJSON {
 		fmt.Fprintf(stdout, "%s, prompt %q, %d tokens per request\n\n", base, *prompt, *maxTokens)
 		fmt.Fprintf(stdout, "%8s %9s %7s %10s %10s %8s %10s %10s %10s %10s\n", "clients", "requests", "errors", "req/s", "tokens/s", "speedup", "ttft p50", "ttft p99", "itl p50", "itl p99")
 	}
@@ -122,7 +124,7 @@ func benchServe(args []string, stdout io.Writer) error {
 		if first > 0 {
 			row.Speedup = row.TokensPerS / first
 		}
-		if *asJSON {
+		if asJSON {
 			if err := writeJSONLine(stdout, row); err != nil {
 				return err
 			}
@@ -134,54 +136,42 @@ func benchServe(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// parseInts parses comma-separated positive integers.
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive number", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-// startBenchServer serves a checkpoint (or an untrained default model) on
-// a loopback port and returns its address and a function that stops it.
-func startBenchServer(dir string, seqs int, prec nn.Precision) (string, func(), error) {
+// startBenchServer serves a checkpoint, a model of a shape with random
+// weights, or an untrained default model on a loopback port.
+func startBenchServer(dir, shape string, seqs int, prec nn.Precision) (*benchServer, error) {
 	var m *model.Model
 	var tok tokenizer.Tokenizer = tokenizer.Byte
-	if dir == "" {
-		var err error
-		if m, err = model.New(model.DefaultConfig()); err != nil {
-			return "", nil, err
-		}
-	} else {
+	switch {
+	case dir != "":
 		c, err := train.Open(dir)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		m, tok = c.Model, c.Tokenizer
+	default:
+		mc := model.DefaultConfig()
+		if shape != "" {
+			var err error
+			if mc, _, err = benchShape(shape); err != nil {
+				return nil, err
+			}
+			if mc.Vocab == 50257 {
+				if tok, err = tokenizer.GPT2(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		var err error
+		if m, err = model.New(mc); err != nil {
+			return nil, err
+		}
+	}
+	if tok == nil || tok.VocabSize() < m.Config().Vocab {
+		tok = idTokenizer{m.Config().Vocab}
 	}
 	o := serve.DefaultOptions()
 	o.MaxSequences, o.MaxQueue, o.Precision = seqs, 1<<16, prec
-	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	srv := serve.New(o)
-	if err := srv.Ready(m, tok); err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		srv.Close()
-		return "", nil, err
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	return ln.Addr().String(), func() {
-		hs.Close()
-		srv.Close()
-	}, nil
+	return serveBench(m, tok, o)
 }
 
 // benchServeCase runs one case: c clients for d (or n requests).
@@ -212,7 +202,7 @@ func benchServeCase(client *http.Client, base, key, prompt string, maxTokens, c 
 				if !ok {
 					return
 				}
-				r, err := benchRequest(client, base, key, prompt, maxTokens, uint64(id))
+				r, err := benchRequest(client, base, key, map[string]any{"prompt": prompt, "max_tokens": maxTokens, "seed": uint64(id)})
 				mu.Lock()
 				if err != nil {
 					errs++
@@ -249,68 +239,31 @@ func quantile(xs []float64, q float64) float64 {
 	return xs[min(len(xs)-1, int(q*float64(len(xs))))]
 }
 
-type benchResult struct {
-	ttft   float64   // seconds to the first text
-	itl    []float64 // seconds between pieces of text
-	tokens int       // generated, from the usage
+// idTokenizer stands in for the tokenizer of a model of random weights,
+// whose tokens mean nothing: bytes are read as the first 256 ids, and an
+// id is written as its ASCII byte below 128, else as "<id>".
+type idTokenizer struct{ vocab int }
+
+func (t idTokenizer) Name() string   { return fmt.Sprintf("ids-%d", t.vocab) }
+func (t idTokenizer) VocabSize() int { return t.vocab }
+
+func (t idTokenizer) Encode(_ context.Context, dst []int32, text []byte) ([]int32, error) {
+	for _, b := range text {
+		dst = append(dst, int32(b))
+	}
+	return dst, nil
 }
 
-// benchRequest sends one streaming request and times its events.
-func benchRequest(client *http.Client, base, key, prompt string, maxTokens int, seed uint64) (benchResult, error) {
-	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "seed": seed, "stream": true,
-		"stream_options": map[string]bool{"include_usage": true}})
-	req, err := http.NewRequestWithContext(context.Background(), "POST", base+"/v1/completions", strings.NewReader(string(body)))
-	if err != nil {
-		return benchResult{}, err
+func (t idTokenizer) Decode(dst []byte, ids []int32) ([]byte, error) {
+	for _, id := range ids {
+		switch {
+		case id < 0 || int(id) >= t.vocab:
+			return dst, fmt.Errorf("%s tokenizer: token id %d outside the vocabulary [0, %d)", t.Name(), id, t.vocab)
+		case id < 128:
+			dst = append(dst, byte(id))
+		default:
+			dst = fmt.Appendf(dst, "<%d>", id)
+		}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return benchResult{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return benchResult{}, fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
-	var r benchResult
-	last := time.Time{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
-		var ev struct {
-			Choices []struct{ Text string } `json:"choices"`
-			Usage   *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Error *struct{ Message string } `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			return r, fmt.Errorf("event %q: %w", data, err)
-		}
-		if ev.Error != nil {
-			return r, errors.New(ev.Error.Message)
-		}
-		if ev.Usage != nil {
-			r.tokens = ev.Usage.CompletionTokens
-		}
-		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
-			continue
-		}
-		now := time.Now()
-		if last.IsZero() {
-			r.ttft = now.Sub(start).Seconds()
-		} else {
-			r.itl = append(r.itl, now.Sub(last).Seconds())
-		}
-		last = now
-	}
-	return r, sc.Err()
+	return dst, nil
 }

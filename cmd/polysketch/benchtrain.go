@@ -77,11 +77,12 @@ type benchTrainConfig struct {
 	precision  nn.Precision
 }
 
-func benchTrain(args []string, stdout io.Writer) error {
+func benchTrain(args []string, stdout io.Writer) (err error) {
 	if n, _ := mpi.Launched(); n > 1 {
 		return benchDP(args, stdout) // under mpirun: the data-parallel benchmark (benchdp.go)
 	}
 	fs := newFlags("bench train", benchTrainHelp, stdout, mechanismList(nil))
+	defer asCLI(fs, &err)
 	cfg := benchTrainConfig{memLimit: defaultMemLimit()}
 	mc := &cfg.model
 	*mc = model.DefaultConfig()
@@ -94,17 +95,34 @@ func benchTrain(args []string, stdout io.Writer) error {
 	fs.Var(&cfg.memLimit, "mem-limit", "report cases predicted to need more memory than this as OOM (e.g. 8GiB); the default is half of physical memory, at most 8GiB")
 	fs.Float64Var(&cfg.maxSeconds, "max-seconds", 60, "time budget of one case: skip a case whose step is predicted to take longer, and stop repeating once it is spent")
 	tokName := vocabFlag(fs)
-	fs.BoolVar(&cfg.json, "json", false, "print JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
+	shape := shapeFlag(fs)
+	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("bench train", *tokName)
-	if err != nil {
-		return err
+	defs := benchTrainSpecs()
+	vocab := false
+	if *shape != "" {
+		var err error
+		if vocab, err = applyShape(fs, *shape, mc); err != nil {
+			return fmt.Errorf("bench train: %w", err)
+		}
+		if vocab {
+			// A published model's own attention, unless --attention says.
+			defs = []string{attention.Spec(mc.Attention)}
+		}
 	}
-	mc.Vocab = tok.VocabSize()
-	if err := cfg.parse(*ns, &af); err != nil {
+	if !vocab {
+		tok, err := openTokenizer("bench train", *tokName)
+		if err != nil {
+			return err
+		}
+		mc.Vocab = tok.VocabSize()
+	} else if isSet(fs, "tokenizer") {
+		return usageError{fmt.Errorf("bench train: --tokenizer and --shape %s: the shape has its own vocabulary of %d", *shape, mc.Vocab)}
+	}
+	if err := cfg.parse(*ns, &af, defs); err != nil {
 		return fmt.Errorf("bench train: %w", err)
 	}
 	warnPrecision(stderr, cfg.precision)
@@ -115,13 +133,13 @@ func benchTrain(args []string, stdout io.Writer) error {
 // mechanism, and polysketch with learned sketches.
 func benchTrainSpecs() []string { return append(attention.Names(), "polysketch:learned") }
 
-func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
+func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags, defs []string) error {
 	var err error
 	if cfg.ns, err = parseContexts(ns); err != nil {
 		return err
 	}
 	// At fixed tokens per step, quadratic attention's time grows as N.
-	if cfg.mechanisms, err = benchMechanisms(af, benchTrainSpecs(), 1, 0); err != nil {
+	if cfg.mechanisms, err = benchMechanisms(af, defs, 1, 0); err != nil {
 		return err
 	}
 	switch {
@@ -135,7 +153,7 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags) error {
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: %s", m.name, oneLine(err))
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
 	return nil
@@ -153,8 +171,8 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 	defer w.Flush()
 	if !cfg.json {
 		m := cfg.model
-		fmt.Fprintf(w, "training throughput: %d layers, d=%d, %d heads of %d, %d tokens per step, %s; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
-			m.Layers, m.Dim, m.Heads, m.Dim/m.Heads, cfg.tokens, precisionDesc(cfg.precision), cfg.steps, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(w, "training throughput: %s; %d tokens per step, %s; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
+			describeModel(m), cfg.tokens, precisionDesc(cfg.precision), cfg.steps, runtime.GOMAXPROCS(0))
 		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
 		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
 		w.Flush()

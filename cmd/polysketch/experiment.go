@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/experiment"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/train"
 )
@@ -32,15 +32,17 @@ thread beside another experiment, so alone they are shorter; --quick
 versions take seconds):
 `
 
-func runExperiment(args []string, stdout io.Writer) error {
+func runExperiment(args []string, stdout io.Writer) (err error) {
 	help := experimentHelp
 	for _, e := range experiment.List() {
 		help += fmt.Sprintf("  %-16s %s (%s)\n", e.Name, e.Summary, e.Duration)
 	}
 	fs := newFlags("experiment", help+"\nflags:\n", stdout)
+	defer asCLI(fs, &err)
 	var (
 		dir, cacheDir string
 		textField     string
+		maxRecord     byteSize
 		quick         bool
 		seed          uint64 = 1
 		corpus        []string
@@ -54,12 +56,19 @@ func runExperiment(args []string, stdout io.Writer) error {
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
 	fs.Uint64Var(&seed, "seed", seed, "seed of every run (the lm noise rows use seed+1)")
 	fs.IntVar(&steps, "steps", 0, "train every run this many steps instead of the default (warm-up, validations and checkpoints scaled alike; a new --dir)")
-	corpusFlags(fs, &corpus, &textField, &cacheDir, "the Go source tree; lm and speed only", `"text"`)
-	tokName := fs.String("tokenizer", tokenizer.Byte.Name(), "lm and speed: the vocabulary of the models and the corpus, "+tokenizerFlagHelp)
+	corpusFlags(fs, &corpus, &textField, &cacheDir, &maxRecord, "the Go source tree; lm and speed only", `"text"`)
+	tokName := tokenizer.Byte.Name()
+	tokenizerFlag(fs, &tokName, "lm and speed: the vocabulary of the models and the corpus")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
 	fs.StringVar(&teacher, "teacher", "", "experiment linearize: a trained softmax checkpoint to linearize instead of training one (its students get a tenth of the steps it trained)")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
+	var checkpoints, choices []string
+	shots, limit := 5, 500
+	fs.Var(&listFlag{list: &checkpoints}, "checkpoints", "experiment downstream: checkpoints (or run directories) to score, comma-separated or repeated (default: train the grid's mechanisms and score those)")
+	fs.Var(&listFlag{list: &choices}, "choices", "experiment downstream: files of multiple-choice questions (HellaSwag, PIQA, ARC or generic; JSON lines or Parquet), comma-separated or repeated")
+	fs.IntVar(&shots, "shots", shots, "experiment downstream: the shots of the k-shot columns (0: 0-shot only)")
+	fs.IntVar(&limit, "limit", limit, "experiment downstream: questions sampled from each file with --seed, as the paper's 500 (0: all)")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
 	if len(args) == 0 {
@@ -87,7 +96,16 @@ func runExperiment(args []string, stdout io.Writer) error {
 	if err := absPaths(corpus); err != nil {
 		return fmt.Errorf("experiment: --corpus: %w", err)
 	}
-	tok, err := openTokenizer("experiment", *tokName)
+	if err := absPaths(checkpoints); err != nil {
+		return fmt.Errorf("experiment: --checkpoints: %w", err)
+	}
+	if err := absPaths(choices); err != nil {
+		return fmt.Errorf("experiment: --choices: %w", err)
+	}
+	if name != "downstream" {
+		shots, limit = 0, 0 // not the plan of any other experiment
+	}
+	tok, err := openTokenizer("experiment", tokName)
 	if err != nil {
 		return err
 	}
@@ -120,7 +138,8 @@ func runExperiment(args []string, stdout io.Writer) error {
 	p := newProgress(stderr, logEvery)
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
-		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, Teacher: teacher,
+		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, MaxRecord: int64(maxRecord),
+		Checkpoints: checkpoints, Choices: choices, Shots: shots, Limit: limit, Teacher: teacher,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()
@@ -133,9 +152,9 @@ func runExperiment(args []string, stdout io.Writer) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("experiment %s: %s", name, oneLine(err))
+		return fmt.Errorf("experiment %s: %w", name, err)
 	}
-	table, err := os.ReadFile(filepath.Join(dir, experiment.TableFile))
+	table, err := regular.ReadFile(filepath.Join(dir, experiment.TableFile))
 	if err != nil {
 		return err
 	}

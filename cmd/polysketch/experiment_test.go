@@ -50,8 +50,11 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment", "--quick", "mqar"}, "name the experiment before the flags"},
 		{[]string{"experiment", "mqar", "--lr", "3"}, "flag provided but not defined: -lr"},
 		{[]string{"experiment", "mqar", "--quick", "--steps", "-2"}, "--steps -2: must be positive"},
-		{[]string{"experiment", "task", "--quick"}, "needs a task file (--task FILE)"},
+		{[]string{"experiment", "task", "--quick"}, "needs a task file (--task)"},
 		{[]string{"experiment", "mqar", "--quick", "--task", "x.jsonl"}, "takes no task file"},
+		{[]string{"experiment", "downstream", "--quick"}, "experiment downstream needs files of multiple-choice questions"},
+		{[]string{"experiment", "lm", "--quick", "--choices", "q.jsonl"}, "takes no multiple-choice files or checkpoints"},
+		{[]string{"experiment", "downstream", "--quick", "--choices", "q.jsonl", "--shots", "-1"}, "-1 shots: must not be negative"},
 	}
 	for _, tt := range tests {
 		_, _, err := runQuiet(t, tt.args...)

@@ -5,9 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/sample"
 	"github.com/polysketch/polysketch/train"
 )
 
@@ -25,11 +30,27 @@ func shapeFlags(fs *flag.FlagSet, mc *model.Config) {
 	fs.IntVar(&mc.Heads, "heads", mc.Heads, "attention heads (head size dim/heads)")
 }
 
+// tokenizerFlag defines --tokenizer on fs, bound to p with its current
+// value as default: what use says it is for, then what it takes (byte,
+// gpt2, or a tokenizer.json or a directory holding one). Open the value
+// with openTokenizer.
+func tokenizerFlag(fs *flag.FlagSet, p *string, use string) {
+	fs.StringVar(p, "tokenizer", *p, use+"; "+tokenizerFlagHelp)
+}
+
 // vocabFlag defines --tokenizer for the benchmarks that train a model
 // (bench train, bench dp), whose output layer's cost grows with the
-// vocabulary's size; open the value with openTokenizer.
+// vocabulary's size.
 func vocabFlag(fs *flag.FlagSet) *string {
-	return fs.String("tokenizer", "byte", "the vocabulary of the model, whose size the output layer's cost grows with: "+tokenizerFlagHelp)
+	name := "byte"
+	tokenizerFlag(fs, &name, "the vocabulary of the model, whose size the output layer's cost grows with")
+	return &name
+}
+
+// jsonFlag defines --json on fs, bound to p: print what instead of text
+// for people (writeJSONLine).
+func jsonFlag(fs *flag.FlagSet, p *bool, what string) {
+	fs.BoolVar(p, "json", false, "print "+what)
 }
 
 // checkpointFlags is the flag group of the commands that use a trained
@@ -44,7 +65,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "checkpoint", "run", "checkpoint directory, or the run directory holding it")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to check against the checkpoint's (default: the checkpoint's own; "+tokenizerFlagHelp+")")
+	tokenizerFlag(fs, &f.tokenizer, "the tokenizer to check against the checkpoint's (default: the checkpoint's own)")
 	f.attention.register(fs, "the checkpoint's", false)
 }
 
@@ -71,10 +92,14 @@ func (f *checkpointFlags) open() (*train.Saved, error) {
 }
 
 // corpusFlags defines the flags of the commands that read a corpus
-// (train, eval, tokenizer train, experiment), bound to paths, field and
-// cacheDir; a nil field or cacheDir leaves its flag out. defs say what
-// no --corpus and no --text-field mean.
-func corpusFlags(fs *flag.FlagSet, paths *[]string, field, cacheDir *string, defCorpus, defField string) {
+// (train, eval, tokenizer train, experiment), bound to paths, field,
+// cacheDir and maxRecord; a nil field or cacheDir leaves its flag out.
+// defs say what no --corpus and no --text-field mean.
+func corpusFlags(fs *flag.FlagSet, paths *[]string, field, cacheDir *string, maxRecord *byteSize, defCorpus, defField string) {
+	if *maxRecord == 0 {
+		*maxRecord = data.DefaultMaxRecord
+	}
+	fs.Var(maxRecord, "max-record", "the longest JSON-lines record (a line) to read, as 64MiB: a longer one is refused, as it would take as much memory")
 	fs.Var(&listFlag{list: paths}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated (default: "+defCorpus+")")
 	if field != nil {
 		fs.StringVar(field, "text-field", *field, "field of JSON-lines records, or column of Parquet files, that holds the text (default: "+defField+")")
@@ -127,6 +152,7 @@ var fieldFlags = map[string]string{
 	"task.train":         "task-train",
 	"task.test":          "task-test",
 	"task.bidirectional": "bidirectional",
+	"task_file":          "task", // experiment.Options.TaskFile
 }
 
 // flagOf returns the flag that sets the library's field, "--" included.
@@ -136,3 +162,75 @@ func flagOf(field string) string {
 	}
 	return "--" + strings.ReplaceAll(field, "_", "-")
 }
+
+// samplingFlags defines the flags of sampling (generate), bound to set,
+// with its values as defaults.
+func samplingFlags(fs *flag.FlagSet, set *sample.Settings) {
+	fs.Float64Var(&set.Temperature, "temperature", set.Temperature, "sampling temperature; 0 is greedy")
+	fs.IntVar(&set.TopK, "top-k", set.TopK, "sample among the k most likely tokens only; 0 for all")
+	fs.Float64Var(&set.TopP, "top-p", set.TopP, "sample among the most likely tokens of total probability p only (nucleus); 1 for all")
+	fs.Float64Var(&set.PresencePenalty, "presence-penalty", set.PresencePenalty, fmt.Sprintf("subtracted from the logit of every token generated before, from -%d to %d", sample.MaxPenalty, sample.MaxPenalty))
+	fs.Float64Var(&set.FrequencyPenalty, "frequency-penalty", set.FrequencyPenalty, fmt.Sprintf("subtracted from the logit of a token once per time it was generated, from -%d to %d", sample.MaxPenalty, sample.MaxPenalty))
+	fs.Var(&biasFlag{&set.LogitBias}, "logit-bias", "ID:BIAS pairs, comma-separated or repeated, added to the logits of token ids; -100 bans a token (as 50256:-100)")
+}
+
+// biasFlag is a logit bias given as ID:BIAS pairs.
+type biasFlag struct{ bias *map[int32]float64 }
+
+func (b *biasFlag) String() string {
+	if b == nil || b.bias == nil {
+		return ""
+	}
+	var pairs []string
+	for id, v := range *b.bias {
+		pairs = append(pairs, fmt.Sprintf("%d:%g", id, v))
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (b *biasFlag) Set(s string) error {
+	if *b.bias == nil {
+		*b.bias = map[int32]float64{}
+	}
+	for pair := range strings.SplitSeq(s, ",") {
+		id, v, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		tok, err := strconv.ParseInt(strings.TrimSpace(id), 10, 32)
+		bias, err2 := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil || err2 != nil {
+			return fmt.Errorf("%q: want token:bias pairs such as 50256:-100", pair)
+		}
+		(*b.bias)[int32(tok)] = bias
+	}
+	return nil
+}
+
+// asCLI rewrites *err, a command's error, as the command line shows it:
+// in one line (errors.Join's lines joined), and with the fields that the
+// library's errors in it name (internal/field) named as the flags of fs
+// that set them; a field fs has no flag for keeps the library's name.
+// Every command that reports the library's errors defers it.
+func asCLI(fs *flag.FlagSet, err *error) {
+	if *err == nil {
+		return
+	}
+	msg := oneLine(errors.New(field.Rename(*err, func(name string) string {
+		f := flagOf(name)
+		if fs.Lookup(strings.TrimPrefix(f, "--")) == nil {
+			return name
+		}
+		return f
+	})))
+	if msg != (*err).Error() {
+		*err = &flagError{msg, *err}
+	}
+}
+
+// flagError is an error said in the words of the command line.
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() error { return e.err }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +45,8 @@ flags:
 // of several repetitions counts.
 func benchGEMM(args []string, stdout io.Writer) error {
 	fs := newFlags("bench gemm", benchGEMMHelp, stdout)
-	jsonOut := fs.Bool("json", false, "print JSON lines (impl, kernel, m, n, k, threads, gflops) instead of a table")
+	var jsonOut bool
+	jsonFlag(fs, &jsonOut, "JSON lines (impl, kernel, m, n, k, threads, gflops) instead of a table")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "threads per product (GOMAXPROCS, and OpenBLAS's)")
 	minTime := fs.Duration("min-time", 50*time.Millisecond, "minimum time of one repetition of a case")
 	reps := fs.Int("reps", 5, "repetitions per case and implementation; the best counts")
@@ -68,7 +68,7 @@ func benchGEMM(args []string, stdout io.Writer) error {
 	impls := gemmImpls(*bf16)
 	fp32 := len(blas.Impls())
 	enc := json.NewEncoder(stdout)
-	if !*jsonOut {
+	if !jsonOut {
 		for _, impl := range impls {
 			fmt.Fprintf(stdout, "%s: %s\n", impl.name, impl.detail)
 		}
@@ -106,7 +106,7 @@ func benchGEMM(args []string, stdout io.Writer) error {
 				best[i] = max(best[i], flops/timeCall(calls[i], *minTime)/1e9)
 			}
 		}
-		if *jsonOut {
+		if jsonOut {
 			for i, impl := range impls {
 				r := gemmResult{Impl: impl.name, M: m, N: n, K: k, Threads: *threads, GFLOPS: round1(best[i])}
 				if i >= fp32 {
@@ -145,7 +145,7 @@ func gemmImpls(bf16 bool) []gemmImpl {
 	var impls []gemmImpl
 	for _, impl := range blas.Impls() {
 		impls = append(impls, gemmImpl{impl.Name, impl.Detail, func(m, n, k int, a, b, c []float32) func() {
-			av, bv, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: k, Cols: n, Stride: n, Data: b}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
+			av, bv, cv := blas.NewGeneral(m, k, a), blas.NewGeneral(k, n, b), blas.NewGeneral(m, n, c)
 			return func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, 1, av, bv, 0, cv) }
 		}})
 	}
@@ -156,13 +156,13 @@ func gemmImpls(bf16 bool) []gemmImpl {
 	return append(impls,
 		gemmImpl{"bf16", kernel + " (blas.GemmBF16; A and B rounded to bf16 as they are packed, on each call)",
 			func(m, n, k int, a, b, c []float32) func() {
-				av, bv, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: k, Cols: n, Stride: n, Data: b}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
+				av, bv, cv := blas.NewGeneral(m, k, a), blas.NewGeneral(k, n, b), blas.NewGeneral(m, n, c)
 				return func() { blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, av, bv, 0, cv) }
 			}},
 		gemmImpl{"bf16-packed", kernel + " (B packed once with blas.PackBF16, as a weight)",
 			func(m, n, k int, a, b, c []float32) func() {
-				av, cv := blas.General{Rows: m, Cols: k, Stride: k, Data: a}, blas.General{Rows: m, Cols: n, Stride: n, Data: c}
-				pb := blas.PackBF16(blas.NoTrans, blas.General{Rows: k, Cols: n, Stride: n, Data: b})
+				av, cv := blas.NewGeneral(m, k, a), blas.NewGeneral(m, n, c)
+				pb := blas.PackBF16(blas.NoTrans, blas.NewGeneral(k, n, b))
 				return func() { blas.GemmBF16(blas.NoTrans, blas.NoTrans, 1, av, pb, 0, cv) }
 			}})
 }
@@ -187,20 +187,12 @@ func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
 // parseCases parses "MxKxN,MxKxN,…" (× also accepted).
 func parseCases(s string) ([][3]int, error) {
 	var cases [][3]int
-	for _, f := range strings.Split(s, ",") {
-		dims := strings.Split(strings.ReplaceAll(strings.TrimSpace(f), "×", "x"), "x")
-		if len(dims) != 3 {
-			return nil, fmt.Errorf("case %q: want MxKxN", f)
+	for f := range strings.SplitSeq(s, ",") {
+		dims, err := positiveInts(strings.ReplaceAll(strings.TrimSpace(f), "×", "x"), "x")
+		if err != nil || len(dims) != 3 {
+			return nil, fmt.Errorf("case %q: want MxKxN, three positive integers", f)
 		}
-		var c [3]int
-		for i, d := range dims {
-			v, err := strconv.Atoi(d)
-			if err != nil || v < 1 {
-				return nil, fmt.Errorf("case %q: dimension %q is not a positive integer", f, d)
-			}
-			c[i] = v
-		}
-		cases = append(cases, c)
+		cases = append(cases, [3]int(dims))
 	}
 	if len(cases) == 0 {
 		return nil, errors.New("no cases")

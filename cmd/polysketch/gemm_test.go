@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -43,8 +44,10 @@ func TestBenchGEMMJSON(t *testing.T) {
 		if i >= len(impls) {
 			want = [3]int{3, 7, 5}
 		}
-		if r.Impl != impls[i%len(impls)] || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS > 0) {
-			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, GFLOPS > 0", i+1, r, impls[i%len(impls)], want)
+		// The shape of the output, never a timed value: a product of a
+		// few hundred flops may round to 0.0 GFLOPS on a loaded machine.
+		if r.Impl != impls[i%len(impls)] || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS >= 0) || math.IsInf(r.GFLOPS, 0) {
+			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, a finite GFLOPS", i+1, r, impls[i%len(impls)], want)
 		}
 		if kernel := blas.KernelBF16(); i%len(impls) >= fp32 && r.Kernel != kernel || i%len(impls) < fp32 && r.Kernel != "" {
 			t.Errorf("line %d = %+v: kernel %q, want %q on the bf16 lines only", i+1, r, r.Kernel, kernel)

@@ -99,10 +99,13 @@ func TestGenerateAsStepByStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		greedy := sample.New(0, 1, 0, nil)
+		greedy := sample.New(sample.Settings{TopP: 1}, nil)
 		var want []byte
 		for len(want) < tokens {
-			next := greedy.Next(logits.Data)
+			next, err := greedy.Next(logits.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if want = append(want, byte(next)); len(want) == tokens {
 				break // the last token is not fed back: 48+17−1 positions fill softmax's 64
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
 )
@@ -24,9 +24,12 @@ const infoHelp = `usage: polysketch info [flags] DIR
 Describes the checkpoint in DIR (a run's directory, or its checkpoint
 directory): the model's shape, parameter count, attention and options,
 tokenizer, training step, tokens seen, last losses (from the run's
-metrics.jsonl), precision and recipe, and whether every file matches the
-checksums of its manifest. A checkpoint that does not verify is described
-as far as it can be read, and info exits with status 1.
+metrics.jsonl), precision and recipe, and whether it verifies: every file
+matches the checksums of its manifest, every weight is finite, the
+tokenizer has no more tokens than the embedding has rows, and a forward
+pass on a few tokens gives finite logits. A checkpoint that does not
+verify is described as far as it can be read, and info exits with
+status 1.
 
 flags:
 `
@@ -58,10 +61,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if err := readJSON(filepath.Join(ckDir, "config.json"), &cfg); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
-	var state struct {
-		checkpoint.State
-		Precision string `json:"precision"`
-	}
+	var state checkpoint.State
 	if err := readJSON(filepath.Join(ckDir, "state.json"), &state); err != nil {
 		return fmt.Errorf("info: %w", err)
 	}
@@ -72,7 +72,12 @@ func runInfo(args []string, stdout io.Writer) error {
 			return fmt.Errorf("info: %s: training configuration: %v", filepath.Join(ckDir, "config.json"), err)
 		}
 	}
-	c, loadErr := checkpoint.Load(ckDir)
+	var c *checkpoint.Checkpoint
+	saved, loadErr := train.Open(ckDir)
+	if loadErr == nil {
+		c = saved.Checkpoint
+		loadErr = saved.Probe()
+	}
 
 	mc := cfg.Model
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -82,7 +87,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if mc.Bidirectional {
 		kind = "encoder"
 	}
-	line("model", "%s, %s, dim %d, %d heads of %d, context %d, vocabulary %d", kind, plural(mc.Layers, "layer"), mc.Dim, mc.Heads, mc.Dim/max(mc.Heads, 1), mc.Context, mc.Vocab)
+	line("model", "%s, %s", kind, describeModel(mc))
 	if c != nil {
 		n := 0
 		for _, p := range c.Model.Params() {
@@ -104,13 +109,13 @@ func runInfo(args []string, stdout io.Writer) error {
 		}
 	}
 	line("attention", "%s", describeAttention(mc.Attention))
-	line("tokenizer", "%s", state.Tokenizer)
-	precision := state.Precision
-	if precision == "" {
-		precision = "fp32"
+	if state.Tokenizer == "" {
+		line("tokenizer", "none: the model reads and writes token ids alone")
+	} else {
+		line("tokenizer", "%s", state.Tokenizer)
 	}
-	line("precision", "%s", precision)
 	if tc != nil {
+		line("precision", "%s", tc.Precision) // the recipe's: a run resumes with the one it is given
 		line("step", "%d of %d", state.Step, tc.Steps)
 	} else {
 		line("step", "%d", state.Step)
@@ -145,7 +150,7 @@ func runInfo(args []string, stdout io.Writer) error {
 	if loadErr != nil {
 		line("verified", "NO: %s", oneLine(loadErr))
 	} else {
-		line("verified", "yes: every file matches the manifest's size and SHA-256, every weight is finite")
+		line("verified", "yes: every file matches the manifest's size and SHA-256, every weight is finite, the tokenizer fits the embedding, a forward pass gives finite logits")
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -167,7 +172,7 @@ func exactCount(n int) string {
 
 // readJSON decodes the JSON file at path into v.
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return err
 	}

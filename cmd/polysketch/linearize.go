@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -56,10 +55,11 @@ type linearizeOptions struct {
 	resume     bool
 	force      bool
 	cacheDir   string
+	maxRecord  byteSize
 	logEvery   int
 }
 
-func runLinearize(args []string, stdout io.Writer) error {
+func runLinearize(args []string, stdout io.Writer) (err error) {
 	base := train.DefaultConfig()
 	base.EvalEvery, base.SaveEvery = 50, 50
 	tr, ft := train.LinearizeRecipes(base)
@@ -72,7 +72,7 @@ func runLinearize(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory of the linearization: the student's checkpoint, metrics, plots")
 	af.register(fs, train.DefaultStudent, false)
 	fs.BoolVar(&o.fromLinear, "from-linear", false, "convert a teacher whose attention is not softmax or flash")
-	corpusFlags(fs, &ft.Corpus, &ft.TextField, &o.cacheDir, "the teacher's training corpus", "the teacher's")
+	corpusFlags(fs, &ft.Corpus, &ft.TextField, &o.cacheDir, &o.maxRecord, "the teacher's training corpus", "the teacher's")
 	fs.IntVar(&tr.Steps, "transfer-steps", tr.Steps, "steps of attention transfer (0: none)")
 	fs.Float64Var(&tr.LR, "transfer-lr", tr.LR, "peak learning rate of attention transfer (warmed up over a tenth of its steps, decayed to a tenth)")
 	fs.IntVar(&ft.Steps, "steps", ft.Steps, "steps of fine-tuning")
@@ -95,6 +95,7 @@ func runLinearize(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	defer asCLI(fs, &err)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
@@ -140,13 +141,13 @@ func runLinearize(args []string, stdout io.Writer) error {
 		}
 	}
 	l.Teacher = teacher.Model
-	if tok := teacher.Tokenizer; tok.VocabSize() > tm.Vocab {
-		return fmt.Errorf("linearize: the teacher's tokenizer %s has %d tokens, more than its model's vocabulary of %d: a corpus of its tokens does not fit the teacher", tok.Name(), tok.VocabSize(), tm.Vocab)
-	}
 
 	p := newProgress(stderr, o.logEvery)
+	ctx, stop := interruptible()
+	defer stop()
 	corpus := l.Finetune
-	trainTokens, valTokens, err := data.LoadPaths(corpus.Corpus, corpus.TextField, teacher.Tokenizer, data.Options{CacheDir: o.cacheDir, Logf: p.logf})
+	trainTokens, valTokens, err := data.LoadPaths(ctx, corpus.Corpus, corpus.TextField, teacher.Tokenizer,
+		data.Options{CacheDir: o.cacheDir, Logf: p.logf, MaxRecord: int64(o.maxRecord)})
 	if err != nil {
 		return fmt.Errorf("linearize: --corpus: %w", err)
 	}
@@ -170,8 +171,6 @@ func runLinearize(args []string, stdout io.Writer) error {
 			l.Transfer.Steps, l.Transfer.Batch, tm.Context, l.Finetune.Linearize.Train, l.Finetune.Steps)
 	}
 
-	ctx, stop := interruptible()
-	defer stop()
 	start := time.Now()
 	res, err := l.Run(ctx, o.out)
 	p.done()
@@ -220,7 +219,7 @@ func newLinearization(teacher *train.Saved, af *attentionFlags, o *linearizeOpti
 	}
 	student, err := train.StudentConfig(teacher.Model.Config(), cfg, o.fromLinear)
 	if err != nil {
-		return nil, flagWords(err, "from_linear")
+		return nil, err
 	}
 	if !set["seed"] {
 		seed = student.Seed
@@ -238,7 +237,7 @@ func newLinearization(teacher *train.Saved, af *attentionFlags, o *linearizeOpti
 	}
 	lin.FromLinear = o.fromLinear
 	if err := lin.Validate(); err != nil {
-		return nil, flagWords(err, "train", "distill")
+		return nil, err
 	}
 	// What the flags set of fine-tuning's recipe, transfer's shares.
 	steps, lr := tr.Steps, tr.LR
@@ -290,16 +289,6 @@ func resolved(path string) string {
 		return filepath.Join(r, filepath.Base(abs))
 	}
 	return abs
-}
-
-// flagWords returns err with the library's names of fields replaced by
-// the flags that set them.
-func flagWords(err error, fields ...string) error {
-	msg := err.Error()
-	for _, f := range fields {
-		msg = regexp.MustCompile(`\b`+f+`\b`).ReplaceAllString(msg, flagOf(f))
-	}
-	return errors.New(msg)
 }
 
 // fmtFloats formats per-layer numbers.

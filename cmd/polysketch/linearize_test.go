@@ -110,7 +110,7 @@ func TestLinearizeBadInput(t *testing.T) {
 		{"teacher not softmax", set(args, "--checkpoint", poly), "the teacher's attention is polysketch, not softmax or flash: linearization converts softmax models (--from-linear converts another)"},
 		{"student not linear", set(args, "--attention", "flash"), "student attention flash is not a linear mechanism with a state of constant size: use one of polysketch, elu, performer, sqpolysketch"},
 		{"student with a KV cache", set(args, "--attention", "hyper"), "student attention hyper is not a linear mechanism"},
-		{"tokens outside the vocabulary", set(args, "--checkpoint", small), "the teacher's tokenizer byte has 256 tokens, more than its model's vocabulary of 100"},
+		{"tokens outside the vocabulary", set(args, "--checkpoint", small), "its tokenizer byte has 256 tokens, but its model's embedding only 100 rows"},
 		{"out is the teacher's run", set(args, "--out", teacher), "is the teacher's directory: the student would overwrite it"},
 		{"out is the teacher's checkpoint", set(args, "--out", filepath.Join(teacher, train.CheckpointDir)), "is the teacher's directory"},
 		{"out holds the teacher's checkpoint", set(set(args, "--checkpoint", filepath.Join(teacher, train.CheckpointDir)), "--out", teacher), "is the teacher's directory"},

@@ -31,7 +31,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache | bench decode", runBench},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache | bench decode | bench position", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
 	"linearize":  {"convert a trained softmax model into one with linear attention (attention transfer, then fine-tuning)", runLinearize},
@@ -42,6 +42,9 @@ var commands = map[string]command{
 	"tokenizer":  {"fit a BPE vocabulary to a corpus, encode and decode: tokenizer train | encode | decode", runTokenizer},
 	"experiment": {"rerun a comparison of the seeds: a grid of mechanisms × sizes, its table and plots", runExperiment},
 	"info":       {"describe a checkpoint: model, parameters, tokenizer, step, losses, and whether it verifies", runInfo},
+	"import":     {"convert a Hugging Face model directory (llama, mistral, qwen2, gpt2) into a checkpoint", runImport},
+	"export":     {"write a checkpoint as a Hugging Face model directory (Llama layout)", runExport},
+	"logits":     {"write a checkpoint's float32 logits for token ids read from a safetensors file", runLogits},
 }
 
 var benches = map[string]command{
@@ -51,7 +54,8 @@ var benches = map[string]command{
 	"serve":     {"requests/s, tokens/s and latencies of an OpenAI-compatible server under load", benchServe},
 	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 	"cache":     {"time to first token of follow-ups, state memory and shared-prompt tokens/s with the prefix cache of serve", benchCache},
-	"decode":    {"time per token and state bytes of one stream decoded with a checkpoint, against position", benchDecode},
+	"decode":    {"decoding tokens/s of one and several streams and prefill tokens/s, against the memory-bandwidth bound", benchDecode},
+	"position":  {"time per token and state bytes of one stream decoded with a checkpoint, against its position", benchPosition},
 }
 
 func main() {

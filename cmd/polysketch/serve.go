@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/serve"
+	"github.com/polysketch/polysketch/train"
 )
 
 const serveHelp = `usage: polysketch serve [flags]
@@ -23,11 +24,14 @@ libraries, chat UIs and load tools work against it unchanged (point them at
 http://ADDR/v1):
 
   POST /v1/completions       prompt, max_tokens, temperature, top_p, top_k,
-                             stop, seed, n, stream, stream_options, echo,
-                             logprobs
+                             presence_penalty, frequency_penalty,
+                             logit_bias, stop, seed, n, stream,
+                             stream_options, echo, logprobs (best_of and
+                             suffix are refused with 400)
   POST /v1/chat/completions  messages, in the plain-text template
                              "System: …\nUser: …\nAssistant: …" (a base
-                             model has no chat template of its own)
+                             model has no chat template of its own), and
+                             the sampling fields above
   POST /tokenize             {"content", "with_pieces"}: the prompt's
                              token ids (llama.cpp's form)
   POST /detokenize           {"tokens"}: their text
@@ -51,9 +55,10 @@ non-zero.
 flags:
 `
 
-func runServe(args []string, stdout io.Writer) error {
+func runServe(args []string, stdout io.Writer) (err error) {
 	var ck checkpointFlags
 	fs := newFlags("serve", serveHelp, stdout, ck.usage)
+	defer asCLI(fs, &err)
 	def := serve.DefaultOptions()
 	ck.register(fs)
 	var (
@@ -106,7 +111,7 @@ func runServe(args []string, stdout io.Writer) error {
 		*key = os.Getenv("POLYSKETCH_API_KEY")
 	}
 	if *cacheDir != "" {
-		if err := os.MkdirAll(*cacheDir, 0o755); err != nil {
+		if err := serve.CheckCacheDir(*cacheDir); err != nil {
 			return fmt.Errorf("serve: --cache-dir: %w", err)
 		}
 	}
@@ -136,10 +141,32 @@ func runServe(args []string, stdout io.Writer) error {
 
 	ctx, stop := interruptible()
 	defer stop()
-	// Load while /health answers 503.
-	c, err := ck.open()
-	if err == nil {
-		err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
+	// Load while /health answers 503, on a goroutine of its own, so that
+	// a signal stops the command even while a slow disk holds the load.
+	type load struct {
+		c   *train.Saved
+		err error
+	}
+	loaded := make(chan load, 1)
+	go func() {
+		if testHookLoading != nil {
+			testHookLoading()
+		}
+		c, err := ck.open()
+		if err == nil {
+			err = c.NeedTokenizer()
+		}
+		if err == nil {
+			err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
+		}
+		loaded <- load{c, err}
+	}()
+	var c *train.Saved
+	select {
+	case l := <-loaded:
+		c, err = l.c, l.err
+	case <-ctx.Done():
+		err = errors.New("interrupted while loading the model")
 	}
 	if err != nil {
 		hs.Close()
@@ -182,6 +209,9 @@ func runServe(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout, "polysketch serve: stopped")
 	return nil
 }
+
+// testHookLoading, if set, runs where serve starts loading the model.
+var testHookLoading func()
 
 // shutdownGrace is how long the requests cut at the shutdown timeout
 // have to answer (an error event, a 503) before their connections close.

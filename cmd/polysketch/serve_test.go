@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,5 +108,80 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
 		t.Error("the server still accepts connections after shutdown")
+	}
+}
+
+// TestServeSignalWhileLoading sends SIGTERM while the model loads (held
+// by a test hook, as a slow disk would hold it): serve must stop at once,
+// with an error, rather than wait for the load.
+func TestServeSignalWhileLoading(t *testing.T) {
+	dir, _ := saveTiny(t, "polysketch", 64)
+	loading, release := make(chan struct{}), make(chan struct{})
+	testHookLoading = func() {
+		close(loading)
+		<-release
+	}
+	defer close(release)
+	defer func() { testHookLoading = nil }()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run([]string{"serve", "--checkpoint", dir, "--addr", "127.0.0.1:0"}, &out) }()
+	select {
+	case <-loading:
+	case err := <-done:
+		t.Fatalf("serve returned before loading: %v", err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "interrupted while loading") {
+			t.Errorf("serve after SIGTERM while loading: %v, want an error saying so", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serve has not returned a minute after SIGTERM: the load holds it")
+	}
+}
+
+// TestServeCacheDirNotWritable checks that a --cache-dir that cannot be
+// written is refused at start, before the model loads, rather than at
+// shutdown when the cache is written.
+func TestServeCacheDirNotWritable(t *testing.T) {
+	ro := t.TempDir()
+	os.Chmod(ro, 0o555)
+	t.Cleanup(func() { os.Chmod(ro, 0o755) })
+	if f, err := os.CreateTemp(ro, "probe"); err == nil {
+		// Root writes anywhere the file system allows.
+		f.Close()
+		os.Remove(f.Name())
+		if ro = "/proc/self"; runtime.GOOS != "linux" {
+			t.Skip("no directory that this user cannot write")
+		}
+	}
+	dir, _ := saveTiny(t, "polysketch", 64)
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"serve", "--checkpoint", dir, "--addr", "127.0.0.1:0", "--cache-dir", ro}, &out)
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "--cache-dir") || !strings.Contains(err.Error(), "not writable") {
+				t.Errorf("serve --cache-dir %s: %v, want an error naming --cache-dir", ro, err)
+			}
+			if strings.Contains(out.String(), "listening") {
+				t.Errorf("serve started before refusing --cache-dir:\n%s", out.String())
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if strings.Contains(out.String(), "ready:") {
+			// It serves, and would fail only at shutdown.
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			err := <-done
+			t.Fatalf("serve --cache-dir %s started serving; at shutdown: %v", ro, err)
+		}
 	}
 }

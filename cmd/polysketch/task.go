@@ -59,7 +59,7 @@ func setTask(mc *model.Config, tc *train.Config, o task.Options, set map[string]
 	}
 	s, err := o.Spec(length, tc.Seed, tc.Tokenizer)
 	if err != nil {
-		return fmt.Errorf("--task: %s", oneLine(err))
+		return fmt.Errorf("--task: %w", err)
 	}
 	if s == nil {
 		return nil
@@ -87,7 +87,7 @@ func resumedTask(mc *model.Config, tc *train.Config, o task.Options, given map[s
 	}
 	s, err := o.Spec(length, seed, tc.Tokenizer)
 	if err != nil {
-		return fmt.Errorf("--task: %s", oneLine(err))
+		return fmt.Errorf("--task: %w", err)
 	}
 	tc.Task = s
 	return nil

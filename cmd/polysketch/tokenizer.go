@@ -14,6 +14,7 @@ import (
 
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/atomicfile"
 )
 
 var tokenizerCommands = map[string]command{
@@ -37,7 +38,7 @@ func runTokenizer(args []string, stdout io.Writer) error {
 // stdin is what encode and decode read; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const tokenizerFlagHelp = "tokenizer: byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
+const tokenizerFlagHelp = "byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)"
 
 const tokenizerTrainHelp = `usage: polysketch tokenizer train [flags]
 
@@ -56,10 +57,12 @@ polysketch tokenizer encode and decode.
 flags:
 `
 
-func runTokenizerTrain(args []string, stdout io.Writer) error {
+func runTokenizerTrain(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("tokenizer train", tokenizerTrainHelp, stdout)
+	defer asCLI(fs, &err)
 	var corpus []string
 	var textField string
+	var maxRecord byteSize
 	special := specialFlag{list: tokenizer.DefaultSpecial}
 	var (
 		vocab   = fs.Int("vocab-size", 0, "tokens in the vocabulary: 256 bytes, the merges and the special tokens (required)")
@@ -67,7 +70,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 		force   = fs.Bool("force", false, "replace a tokenizer.json already in --out")
 		workers = fs.Int("workers", 2, "goroutines counting the corpus's pieces")
 	)
-	corpusFlags(fs, &corpus, &textField, nil, "the Go source tree, GOROOT/src", `"text"`)
+	corpusFlags(fs, &corpus, &textField, nil, &maxRecord, "the Go source tree, GOROOT/src", `"text"`)
 	fs.Var(&special, "special", `special token, repeated for several, "" for none (default "<|endoftext|>")`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -94,6 +97,7 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
+	c.MaxRecord = int64(maxRecord)
 	p := newProgress(stderr, 1)
 	p.logf("corpus: %s", c.Summary())
 	if note := c.BinaryNote(); note != "" {
@@ -158,10 +162,10 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("tokenizer train: --out: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(*out, "tokenizer_config.json"), tokenizer.ConfigJSON(tok)); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
-	if err := writeAtomic(path, tok.JSON()); err != nil {
+	if err := atomicfile.WriteBytes(path, tok.JSON()); err != nil {
 		return fmt.Errorf("tokenizer train: %w", err)
 	}
 	total2 := time.Since(start)
@@ -197,29 +201,6 @@ func (p *progress) ticker(line func() string) (stop func()) {
 	return func() { close(quit); <-finished }
 }
 
-// writeAtomic writes b to path through a temporary file renamed over it,
-// so that path holds the old file or the new one, never a part.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o644) // CreateTemp makes it private
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
-}
-
 // specialFlag is the list of special tokens: repeated, "" for none. Unlike
 // listFlag it does not split at commas, which a token may hold.
 type specialFlag struct {
@@ -241,13 +222,14 @@ func (s *specialFlag) Set(v string) error {
 
 func runTokenizerEncode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer encode", "usage: polysketch tokenizer encode --tokenizer PATH < text > ids\n\nEncodes the text on stdin, all of it, into a JSON array of token ids on\nstdout. Added and special tokens in the text are encoded as such.\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
 	nul := fs.Bool("nul", false, "stdin holds texts separated by NUL bytes: encode each alone, one JSON array a line")
 	special := fs.Bool("special", false, "put the tokens the tokenizer.json's post-processor adds around a text (Llama's <s>) before and after it, as Hugging Face's libraries encode by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer encode", *name)
+	tok, err := openTokenizer("tokenizer encode", name)
 	if err != nil {
 		return err
 	}
@@ -263,10 +245,15 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 	if *nul {
 		texts = bytes.Split(text, []byte{0})
 	}
+	ctx, stop := interruptible()
+	defer stop()
 	w := bufio.NewWriter(stdout)
 	var ids []int32
 	for _, text := range texts {
-		ids = append(tok.Encode(append(ids[:0], before...), text), after...)
+		if ids, err = tok.Encode(ctx, append(ids[:0], before...), text); err != nil {
+			return fmt.Errorf("tokenizer encode: %w", err)
+		}
+		ids = append(ids, after...)
 		w.WriteByte('[')
 		for i, id := range ids {
 			if i > 0 {
@@ -281,11 +268,12 @@ func runTokenizerEncode(args []string, stdout io.Writer) error {
 
 func runTokenizerDecode(args []string, stdout io.Writer) error {
 	fs := newFlags("tokenizer decode", "usage: polysketch tokenizer decode --tokenizer PATH < ids > text\n\nDecodes the JSON array of token ids on stdin into text on stdout, as\nHugging Face's libraries decode them (special tokens kept).\n\nflags:\n", stdout)
-	name := fs.String("tokenizer", "", tokenizerFlagHelp+" (required)")
+	var name string
+	tokenizerFlag(fs, &name, "the tokenizer (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tok, err := openTokenizer("tokenizer decode", *name)
+	tok, err := openTokenizer("tokenizer decode", name)
 	if err != nil {
 		return err
 	}

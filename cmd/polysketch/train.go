@@ -81,13 +81,16 @@ type trainOptions struct {
 	cacheDir string
 	logEvery int
 	task     task.Options
+	from     string // checkpoint whose model a new run starts from
+
+	maxRecord byteSize // of the corpus's JSON-lines records
 }
 
 // trainFlags defines the flags of train on fs, bound to mc, tc and o, with
 // their current values as defaults.
 func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOptions, af *attentionFlags) {
-	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, "the Go source tree, GOROOT/src", `"text"`)
-	fs.StringVar(&tc.Tokenizer, "tokenizer", tc.Tokenizer, tokenizerFlagHelp+"; the checkpoint keeps a copy of a file")
+	corpusFlags(fs, &tc.Corpus, &tc.TextField, &o.cacheDir, &o.maxRecord, "the Go source tree, GOROOT/src", `"text"`)
+	tokenizerFlag(fs, &tc.Tokenizer, "the tokenizer; the checkpoint keeps a copy of a file")
 
 	af.register(fs, attention.Spec(mc.Attention), false)
 	shapeFlags(fs, mc)
@@ -114,6 +117,7 @@ func trainFlags(fs *flag.FlagSet, mc *model.Config, tc *train.Config, o *trainOp
 	fs.BoolVar(&o.resume, "resume", o.resume, "continue the run in --out from its checkpoint")
 	fs.BoolVar(&o.force, "force", o.force, "start a new run in --out even if it holds a checkpoint, replacing it")
 	fs.IntVar(&o.logEvery, "log-every", o.logEvery, "steps between progress lines when stderr is not a terminal")
+	fs.StringVar(&o.from, "from", o.from, "start a new run from this checkpoint's model, weights and tokenizer (an imported model, to fine-tune it), instead of the model flags; --context is the length of the training sequences")
 	taskFlags(fs, &o.task)
 }
 
@@ -128,6 +132,7 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	tc.MinLR = 0 // 0 until set: --lr/10
 	o := trainOptions{out: "run", logEvery: 10}
 	fs := newFlags("train", trainHelp, stdout, mechanismList(mc.Attention), func(w io.Writer) { fmt.Fprint(w, taskHelp) })
+	defer asCLI(fs, &err)
 	var af attentionFlags
 	trainFlags(fs, &mc, &tc, &o, &af)
 	if err := parseFlags(fs, args); err != nil {
@@ -144,6 +149,12 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	if o.logEvery < 1 {
 		return fmt.Errorf("train: --log-every %d: must be positive", o.logEvery)
 	}
+	var from *train.Saved
+	if o.from != "" {
+		if from, err = fromRun(&mc, &tc, o, set, af.given()); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+	}
 	mode := train.New
 	switch {
 	case o.resume:
@@ -152,13 +163,24 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		mode = train.Replace
 	}
 	p := newProgress(dr.output(stderr), o.logEvery)
+	// A signal from here on stops the run cleanly: tokenizing, it
+	// removes the token file it was writing; training, it saves a
+	// checkpoint.
+	ctx, stop := interruptible()
+	defer stop()
 	dr.startAgreement()
-	t, err := train.Start(o.out, train.Run{
+	run := train.Run{
 		Model: mc, Recipe: tc, Mode: mode, Comm: dr.commOrNil(),
 		Configure: func(mc *model.Config, tc *train.Config) error { return resumedRun(args, mc, tc, set) },
-		Data:      data.Options{CacheDir: o.cacheDir, Logf: p.logf},
-	})
+		Data:      data.Options{CacheDir: o.cacheDir, Logf: p.logf, MaxRecord: int64(o.maxRecord)},
+	}
+	if from != nil {
+		run.Init, run.Files = train.Weights(from.Model), from.Files
+	}
+	t, err := train.Start(ctx, o.out, run)
 	switch {
+	case errors.Is(err, context.Canceled):
+		return errors.New("train: interrupted while tokenizing the corpus")
 	case errors.Is(err, train.ErrComplete):
 		fmt.Fprintf(stdout, "%v; pass a larger --steps to train further\n", err)
 		return nil
@@ -188,8 +210,6 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 	p.logf("%s %d steps of %d sequences × %d tokens%s, on %s; Ctrl-C stops and saves",
 		what, tc.Steps, tc.Batch, mc.Context, accum, sourceDesc(t.Source))
 
-	ctx, stop := interruptible()
-	defer stop()
 	start, before := time.Now(), t.Tokens()
 	res, err := t.Run(ctx)
 	p.done()
@@ -229,6 +249,45 @@ func newRun(mc *model.Config, tc *train.Config, af *attentionFlags, o task.Optio
 	tc.Derive(func(f string) bool { return set[strings.ReplaceAll(f, "_", "-")] })
 	mc.Vocab = 0
 	return setTask(mc, tc, o, set)
+}
+
+// fromRun sets mc and tc for a new run from the checkpoint o.from: its
+// model (at the training context the flags give, unless its positions are
+// a learned table) and its tokenizer; flags that would choose another
+// model or tokenizer are refused.
+func fromRun(mc *model.Config, tc *train.Config, o trainOptions, set map[string]bool, attention bool) (*train.Saved, error) {
+	var clash []string
+	for _, f := range []string{"layers", "dim", "heads", "tokenizer", "bidirectional", "post-norm", "positions", "resume"} {
+		if set[f] {
+			clash = append(clash, "--"+f)
+		}
+	}
+	if attention {
+		clash = append(clash, "the attention flags")
+	}
+	if tc.Task != nil {
+		clash = append(clash, "--task")
+	}
+	if len(clash) > 0 {
+		return nil, fmt.Errorf("--from and %s: a run from a checkpoint takes its model and tokenizer, and trains on a corpus", strings.Join(clash, ", "))
+	}
+	s, err := train.Open(o.from)
+	if err == nil {
+		err = s.NeedTokenizer()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--from: %w", err)
+	}
+	context := mc.Context
+	*mc = s.Model.Config()
+	if mc.Positions != model.PositionsLearned {
+		mc.Context = context
+	}
+	tc.Tokenizer = s.State.Tokenizer
+	if s.TokenizerJSON != nil {
+		tc.Tokenizer = s.Dir // its tokenizer.json
+	}
+	return s, nil
 }
 
 // resumedRun applies the flags of a train --resume (args, set) over the

@@ -3,13 +3,14 @@ package task
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // fileLine is one line of a task file.
@@ -30,7 +31,7 @@ type fileLine struct {
 // example longer than length is an error naming the file and line, and no
 // examples.
 func ReadFile(path string, tok tokenizer.Tokenizer, length int) ([]Example, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("task file: %w", err)
 	}
@@ -112,7 +113,7 @@ func parsePair(line []byte, tok tokenizer.Tokenizer) (in, tg []int32, err error)
 // read with tok: the positions of its longest, its input and its target
 // but the target's last token. Its errors are those of ReadFile.
 func FileLength(path string, tok tokenizer.Tokenizer) (int, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("task file: %w", err)
 	}
@@ -149,7 +150,11 @@ func ids(raw json.RawMessage, tok tokenizer.Tokenizer, what string) ([]int32, er
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, fmt.Errorf("%s: %v", what, err)
 		}
-		return tok.Encode(nil, []byte(s)), nil
+		ids, err := tok.Encode(context.Background(), nil, []byte(s))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return ids, nil
 	}
 	var v []int64
 	if err := json.Unmarshal(raw, &v); err != nil {

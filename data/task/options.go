@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // Options choose a task as a user names it and the sizes that differ
@@ -103,7 +104,7 @@ func isFile(path string) bool {
 
 // countLines counts the lines of a file that are not blank.
 func countLines(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}

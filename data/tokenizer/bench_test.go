@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/dlclark/regexp2/v2"
 	tiktoken "github.com/tiktoken-go/tokenizer"
 )
 
@@ -20,7 +22,7 @@ func BenchmarkEncode(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var dst []int32
 			for b.Loop() {
-				dst = tok.Encode(dst[:0], text)
+				dst = encode(b, tok, dst[:0], text)
 			}
 			b.ReportMetric(float64(len(text))/float64(len(dst)), "bytes/token")
 		})
@@ -48,7 +50,7 @@ func BenchmarkDecode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ids := tok.Encode(nil, text)
+		ids := encode(b, tok, nil, text)
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var out []byte
@@ -91,7 +93,7 @@ func BenchmarkEncodeBPE(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var dst []int32
 			for b.Loop() {
-				dst = tc.tok.Encode(dst[:0], text)
+				dst = encode(b, tc.tok, dst[:0], text)
 			}
 			b.ReportMetric(float64(len(text))/float64(len(dst)), "bytes/token")
 		})
@@ -118,6 +120,48 @@ func BenchmarkTrain(b *testing.B) {
 	for b.Loop() {
 		if _, err := Train(c, TrainOptions{VocabSize: 16384, Special: DefaultSpecial}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// gpt2Pattern is GPT-2's split as a regular expression: a Split with it
+// is matched by regexp2, not by a scanner of Parse's.
+const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+
+// BenchmarkEncodeRegex measures encoding with a Split that regexp2
+// matches, each match bounded by MatchTimeout: GPT-2's pattern on the Go
+// source of BenchmarkEncode, with a vocabulary of 16k fitted to it.
+func BenchmarkEncodeRegex(b *testing.B) {
+	text := goSource(b, 4<<20)
+	c := NewCounts(DefaultSpecial)
+	c.Add(text)
+	trained, err := Train(c, TrainOptions{VocabSize: 16384, Special: DefaultSpecial})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := Parse(withSplits(b, trained, gpt2Pattern))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(text)))
+	var dst []int32
+	for b.Loop() {
+		dst = encode(b, tok, dst[:0], text)
+	}
+}
+
+// BenchmarkLongMatch measures the longest match a request or a corpus
+// chunk can ask of a pattern that does not backtrack: GPT-2's pattern
+// over a megabyte of letters, one piece, against MatchTimeout.
+func BenchmarkLongMatch(b *testing.B) {
+	re := regexp2.MustCompile(gpt2Pattern, regexp2.None)
+	re.MatchTimeout = MatchTimeout
+	text := []rune(strings.Repeat("abcdefgh", 1<<17))
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		m, err := re.FindRunesMatch(text)
+		if err != nil || m.RuneLength != len(text) {
+			b.Fatalf("match of %d runes, %v", m.RuneLength, err)
 		}
 	}
 }

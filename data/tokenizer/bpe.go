@@ -2,8 +2,11 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -171,14 +174,21 @@ func (t *BPE) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	return dst, nil
 }
 
-func (t *BPE) Encode(dst []int32, text []byte) []int32 { return t.encode(dst, text, atStart) }
+// Encode fails only if a regular expression of the pre-tokenizer takes
+// longer than MatchTimeout over one match (a *PatternError), or ctx is done
+// between two of its matches.
+func (t *BPE) Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	return t.encode(ctx, dst, text, atStart)
+}
 
 // Continue appends the tokens of text that continues a text already
 // encoded, cut where Encode would have made a piece start anyway (before a
 // space that follows another character): for a SentencePiece-kind file
 // without the "▁" that Encode puts before a text; as Encode for the
-// others.
-func (t *BPE) Continue(dst []int32, text []byte) []int32 { return t.encode(dst, text, continued) }
+// others. It fails as Encode does.
+func (t *BPE) Continue(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	return t.encode(ctx, dst, text, continued)
+}
 
 // position is where a section of text, between added tokens, stands.
 type position uint8
@@ -189,11 +199,11 @@ const (
 	continued                  // it continues text encoded before
 )
 
-func (t *BPE) encode(dst []int32, text []byte, pos position) []int32 {
+func (t *BPE) encode(ctx context.Context, dst []int32, text []byte, pos position) ([]int32, error) {
 	c := t.caches.Get().(*bpeCache)
 	defer t.caches.Put(c)
 	if len(t.added) == 0 {
-		return t.encodeText(dst, text, pos, c)
+		return t.encodeText(ctx, dst, text, pos, c)
 	}
 	start := 0 // of the text not yet encoded
 	for i := 0; i < len(text); {
@@ -212,7 +222,10 @@ func (t *BPE) encode(dst []int32, text []byte, pos position) []int32 {
 		if a.lstrip {
 			sec = bytes.TrimRightFunc(sec, unicode.IsSpace)
 		}
-		dst = t.encodeText(dst, sec, pos, c)
+		var err error
+		if dst, err = t.encodeText(ctx, dst, sec, pos, c); err != nil {
+			return dst, err
+		}
 		dst = append(dst, a.id)
 		i += len(a.content)
 		if a.rstrip {
@@ -222,7 +235,7 @@ func (t *BPE) encode(dst []int32, text []byte, pos position) []int32 {
 		start = i
 		pos = afterAdded
 	}
-	return t.encodeText(dst, text[start:], pos, c)
+	return t.encodeText(ctx, dst, text[start:], pos, c)
 }
 
 // addedAt returns the longest added token that s starts with, or nil.
@@ -236,9 +249,9 @@ func (t *BPE) addedAt(s []byte) *addedToken {
 }
 
 // encodeText encodes text that holds no added token, at pos.
-func (t *BPE) encodeText(dst []int32, text []byte, pos position, c *bpeCache) []int32 {
+func (t *BPE) encodeText(ctx context.Context, dst []int32, text []byte, pos position, c *bpeCache) ([]int32, error) {
 	if t.piece != nil {
-		return t.encodeSection(dst, text, pos, c)
+		return t.encodeSection(dst, text, pos, c), nil
 	}
 	for len(text) > 0 {
 		n := validPrefix(text)
@@ -247,7 +260,10 @@ func (t *BPE) encodeText(dst []int32, text []byte, pos position, c *bpeCache) []
 			if t.nfc && !norm.NFC.IsNormal(s) {
 				s = norm.NFC.Bytes(s)
 			}
-			dst = t.split(dst, s, 0, c)
+			var err error
+			if dst, err = t.split(ctx, dst, s, 0, c); err != nil {
+				return dst, err
+			}
 		}
 		if n < len(text) {
 			dst = append(dst, t.byteID[text[n]])
@@ -255,33 +271,34 @@ func (t *BPE) encodeText(dst []int32, text []byte, pos position, c *bpeCache) []
 		}
 		text = text[n:]
 	}
-	return dst
+	return dst, nil
 }
 
 // split applies the pre-tokenization steps from i on to s, valid
 // non-empty UTF-8, and encodes the pieces.
-func (t *BPE) split(dst []int32, s []byte, i int, c *bpeCache) []int32 {
+func (t *BPE) split(ctx context.Context, dst []int32, s []byte, i int, c *bpeCache) ([]int32, error) {
 	if i == len(t.steps) {
-		return t.encodePiece(dst, s, c)
+		return t.encodePiece(dst, s, c), nil
 	}
+	var err error
 	st := &t.steps[i]
 	switch st.kind {
 	case splitGPT2:
-		for len(s) > 0 {
+		for len(s) > 0 && err == nil {
 			p := pieceLen(s)
-			dst = t.split(dst, s[:p], i+1, c)
+			dst, err = t.split(ctx, dst, s[:p], i+1, c)
 			s = s[p:]
 		}
 	case splitLlama:
-		for len(s) > 0 {
+		for len(s) > 0 && err == nil {
 			p := llamaPieceLen(s, st.digits)
-			dst = t.split(dst, s[:p], i+1, c)
+			dst, err = t.split(ctx, dst, s[:p], i+1, c)
 			s = s[p:]
 		}
 	case splitDigits:
 		// As the Rust library's Digits, by char::is_numeric (Unicode's
 		// N); the JavaScript one takes ASCII digits only.
-		for len(s) > 0 {
+		for len(s) > 0 && err == nil {
 			r, n := utf8.DecodeRune(s)
 			p := n
 			if num := unicode.IsNumber(r); !num || !st.individual {
@@ -293,45 +310,75 @@ func (t *BPE) split(dst []int32, s []byte, i int, c *bpeCache) []int32 {
 					p += m
 				}
 			}
-			dst = t.split(dst, s[:p], i+1, c)
+			dst, err = t.split(ctx, dst, s[:p], i+1, c)
 			s = s[p:]
 		}
 	case prefixSpace:
 		if s[0] != ' ' {
 			s = append([]byte{' '}, s...)
 		}
-		dst = t.split(dst, s, i+1, c)
+		dst, err = t.split(ctx, dst, s, i+1, c)
 	case splitRegex, splitLiteral:
 		prev := 0
-		emit := func(start, end int, match bool) {
+		emit := func(start, end int, match bool) error {
 			if start == end || match != st.invert && st.removed {
-				return
+				return nil
 			}
-			dst = t.split(dst, s[start:end], i+1, c)
+			var err error
+			dst, err = t.split(ctx, dst, s[start:end], i+1, c)
+			return err
 		}
-		t.matches(st, s, c, func(start, end int) {
-			emit(prev, start, false)
-			emit(start, end, true)
+		err = t.matches(ctx, st, s, c, func(start, end int) error {
+			if err := emit(prev, start, false); err != nil {
+				return err
+			}
 			prev = end
+			return emit(start, end, true)
 		})
-		emit(prev, len(s), false)
+		if err == nil {
+			err = emit(prev, len(s), false)
+		}
 	}
-	return dst
+	return dst, err
+}
+
+// MatchTimeout bounds one match of a regular expression of a
+// pre-tokenizer (a Split step of a tokenizer.json). A pattern can
+// backtrack catastrophically on some text, taking time exponential in its
+// length (`(a+)+$` on a run of a's and a last other character); the
+// encoding then fails with a *PatternError instead of holding a core
+// forever. GPT-2's pattern takes a megabyte of letters in one match of a
+// few milliseconds (BenchmarkLongMatch).
+const MatchTimeout = time.Second
+
+// A PatternError is an encoding stopped by a regular expression of the
+// pre-tokenizer that took longer than MatchTimeout over one match.
+type PatternError struct {
+	Pattern string // the regular expression
+	Text    string // the start of the text it was matched against
+}
+
+func (e *PatternError) Error() string {
+	return fmt.Sprintf("pre-tokenizer pattern %q took longer than %v over one match of the text %q: it backtracks catastrophically on such text; change the pattern in the tokenizer.json", e.Pattern, MatchTimeout, e.Text)
 }
 
 // matches calls f with the byte offsets of each match of st's pattern in
-// s, left to right, without overlaps.
-func (t *BPE) matches(st *step, s []byte, c *bpeCache, f func(start, end int)) {
+// s, left to right, without overlaps, and stops at f's first error. A
+// regular expression's matches are bounded by MatchTimeout each, and
+// stop when ctx is done.
+func (t *BPE) matches(ctx context.Context, st *step, s []byte, c *bpeCache, f func(start, end int) error) error {
 	if st.kind == splitLiteral {
 		for off := 0; st.literal != ""; {
 			k := bytes.Index(s[off:], []byte(st.literal))
 			if k < 0 {
-				return
+				return nil
 			}
-			f(off+k, off+k+len(st.literal))
+			if err := f(off+k, off+k+len(st.literal)); err != nil {
+				return err
+			}
 			off += k + len(st.literal)
 		}
-		return
+		return nil
 	}
 	// regexp2 matches runes; offs maps rune indices to byte offsets.
 	c.runes, c.offs = c.runes[:0], c.offs[:0]
@@ -340,18 +387,30 @@ func (t *BPE) matches(st *step, s []byte, c *bpeCache, f func(start, end int)) {
 		c.offs = append(c.offs, i)
 	}
 	c.offs = append(c.offs, len(s))
-	m, err := st.re.FindRunesMatch(c.runes)
+	runes, offs := c.runes, c.offs
+	m, err := st.re.FindRunesMatch(runes)
 	for err == nil && m != nil {
-		f(c.offs[m.RuneIndex], c.offs[m.RuneIndex+m.RuneLength])
-		if m.RuneLength == 0 && m.RuneIndex == len(c.runes) {
+		if err := f(offs[m.RuneIndex], offs[m.RuneIndex+m.RuneLength]); err != nil {
+			return err
+		}
+		if m.RuneLength == 0 && m.RuneIndex == len(runes) {
 			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		m, err = st.re.FindNextMatch(m)
 	}
 	if err != nil {
-		// Only a match timeout fails, and none is set.
-		panic(fmt.Sprintf("%s tokenizer: pre-tokenizer pattern: %v", t.name, err))
+		// A timeout: regexp2's error quotes the whole text.
+		const show = 40
+		text := string(s)
+		if len(text) > show {
+			text = strings.ToValidUTF8(text[:show], "") + "…"
+		}
+		return &PatternError{Pattern: st.re.String(), Text: text}
 	}
+	return nil
 }
 
 // encodePiece appends the tokens of one piece of the pre-tokenization.

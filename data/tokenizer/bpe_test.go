@@ -2,12 +2,17 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlclark/regexp2/v2"
 )
 
 // countText counts the pieces of texts, each added on its own.
@@ -84,7 +89,7 @@ func TestTrainGolden(t *testing.T) {
 		{"ab<|endoftext|> ab", []int32{256, 260, 257}},
 		{"b a", []int32{'b', ' ', 'a'}},
 	} {
-		if got := tok.Encode(nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
+		if got := encode(t, tok, nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
@@ -197,7 +202,7 @@ func TestBPERoundTrip(t *testing.T) {
 					b = append(b, pieces[r.IntN(len(pieces))]...)
 				}
 			}
-			ids := tok.Encode(nil, b)
+			ids := encode(t, tok, nil, b)
 			got, err := tok.Decode(nil, ids)
 			if err != nil || !bytes.Equal(got, b) {
 				t.Fatalf("%s: Decode(Encode(%q)) = %q, %v", tok.Name(), b, got, err)
@@ -210,7 +215,7 @@ func TestBPERoundTrip(t *testing.T) {
 		}
 	}
 	// The split of Llama-3 differs from GPT-2's: digits go by threes.
-	if got := llama.Encode(nil, []byte("12345")); len(got) < 2 {
+	if got := encode(t, llama, nil, []byte("12345")); len(got) < 2 {
 		t.Errorf("llama-style Encode(12345) = %v, want \"123\" and \"45\" apart", got)
 	}
 }
@@ -241,7 +246,7 @@ func TestAddedTokens(t *testing.T) {
 		{"x  [S]  y", []int32{'x', 262, 'y'}},
 		{"<a", []int32{'<', 'a'}},
 	} {
-		if got := tok.Encode(nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
+		if got := encode(t, tok, nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
@@ -280,6 +285,12 @@ func TestParseErrors(t *testing.T) {
 		{"byte fallback", edit(func(m map[string]any) { model(m)["byte_fallback"] = true }), "byte_fallback"},
 		{"missing byte", edit(func(m map[string]any) { delete(model(m)["vocab"].(map[string]any), "Ġ") }), "no token for the byte 0x20"},
 		{"bad merge", edit(func(m map[string]any) { model(m)["merges"] = []any{"h zz"} }), `merge 0 "h zz"`},
+		{"added token with a vocabulary id", edit(func(m map[string]any) {
+			m["added_tokens"] = []any{map[string]any{"id": model(m)["vocab"].(map[string]any)["h"], "content": "<|x|>", "special": true}}
+		}), `added token "<|x|>" has the id`},
+		{"two added tokens with one id", edit(func(m map[string]any) {
+			m["added_tokens"] = []any{map[string]any{"id": 300, "content": "<|x|>"}, map[string]any{"id": 300, "content": "<|y|>"}}
+		}), `added token "<|y|>" has the id 300 of the token "<|x|>"`},
 		{"Split behavior", edit(func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
 				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "a"}, "behavior": "Contiguous"},
@@ -333,7 +344,7 @@ func TestMergeOrder(t *testing.T) {
 		{"ababc", []int32{257, 'a', 256}},
 		{"bcab", []int32{256, 257}},
 	} {
-		if got := tok.Encode(nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
+		if got := encode(t, tok, nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
@@ -394,11 +405,11 @@ func TestGPT2File(t *testing.T) {
 		i := r.IntN(len(text))
 		n := min(r.IntN(400), len(text)-i)
 		s := text[i : i+n]
-		if want, got := g.Encode(nil, s), tok.Encode(nil, s); !slices.Equal(got, want) {
+		if want, got := encode(t, g, nil, s), encode(t, tok, nil, s); !slices.Equal(got, want) {
 			t.Fatalf("Encode(%q) = %v, the built-in GPT-2 gives %v", s, got, want)
 		}
 	}
-	if got := tok.Encode(nil, []byte("Hello world<|endoftext|>")); !slices.Equal(got, []int32{15496, 995, 50256}) {
+	if got := encode(t, tok, nil, []byte("Hello world<|endoftext|>")); !slices.Equal(got, []int32{15496, 995, 50256}) {
 		t.Errorf("Encode(Hello world<|endoftext|>) = %v, want [15496 995 50256]", got)
 	}
 }
@@ -418,9 +429,126 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		ids := tok.Encode(nil, text)
+		ids := encode(t, tok, nil, text)
 		if _, err := tok.Decode(nil, ids); err != nil {
 			t.Errorf("Decode(Encode(%q)): %v", text, err)
 		}
 	})
+}
+
+// withSplits returns the tokenizer.json of tok with a pre-tokenizer of
+// regular-expression Split steps, then ByteLevel without its own split.
+func withSplits(t testing.TB, tok *BPE, patterns ...string) []byte {
+	t.Helper()
+	var f map[string]any
+	if err := json.Unmarshal(tok.JSON(), &f); err != nil {
+		t.Fatal(err)
+	}
+	var steps []any
+	for _, p := range patterns {
+		steps = append(steps, map[string]any{"type": "Split", "pattern": map[string]any{"Regex": p}, "behavior": "Isolated", "invert": false})
+	}
+	steps = append(steps, map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false})
+	f["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": steps}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPatternBound encodes, with a Split pattern that backtracks
+// catastrophically, text on which one match would take longer than the
+// universe has left: the encoding must fail with a PatternError, not
+// hold its goroutine. (The text is too short for a timeout on a memory
+// limit: this is time alone.)
+func TestPatternBound(t *testing.T) {
+	base := mustTrain(t, countText(nil, "aaaa bbbb"), TrainOptions{VocabSize: 260})
+	tok, err := Parse(withSplits(t, base, `(a+)+$`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fine on text that matches or fails at once.
+	if got := encode(t, tok, nil, []byte("aaaa")); len(got) == 0 {
+		t.Fatal("no tokens")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tok.Encode(context.Background(), nil, []byte(strings.Repeat("a", 40)+"!"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var pe *PatternError
+		if !errors.As(err, &pe) || pe.Pattern != `(a+)+$` || !strings.Contains(err.Error(), "backtracks catastrophically") {
+			t.Fatalf("Encode: %v, want a PatternError", err)
+		}
+		if strings.Contains(err.Error(), "\n") || len(err.Error()) > 300 {
+			t.Errorf("error %q: want one short line", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("Encode has not returned after 5 minutes: the match is not bounded")
+	}
+}
+
+// TestEncodeCanceled checks that an encoding with a regular-expression
+// split stops between two matches once its context is done.
+func TestEncodeCanceled(t *testing.T) {
+	base := mustTrain(t, countText(nil, "aaaa bbbb"), TrainOptions{VocabSize: 260})
+	tok, err := Parse(withSplits(t, base, `\S+|\s+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tok.Encode(ctx, nil, []byte("a b c d")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Encode with a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestNestedSplits encodes with two regular-expression Split steps, the
+// second splitting the pieces of the first, and checks the pieces against
+// those of the second pattern on each piece of the first.
+func TestNestedSplits(t *testing.T) {
+	base := mustTrain(t, countText(nil, "hello world 123 abc"), TrainOptions{VocabSize: 300})
+	two, err := Parse(withSplits(t, base, `\p{L}+|\P{L}+`, `\p{Ll}|\P{Ll}+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Parse(withSplits(t, base, `\p{Ll}|\P{Ll}+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "héllo WORLD 123 abc, déjà vu"
+	var want []int32
+	cuts, err := regexp2.MustCompile(`\p{L}+|\P{L}+`, regexp2.None).FindAllStringIndex(text, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cuts {
+		want = append(want, encode(t, second, nil, []byte(text[c[0]:c[1]]))...)
+	}
+	if got := encode(t, two, nil, []byte(text)); !slices.Equal(got, want) {
+		t.Errorf("Encode(%q) = %v, want %v, the second split's tokens of the first's pieces", text, got, want)
+	}
+}
+
+// TestAddedTokenOfVocabulary checks that an added token may take the id
+// that the vocabulary gives to the same text, as GPT-2's file does for
+// <|endoftext|>, and that the text still round-trips.
+func TestAddedTokenOfVocabulary(t *testing.T) {
+	base := mustTrain(t, countText(nil, "hello world"), TrainOptions{VocabSize: 270})
+	var f map[string]any
+	json.Unmarshal(base.JSON(), &f)
+	id := f["model"].(map[string]any)["vocab"].(map[string]any)["h"]
+	f["added_tokens"] = []any{map[string]any{"id": id, "content": "h", "special": false}}
+	b, _ := json.Marshal(f)
+	tok, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := encode(t, tok, nil, []byte("hello"))
+	if text, err := tok.Decode(nil, ids); err != nil || string(text) != "hello" {
+		t.Errorf("Decode(Encode(hello)) = %q, %v", text, err)
+	}
 }

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // Byte is the byte-level tokenizer: token i is the byte i, so any input,
 // including invalid UTF-8, round-trips exactly.
@@ -11,13 +14,13 @@ type byteTokenizer struct{}
 func (byteTokenizer) Name() string   { return "byte" }
 func (byteTokenizer) VocabSize() int { return 256 }
 
-func (byteTokenizer) Encode(dst []int32, text []byte) []int32 {
+func (byteTokenizer) Encode(_ context.Context, dst []int32, text []byte) ([]int32, error) {
 	n := len(dst)
 	dst = slices.Grow(dst, len(text))[:n+len(text)]
 	for i, b := range text {
 		dst[n+i] = int32(b)
 	}
-	return dst
+	return dst, nil
 }
 
 func (t byteTokenizer) Decode(dst []byte, tokens []int32) ([]byte, error) {

@@ -1,13 +1,15 @@
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // The files beside a Hugging Face tokenizer.json that say what its special
@@ -115,7 +117,7 @@ func ReadConfig(dir string, t Tokenizer) (*Config, error) {
 			return nil, fmt.Errorf("%s: chat_template: %w", file, err)
 		}
 	}
-	if s, err := os.ReadFile(filepath.Join(dir, ChatTemplateFile)); err == nil {
+	if s, err := regular.ReadFile(filepath.Join(dir, ChatTemplateFile)); err == nil {
 		c.ChatTemplate = string(s)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -176,7 +178,7 @@ func DefaultConfig(t Tokenizer) *Config {
 // was there.
 func readJSON(dir, name string, v any) (bool, error) {
 	path := filepath.Join(dir, name)
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -226,7 +228,8 @@ func tokenID(t Tokenizer, s string) (int32, bool) {
 			return eot, true
 		}
 	}
-	if ids := t.Encode(nil, []byte(s)); len(ids) == 1 {
+	// Built in: Byte or GPT2, whose encoding never fails.
+	if ids, err := t.Encode(context.Background(), nil, []byte(s)); err == nil && len(ids) == 1 {
 		return ids[0], true
 	}
 	return 0, false

@@ -1,6 +1,7 @@
 package tokenizer_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 
@@ -12,14 +13,17 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ids := tok.Encode(nil, []byte("Hello world"))
+	ids, err := tok.Encode(context.Background(), nil, []byte("Hello world"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	text, err := tok.Decode(nil, ids)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(ids, string(text))
 
-	ids = tokenizer.Byte.Encode(nil, []byte("Hi\xff"))
+	ids, _ = tokenizer.Byte.Encode(context.Background(), nil, []byte("Hi\xff")) // the byte tokenizer never fails
 	fmt.Println(ids, tokenizer.Byte.VocabSize())
 	// Output:
 	// [15496 995] Hello world
@@ -39,7 +43,9 @@ func ExampleEndOfText() {
 			if eot, ok := tokenizer.EndOfText(tok); ok && i > 0 {
 				ids = append(ids, eot)
 			}
-			ids = tok.Encode(ids, []byte(doc))
+			if ids, err = tok.Encode(context.Background(), ids, []byte(doc)); err != nil {
+				log.Fatal(err)
+			}
 		}
 		text, err := tok.Decode(nil, ids)
 		if err != nil {

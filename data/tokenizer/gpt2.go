@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync"
 	"unicode"
@@ -112,7 +113,7 @@ func (g *gpt2) Decode(dst []byte, tokens []int32) ([]byte, error) {
 	return dst, nil
 }
 
-func (g *gpt2) Encode(dst []int32, text []byte) []int32 {
+func (g *gpt2) Encode(_ context.Context, dst []int32, text []byte) ([]int32, error) {
 	c := g.caches.Get().(*pieceCache)
 	defer g.caches.Put(c)
 	for len(text) > 0 {
@@ -128,7 +129,7 @@ func (g *gpt2) Encode(dst []int32, text []byte) []int32 {
 		}
 		text = text[n:]
 	}
-	return dst
+	return dst, nil
 }
 
 // del is the ASCII control character DEL (0x7f). The module's compiled

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/dlclark/regexp2/v2"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // FileName is the name of a Hugging Face tokenizer file, which Open looks
@@ -35,7 +37,7 @@ func Open(arg string) (Tokenizer, error) {
 	if err == nil && info.IsDir() {
 		path = filepath.Join(path, FileName)
 	}
-	b, err := os.ReadFile(path)
+	b, err := regular.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(arg, `/\.`):
 		return nil, fmt.Errorf("unknown tokenizer %q: choose %s, or give a tokenizer.json or a directory holding one", arg, strings.Join(Names(), ", "))
@@ -324,6 +326,7 @@ func (t *BPE) readPre(raw json.RawMessage) (byteLevel bool, err error) {
 			if err != nil {
 				return false, fmt.Errorf("pre-tokenizer Split: pattern %q: %v", *p.Pattern.Regex, err)
 			}
+			re.MatchTimeout = MatchTimeout
 			st.kind, st.re = splitRegex, re
 		case p.Pattern.String != nil:
 			st.kind, st.literal = splitLiteral, *p.Pattern.String
@@ -376,6 +379,10 @@ func (t *BPE) readAdded(added []addedJSON) error {
 			return fmt.Errorf("added token %d is empty", a.ID)
 		case a.SingleWord:
 			return fmt.Errorf("added token %q has single_word true, which polysketch does not support", a.Content)
+		case t.tokens[a.ID] != nil && !bytes.Equal(t.tokens[a.ID], []byte(a.Content)):
+			// Decode would give one of the two for both: the text would not
+			// come back.
+			return fmt.Errorf("added token %q has the id %d of the token %q: give it an id of its own", a.Content, a.ID, t.tokens[a.ID])
 		case t.piece != nil && t.piece.norm != nil && (a.Normalized == nil && !a.Special || a.Normalized != nil && *a.Normalized):
 			// Hugging Face's libraries look for it in the normalized text,
 			// where a Prepend or Replace has changed it.

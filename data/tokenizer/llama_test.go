@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -37,7 +38,7 @@ func TestLlamaPieceLen(t *testing.T) {
 				s = append(s, alphabet[r.IntN(len(alphabet))]...)
 			}
 			var want, got []int
-			t0.matches(st, s, c, func(start, end int) { want = append(want, end) })
+			t0.matches(context.Background(), st, s, c, func(start, end int) error { want = append(want, end); return nil })
 			for i := 0; i < len(s); {
 				i += llamaPieceLen(s[i:], tc.digits)
 				got = append(got, i)

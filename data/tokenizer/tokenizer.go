@@ -11,6 +11,7 @@
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -26,8 +27,12 @@ type Tokenizer interface {
 	VocabSize() int
 
 	// Encode appends the tokens of text to dst and returns the extended
-	// slice. It accepts any bytes, including invalid UTF-8.
-	Encode(dst []int32, text []byte) []int32
+	// slice. It accepts any bytes, including invalid UTF-8. It fails only
+	// for a tokenizer read from a file whose pre-tokenizer pattern takes
+	// longer than MatchTimeout over one match (a *PatternError), or when
+	// ctx is done before a long encoding ends (ctx's error); the
+	// tokenizers built in never fail.
+	Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error)
 
 	// Decode appends the bytes of tokens to dst and returns the extended
 	// slice. It fails on an id outside [0, VocabSize()), appending the
@@ -81,13 +86,14 @@ func invalidToken(t Tokenizer, id int32) error {
 // was encoded before, cut before a space that follows another character:
 // t's method Continue if it has one ([BPE] does: a SentencePiece-kind
 // file puts "▁" before a text, not before its continuation), else Encode.
-func Continue(t Tokenizer, dst []int32, text []byte) []int32 {
+// It fails as Encode does.
+func Continue(ctx context.Context, t Tokenizer, dst []int32, text []byte) ([]int32, error) {
 	if c, ok := t.(interface {
-		Continue([]int32, []byte) []int32
+		Continue(context.Context, []int32, []byte) ([]int32, error)
 	}); ok {
-		return c.Continue(dst, text)
+		return c.Continue(ctx, dst, text)
 	}
-	return t.Encode(dst, text)
+	return t.Encode(ctx, dst, text)
 }
 
 // Text appends the text of tokens that start a text: t's method Text if

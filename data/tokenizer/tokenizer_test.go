@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,11 +12,33 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/polysketch/polysketch/internal/fifotest"
 	tiktoken "github.com/tiktoken-go/tokenizer"
 )
+
+// encode is tok's Encode, which must not fail.
+func encode(t testing.TB, tok Tokenizer, dst []int32, text []byte) []int32 {
+	t.Helper()
+	ids, err := tok.Encode(context.Background(), dst, text)
+	if err != nil {
+		t.Fatalf("%s: Encode(%q): %v", tok.Name(), text, err)
+	}
+	return ids
+}
+
+// mustContinue is Continue, which must not fail.
+func mustContinue(t testing.TB, tok Tokenizer, dst []int32, text []byte) []int32 {
+	t.Helper()
+	ids, err := Continue(context.Background(), tok, dst, text)
+	if err != nil {
+		t.Fatalf("%s: Continue(%q): %v", tok.Name(), text, err)
+	}
+	return ids
+}
 
 func mustGPT2(t testing.TB) Tokenizer {
 	t.Helper()
@@ -61,7 +84,7 @@ func TestGPT2KnownIDs(t *testing.T) {
 		{" ", []int32{220}},
 		{"", nil},
 	} {
-		if got := g.Encode(nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
+		if got := encode(t, g, nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
@@ -122,7 +145,7 @@ func TestGPT2EndOfTextInModule(t *testing.T) {
 		t.Errorf("module decodes token %d to %q; want no byte-pair token there", eot, s)
 	}
 	text := "a<|endoftext|>b"
-	got, want := g.Encode(nil, []byte(text)), moduleEncode(t, text)
+	got, want := encode(t, g, nil, []byte(text)), moduleEncode(t, text)
 	if !slices.Equal(got, want) || slices.Contains(got, eot) {
 		t.Errorf("Encode(%q) = %v, module %v; want the same, without %d", text, got, want, eot)
 	}
@@ -155,7 +178,7 @@ func TestGPT2SingleBytes(t *testing.T) {
 	want := gpt2ByteOrder()
 	for b := range 256 {
 		// Bytes from 0x80 up are invalid UTF-8 on their own.
-		got := g.Encode(nil, []byte{byte(b)})
+		got := encode(t, g, nil, []byte{byte(b)})
 		if len(got) != 1 || got[0] != want[b] {
 			t.Errorf("Encode(%#02x) = %v, want [%d]", b, got, want[b])
 		}
@@ -182,7 +205,7 @@ func TestInvalidUTF8AndDEL(t *testing.T) {
 		// Pieces "a", " ", " \x7f", "b": the space before DEL leads it.
 		{"a  \x7fb", []int32{64, 220, 220, ids[0x7f], 65}},
 	} {
-		if got := g.Encode(nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
+		if got := encode(t, g, nil, []byte(tc.text)); !slices.Equal(got, tc.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
@@ -225,7 +248,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 		inputs = append(inputs, random(1<<16))
 		for _, in := range inputs {
-			ids := tok.Encode(nil, in)
+			ids := encode(t, tok, nil, in)
 			for _, id := range ids {
 				if id < 0 || int(id) >= tok.VocabSize() {
 					t.Fatalf("%s: Encode(%q) has id %d outside [0, %d)", tok.Name(), in, id, tok.VocabSize())
@@ -245,12 +268,12 @@ func TestRoundTrip(t *testing.T) {
 func TestEncodeAppends(t *testing.T) {
 	for _, tok := range []Tokenizer{Byte, mustGPT2(t)} {
 		dst := []int32{7, 8}
-		got := tok.Encode(dst, []byte("Hello world"))
-		want := append([]int32{7, 8}, tok.Encode(nil, []byte("Hello world"))...)
+		got := encode(t, tok, dst, []byte("Hello world"))
+		want := append([]int32{7, 8}, encode(t, tok, nil, []byte("Hello world"))...)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: Encode onto [7 8] = %v, want %v", tok.Name(), got, want)
 		}
-		b, err := tok.Decode([]byte("> "), tok.Encode(nil, []byte("hi")))
+		b, err := tok.Decode([]byte("> "), encode(t, tok, nil, []byte("hi")))
 		if err != nil || string(b) != "> hi" {
 			t.Errorf("%s: Decode onto \"> \" = %q, %v", tok.Name(), b, err)
 		}
@@ -321,7 +344,7 @@ func TestGPT2MatchesModule(t *testing.T) {
 	g := mustGPT2(t)
 	check := func(name, text string) {
 		t.Helper()
-		got := g.Encode(nil, []byte(text))
+		got := encode(t, g, nil, []byte(text))
 		want := moduleEncode(t, text)
 		if !slices.Equal(got, want) {
 			i := 0
@@ -409,17 +432,41 @@ func goSource(t testing.TB, limit int) []byte {
 func TestConcurrentEncode(t *testing.T) {
 	g := mustGPT2(t)
 	text := goSource(t, 64<<10)
-	want := g.Encode(nil, text)
+	want := encode(t, g, nil, text)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for range 3 {
-				if got := g.Encode(nil, text); !slices.Equal(got, want) {
-					t.Error("concurrent Encode gave different ids")
+				if got, err := g.Encode(context.Background(), nil, text); err != nil || !slices.Equal(got, want) {
+					t.Errorf("concurrent Encode gave different ids (%v)", err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// TestOpenNamedPipe gives Open a named pipe, as the path and as the
+// tokenizer.json of a directory: it must refuse it at once, not wait for
+// a writer.
+func TestOpenNamedPipe(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, FileName)
+	fifotest.Make(t, fifo)
+	for _, arg := range []string{fifo, dir} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := Open(arg)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "is a named pipe, not a regular file") {
+				t.Errorf("Open(%s): %v, want an error saying it is a named pipe", arg, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("Open(%s) has not returned after a minute: it waits on the named pipe", arg)
+		}
+	}
 }

@@ -50,3 +50,11 @@ func Write(path string, write func(io.Writer) error) (err error) {
 	}
 	return nil
 }
+
+// WriteBytes is Write of the bytes b.
+func WriteBytes(path string, b []byte) error {
+	return Write(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}

@@ -34,3 +34,25 @@ func TestWriteReplacesWholeOrNothing(t *testing.T) {
 		t.Fatal("writing into a missing directory succeeded")
 	}
 }
+
+// TestWriteBytes: the file holds the bytes, readable by all as a file
+// os.WriteFile makes is, and no temporary file is left.
+func TestWriteBytes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokenizer.json")
+	for _, b := range []string{"first", "second, longer"} {
+		if err := WriteBytes(path, []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != b {
+			t.Fatalf("file holds %q (%v), want %q", got, err, b)
+		}
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v (%v), want 0644", st.Mode(), err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("files left beside it: %v", entries)
+	}
+}

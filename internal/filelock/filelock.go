@@ -18,6 +18,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+
+	"github.com/polysketch/polysketch/internal/regular"
 )
 
 // ErrLocked is the error, wrapped in an *fs.PathError, that TryLock
@@ -38,7 +40,7 @@ type Lock struct {
 // processes never both hold a lock on path.
 func TryLock(path string) (*Lock, error) {
 	for {
-		f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
+		f, err := regular.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real clients against a live `polysketch serve` (run by .ci/run): the
-# official openai package from npm, a multi-turn chat that must resume
+# official openai package from npm (completions, chat, and prompt
+# logprobs equal to eval --choices's), a multi-turn chat that must resume
 # from the prefix cache with the answers of a server without one, and the
 # web page in headless Chromium through puppeteer-core; then SIGTERM must
 # stop the server with status 0.
@@ -67,8 +68,16 @@ if [ -z "$addr" ]; then
 fi
 
 status=0
-cp "$here/openai_client.mjs" "$here/browser.mjs" "$here/multiturn.mjs" "$tmp/"
+cp "$here/openai_client.mjs" "$here/browser.mjs" "$here/multiturn.mjs" "$here/echo.mjs" "$tmp/"
 (cd "$tmp" && timeout 120 node openai_client.mjs "http://$addr/v1") || status=1
+
+# Prompt logprobs (echo) against eval --choices on the same checkpoint.
+if timeout 300 "$tmp/polysketch" eval --checkpoint "$tmp/run" --shots 1 --log-samples "$tmp/samples.jsonl" \
+    --choices multichoice/testdata/piqa.jsonl,multichoice/testdata/hellaswag.parquet,multichoice/testdata/generic.jsonl >"$tmp/eval.out" 2>&1; then
+  (cd "$tmp" && timeout 120 node echo.mjs "http://$addr/v1" samples.jsonl) || status=1
+else
+  echo "polysketch eval --choices failed:"; cat "$tmp/eval.out"; status=1
+fi
 
 # The same checkpoint served without the prefix cache, for the multi-turn
 # chat to compare with.

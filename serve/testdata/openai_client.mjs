@@ -1,6 +1,7 @@
 // The official OpenAI client for Node against a live `polysketch serve`:
 // models list, completions streamed and not, chat streamed and not, an
-// error raised as an APIError, and /tokenize and /detokenize with fetch. Run from a directory where the npm
+// error raised as an APIError, logit_bias and the penalties, and /tokenize
+// and /detokenize with fetch. Run from a directory where the npm
 // package openai is installed:
 //
 //	node openai_client.mjs http://127.0.0.1:8080/v1 [api-key]
@@ -64,6 +65,26 @@ try {
   check(false, "top_p 3 was accepted");
 } catch (e) {
   check(e instanceof OpenAI.APIError && e.status === 400 && /top_p/.test(e.message), `top_p 3: ${e}`);
+}
+
+// logit_bias, presence_penalty and frequency_penalty as the client sends
+// them: a bias of -100 bans every byte but x, y and z, in completions and
+// chat; penalties change a greedy text; best_of is refused naming it.
+const bans = {};
+for (let b = 0; b < 256; b++) if (!"xyz".includes(String.fromCharCode(b))) bans[String(b)] = -100;
+const biased = await client.completions.create({ ...req, temperature: 1.5, logit_bias: bans });
+check(/^[xyz]{24}$/.test(biased.choices[0].text), `logit_bias banning all but x, y, z: ${JSON.stringify(biased.choices[0].text)}`);
+const biasedChat = await client.chat.completions.create({ ...chatReq, logit_bias: { "113": 100 } });
+check(biasedChat.choices[0].message.content === "q".repeat(16), `chat with a bias of 100 on q: ${JSON.stringify(biasedChat.choices[0].message.content)}`);
+const greedy = { ...req, temperature: 0, logit_bias: bans };
+const plain = (await client.completions.create(greedy)).choices[0].text;
+const penalized = (await client.completions.create({ ...greedy, presence_penalty: 1.5, frequency_penalty: 0.5 })).choices[0].text;
+check(penalized !== plain && /^[xyz]{24}$/.test(penalized), `penalties left the greedy text ${JSON.stringify(plain)} as ${JSON.stringify(penalized)}`);
+try {
+  await client.completions.create({ ...req, best_of: 3 });
+  check(false, "best_of 3 was accepted");
+} catch (e) {
+  check(e instanceof OpenAI.APIError && e.status === 400 && e.param === "best_of", `best_of 3: ${e}`);
 }
 
 // POST /tokenize and /detokenize (llama.cpp's form), beside the OpenAI

@@ -1,7 +1,9 @@
 // Compares polysketch's tokenizers with Hugging Face's JavaScript
 // implementation, @huggingface/tokenizers: for a trained tokenizer.json,
 // Llama-3- and Qwen2-style files made from it, the SentencePiece-kind
-// piece.json (Llama 2's layout) and a Metaspace variant of it, and the
+// piece.json (Llama 2's layout) and a Metaspace variant of it, files whose
+// Split patterns polysketch matches with regexp2 (GPT-2's split as a
+// Split, and two Splits in sequence), and the
 // real files of Llama 2, Llama 3 and Qwen3 where hf.sh could install them,
 // every string below must encode to the same ids in both, with
 // add_special_tokens false (polysketch tokenizer encode) and true (with
@@ -44,6 +46,15 @@ const qwen = variant(base, qwen2, [["<|im_start|>", true], ["<|im_end|>", true],
 qwen.normalizer = { type: "NFC" };
 qwen.model.merges = qwen.model.merges.map((m) => m.split(" ")); // the newer [a, b] form
 
+// GPT-2's split as a Split regular expression, which polysketch matches
+// with regexp2 (every match bounded by tokenizer.MatchTimeout), not with a
+// scanner of its own; and two Splits in sequence, the second cutting the
+// pieces of the first.
+const gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const regex = variant(base, gpt2, []);
+const nested = variant(base, "\\p{N}+|\\P{N}+", []);
+nested.pre_tokenizer.pretokenizers.splice(1, 0, { type: "Split", pattern: { Regex: gpt2 }, behavior: "Isolated", invert: false });
+
 // The SentencePiece kind: piece.json as it is (a Prepend and Replace
 // normalizer, Llama 2's layout), and with a Metaspace pre-tokenizer and
 // decoder instead, prepending "▁" to the first section only (as newer
@@ -71,7 +82,10 @@ smol.pre_tokenizer = {
   }
 }
 
-const files = { trained: base, "llama3-style": llama, "qwen2-style": qwen, "smollm2-style": smol, "sentencepiece-kind": piece, "metaspace-kind": meta };
+const files = {
+  trained: base, "llama3-style": llama, "qwen2-style": qwen, "gpt2-regex-split": regex, "nested-splits": nested,
+  "smollm2-style": smol, "sentencepiece-kind": piece, "metaspace-kind": meta,
+};
 // Digits differ: the Rust library (and polysketch) isolate every
 // character of Unicode's N, the JavaScript one ASCII digits only; strings
 // with other numerals are left out for the files with Digits.

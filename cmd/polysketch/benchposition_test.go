@@ -7,21 +7,21 @@ import (
 	"testing"
 )
 
-// TestBenchDecode: a polysketch model's state stays the same size past
+// TestBenchPosition: a polysketch model's state stays the same size past
 // its context; a softmax model's grows, and it refuses a length beyond
 // its context.
-func TestBenchDecode(t *testing.T) {
+func TestBenchPosition(t *testing.T) {
 	dir, args := tinyRun(t)
 	if _, errOut, err := runQuiet(t, append(append([]string{"train"}, args...), "--steps", "1")...); err != nil {
 		t.Fatalf("train: %v\n%s", err, errOut)
 	}
-	out, _, err := runQuiet(t, "bench", "decode", "--checkpoint", filepath.Join(dir, "run"), "--length", "40", "--window", "16", "--json")
+	out, _, err := runQuiet(t, "bench", "position", "--checkpoint", filepath.Join(dir, "run"), "--length", "40", "--window", "16", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []decodeWindow
+	var ws []positionWindow
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var w decodeWindow
+		var w positionWindow
 		if err := json.Unmarshal([]byte(line), &w); err != nil {
 			t.Fatalf("%v: %q", err, line)
 		}
@@ -40,16 +40,16 @@ func TestBenchDecode(t *testing.T) {
 	if _, errOut, err := runQuiet(t, append([]string{"train"}, soft...)...); err != nil {
 		t.Fatalf("train: %v\n%s", err, errOut)
 	}
-	out, _, err = runQuiet(t, "bench", "decode", "--checkpoint", filepath.Join(dir, "soft"), "--length", "16", "--window", "8", "--json")
+	out, _, err = runQuiet(t, "bench", "position", "--checkpoint", filepath.Join(dir, "soft"), "--length", "16", "--window", "8", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a, b decodeWindow
+	var a, b positionWindow
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &a) != nil || json.Unmarshal([]byte(lines[1]), &b) != nil || b.StateBytes != 2*a.StateBytes {
 		t.Errorf("softmax windows %q: want the KV cache doubling", lines)
 	}
-	if _, _, err := runQuiet(t, "bench", "decode", "--checkpoint", filepath.Join(dir, "soft"), "--length", "17"); err == nil || !strings.Contains(err.Error(), "keeps a KV cache of at most 16 positions") {
+	if _, _, err := runQuiet(t, "bench", "position", "--checkpoint", filepath.Join(dir, "soft"), "--length", "17"); err == nil || !strings.Contains(err.Error(), "keeps a KV cache of at most 16 positions") {
 		t.Errorf("softmax past its context: %v", err)
 	}
 }
