@@ -31,7 +31,8 @@ on):
                       the learned sketches, temperatures and mixes. The
                       per-layer error on held-out text is shown before
                       and after. A mechanism with nothing of its own to
-                      train (random sketches, elu) skips to fine-tuning.
+                      train (elu, performer, random sketches without
+                      --scale) skips to fine-tuning, which takes its steps.
   fine-tuning         next-token loss over every weight (--train all) or
                       the attention's (--train attention), with
                       --distill W times the KL divergence from the
