@@ -91,7 +91,7 @@ func linearizeGrid(o Options) []Run {
 		tr.Steps, tr.Warmup, tr.EvalEvery, tr.SaveEvery = transfer, transfer/10, max(1, transfer/10), max(1, transfer/10)
 		ft.Steps, ft.Warmup, ft.EvalEvery, ft.SaveEvery = finetune, finetune/10, max(1, finetune/10), max(1, finetune/10)
 		ft.Linearize.Teacher = teacherName
-		name := unsafeName.ReplaceAllString(strings.ReplaceAll(s.row, " ", "-"), "")
+		name := unsafeName.ReplaceAllString(strings.ReplaceAll(strings.ReplaceAll(s.row, " + ", " "), " ", "-"), "")
 		runs = append(runs, Run{Name: name + "-linearized", Mechanism: s.spec, Row: s.row, Column: colStudent,
 			Model: sc, Train: ft, Transfer: &tr, Teacher: teacherName, err: err})
 		scratch := recipe(transfer+finetune, tc.Batch, tc.LR, seed)
