@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -206,7 +207,8 @@ func TestConformanceThreads(t *testing.T) {
 }
 
 // checkThreads requires the output and gradients of a mechanism that
-// build makes to be bitwise the same for GOMAXPROCS 1, 2 and 3.
+// build makes to be bitwise the same for every GOMAXPROCS of
+// parallel.TestThreads.
 func checkThreads(t *testing.T, build func() Mechanism, q, k, v *tensor.Tensor) {
 	t.Helper()
 	run := func(procs int) (r [4]*tensor.Tensor) {
@@ -217,7 +219,7 @@ func checkThreads(t *testing.T, build func() Mechanism, q, k, v *tensor.Tensor) 
 		return r
 	}
 	want := run(1)
-	for _, procs := range []int{2, 3} {
+	for _, procs := range parallel.TestThreads[1:] {
 		got := run(procs)
 		for i, what := range []string{"o", "dq", "dk", "dv"} {
 			if !slices.Equal(got[i].Data, want[i].Data) {

@@ -2,8 +2,8 @@ package attention
 
 import (
 	"fmt"
-	"runtime"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -166,5 +166,5 @@ func checkGroupedStep(op string, bh, bkv, h int, o, q, k, v *tensor.Tensor) int 
 // than handing half of them to a second goroutine costs: serial, a
 // sequence decodes 1.15-1.2× faster (BenchmarkDecode, B=1).
 func stepWorkers(items, work int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), items, work>>19))
+	return max(1, min(parallel.Threads(), items, work>>19))
 }

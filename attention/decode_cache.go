@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -56,9 +57,8 @@ type cacheDecoder struct {
 	chunk  int       // positions of the Step in progress
 	scores []float32 // chunks: per worker, [chunk × (n+chunk)] weights
 
-	o, q    []float32 // the Step in progress
-	team    team
-	stepFn  func(w, i int) // bound once: handing it to team allocates nothing
+	o, q    []float32      // the Step in progress
+	stepFn  func(w, i int) // bound once: handing it to the pool allocates nothing
 	chunkFn func(w, i int)
 
 	// weights, if set, turns a row of scores into its weights in place
@@ -97,12 +97,12 @@ func (d *cacheDecoder) Step(o, q, k, v *tensor.Tensor) {
 	d.o, d.q = o.Data, q.Data
 	total := d.n + n
 	if n == 1 {
-		d.team.run(stepWorkers(d.bh, d.bh*total*d.h), d.bh, d.stepFn)
+		parallel.Run(d.bh, stepWorkers(d.bh, d.bh*total*d.h), d.stepFn)
 	} else {
 		workers := stepWorkers(d.bh, d.bh*n*total*d.h)
 		d.chunk = n
 		d.scores = tensor.Grow(d.scores, workers*n*total)
-		d.team.run(workers, d.bh, d.chunkFn)
+		parallel.Run(d.bh, workers, d.chunkFn)
 	}
 	d.o, d.q = nil, nil
 	d.n = total

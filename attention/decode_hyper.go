@@ -1,8 +1,7 @@
 package attention
 
 import (
-	"runtime"
-
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -38,7 +37,6 @@ type hyperDecoder struct {
 	m          int // positions of the Step in progress
 	o, q, k, v []float32
 	stepFn     func(w, i int)
-	team       team
 }
 
 // hyperHead is the state of one head.
@@ -68,10 +66,10 @@ func (d *hyperDecoder) Reset() {
 
 func (d *hyperDecoder) Step(o, q, k, v *tensor.Tensor) {
 	m := checkStep("Decoder.Step", len(d.heads), d.h, o, q, k, v)
-	workers := max(min(runtime.GOMAXPROCS(0), len(d.heads)), 1)
+	workers := max(min(parallel.Threads(), len(d.heads)), 1)
 	d.a.ensureScratch(workers, d.a.cfg.Block, d.h, d.a.cfg.Block+2)
 	d.m, d.o, d.q, d.k, d.v = m, o.Data, q.Data, k.Data, v.Data
-	d.team.run(workers, len(d.heads), d.stepFn)
+	parallel.Run(len(d.heads), workers, d.stepFn)
 	d.n += m
 	d.o, d.q, d.k, d.v = nil, nil, nil, nil
 }

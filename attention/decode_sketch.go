@@ -2,6 +2,7 @@ package attention
 
 import (
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -94,7 +95,6 @@ type sketchDecoder struct {
 	chunks []chunkScratch // per worker
 
 	o, q, k, v []float32 // the Step in progress
-	team       team
 	stepFn     func(w, i int)
 	chunkFn    func(w, i int)
 }
@@ -190,7 +190,7 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 			d.chunks[w].size(d, n)
 		}
 		d.chunk = n
-		d.team.run(workers, d.bh, d.chunkFn)
+		parallel.Run(d.bh, workers, d.chunkFn)
 	}
 	d.o, d.q, d.k, d.v = nil, nil, nil, nil
 	d.n += n
@@ -255,7 +255,7 @@ func (d *sketchDecoder) step() {
 	transposeInto(blas.NewGeneral(bh, ro, d.mkr), blas.NewGeneral(ro, bh, d.mk))
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
-	d.team.run(workers, bh, d.stepFn)
+	parallel.Run(bh, workers, d.stepFn)
 }
 
 // scratch makes sure the first workers of d.chunks exist, with room for

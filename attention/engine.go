@@ -2,8 +2,6 @@ package attention
 
 import (
 	"fmt"
-	"runtime"
-	"sync/atomic"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
@@ -307,7 +305,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	p := a.projFor(h)
 	a.tuneFor(H, h)
-	a.layout(&a.L, B, H, N, h, runtime.GOMAXPROCS(0), p, a.src)
+	a.layout(&a.L, B, H, N, h, parallel.Threads(), p, a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(engineWorker))
 	}
@@ -351,7 +349,7 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 		}
 	}
 	var L engineLayout
-	a.layout(&L, B, H, N, h, runtime.GOMAXPROCS(0), p, src)
+	a.layout(&L, B, H, N, h, parallel.Threads(), p, src)
 	return int64(a.carve(&L, p, src, nil)+floats) * 4
 }
 
@@ -686,7 +684,7 @@ func (a *engine) keysPrep(w *engineWorker, hd, l int, pre, state []float32) {
 	F, h := L.F, L.h
 	phi := a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)
 	phi = scaleColsBy(w.phi, phi, a.stab.keyScales(w, rows, ref), F, rows) // H_l relative to ref
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
+	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, a.rows(a.v, hd, l)), 0, blas.NewGeneral(F, h, state))
 	z := state[F*h : F*h+F]
 	for f := range z {
 		z[f] = vec.Sum(phi[f*rows : (f+1)*rows])
@@ -766,7 +764,7 @@ func (a *engine) finish(w *engineWorker, hd, l int, pre, z, o []float32) {
 			if L.causal {
 				beta = 1
 			}
-			blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
+			blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, z), beta, blas.NewGeneral(rows, h, out))
 		}
 	}
 	if a.fm.one == 0 {
@@ -815,7 +813,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	if z != nil {
 		phi = a.fm.lift.apply(phi, w.mq, w.tq, ro, rows)
 		phi = scaleColsBy(w.phi, phi, cs, F, rows) // ψ_i = c_i·φ̃(q_i), as finish used it
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
+		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, z), blas.NewGeneral(rows, h, gr), 0, blas.NewGeneral(F, rows, dphi))
 		tmp := w.tmp[:rows]
 		for f := 0; f < F; f++ {
 			vec.Mul(tmp, phi[f*rows:(f+1)*rows], dphi[f*rows:(f+1)*rows])
@@ -896,7 +894,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 func (a *engine) queryState(w *engineWorker, phi []float32, rows int, state []float32) {
 	F, h := a.L.F, a.L.h
 	phi = phi[:F*rows]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
+	blockGemm(blockStates, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(rows, h, w.g), 0, blas.NewGeneral(F, h, state))
 	gd := w.gd[:rows]
 	for f := 0; f < F; f++ {
 		state[F*h+f] = vec.Dot(phi[f*rows:(f+1)*rows], gd)
@@ -935,8 +933,8 @@ func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 			beta = 1
 		}
 		v := a.rows(a.v, hd, l)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
+		blockGemm(blockStates, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(F, rows, phi), blas.NewGeneral(F, h, u), beta, blas.NewGeneral(rows, h, a.rows(a.dv, hd, l)))
+		blockGemm(blockStates, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(F, h, u), blas.NewGeneral(rows, h, v), 0, blas.NewGeneral(F, rows, dphi))
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}
@@ -1015,37 +1013,21 @@ func (w *engineWorker) carve(L *engineLayout, p projection, scratchRows int, fm 
 	}
 }
 
-// workPool runs the items of a phase on up to len(workers) goroutines, each
-// with its own worker scratch, taking items in order from a shared counter.
-// Which goroutine runs an item never changes its result.
+// workPool runs the items of a phase on up to active goroutines of the
+// process's pool, each with the worker scratch of its index, taking items
+// in order. Which goroutine runs an item never changes its result.
 type workPool struct {
 	workers []*engineWorker
 	active  int
-	items   int
-	next    atomic.Int64
 	step    func(w *engineWorker, i int)
-	body    func(wi int)
+	body    func(w, i int) // bound once: handing it to the pool allocates nothing
 }
 
 func (p *workPool) init() {
-	p.body = func(wi int) {
-		w := p.workers[wi]
-		for {
-			i := int(p.next.Add(1) - 1)
-			if i >= p.items {
-				return
-			}
-			p.step(w, i)
-		}
-	}
+	p.body = func(w, i int) { p.step(p.workers[w], i) }
 }
 
 func (p *workPool) run(items int, step func(w *engineWorker, i int)) {
-	if items == 0 {
-		return
-	}
-	p.items, p.step = items, step
-	p.next.Store(0)
-	n := min(p.active, items)
-	parallel.Workers(n, n, p.body)
+	p.step = step
+	parallel.Run(items, p.active, p.body)
 }

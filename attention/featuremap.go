@@ -167,11 +167,11 @@ func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumul
 func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 	symmetricOf(psi, u, r)
 	if s == nil {
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 1, blas.NewGeneral(r, n, dmT))
+		blockGemm(blockTensor, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 1, blas.NewGeneral(r, n, dmT))
 		return
 	}
 	aux = aux[:r*n]
-	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 0, blas.NewGeneral(r, n, aux))
+	blockGemm(blockTensor, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, psi), blas.NewGeneral(r, n, mT), 0, blas.NewGeneral(r, n, aux))
 	for c := 0; c < r; c++ {
 		x := aux[c*n : (c+1)*n]
 		vec.Mul(x, x, s[:n])

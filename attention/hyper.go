@@ -3,10 +3,10 @@ package attention
 import (
 	"errors"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 
 	"github.com/polysketch/polysketch/internal/field"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -152,8 +152,7 @@ type hyperAttn struct {
 	dkp, dvp []float32 // partial dK, dV: see backwardItem
 	gz       []float64 // [BH·nb] vnorm: Σ of the logit gradients of each block's samples
 
-	sc   []*hyperScratch
-	team team
+	sc []*hyperScratch
 
 	prepFn, forwardFn, backwardFn, reduceFn func(w, i int)
 }
@@ -351,7 +350,7 @@ func (a *hyperAttn) groups(B, H, N int) int {
 
 func (a *hyperAttn) workers(B, H, N int) int {
 	nb, _ := a.blocks(N)
-	return max(min(runtime.GOMAXPROCS(0), B*H*nb), 1)
+	return max(min(parallel.Threads(), B*H*nb), 1)
 }
 
 // hyperSizes are the element counts of the buffers held for a shape.
@@ -505,8 +504,8 @@ func (a *hyperAttn) Forward(o, q, k, v *tensor.Tensor) {
 		exact: !a.causal && !a.approx(N)}
 	workers := a.workers(B, H, N)
 	if a.approx(N) {
-		a.team.run(workers, B*H, a.prepFn)
+		parallel.Run(B*H, workers, a.prepFn)
 	}
-	a.team.run(workers, B*H*nb, a.forwardFn)
+	parallel.Run(B*H*nb, workers, a.forwardFn)
 	a.call = hyperCall{}
 }

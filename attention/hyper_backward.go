@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -23,8 +24,8 @@ func (a *hyperAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 	a.call = hyperCall{B: B, H: H, N: N, h: h, nb: nb, sets: sets, groups: a.groups(B, H, N),
 		exact: !a.causal && !a.approx(N), dq: dq.Data, dk: dk.Data, dv: dv.Data, do: do.Data}
 	workers := a.workers(B, H, N)
-	a.team.run(workers, B*H*a.call.groups, a.backwardFn)
-	a.team.run(workers, B*H*nb, a.reduceFn)
+	parallel.Run(B*H*a.call.groups, workers, a.backwardFn)
+	parallel.Run(B*H*nb, workers, a.reduceFn)
 	a.call = hyperCall{}
 }
 

@@ -113,7 +113,7 @@ func lowerABt(dst, a, b blas.General) {
 	n := a.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, a.Slice(i0, i1, 0, a.Cols), b.Slice(0, i1, 0, b.Cols), 0, dst.Slice(i0, i1, 0, i1))
+		blockGemm(blockScores, blas.NoTrans, blas.Trans, 1, a.Slice(i0, i1, 0, a.Cols), b.Slice(0, i1, 0, b.Cols), 0, dst.Slice(i0, i1, 0, i1))
 		for i := i0; i < i1; i++ {
 			clear(dst.Data[i*dst.Stride+i+1 : i*dst.Stride+i1])
 		}
@@ -126,7 +126,7 @@ func lowerMul(dst, L, y blas.General, beta float32) {
 	n := L.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, L.Slice(i0, i1, 0, i1), y.Slice(0, i1, 0, y.Cols), beta, dst.Slice(i0, i1, 0, dst.Cols))
+		blockGemm(blockWeighted, blas.NoTrans, blas.NoTrans, 1, L.Slice(i0, i1, 0, i1), y.Slice(0, i1, 0, y.Cols), beta, dst.Slice(i0, i1, 0, dst.Cols))
 	}
 }
 
@@ -136,7 +136,7 @@ func lowerTMul(dst, L, y blas.General, beta float32) {
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
 		// Rows j0..j1 of Lᵀ·y = (L[j0:n, j0:j1])ᵀ · y[j0:n].
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, L.Slice(j0, n, j0, j1), y.Slice(j0, n, 0, y.Cols), beta, dst.Slice(j0, j1, 0, dst.Cols))
+		blockGemm(blockWeighted, blas.Trans, blas.NoTrans, 1, L.Slice(j0, n, j0, j1), y.Slice(j0, n, 0, y.Cols), beta, dst.Slice(j0, j1, 0, dst.Cols))
 	}
 }
 
@@ -149,7 +149,7 @@ func lowerAtB(dst, a, b blas.General) {
 	n := a.Cols
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, a.Slice(0, a.Rows, i0, i1), b.Slice(0, b.Rows, 0, i1), 0, dst.Slice(i0, i1, 0, i1))
+		blockGemm(blockScores, blas.Trans, blas.NoTrans, 1, a.Slice(0, a.Rows, i0, i1), b.Slice(0, b.Rows, 0, i1), 0, dst.Slice(i0, i1, 0, i1))
 		for i := i0; i < i1; i++ {
 			clear(dst.Data[i*dst.Stride+i+1 : i*dst.Stride+i1])
 		}
@@ -161,7 +161,7 @@ func lowerMulT(dstT, L, yT blas.General, beta float32) {
 	n := L.Rows
 	for i0 := 0; i0 < n; i0 += diagTile {
 		i1 := min(i0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, yT.Slice(0, yT.Rows, 0, i1), L.Slice(i0, i1, 0, i1), beta, dstT.Slice(0, dstT.Rows, i0, i1))
+		blockGemm(blockWeighted, blas.NoTrans, blas.Trans, 1, yT.Slice(0, yT.Rows, 0, i1), L.Slice(i0, i1, 0, i1), beta, dstT.Slice(0, dstT.Rows, i0, i1))
 	}
 }
 
@@ -170,7 +170,7 @@ func lowerTMulT(dstT, L, yT blas.General, beta float32) {
 	n := L.Rows
 	for j0 := 0; j0 < n; j0 += diagTile {
 		j1 := min(j0+diagTile, n)
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, yT.Slice(0, yT.Rows, j0, n), L.Slice(j0, n, j0, j1), beta, dstT.Slice(0, dstT.Rows, j0, j1))
+		blockGemm(blockWeighted, blas.NoTrans, blas.NoTrans, 1, yT.Slice(0, yT.Rows, j0, n), L.Slice(j0, n, j0, j1), beta, dstT.Slice(0, dstT.Rows, j0, j1))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -198,13 +199,16 @@ func TestPolysketchDeterministic(t *testing.T) {
 			q, k, v := randTensor(rng, 0.7, 2, 3, 21, 6), randTensor(rng, 0.7, 2, 3, 21, 6), randTensor(rng, 1, 2, 3, 21, 6)
 			runtime.GOMAXPROCS(1)
 			o1, dq1, dk1, dv1 := gradients(mustNew(t, Polysketch, c.options()), q, k, v)
-			runtime.GOMAXPROCS(2)
-			m := mustNew(t, Polysketch, c.options())
-			o2, dq2, dk2, dv2 := gradients(m, q, k, v)
-			requireEqual(t, "o", o1, o2)
-			requireEqual(t, "dq", dq1, dq2)
-			requireEqual(t, "dk", dk1, dk2)
-			requireEqual(t, "dv", dv1, dv2)
+			var m Mechanism
+			for _, procs := range parallel.TestThreads[1:] {
+				runtime.GOMAXPROCS(procs)
+				m = mustNew(t, Polysketch, c.options())
+				o2, dq2, dk2, dv2 := gradients(m, q, k, v)
+				requireEqual(t, fmt.Sprintf("o at GOMAXPROCS=%d", procs), o1, o2)
+				requireEqual(t, fmt.Sprintf("dq at GOMAXPROCS=%d", procs), dq1, dq2)
+				requireEqual(t, fmt.Sprintf("dk at GOMAXPROCS=%d", procs), dk1, dk2)
+				requireEqual(t, fmt.Sprintf("dv at GOMAXPROCS=%d", procs), dv1, dv2)
+			}
 			// A second Backward after one Forward gives the same again.
 			dq3, dk3, dv3 := tensor.New(q.Shape...), tensor.New(q.Shape...), tensor.New(q.Shape...)
 			m.Backward(dq3, dk3, dv3, randTensor(rand.New(rand.NewPCG(9, 9)), 1, q.Shape...))

@@ -1,9 +1,12 @@
 package attention
 
 import (
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/nn"
@@ -97,4 +100,101 @@ func bf16Cases(specs []string) []bf16Case {
 		}
 	}
 	return cs
+}
+
+// BenchmarkBlockBF16 measures what bf16 would cost each kind of the
+// engine's block products (see blockProduct) in the default model's
+// mechanism, polysketch with learned sketches and exact local blocks of
+// 64 (and of 256): it runs causal Forward and Backward on one head of N =
+// 1024, h = 64, once with every product in float32 and once with one kind
+// (or all) as bf16 products, and reports the relative error
+// ‖x − x*‖/‖x*‖ of the output and the three input gradients against the
+// float32 run, the output's against a float64 evaluation of the same
+// mechanism (o64_err; the float32 run's own is the fp32 case), and the
+// time of Forward and Backward on one thread in ms and as a ratio to
+// float32's, best of the loop's runs. The networks case runs the learned
+// sketch's own products in bf16, as bf16 models do; all adds every kind
+// to it.
+//
+//	go test -run '^$' -bench BlockBF16 -benchtime 5x ./attention
+func BenchmarkBlockBF16(b *testing.B) {
+	const N, h = 1024, 64
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	rng := rand.New(rand.NewPCG(3, 16))
+	var in [4]*tensor.Tensor // q, k, v, do
+	for i := range in {
+		in[i] = randTensor(rng, 1, 1, 1, N, h)
+	}
+	kinds := []struct {
+		name  string
+		kinds blockProduct
+		nets  bool
+	}{
+		{"fp32", 0, false},
+		{"networks", 0, true},
+		{"scores", blockScores, false},
+		{"weighted", blockWeighted, false},
+		{"states", blockStates, false},
+		{"tensor", blockTensor, false},
+		{"all", blockScores | blockWeighted | blockStates | blockTensor, true},
+	}
+	for _, spec := range []string{"polysketch:learned:block=64", "polysketch:learned"} {
+		cfg, err := ParseSpec(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := New(cfg, Setup{Causal: true, Seed: 5, HeadSize: h})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := m.(*engine)
+		var out [2][4]*tensor.Tensor
+		for i := range out {
+			for j := range out[i] {
+				out[i][j] = tensor.New(in[0].Shape...)
+			}
+		}
+		run := func(o [4]*tensor.Tensor, kinds blockProduct, nets bool) time.Duration {
+			defer func(k blockProduct) { bf16Blocks = k }(bf16Blocks)
+			bf16Blocks = kinds
+			p := nn.FP32
+			if nets {
+				p = nn.BF16
+			}
+			e.SetPrecision(p)
+			for _, pa := range e.Params() {
+				pa.Grad.Zero()
+			}
+			start := time.Now()
+			e.Forward(o[0], in[0], in[1], in[2])
+			e.Backward(o[1], o[2], o[3], in[3])
+			return time.Since(start)
+		}
+		run(out[0], 0, false)
+		ps := paramMap(e.Params())
+		ref := refSketched(in[0], in[1], in[2], e.opts, func(x []float64) []float64 {
+			next := 0
+			return refLearned(x, e.opts.Degree/2, ps, &next)
+		}, tuneOf(e))
+		for _, k := range kinds {
+			b.Run(spec+"/"+k.name, func(b *testing.B) {
+				best, base := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+				for b.Loop() { // alternately, so that both see the same machine
+					base = min(base, run(out[0], 0, false))
+					best = min(best, run(out[1], k.kinds, k.nets))
+				}
+				for i, name := range []string{"o_err", "dq_err", "dk_err", "dv_err"} {
+					b.ReportMetric(relFrob(out[1][i].Data, out[0][i].Data), name)
+				}
+				var d, n float64
+				for i, r := range ref {
+					x := float64(out[1][0].Data[i]) - r
+					d, n = d+x*x, n+r*r
+				}
+				b.ReportMetric(math.Sqrt(d/n), "o64_err")
+				b.ReportMetric(float64(best.Microseconds())/1e3, "ms")
+				b.ReportMetric(float64(best)/float64(base), "time_x")
+			})
+		}
+	}
 }

@@ -243,10 +243,10 @@ func (s *sketch) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 			}
 		case j == 0:
 			// Pᵀ = Gᵀ·xᵀ for all level-1 projections at once.
-			blas.SgemmSerial(blas.NoTrans, blas.Trans, 1, blas.NewGeneral(lv.n*r, lv.in, lv.gT), x, 0, blas.NewGeneral(lv.n*r, n, p))
+			blockGemm(blockSketch, blas.NoTrans, blas.Trans, 1, blas.NewGeneral(lv.n*r, lv.in, lv.gT), x, 0, blas.NewGeneral(lv.n*r, n, p))
 		default:
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, lv.gT[e*r*r:]), blas.NewGeneral(r, n, in[e*r*n:]), 0, blas.NewGeneral(r, n, p[e*r*n:]))
+				blockGemm(blockSketch, blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(r, r, lv.gT[e*r*r:]), blas.NewGeneral(r, n, in[e*r*n:]), 0, blas.NewGeneral(r, n, p[e*r*n:]))
 			}
 		}
 		dst := mT
@@ -309,7 +309,7 @@ func (s *sketch) backward(dx blas.General, accumulate bool, dmT, pre []float32, 
 					beta = 1
 				}
 				// dx = dP·G, with dPᵀ stored: dx = (dPᵀ)ᵀ·(Gᵀ).
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(lv.n*r, n, d), blas.NewGeneral(lv.n*r, lv.in, lv.gT), beta, dx)
+				blockGemm(blockSketch, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(lv.n*r, n, d), blas.NewGeneral(lv.n*r, lv.in, lv.gT), beta, dx)
 				return
 			}
 			for e := 0; e < lv.n; e++ {
@@ -333,7 +333,7 @@ func (s *sketch) backward(dx blas.General, accumulate bool, dmT, pre []float32, 
 		dm := scr.b[:lv.n*w]
 		if s.kind == Gaussian {
 			for e := 0; e < lv.n; e++ {
-				blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, blas.NewGeneral(r, r, lv.gT[e*r*r:]), blas.NewGeneral(r, n, d[e*w:]), 0, blas.NewGeneral(r, n, dm[e*w:]))
+				blockGemm(blockSketch, blas.Trans, blas.NoTrans, 1, blas.NewGeneral(r, r, lv.gT[e*r*r:]), blas.NewGeneral(r, n, d[e*w:]), 0, blas.NewGeneral(r, n, dm[e*w:]))
 			}
 		} else {
 			for e := 0; e < lv.n; e++ {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -350,7 +351,7 @@ func TestLearnedParamGradients(t *testing.T) {
 
 // TestLearnedGradientsChunks checks all gradients where the rows of q and
 // of k span several chunks (B·H·N = 540: 256 + 256 + 28 rows) in several
-// groups.
+// groups (3, of two chunks each).
 func TestLearnedGradientsChunks(t *testing.T) {
 	for _, c := range []psCase{learnedCases[0], learnedCases[7], learnedCases[10], learnedCases[11]} {
 		t.Run(c.name, func(t *testing.T) {
@@ -359,8 +360,8 @@ func TestLearnedGradientsChunks(t *testing.T) {
 			q, k, v := randTensor(rng, 0.7, 3, 4, n, h), randTensor(rng, 0.7, 3, 4, n, h), randTensor(rng, 1, 3, 4, n, h)
 			m := newLearnedMech(t, c, h)
 			checkGradients(t, m, q, k, v, fdStep(c), 2e-2, 20)
-			if m.L.chunks != 3 || m.L.groups != 6 {
-				t.Fatalf("%d chunks per input in %d groups, want 3 in 6", m.L.chunks, m.L.groups)
+			if m.L.chunks != 3 || m.L.groups != 3 {
+				t.Fatalf("%d chunks per input in %d groups, want 3 in 3", m.L.chunks, m.L.groups)
 			}
 			checkParamGradients(t, m, q, k, v, fdStep(c), 2e-2, 2)
 		})
@@ -442,8 +443,9 @@ func requireAllEqual(t *testing.T, m *engine, a, b []*tensor.Tensor) {
 }
 
 // TestLearnedDeterministic runs shapes with several chunks per group
-// (B·H·N = 1200 rows of q and of k: 10 chunks in 8 groups) on one and two
-// threads: outputs and all gradients must be bitwise equal.
+// (B·H·N = 1200 rows of q and of k: 10 chunks in 5 groups) at every
+// GOMAXPROCS of parallel.TestThreads: outputs and all gradients must be
+// bitwise equal.
 func TestLearnedDeterministic(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, c := range learnedCases {
@@ -453,13 +455,15 @@ func TestLearnedDeterministic(t *testing.T) {
 			runtime.GOMAXPROCS(1)
 			m1 := newLearnedMech(t, c, 6)
 			g1 := learnedGradients(m1, q, k, v)
-			runtime.GOMAXPROCS(2)
-			m2 := newLearnedMech(t, c, 6)
-			g2 := learnedGradients(m2, q, k, v)
-			if m2.L.workers < 2 || m2.L.groups != netGroups || m2.L.chunks != 5 {
-				t.Fatalf("layout %+v: want 2 workers, %d groups, 5 chunks", m2.L, netGroups)
+			for _, procs := range parallel.TestThreads[1:] {
+				runtime.GOMAXPROCS(procs)
+				m2 := newLearnedMech(t, c, 6)
+				g2 := learnedGradients(m2, q, k, v)
+				if m2.L.workers < 2 || m2.L.groups != 5 || m2.L.chunks != 5 {
+					t.Fatalf("layout %+v at GOMAXPROCS=%d: want several workers, 5 groups, 5 chunks", m2.L, procs)
+				}
+				requireAllEqual(t, m1, g1, g2)
 			}
-			requireAllEqual(t, m1, g1, g2)
 		})
 	}
 }

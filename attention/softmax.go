@@ -3,9 +3,9 @@ package attention
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -22,7 +22,6 @@ type softmaxAttn struct {
 	p       []float32   // [B·H, N, N] weights of the last Forward
 	dp      [][]float32 // N×N scratch per worker for dP and dS
 	call    softmaxCall
-	team    team
 
 	forwardFn, backwardFn func(w, i int) // bound once: no allocation per call
 }
@@ -49,7 +48,7 @@ func (a *softmaxAttn) Workspace(B, H, N, h int) int64 {
 }
 
 func (a *softmaxAttn) workers(heads int) int {
-	return max(min(runtime.GOMAXPROCS(0), heads), 1)
+	return max(min(parallel.Threads(), heads), 1)
 }
 
 func (a *softmaxAttn) Forward(o, q, k, v *tensor.Tensor) {
@@ -58,7 +57,7 @@ func (a *softmaxAttn) Forward(o, q, k, v *tensor.Tensor) {
 	a.q, a.k, a.v = q, k, v
 	a.p = tensor.Grow(a.p, B*H*N*N)
 	a.call = softmaxCall{N: N, h: h, o: o.Data}
-	a.team.run(a.workers(B*H), B*H, a.forwardFn)
+	parallel.Run(B*H, a.workers(B*H), a.forwardFn)
 	a.call = softmaxCall{}
 }
 
@@ -97,7 +96,7 @@ func (a *softmaxAttn) Backward(dq, dk, dv, do *tensor.Tensor) {
 		panic(fmt.Sprintf("attention.softmax.Backward: weights of %d floats for shape %v", len(a.p), a.q.Shape))
 	}
 	a.call = softmaxCall{N: N, h: h, dq: dq.Data, dk: dk.Data, dv: dv.Data, do: do.Data}
-	a.team.run(workers, B*H, a.backwardFn)
+	parallel.Run(B*H, workers, a.backwardFn)
 	a.call = softmaxCall{}
 }
 

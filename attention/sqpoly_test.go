@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -254,7 +255,7 @@ func TestSquarePolyDecoderCoefficients(t *testing.T) {
 }
 
 // TestSquarePolyThreadsCoefficients: the coefficients' gradient, summed
-// over work items, is bitwise the same for GOMAXPROCS 1, 2 and 3, with one
+// over work items, is bitwise the same for every GOMAXPROCS, with one
 // head (its key tiles split into groups) and with several.
 func TestSquarePolyThreadsCoefficients(t *testing.T) {
 	for _, B := range []int{1, 3} {
@@ -263,7 +264,7 @@ func TestSquarePolyThreadsCoefficients(t *testing.T) {
 		normalizeRows(q, 0.6)
 		normalizeRows(k, 0.6)
 		var want []float32
-		for _, procs := range []int{1, 2, 3} {
+		for _, procs := range parallel.TestThreads {
 			var got []float32
 			withProcs(procs, func() {
 				m := newSquarePoly(t, "sqpoly:block=16:degree=4", true, 8)

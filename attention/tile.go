@@ -2,11 +2,9 @@ package attention
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
 )
@@ -154,10 +152,9 @@ type tiled struct {
 	accs  []float64  // [B·H·groups·accN]: the items' parameter gradients
 	sc    []*scratch // one per worker
 	call  tiledCall  // arguments of the running call
-	team  team       // runs the work items
 
 	// The work items as bound method values, made once so that handing
-	// them to the team allocates nothing.
+	// them to the pool allocates nothing.
 	forwardFn, prepareFn, backwardFn, reduceFn func(w, i int)
 }
 
@@ -205,7 +202,7 @@ func (t *tiled) groups(B, H, N int) int {
 // workers returns how many goroutines a call uses for a shape.
 func (t *tiled) workers(B, H, N int) int {
 	items := max(B*H*((N+t.br-1)/t.br), B*H*t.groups(B, H, N))
-	return max(min(runtime.GOMAXPROCS(0), items), 1)
+	return max(min(parallel.Threads(), items), 1)
 }
 
 // tileDims returns the largest tile used for sequences of length N.
@@ -286,7 +283,7 @@ func (t *tiled) forward(o, q, k, v *tensor.Tensor) {
 	t.q, t.k, t.v = q, k, v
 	t.call = tiledCall{B: B, H: H, N: N, h: h, out: o.Data}
 	items := B * H * ((N + t.br - 1) / t.br)
-	t.team.run(t.workers(B, H, N), items, t.forwardFn)
+	parallel.Run(items, t.workers(B, H, N), t.forwardFn)
 	t.call = tiledCall{}
 }
 
@@ -335,10 +332,10 @@ func (t *tiled) backward(dq, dk, dv, do *tensor.Tensor) {
 	}
 	t.call = c
 	workers := t.workers(B, H, N)
-	t.team.run(workers, B*H, t.prepareFn)
-	t.team.run(workers, B*H*c.groups, t.backwardFn)
+	parallel.Run(B*H, workers, t.prepareFn)
+	parallel.Run(B*H*c.groups, workers, t.backwardFn)
 	if c.groups > 1 {
-		t.team.run(workers, B*H*((N+t.br-1)/t.br), t.reduceFn)
+		parallel.Run(B*H*((N+t.br-1)/t.br), workers, t.reduceFn)
 	}
 	t.call = tiledCall{}
 }
@@ -414,65 +411,5 @@ func (t *tiled) reduceItem(_, item int) {
 	for g := 1; g < c.groups; g++ {
 		at := (bh*(c.groups-1)+g-1)*n + i0*c.h
 		vec.Add(dq, dq, t.dqs[at:at+rows*c.h])
-	}
-}
-
-// team runs the items of a parallel loop on up to a given number of
-// goroutines, telling each call which worker runs it so that workers can
-// own scratch buffers. Items are handed out dynamically; results must not
-// depend on which worker runs an item. Unlike parallel.For it allocates
-// nothing: the goroutines it starts capture no variables (a closure would
-// be allocated per goroutine) and receive their work over a channel.
-type team struct {
-	fn   func(w, i int)
-	n    int64
-	next atomic.Int64
-	wg   sync.WaitGroup
-}
-
-// teamJob hands worker w of a team to a goroutine started by team.run.
-type teamJob struct {
-	tm *team
-	w  int
-}
-
-var teamJobs = make(chan teamJob, 64)
-
-func (tm *team) run(workers, n int, fn func(w, i int)) {
-	workers = min(workers, n)
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			fn(0, i)
-		}
-		return
-	}
-	tm.fn, tm.n = fn, int64(n)
-	tm.next.Store(0)
-	tm.wg.Add(workers - 1)
-	for w := 1; w < workers; w++ {
-		go teamWorker()
-		teamJobs <- teamJob{tm, w}
-	}
-	tm.loop(0)
-	tm.wg.Wait()
-	tm.fn = nil
-}
-
-// teamWorker runs one worker of whichever team sent the job it receives:
-// every started goroutine receives exactly one job, so the jobs of
-// concurrent teams cannot be left without a goroutine.
-func teamWorker() {
-	j := <-teamJobs
-	j.tm.loop(j.w)
-	j.tm.wg.Done()
-}
-
-func (tm *team) loop(w int) {
-	for {
-		i := tm.next.Add(1) - 1
-		if i >= tm.n {
-			return
-		}
-		tm.fn(w, int(i))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -126,19 +127,24 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 				opts.Causal, opts.Block = causal, 32
 				q, k, v := randQKV(2, 0.5, s[0], s[1], s[2], s[3])
 				do := randTensor(rand.New(rand.NewPCG(9, 9)), 1, q.Shape...)
-				var res [2][4]*tensor.Tensor
-				for i, procs := range []int{1, 2} {
+				var want [4]*tensor.Tensor
+				for _, procs := range parallel.TestThreads {
+					var got [4]*tensor.Tensor
 					withProcs(procs, func() {
 						o, dq, dk, dv := forwardBackward(mustNew(t, kind, opts), q, k, v, do)
-						res[i] = [4]*tensor.Tensor{o, dq, dk, dv}
+						got = [4]*tensor.Tensor{o, dq, dk, dv}
 					})
-				}
-				for j, name := range []string{"o", "dq", "dk", "dv"} {
-					for i := range res[0][j].Data {
-						if math.Float32bits(res[0][j].Data[i]) != math.Float32bits(res[1][j].Data[i]) {
-							t.Errorf("%s causal=%v shape %v: %s[%d] = %v with 1 thread, %v with 2",
-								kind, causal, s, name, i, res[0][j].Data[i], res[1][j].Data[i])
-							break
+					if procs == 1 {
+						want = got
+						continue
+					}
+					for j, name := range []string{"o", "dq", "dk", "dv"} {
+						for i := range want[j].Data {
+							if math.Float32bits(want[j].Data[i]) != math.Float32bits(got[j].Data[i]) {
+								t.Errorf("%s causal=%v shape %v: %s[%d] = %v with 1 thread, %v with %d",
+									kind, causal, s, name, i, want[j].Data[i], got[j].Data[i], procs)
+								break
+							}
 						}
 					}
 				}

@@ -3,7 +3,8 @@ package blas
 import (
 	"fmt"
 	"math"
-	"runtime"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // BF16 is a bfloat16 number: the upper 16 bits of a float32 (sign, the
@@ -122,7 +123,7 @@ func finish(acc, alpha, beta, c float32) float32 {
 // naming them.
 func GemmBF16(tA, tB Transpose, alpha float32, a, b Operand, beta float32, c General) {
 	g := newGemmBF16("GemmBF16", tA, tB, alpha, a, b, beta, c)
-	g.run(runtime.GOMAXPROCS(0))
+	g.run(parallel.Threads())
 }
 
 // GemmBF16Serial is GemmBF16 on the calling goroutine, for callers that
@@ -145,5 +146,13 @@ const rowBlockBF16 = 32
 // tiles, whose rounding may differ, serve only products with more rows.
 func RowBlockBF16(n int) int { return rowBlockBF16 }
 
-// KernelBF16 names the bf16 kernel in use: "amx", "avx512bf16" or "go".
+// KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",
+// "avx512bf16" or "go" (see KernelBF16For for the code each shape runs).
 func KernelBF16() string { return activeBF16.name }
+
+// KernelBF16For names the code that computes a bf16 product of m rows, n
+// columns and inner dimension k with the kernel in use: "amx" (AMX
+// tiles), "avx512fma" (float32 FMAs on the pairs' halves), "avx512bf16"
+// (VDPBF16PS) or "go". The choice depends on the shape and the CPU only,
+// never on timings, so that results are reproducible.
+func KernelBF16For(m, n, k int) string { return activeBF16.codeFor(m) }

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -16,26 +17,59 @@ import (
 // lanes), and for one or two rows 128-column tiles that read four strips
 // of B at once. Its arithmetic is dot2's, so it matches the portable
 // kernel to the bit.
-var avx512BF16 = &bf16Kernel{name: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16}
+var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCode: "avx512bf16", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16}
 
-// amxBF16Kernel is avx512BF16 with AMX tiles for products of more than
+// avx512FMA is avx512BF16 with the tiles' products taken by float32 FMAs
+// (two per pair, on the halves of the pairs as float32, with MXCSR set
+// to flush as VDPBF16PS does): the same bits, on the two FMA ports of
+// Intel cores, where VDPBF16PS has one. Decoding keeps VDPBF16PS's wide
+// tiles, which read B no slower.
+var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs}
+
+// amxBF16Kernel is avx512FMA with AMX tiles for products of more than
 // RowBlockBF16 rows.
-var amxBF16Kernel = &bf16Kernel{name: "amx", mr: 14, mc: 168, tile: tileBF16, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, tiles: tilesAMX}
+var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs,
+	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
-// first.
+// first, by what was measured (docs/bf16.md): AMX tiles where the CPU
+// has them (Intel); otherwise, on AMD cores, whose VDPBF16PS multiplies
+// twice as fast as their float32 FMAs, avx512bf16; on Intel cores, where
+// it has one port to the FMAs' two, avx512fma. All but the tiles give
+// the same bits, so the order changes speed only.
 func asmBF16Kernels() []*bf16Kernel {
-	var ks []*bf16Kernel
-	avx512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
-	if avx512 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
-		ks = append(ks, amxBF16Kernel)
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BW || !cpu.X86.HasAVX512BF16 {
+		return nil
 	}
-	if avx512 {
-		ks = append(ks, avx512BF16)
+	ks := []*bf16Kernel{avx512FMA, avx512BF16}
+	if isAMD() {
+		ks = []*bf16Kernel{avx512BF16, avx512FMA}
+	}
+	if cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
+		ks = append([]*bf16Kernel{amxBF16Kernel}, ks...)
 	}
 	return ks
+}
+
+// isAMD reports whether the CPU's vendor is AMD ("AuthenticAMD", or
+// Hygon's licensed Zen, "HygonGenuine").
+func isAMD() bool {
+	v := vendor()
+	return v == "AuthenticAMD" || v == "HygonGenuine"
+}
+
+// vendor returns the CPU vendor's name as CPUID spells it
+// ("GenuineIntel", "AuthenticAMD", …).
+func vendor() string {
+	b, c, d := cpuVendor()
+	var v [12]byte
+	binary.LittleEndian.PutUint32(v[0:], b)
+	binary.LittleEndian.PutUint32(v[4:], d)
+	binary.LittleEndian.PutUint32(v[8:], c)
+	return string(v[:])
 }
 
 var (
@@ -67,13 +101,64 @@ var amxConfig = func() (c [64]byte) {
 	return c
 }()
 
-func tilesAMX(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32) {
-	_ = a[amxBlock*lda-1]
-	_ = a[chunks*16-1]
-	_ = b[(nstrips-1)*bs+chunks*16*nrBF16-1]
+func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch) {
+	_ = a[chunks*chunkWords-1]
+	_ = b[(nstrips-1)*bs+chunks*chunkWords-1]
 	_ = tmp[amxBlock*nrBF16-1]
-	_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
-	amxBF16(&amxConfig[0], &a[0], 4*lda, &b[0], 4*bs, nstrips, chunks, &tmp[0], rows, &c[0], ldc, alpha, beta, accumFlag(beta), mask)
+	var accp *float32
+	if mode&(amxLoad|amxStore) != 0 {
+		_ = acc[nstrips*amxBlock*nrBF16-1]
+		accp = &acc[0]
+	}
+	if mode&amxStore == 0 {
+		// With amxDirect (rows 32) whole strips are stored, the last one
+		// under the mask through tmp.
+		if mode&amxDirect != 0 && rows != amxBlock {
+			panic("blas: tilesAMX: amxDirect with fewer than 32 rows")
+		}
+		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
+	}
+	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
+}
+
+// prefetchAMX sets pf to fetch rows rows of cols floats, stride floats
+// apart, from data[0] on, in segments of 512 bytes. The addresses are
+// only hints: a prefetch never faults, and data stays referenced by the
+// product for as long as the kernel runs.
+func prefetchAMX(pf *amxPrefetch, data []float32, rows, cols, stride int) {
+	start := int(uintptr(unsafe.Pointer(&data[0])))
+	segs := ceilDiv(4*cols, 512)
+	*pf = amxPrefetch{start, start, segs, segs, rows, 4 * stride}
+}
+
+// packTilesAMX is packTilesGo with assembly for the chunks wholly within
+// k, of any rows of A as stored and of 32 rows of Aᵀ.
+func packTilesAMX(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32) {
+	dst = dst[:(c1-c0)*chunkWords]
+	n := max(0, min(c1, k/32)-c0) // chunks wholly within k
+	switch {
+	case n == 0:
+	case t == NoTrans:
+		_ = a.Data[(i0+rows-1)*a.Stride+32*(c0+n)-1]
+		src := a.Data[i0*a.Stride+32*c0:]
+		amxPackRows(&dst[0], &src[0], a.Stride, min(rows, 16), n)
+		if rows > 16 {
+			amxPackRows(&dst[16], &src[16*a.Stride], a.Stride, rows-16, n)
+		}
+		for c := 0; c < n && rows < amxBlock; c++ {
+			for i := rows; i < amxBlock; i++ {
+				clear(dst[c*chunkWords+tileRow(i) : c*chunkWords+tileRow(i)+16])
+			}
+		}
+	case rows == amxBlock:
+		_ = a.Data[(32*(c0+n)-1)*a.Stride+i0+amxBlock-1]
+		amxPackCols(&dst[0], &a.Data[32*c0*a.Stride+i0], a.Stride, n)
+	default:
+		n = 0
+	}
+	if c0+n < c1 {
+		packTilesGo(t, a, k, i0, rows, c0+n, c1, dst[n*chunkWords:])
+	}
 }
 
 func accumFlag(beta float32) int {
@@ -97,6 +182,27 @@ func wideBF16(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []fl
 	wideBF16AVX512(rows, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
 }
 
+// tileFMA is tileBF16 with float32 FMAs, A's pairs expanded
+// (expandPairs): the pair p of row i at 2·(i·ars + p·aps) in words, with
+// ars and aps doubled by the caller.
+func tileFMA(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	_ = a[(rows-1)*ars+(kp-1)*aps+1]
+	_ = b[kp*nrBF16-1]
+	_ = c[(rows-1)*ldc+cols-1]
+	tileFMAAVX512(rows, kp, &a[0], ars, aps, &b[0], 0, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(cols))
+}
+
+// expandPairs sets dst[2i], dst[2i+1] to the float32 bits of the high
+// and the low half of src[i].
+func expandPairs(dst, src []uint32) {
+	n := len(src) / 16
+	if n > 0 {
+		_ = dst[32*n-1]
+		expandPairsAVX512(&dst[0], &src[0], n)
+	}
+	expandGo(dst[32*n:], src[16*n:])
+}
+
 func cvtBF16(dst []uint32, src []float32) {
 	n := len(src) / 32
 	if n > 0 {
@@ -104,6 +210,13 @@ func cvtBF16(dst []uint32, src []float32) {
 		cvtBF16AVX512(&dst[0], &src[0], n)
 	}
 	cvtGo(dst[16*n:], src[32*n:])
+}
+
+func pairRowsBF16(dst []uint32, r0, r1 []float32, strips, stride int) {
+	_ = dst[(strips-1)*stride+nrBF16-1]
+	_ = r0[nrBF16*strips-1]
+	_ = r1[nrBF16*strips-1]
+	pairRowsAVX512(&dst[0], &r0[0], &r1[0], strips, stride)
 }
 
 func interBF16(dst []uint32, r0, r1 []float32) {

@@ -3,8 +3,11 @@
 package blas
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/cpu"
@@ -31,18 +34,29 @@ func randBF16Bits(rng *rand.Rand) uint32 {
 	return uint32(rng.IntN(2))<<15 | uint32(e)<<7 | uint32(rng.IntN(128))
 }
 
-// TestVDPBF16PS checks that dot2 computes what the instruction does, on
-// the cases of TestDot2 and on random operands and accumulators over the
-// whole exponent range, near the flush threshold included.
+// TestVDPBF16PS checks that dot2 computes what the instruction does, and
+// what a step of the FMA kernels does (two VFMADD231PS under MXCSR's
+// flush-to-zero and denormals-are-zero), on the cases of TestDot2 and on
+// random operands and accumulators over the whole exponent range, near
+// the flush threshold included.
 func TestVDPBF16PS(t *testing.T) {
+	for _, step := range []struct {
+		name string
+		f    func(acc *float32, a, b *uint32)
+	}{{"VDPBF16PS", vdpbf16psVec}, {"the FMA step", fmaStepVec}} {
+		t.Run(step.name, func(t *testing.T) { testDot2Step(t, step.name, step.f) })
+	}
+}
+
+func testDot2Step(t *testing.T, name string, step func(acc *float32, a, b *uint32)) {
 	needAVX512BF16(t)
 	var acc, want [16]float32
 	var a, b [16]uint32
 	for _, c := range dot2Cases {
 		acc[0], a[0], b[0] = c.acc, c.a, c.b
-		vdpbf16psVec(&acc[0], &a[0], &b[0])
+		step(&acc[0], &a[0], &b[0])
 		if math.Float32bits(acc[0]) != math.Float32bits(c.want) {
-			t.Errorf("%s: VDPBF16PS gives %v (%#08x), want %v (%#08x)", c.name, acc[0], math.Float32bits(acc[0]), c.want, math.Float32bits(c.want))
+			t.Errorf("%s: %s gives %v (%#08x), want %v (%#08x)", c.name, name, acc[0], math.Float32bits(acc[0]), c.want, math.Float32bits(c.want))
 		}
 	}
 	rng := rand.New(rand.NewPCG(81, 82))
@@ -70,12 +84,12 @@ func TestVDPBF16PS(t *testing.T) {
 			want[i] = dot2(acc[i], a[i], b[i])
 		}
 		got := acc
-		vdpbf16psVec(&got[0], &a[0], &b[0])
+		step(&got[0], &a[0], &b[0])
 		for i := range got {
 			g, w := got[i], want[i]
 			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
-				t.Fatalf("acc %v (%#08x), a %#08x, b %#08x: VDPBF16PS %v (%#08x), dot2 %v (%#08x)",
-					acc[i], math.Float32bits(acc[i]), a[i], b[i], g, math.Float32bits(g), w, math.Float32bits(w))
+				t.Fatalf("acc %v (%#08x), a %#08x, b %#08x: %s %v (%#08x), dot2 %v (%#08x)",
+					acc[i], math.Float32bits(acc[i]), a[i], b[i], name, g, math.Float32bits(g), w, math.Float32bits(w))
 			}
 		}
 	}
@@ -146,4 +160,131 @@ func BenchmarkPeakAMX(b *testing.B) {
 		tdpbf16psLoop(&amxConfig[0], 1000)
 	}
 	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+}
+
+// TestTDPBF16PS checks that amxEmulated, the model of TDPBF16PS that
+// the tests on CPUs without AMX run, computes what the AMX kernel does,
+// bit for bit: operands whose sums round differently in each order of
+// addition (so that the order the model claims is the instruction's),
+// and operands over the whole exponent range with zeros, Infs and NaNs
+// (so that sums overflow, flush and meet Inf of either sign); partial
+// sums loaded and stored; ragged rows, strips and column masks; alpha
+// and beta, and NaNs in C at beta 0.
+func TestTDPBF16PS(t *testing.T) {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile {
+		t.Skip("this CPU has no AMX (amx_bf16, amx_tile): the instruction was not run (TestGemmBF16Tiles runs the tile driver on amxEmulated)")
+	}
+	if !amxPermitted() {
+		t.Skip("the OS refused the AMX tiles")
+	}
+	rng := rand.New(rand.NewPCG(85, 86))
+	mid := func() uint32 { // exponents 2⁻⁷..2⁸: sums that round
+		return uint32(rng.IntN(2))<<15 | uint32(120+rng.IntN(16))<<7 | uint32(rng.IntN(128))
+	}
+	n := 400
+	if testing.Short() {
+		n = 80
+	}
+	for it := 0; it < n; it++ {
+		gen := mid
+		if it%2 == 1 {
+			gen = func() uint32 { return randBF16Bits(rng) }
+		}
+		chunks, nstrips, rows := 1+rng.IntN(4), 1+rng.IntN(3), 1+rng.IntN(amxBlock)
+		cols := 1 + rng.IntN(nrBF16)
+		a := make([]uint32, chunks*chunkWords)
+		for i := range a {
+			a[i] = gen() | gen()<<16
+		}
+		bs := (chunks + rng.IntN(2)) * chunkWords
+		b := make([]uint32, nstrips*bs)
+		for i := range b {
+			b[i] = gen() | gen()<<16
+		}
+		mode := []int{0, amxStore, amxLoad | amxStore, amxLoad}[rng.IntN(4)]
+		alpha, beta := float32(1), float32(0)
+		switch rng.IntN(3) {
+		case 0:
+			alpha, beta = -0.75, 1.5
+			mode |= amxBeta
+		case 1:
+			if rng.IntN(2) == 0 {
+				rows, cols = amxBlock, nrBF16
+			}
+			if rows == amxBlock {
+				mode |= amxDirect
+			}
+		}
+		acc := make([]float32, nstrips*1024)
+		for i := range acc {
+			acc[i] = math.Float32frombits(gen()<<16 | uint32(rng.IntN(1<<16)))
+		}
+		ldc := nstrips*nrBF16 + 3
+		c := make([]float32, amxBlock*ldc)
+		for i := range c {
+			c[i] = float32(rng.NormFloat64())
+			if beta == 0 {
+				c[i] = float32(math.NaN())
+			}
+		}
+		want, wantAcc := append([]float32(nil), c...), append([]float32(nil), acc...)
+		got, gotAcc := append([]float32(nil), c...), append([]float32(nil), acc...)
+		mask := colMask(cols)
+		tmp := make([]float32, amxBlock*nrBF16)
+		amxEmulated(a, b, bs, nstrips, chunks, wantAcc, mode, want, ldc, rows, alpha, beta, mask, tmp, nil)
+		var pf amxPrefetch
+		prefetchAMX(&pf, c, amxBlock, ldc, ldc) // anything: prefetching changes no result
+		tilesAMX(a, b, bs, nstrips, chunks, gotAcc, mode, got, ldc, rows, alpha, beta, mask, tmp, &pf)
+		what := fmt.Sprintf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, mode %#x, alpha %v, beta %v)", it, chunks, nstrips, rows, cols, mode, alpha, beta)
+		for i := range got {
+			g, w := got[i], want[i]
+			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w && i/ldc < rows && i%ldc < (nstrips-1)*nrBF16+cols) {
+				t.Fatalf("%s: C[%d,%d] = %v (%#08x), model %v (%#08x)", what, i/ldc, i%ldc, g, math.Float32bits(g), w, math.Float32bits(w))
+			}
+		}
+		for i := range gotAcc {
+			g, w := gotAcc[i], wantAcc[i]
+			if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+				t.Fatalf("%s: partial sum %d = %v (%#08x), model %v (%#08x)", what, i, g, math.Float32bits(g), w, math.Float32bits(w))
+			}
+		}
+	}
+}
+
+// amxBF16Name is the amx kernel's name, for the benchmarks that compare
+// it with the bare loop.
+const amxBF16Name = "amx"
+
+// peakAMXFlops is the flops of one peakAMXLoop call.
+const peakAMXFlops = 4 * 1000 * 16 * 16 * 32 * 2
+
+// peakAMXLoop returns BenchmarkPeakAMX's loop (4000 TDPBF16PS, on tiles
+// that hold no data, as a bare loop measures the unit), or nil where the
+// CPU or the OS lacks AMX.
+func peakAMXLoop() func() {
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile || !amxPermitted() {
+		return nil
+	}
+	return func() { tdpbf16psLoop(&amxConfig[0], 1000) }
+}
+
+// TestCPUVendor checks the vendor that picks the kernel order (isAMD)
+// against the one Linux reports.
+func TestCPUVendor(t *testing.T) {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo to compare with")
+	}
+	_, rest, ok := strings.Cut(string(info), "vendor_id")
+	if !ok {
+		t.Skip("/proc/cpuinfo names no vendor_id")
+	}
+	line, _, _ := strings.Cut(rest, "\n")
+	want := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), ":"))
+	if got := vendor(); got != want {
+		t.Errorf("vendor() = %q, Linux says %q", got, want)
+	}
+	if amd := want == "AuthenticAMD" || want == "HygonGenuine"; isAMD() != amd {
+		t.Errorf("isAMD() = %v on %q", isAMD(), want)
+	}
 }

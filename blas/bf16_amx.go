@@ -4,100 +4,285 @@ package blas
 // (prefill, training) run through tiles: blocks of 32 rows of A by
 // strips of packed B, each 32×32 block of C in four tile registers.
 //
-// A tile row holds 16 pairs of k (64 bytes), so A is converted to rows of
-// pairsPadded(k) pairs (zero beyond k) and blocks to 32 rows (zero beyond
-// m); PackedBF16 strips are already padded to 16 pairs and read in place:
-// a B tile is 16 pair rows of 16 columns, 128 bytes apart.
+// A tile row holds 16 pairs of k (64 bytes): a chunk. A is converted to
+// bf16 in tile order, chunk by chunk (32 rows of 16 pairs, zero beyond m
+// and k); PackedBF16 strips are already padded to whole chunks and read
+// in place: a B tile is 16 pair rows of 16 columns, 128 bytes apart.
+//
+// The tile unit multiplies faster than the caches deliver operands that
+// are reloaded from L2 for every tile: k is cut into blocks of at most
+// amxChunksMax chunks, so that a row block of A (one k block of it,
+// converted just before use) stays in L1 while the strips of B stream
+// from L2 past it, and the partial sums of C wait in a buffer between k
+// blocks (loading and storing them is exact: the bits do not change).
 
 // amxBlock is the rows of A a tiles call multiplies.
 const amxBlock = 32
 
-// tilesFunc computes rows ≤ 32 rows by 32·nstrips columns of C, C[i,
-// 32t+j] = finish(Σ pairs of a's row i and column j of strip t) for the
-// first rows rows, the last strip's columns under mask; a is 32 rows of
-// chunks·16 pairs, lda words apart, b the strips (bs words apart), tmp a
-// 32×32 scratch.
-type tilesFunc func(a []uint32, lda int, b []uint32, bs, nstrips, chunks int, tmp []float32, rows int, c []float32, ldc int, alpha, beta float32, mask uint32)
+// chunkWords is the words of one chunk of a packed row block of A: 32
+// rows of 16 pairs.
+const chunkWords = amxBlock * 16
 
-// packAMX converts rows [i0, i0+rows) of op(a) to bf16 pairs in dst, as
-// 32 rows of kpp pairs (rows and pairs past the ends zero).
-func packAMX(kn *bf16Kernel, t Transpose, a General, k, i0, rows int, dst, tmp []uint32) {
-	kp, kpp := ceilDiv(k, 2), pairsPadded(k)
-	dst = dst[:amxBlock*kpp]
-	if t == NoTrans {
-		for i := 0; i < rows; i++ {
-			row := a.Data[(i0+i)*a.Stride : (i0+i)*a.Stride+k]
-			d := dst[i*kpp : (i+1)*kpp]
-			kn.cvt(d, row[:k&^1])
-			if k%2 == 1 {
-				d[kp-1] = uint32(toBF16(row[k-1]))
-			}
-			clear(d[kp:])
+// The modes of a tiles call (as in the generator, blas/_asm).
+const (
+	amxLoad   = 1 // start from the partial sums in acc, not from zero
+	amxStore  = 2 // end by storing the sums to acc, not by finishing C
+	amxDirect = 4 // finish by storing the sums into C (alpha 1, beta 0, 32 rows)
+	amxBeta   = 8 // finish with beta·C added
+)
+
+// tilesFunc computes the sums of 32 rows of A by nstrips strips of B over
+// chunks chunks of k: a holds the rows' chunks in tile order (chunkWords
+// each: row i, pair p at 32(i mod 16) + 16(i div 16) + p), b the first
+// strip's chunks (bs words to the next strip's). The sums of a strip
+// (32×32 floats) start from zero, or from acc (amxLoad: 1024 floats a
+// strip), and end stored to acc (amxStore), or finish C: C = alpha·sum
+// (+ beta·C with amxBeta) in its first rows rows, the last strip's
+// columns under mask; amxDirect (alpha 1, beta 0, rows 32) lets the
+// kernel store whole strips' sums straight into C. tmp is a 32×32
+// scratch. pf, where the kernel prefetches, says what it fetches for the
+// next call while it computes (see amxPrefetch).
+type tilesFunc func(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch)
+
+// amxPrefetch is the state of the kernel's prefetch of the rows of A
+// that the next call converts, in segments of 512 bytes, one per chunk
+// it multiplies: the next segment's address (0: none left), its row's
+// start, the segments left in the row and in each row, the rows left,
+// and the bytes between rows.
+type amxPrefetch [6]int
+
+// amxLimits are tileItem's budgets: chunks, the chunks of a k block (8
+// chunks of A's 32 rows are 16 KB, a third of L1, which leaves room for
+// B's lines on their way); panelBytes, the bytes of B's strips (all of k)
+// that each row block multiplies in turn, so that they stay in L2 for the
+// next; accBytes, the partial sums held between k blocks. Tests make them
+// small, so that small products take every path.
+var amxLimits = struct{ chunks, panelBytes, accBytes int }{8, 1 << 20, 768 << 10}
+
+// tileItem computes row blocks [b0, b1) by strips [s0, s1) of C with
+// tiles, in one of two orders:
+//
+//   - row block by row block (rows): each block of A is converted whole
+//     and multiplied by each strip of a group of strips that fits in L2
+//     (panelBytes), k block by k block, the partial sums of one block
+//     by the group's strips between k blocks. With several groups A is
+//     converted once for each.
+//   - k block by k block (kBlocks): for each group of row blocks whose
+//     partial sums fit in L2 (accBytes), each k block of B's strips
+//     is read once from memory for all of the group's blocks. With
+//     several groups B is read once for each.
+//
+// With one k block, and otherwise where it reads less again, the first.
+func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 int) {
+	if s0 >= s1 || b0 >= b1 {
+		return
+	}
+	nstr := s1 - s0
+	chunks := pairsPadded(g.k) / 16
+	nk := ceilDiv(chunks, amxLimits.chunks)
+	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
+	t := tileCall{g: *g, ws: ws, bp: bp, chunks: chunks, nk: nk}
+	switch {
+	case g.beta != 0:
+		t.finish = amxBeta
+	case g.alpha == 1:
+		t.finish = amxDirect
+	}
+	// Strips a group of rows holds, and row blocks a group of kBlocks.
+	ns := max(1, min(nstr, amxLimits.panelBytes/(chunks*2048)))
+	nb := max(1, min(b1-b0, amxLimits.accBytes/(nstr*4096)))
+	// What each reads again: A's rows, converted once more for each more
+	// strip group; B's strips, once more for each more row group.
+	againA := (ceilDiv(nstr, ns) - 1) * (b1 - b0) * amxBlock * g.k * 4
+	againB := (ceilDiv(b1-b0, nb) - 1) * nstr * chunks * 2048
+	if nk == 1 || againA < againB {
+		for s := s0; s < s1; s += ns {
+			t.strips(s, min(s1, s+ns), s1)
+			t.rows(b0, b1)
 		}
-	} else {
-		// op(a)'s rows are a's columns: the pairs of rows i0.. for one p
-		// lie in two rows of a; convert them in a run, then scatter.
-		tmp = tmp[:rows]
-		for p := 0; p < kp; p++ {
-			r0 := a.Data[2*p*a.Stride+i0 : 2*p*a.Stride+i0+rows]
-			if 2*p+1 < k {
-				kn.inter(tmp, r0, a.Data[(2*p+1)*a.Stride+i0:(2*p+1)*a.Stride+i0+rows])
-			} else {
-				for i, x := range r0 {
-					tmp[i] = uint32(toBF16(x))
-				}
-			}
-			for i, w := range tmp {
-				dst[i*kpp+p] = w
-			}
-		}
-		for i := 0; i < rows; i++ {
-			clear(dst[i*kpp+kp : (i+1)*kpp])
+		return
+	}
+	t.strips(s0, s1, s1)
+	t.kBlocks(b0, b1, nb)
+}
+
+// tileCall holds what the calls of the tiles kernel of one item share. It
+// holds a copy of the product: the kernel's arguments leak (they go to
+// function values), and a pointer would move the caller's product to the
+// heap.
+type tileCall struct {
+	g          gemmBF16
+	ws         *bf16Workspace
+	bp         *PackedBF16
+	s0, nstr   int // the strips multiplied
+	chunks, nk int
+	finish     int // the mode bits that finish C
+	mask       uint32
+}
+
+// strips sets the calls to strips [s0, s1) of an item ending at strip
+// last.
+func (t *tileCall) strips(s0, s1, last int) {
+	t.s0, t.nstr = s0, s1-s0
+	t.mask = colMask(nrBF16)
+	if s1 == last {
+		t.mask = colMask(min(nrBF16, t.g.n-(s1-1)*nrBF16))
+	}
+}
+
+// rows computes row block by row block.
+func (t *tileCall) rows(b0, b1 int) {
+	g, ws := &t.g, t.ws
+	ws.a = growWords(ws.a, t.chunks*chunkWords)
+	if t.nk > 1 {
+		ws.acc = growFloats(ws.acc, t.nstr*1024)
+	}
+	for blk := b0; blk < b1; blk++ {
+		i0 := blk * amxBlock
+		rows := min(amxBlock, g.m-i0)
+		g.kn.packTiles(g.tA, g.a, g.k, i0, rows, 0, t.chunks, ws.a)
+		t.prefetch(blk+1, b1, 0, t.chunks)
+		for kb := 0; kb < t.nk; kb++ {
+			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
+			t.call(blk, rows, kb, c0, c1, ws.a[c0*chunkWords:], ws.acc)
 		}
 	}
-	clear(dst[rows*kpp:])
 }
+
+// kBlocks computes k block by k block, for groups of group row blocks.
+func (t *tileCall) kBlocks(b0, b1, group int) {
+	g, ws := &t.g, t.ws
+	ws.acc = growFloats(ws.acc, group*t.nstr*1024)
+	ws.a = growWords(ws.a, ceilDiv(t.chunks, t.nk)*chunkWords)
+	for gb := b0; gb < b1; gb += group {
+		ge := min(b1, gb+group)
+		for kb := 0; kb < t.nk; kb++ {
+			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
+			for blk := gb; blk < ge; blk++ {
+				i0 := blk * amxBlock
+				rows := min(amxBlock, g.m-i0)
+				g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, ws.a)
+				switch {
+				case blk+1 < ge:
+					t.prefetch(blk+1, b1, c0, c1)
+				case kb+1 < t.nk:
+					t.prefetch(gb, b1, (kb+1)*t.chunks/t.nk, (kb+2)*t.chunks/t.nk)
+				default:
+					t.prefetch(ge, b1, 0, t.chunks/t.nk)
+				}
+				acc := ws.acc[(blk-gb)*t.nstr*1024 : (blk-gb+1)*t.nstr*1024]
+				t.call(blk, rows, kb, c0, c1, ws.a, acc)
+			}
+		}
+	}
+}
+
+// prefetch sets the kernel to fetch, while it computes, the elements of
+// op(A) that the next packTiles converts: chunks [c0, c1) of row block
+// blk (none when blk is b1).
+func (t *tileCall) prefetch(blk, b1, c0, c1 int) {
+	pf := &t.ws.pf
+	pf[0] = 0
+	g := &t.g
+	if g.kn.prefetch == nil || blk >= b1 {
+		return
+	}
+	i0 := blk * amxBlock
+	rows := min(amxBlock, g.m-i0)
+	k0, k1 := 32*c0, min(g.k, 32*c1)
+	if k0 >= k1 {
+		return
+	}
+	if g.tA == NoTrans {
+		g.kn.prefetch(pf, g.a.Data[i0*g.a.Stride+k0:], rows, k1-k0, g.a.Stride)
+	} else {
+		g.kn.prefetch(pf, g.a.Data[k0*g.a.Stride+i0:], k1-k0, rows, g.a.Stride)
+	}
+}
+
+// call runs the kernel on row block blk (rows rows) and k block kb
+// (chunks [c0, c1)), A's chunks in a, the partial sums in acc.
+func (t *tileCall) call(blk, rows, kb, c0, c1 int, a []uint32, acc []float32) {
+	g := &t.g
+	mode := t.finish
+	if kb < t.nk-1 {
+		mode = amxStore
+	}
+	if kb > 0 {
+		mode |= amxLoad
+	}
+	if rows < amxBlock {
+		mode &^= amxDirect
+	}
+	ldc, sw := g.c.Stride, t.bp.stripWords()
+	i0 := blk * amxBlock
+	g.kn.tiles(a, t.bp.data[t.s0*sw+c0*chunkWords:], sw, t.nstr, c1-c0, acc, mode,
+		g.c.Data[i0*ldc+t.s0*nrBF16:], ldc, rows, g.alpha, g.beta, t.mask, t.ws.tmp, &t.ws.pf)
+}
+
+// packTilesGo sets dst, chunk by chunk in tile order, to the chunks [c0,
+// c1) of rows [i0, i0+rows) of op(a) (k columns) in bf16 pairs, zero
+// beyond k and from row rows on. Kernels with assembly for the whole
+// chunks call it for the rest.
+func packTilesGo(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32) {
+	dst = dst[:(c1-c0)*chunkWords]
+	at := func(i, q int) float32 {
+		if q >= k {
+			return 0
+		}
+		if t == NoTrans {
+			return a.Data[(i0+i)*a.Stride+q]
+		}
+		return a.Data[q*a.Stride+i0+i]
+	}
+	for c := c0; c < c1; c++ {
+		d := dst[(c-c0)*chunkWords : (c-c0+1)*chunkWords]
+		for i := 0; i < amxBlock; i++ {
+			r := d[tileRow(i) : tileRow(i)+16]
+			if i >= rows {
+				clear(r)
+				continue
+			}
+			for p := range r {
+				q := 32*c + 2*p
+				r[p] = pairBF16(at(i, q), at(i, q+1))
+			}
+		}
+	}
+}
+
+// tileRow returns the offset of row i's pairs in a chunk of A in tile
+// order: rows i and i+16 share a line of 128 bytes.
+func tileRow(i int) int { return 32*(i%16) + 16*(i/16) }
 
 // runTiles computes g (more than RowBlockBF16 rows) with kn.tiles on up
 // to threads goroutines, splitting C into items of row blocks by strip
 // chunks.
-func (h gemmBF16) runTiles(threads int) {
+func (g *gemmBF16) runTiles(threads int) {
+	if threads < 2 || g.m*g.n*g.k < parallelMin {
+		ws := bf16Pool.Get().(*bf16Workspace)
+		g.tileItem(ws, g.packB(ws), 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
+		ws.pb = PackedBF16{}
+		bf16Pool.Put(ws)
+		return
+	}
+	g.tilesParallel(threads)
+}
+
+// tilesParallel is runTiles on more than one goroutine. It works on a
+// copy of g, which its goroutines share, so that only this path moves
+// the product to the heap.
+func (h gemmBF16) tilesParallel(threads int) {
 	g := &h
 	ws := bf16Pool.Get().(*bf16Workspace)
 	defer bf16Pool.Put(ws)
 	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
-	if threads < 2 || g.m*g.n*g.k < parallelMin {
-		g.tileItem(ws, bp, 0, blocks, 0, nStr)
-		return
-	}
-	want := 3 * threads
-	rb := min(blocks, want)
-	cb := min(nStr, ceilDiv(want, rb))
+	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, itemsPerThread*threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
 		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})
-}
-
-// tileItem computes row blocks [b0, b1) by strips [s0, s1) with tiles.
-func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 int) {
-	if s0 >= s1 {
-		return
-	}
-	kpp := pairsPadded(g.k)
-	ws.a = growWords(ws.a, amxBlock*kpp)
-	ws.t = growWords(ws.t, amxBlock)
-	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
-	ldc := g.c.Stride
-	last := min(nrBF16, g.n-(s1-1)*nrBF16)
-	for blk := b0; blk < b1; blk++ {
-		i0 := blk * amxBlock
-		rows := min(amxBlock, g.m-i0)
-		packAMX(g.kn, g.tA, g.a, g.k, i0, rows, ws.a, ws.t)
-		g.kn.tiles(ws.a, kpp, bp.strip(s0), bp.stripWords(), s1-s0, kpp/16, ws.tmp, rows,
-			g.c.Data[i0*ldc+s0*nrBF16:], ldc, g.alpha, g.beta, colMask(last))
-	}
 }
 
 // colMask has bit j set for each of the first cols ≤ 32 columns.

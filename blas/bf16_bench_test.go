@@ -156,3 +156,97 @@ func BenchmarkGemmBF16Ratio(b *testing.B) {
 		})
 	}
 }
+
+// modelShape is a product of a training step of the default model
+// (`polysketch bench train --n 1024 --tokens 8192`: 8192 rows of
+// activations, d = 256, GLU hidden 1024, byte vocabulary).
+type modelShape struct {
+	name    string
+	tA      Transpose
+	m, k, n int
+	packed  bool // B is a weight, packed once (else a General, as dy)
+}
+
+// modelShapes are the default model's Linear products in a training step:
+// forward (x·W, B a packed weight), the input gradient (dy·Wᵀ, the packed
+// transpose) and the weight gradient (xᵀ·dy, both operands activations,
+// accumulated into it: beta 1); the untied logits are the 256×256 ones,
+// and so are the tied logits' (Embedding.Logits and its backward).
+var modelShapes = []modelShape{
+	{"square", NoTrans, 1024, 1024, 1024, true},
+	{"qkv", NoTrans, 8192, 256, 768, true},
+	{"proj,logits", NoTrans, 8192, 256, 256, true},
+	{"glu-in", NoTrans, 8192, 256, 2048, true},
+	{"glu-out", NoTrans, 8192, 1024, 256, true},
+	{"dx-qkv", NoTrans, 8192, 768, 256, true},
+	{"dx-glu-in", NoTrans, 8192, 2048, 256, true},
+	{"dx-glu-out", NoTrans, 8192, 256, 1024, true},
+	{"dw-qkv", Trans, 256, 8192, 768, false},
+	{"dw-proj,logits", Trans, 256, 8192, 256, false},
+	{"dw-glu-in", Trans, 256, 8192, 2048, false},
+	{"dw-glu-out", Trans, 1024, 8192, 256, false},
+}
+
+// BenchmarkGemmBF16Kernels times, on each of modelShapes, float32 Sgemm
+// and GemmBF16 with each bf16 kernel this CPU runs but the portable one,
+// taking turns, and reports the best time of each as GFLOPS; where the
+// CPU has AMX, also the fraction of the bare TDPBF16PS loop (the best of
+// BenchmarkPeakAMX's loop, timed between the products) that the amx
+// kernel reaches ("amx-peak-%"). The best of alternating runs compares
+// fairly on a machine shared with other work. Run it on one thread for
+// the kernels alone: go test -run XXX -bench GemmBF16Kernels -cpu 1 ./blas
+func BenchmarkGemmBF16Kernels(b *testing.B) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	var kernels []*bf16Kernel
+	for _, kn := range bf16Kernels() {
+		if kn != goBF16 {
+			kernels = append(kernels, kn)
+		}
+	}
+	peak := peakAMXLoop()
+	for _, s := range modelShapes {
+		ar, ac := stored(s.tA, s.m, s.k)
+		a := General{ar, ac, ac, randSlice(rng, ar*ac)}
+		bg := General{s.k, s.n, s.n, randSlice(rng, s.k*s.n)}
+		c := General{s.m, s.n, s.n, make([]float32, s.m*s.n)}
+		var bop Operand = bg
+		if s.packed {
+			bop = PackBF16(NoTrans, bg)
+		}
+		beta := float32(0)
+		if !s.packed {
+			beta = 1
+		}
+		runs := []func(){func() { Sgemm(s.tA, NoTrans, 1, a, bg, beta, c) }}
+		names := []string{"fp32"}
+		for _, kn := range kernels {
+			runs = append(runs, func() { activeBF16 = kn; GemmBF16(s.tA, NoTrans, 1, a, bop, beta, c) })
+			names = append(names, kn.name)
+		}
+		if peak != nil {
+			runs = append(runs, peak)
+		}
+		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+		b.Run(fmt.Sprintf("%s/%c/%dx%dx%d", s.name, s.tA, s.m, s.k, s.n), func(b *testing.B) {
+			best := make([]time.Duration, len(runs))
+			for i := range best {
+				best[i] = time.Hour
+			}
+			for b.Loop() {
+				for i, f := range runs {
+					t0 := time.Now()
+					f()
+					best[i] = min(best[i], time.Since(t0))
+				}
+			}
+			for i, name := range names {
+				b.ReportMetric(flops/best[i].Seconds()/1e9, name+"-GFLOPS")
+				if name == amxBF16Name && peak != nil {
+					peakGFLOPS := peakAMXFlops / best[len(runs)-1].Seconds() / 1e9
+					b.ReportMetric(100*flops/best[i].Seconds()/1e9/peakGFLOPS, "amx-peak-%")
+				}
+			}
+		})
+	}
+}

@@ -13,8 +13,10 @@ import (
 // (packA) and op(B) packed in strips (PackedBF16).
 type bf16Kernel struct {
 	name string
-	mr   int // rows of a tile
-	mc   int // rows of A packed at a time, a multiple of mr
+	// tileCode and wideCode name the code of tile and wide (codeFor).
+	tileCode, wideCode string
+	mr                 int // rows of a tile
+	mc                 int // rows of A packed at a time, a multiple of mr
 	// tile sets C[i, j] for i < rows ≤ mr, j < cols ≤ nrBF16 from kp
 	// pairs of A (pair p of row i at a[i·ars + p·aps]) and of the strip b;
 	// see dot2 and finish for the arithmetic.
@@ -27,15 +29,40 @@ type bf16Kernel struct {
 	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
+	// pairRows, where not nil, is inter for strips whole strips of 32
+	// columns, stride words apart in dst: one call per pair row of B.
+	pairRows func(dst []uint32, r0, r1 []float32, strips, stride int)
+	// expand, where not nil, sets dst[2i], dst[2i+1] to the float32 bits
+	// of the high and the low half of src[i]: tile reads A's pairs so
+	// expanded, at twice the strides (wide reads them as they are).
+	expand func(dst, src []uint32)
 	// tiles, where not nil, computes products of more than RowBlockBF16
-	// rows in blocks of 32 (AMX; see bf16_amx.go).
-	tiles tilesFunc
+	// rows in blocks of 32 (AMX; see bf16_amx.go), from A converted by
+	// packTiles.
+	tiles     tilesFunc
+	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
+	// prefetch, where not nil, sets pf to fetch rows rows of cols
+	// elements, stride apart, from data[0] on.
+	prefetch func(pf *amxPrefetch, data []float32, rows, cols, stride int)
 }
 
-var goBF16 = &bf16Kernel{name: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo}
+// codeFor names the code that computes products of m rows: the tiles,
+// the wide tiles of decoding, or the tile (each named after the
+// instruction set it uses).
+func (kn *bf16Kernel) codeFor(m int) string {
+	switch {
+	case kn.tiles != nil && m > rowBlockBF16:
+		return "amx"
+	case kn.wide != nil && m <= kn.wideRows:
+		return kn.wideCode
+	}
+	return kn.tileCode
+}
+
+var goBF16 = &bf16Kernel{name: "go", tileCode: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo, packTiles: packTilesGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
-// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, amx) when
+// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, avx512fma, amx) when
 // this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
 // bf16Kernels() in turn.
 var activeBF16 = chooseBF16()
@@ -148,9 +175,11 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // bf16Workspace holds a product's packed operands; pooled so that calls
 // in a steady state do not allocate.
 type bf16Workspace struct {
-	a, b, t []uint32
-	tmp     []float32
-	pb      PackedBF16
+	a, b, t  []uint32
+	e        []uint32 // A's pairs expanded (bf16Kernel.expand)
+	tmp, acc []float32
+	pb       PackedBF16
+	pf       amxPrefetch
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
@@ -175,11 +204,11 @@ func (g *gemmBF16) trivial() bool {
 	return true
 }
 
-// run computes the product on up to threads goroutines: op(B) is packed
-// (unless given packed) and op(A) converted in blocks of mc rows, then C
-// is split into items of row blocks by column chunks. Every element's k
-// sum runs in one tile call whatever the split, so the split changes no
-// bits.
+// run computes the product on up to threads goroutines of the pool: op(B)
+// is packed (unless given packed) and op(A) converted in blocks of mc
+// rows, then C is split into items of row blocks by column chunks. Every
+// element's k sum runs in one tile call whatever the split, so the split
+// changes no bits. Small products use fewer threads (see smallThreads).
 func (g *gemmBF16) run(threads int) {
 	if g.trivial() {
 		return
@@ -188,69 +217,19 @@ func (g *gemmBF16) run(threads int) {
 		g.runTiles(threads)
 		return
 	}
-	if threads > 1 && g.split() {
-		return
+	if g.bp != nil && g.m <= g.kn.wideRows {
+		// Decoding from a packed weight, bound by reading it.
+		threads = smallThreads(threads, 2*g.k*g.n/4)
+	} else if g.m*g.n*g.k < parallelMin {
+		threads = 1
 	}
-	if g.bp != nil && g.m <= g.kn.wideRows && 2*g.k*g.n < 4*wideParallelMin {
-		threads = 1 // decoding from cache: not worth waking the others
-	}
-	if threads > 1 && g.m*g.n*g.k >= parallelMin {
+	if threads > 1 {
 		g.parallel(threads)
 		return
 	}
 	ws := bf16Pool.Get().(*bf16Workspace)
 	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
-	bf16Pool.Put(ws)
-}
-
-// helperMaxBF16 bounds the multiply-adds of the products that split in
-// two with the helper goroutine rather than over GOMAXPROCS goroutines:
-// waking parked goroutines costs microseconds, much of such a product.
-const helperMaxBF16 = 1 << 24
-
-// split computes g in two parts, on the calling goroutine and on the
-// helper (which stays awake between products), when that pays and the
-// helper is free, and reports whether it did:
-//
-//   - decoding, one or two rows by a packed weight, bound by reading it:
-//     split by columns, for weights from 4·helperMin to 4·wideParallelMin
-//     bytes (as in small.go; from cache, a goroutine woken per product
-//     costs more than its half);
-//   - products of parallelMin to helperMaxBF16 multiply-adds: split by
-//     rows.
-func (g *gemmBF16) split() bool {
-	nStr, mStr := ceilDiv(g.n, nrBF16), ceilDiv(g.m, g.kn.mr)
-	if g.bp != nil && g.m <= g.kn.wideRows {
-		size := 2 * g.k * g.n
-		if size < 4*helperMin || size >= 4*wideParallelMin || nStr < 8 {
-			return false
-		}
-		mid := nStr / 8 * 4 // whole groups of 4 strips for the wide kernel
-		return pairHelper.splitBF16(&bf16Part{*g, g.bp, 0, mStr, 0, mid}, &bf16Part{*g, g.bp, 0, mStr, mid, nStr})
-	}
-	if mnk := g.m * g.n * g.k; mnk < parallelMin || mnk >= helperMaxBF16 || mStr < 2 {
-		return false
-	}
-	ws := bf16Pool.Get().(*bf16Workspace)
-	bp := g.packB(ws)
-	ok := pairHelper.splitBF16(&bf16Part{*g, bp, 0, mStr / 2, 0, nStr}, &bf16Part{*g, bp, mStr / 2, mStr, 0, nStr})
-	ws.pb = PackedBF16{}
-	bf16Pool.Put(ws)
-	return ok
-}
-
-// bf16Part is a part of a bf16 product: row strips [r0, r1) by column
-// strips [s0, s1) of g, with op(B) packed in bp.
-type bf16Part struct {
-	g              gemmBF16
-	bp             *PackedBF16
-	r0, r1, s0, s1 int
-}
-
-func (p *bf16Part) run() {
-	ws := bf16Pool.Get().(*bf16Workspace)
-	p.g.item(ws, p.bp, p.r0, p.r1, p.s0, p.s1)
 	bf16Pool.Put(ws)
 }
 
@@ -277,7 +256,7 @@ func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
 	}
 	ws.b = growWords(ws.b, packedWords(g.k, g.n))
 	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
-	parallel.Workers(groups, threads, func(i int) {
+	parallel.Run(groups, threads, func(_, i int) {
 		wt := bf16Pool.Get().(*bf16Workspace)
 		wt.t = growWords(wt.t, ceilDiv(g.k, 2))
 		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
@@ -299,23 +278,26 @@ func (h gemmBF16) parallel(threads int) {
 	// Row blocks of mc rows, or of fewer when there are too few blocks to
 	// keep the threads busy, each by column chunks of strips.
 	mStr := ceilDiv(g.m, kn.mr)
-	rb := ceilDiv(g.m, kn.mc)
-	want := 3 * threads
-	cb := 1
-	if rb < want {
-		rb = min(want, mStr)
-		cb = min(ceilDiv(want, rb), nStr)
+	if kn.wide != nil && g.m <= kn.wideRows {
+		// One or two rows (decoding): columns in whole groups of four
+		// strips, which the wide kernel computes together.
+		groups := ceilDiv(nStr, 4)
+		bf16Grid(threads, mStr, 1, groups, min(groups, itemsPerThread*threads), func(ws *bf16Workspace, r0, r1, s0, s1 int) {
+			g.item(ws, bp, r0, r1, 4*s0, min(4*s1, nStr))
+		})
+		return
 	}
+	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), itemsPerThread*threads)
 	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
 		g.item(ws, bp, r0, r1, s0, s1)
 	})
 }
 
-// bf16Grid runs item on up to threads goroutines over rb×cb items of C: the
-// row units [0, rows) in rb even parts by the strips [0, nStr) in cb,
-// each item with a workspace of its own.
+// bf16Grid runs item on up to threads goroutines of the pool over rb×cb
+// items of C: the row units [0, rows) in rb even parts by the strips [0,
+// nStr) in cb, each item with a workspace of its own.
 func bf16Grid(threads, rows, rb, nStr, cb int, item func(ws *bf16Workspace, r0, r1, s0, s1 int)) {
-	parallel.Workers(rb*cb, threads, func(it int) {
+	parallel.Run(rb*cb, threads, func(_, it int) {
 		ib, jb := it/cb, it%cb
 		ws := bf16Pool.Get().(*bf16Workspace)
 		item(ws, ib*rows/rb, (ib+1)*rows/rb, jb*nStr/cb, (jb+1)*nStr/cb)
@@ -344,13 +326,19 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 				kn.wide(mb, kp, ws.a, ars, aps, bp.strip(s), bp.stripWords(), g.c.Data[i0*ldc+s*nrBF16:], ldc, g.alpha, g.beta)
 			}
 		}
+		a := ws.a
+		if kn.expand != nil && s < s1 {
+			ws.e = growWords(ws.e, 2*len(ws.a))
+			kn.expand(ws.e, ws.a)
+			a, ars, aps = ws.e, 2*ars, 2*aps
+		}
 		for ; s < s1; s++ {
 			j0 := s * nrBF16
 			cols := min(nrBF16, g.n-j0)
 			bs := bp.strip(s)
 			for i := 0; i < mb; i += mr {
 				rows := min(mr, mb-i)
-				kn.tile(rows, cols, kp, ws.a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
+				kn.tile(rows, cols, kp, a[i*ars:], ars, aps, bs, g.c.Data[(i0+i)*ldc+j0:], ldc, g.alpha, g.beta)
 			}
 		}
 	}

@@ -98,7 +98,12 @@ func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, 
 				continue
 			}
 			r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j1]
-			for s := s0; s < s1; s++ {
+			s := s0
+			if full := min(s1, n/nrBF16) - s0; kn.pairRows != nil && full > 0 {
+				kn.pairRows(dst[s0*sw+p*nrBF16:], r0, r1, full, sw)
+				s += full
+			}
+			for ; s < s1; s++ {
 				lo, hi := (s-s0)*nrBF16, min((s-s0+1)*nrBF16, j1-j0)
 				kn.inter(dst[s*sw+p*nrBF16:s*sw+p*nrBF16+hi-lo], r0[lo:hi], r1[lo:hi])
 			}
@@ -181,6 +186,15 @@ func cvtGo(dst []uint32, src []float32) {
 	dst = dst[:len(src)/2]
 	for i := range dst {
 		dst[i] = pairBF16(src[2*i], src[2*i+1])
+	}
+}
+
+// expandGo sets dst[2i], dst[2i+1] to the float32 bits of the high and
+// the low half of src[i].
+func expandGo(dst, src []uint32) {
+	dst = dst[:2*len(src)]
+	for i, w := range src {
+		dst[2*i], dst[2*i+1] = w&0xffff0000, w<<16
 	}
 }
 

@@ -6,8 +6,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // TestToBF16 checks the rounding on values whose expected bits were
@@ -316,28 +317,34 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 }
 
 // TestGemmBF16Determinism checks that results do not depend on
-// GOMAXPROCS, and that GemmBF16Serial gives GemmBF16's bits.
+// GOMAXPROCS, and that GemmBF16Serial gives GemmBF16's bits, for B as
+// given and packed, on shapes split by rows, by rows and columns, and
+// decoding shapes (one or two rows by a packed weight, split by columns).
 func TestGemmBF16Determinism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(67, 68))
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	eachBF16Kernel(t, func(t *testing.T) {
 		for _, tr := range transposes {
-			p := newProblem(rng, tr[0], tr[1], 157, 203, 300, 1.5, 0.25, 1)
-			a, b, c0 := p.views()
-			var results [][]float32
-			for _, procs := range []int{1, 2, 3, 8} {
-				runtime.GOMAXPROCS(procs)
+			for _, s := range [][3]int{{157, 203, 300}, {20, 900, 300}, {1, 1100, 512}, {2, 700, 1000}} {
+				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
+				a, b, c0 := p.views()
 				c := c0
 				c.Data = append([]float32(nil), p.c...)
-				GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, c)
-				results = append(results, c.Data)
-			}
-			c := c0
-			c.Data = append([]float32(nil), p.c...)
-			GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
-			results = append(results, c.Data)
-			for r := 1; r < len(results); r++ {
-				sameBits(t, fmt.Sprintf("%v run %d", p, r), results[r], results[0])
+				GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
+				want := c.Data
+				pb := PackBF16(p.tB, b)
+				for _, procs := range parallel.TestThreads {
+					runtime.GOMAXPROCS(procs)
+					for _, bo := range []Operand{b, pb} {
+						tB := p.tB
+						if bo == Operand(pb) {
+							tB = NoTrans
+						}
+						c.Data = append([]float32(nil), p.c...)
+						GemmBF16(p.tA, tB, p.alpha, a, bo, p.beta, c)
+						sameBits(t, fmt.Sprintf("%v GOMAXPROCS=%d packed=%t", p, procs, bo == Operand(pb)), c.Data, want)
+					}
+				}
 			}
 		}
 	})
@@ -445,49 +452,68 @@ func TestGemmBF16BadInput(t *testing.T) {
 
 func TestKernelBF16(t *testing.T) {
 	switch KernelBF16() {
-	case "go", "avx512bf16", "amx":
+	case "go", "avx512fma", "avx512bf16", "amx":
 	default:
 		t.Errorf("KernelBF16() = %q", KernelBF16())
 	}
-}
-
-// TestBF16KernelsAgree checks that every kernel this CPU runs gives the
-// portable kernel's bits, on operands whose magnitudes span 2⁻⁷⁰ to 2⁷⁰
-// (so that sums cancel, flush and overflow) with NaNs, Infs and
-// denormals among them, for every shape of TestGemmBF16 and both kinds
-// of B.
-func TestBF16KernelsAgree(t *testing.T) {
-	ks := bf16Kernels()
-	if len(ks) == 1 {
-		t.Skip("this CPU runs only the portable bf16 kernel: nothing to compare")
+	// The code each shape takes, kernel by kernel.
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	want := map[string][3]string{ // 1 row, RowBlockBF16 rows, one more
+		"go":         {"go", "go", "go"},
+		"avx512bf16": {"avx512bf16", "avx512bf16", "avx512bf16"},
+		"avx512fma":  {"avx512bf16", "avx512fma", "avx512fma"},
+		"amx":        {"avx512bf16", "avx512fma", "amx"},
 	}
-	rng := rand.New(rand.NewPCG(73, 74))
-	wild := func(s []float32) {
-		for i := range s {
-			switch rng.IntN(64) {
-			case 0:
-				s[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
-			case 1:
-				s[i] = float32(math.NaN())
-			case 2:
-				s[i] = math.Float32frombits(uint32(rng.IntN(1 << 23))) // denormal
-			default:
-				s[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(141)-70))
+	for _, kn := range bf16Kernels() {
+		activeBF16 = kn
+		for i, m := range []int{1, rowBlockBF16, rowBlockBF16 + 1} {
+			if got := KernelBF16For(m, 256, 256); got != want[kn.name][i] {
+				t.Errorf("%s: KernelBF16For(%d, 256, 256) = %q, want %q", kn.name, m, got, want[kn.name][i])
 			}
 		}
 	}
+}
+
+// wildBF16 fills s with operands whose magnitudes span 2⁻⁷⁰ to 2^maxExp
+// with NaNs, Infs, zeros and denormals among them. At maxExp 70 products
+// overflow float32; at 50 no sum of fewer than 2¹⁰ of them does.
+func wildBF16(rng *rand.Rand, s []float32, maxExp int) {
+	for i := range s {
+		switch rng.IntN(64) {
+		case 0:
+			s[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 1:
+			s[i] = float32(math.NaN())
+		case 2:
+			s[i] = math.Float32frombits(uint32(rng.IntN(1 << 23))) // denormal
+		case 3:
+			s[i] = 0
+		default:
+			s[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(maxExp+71)-70))
+		}
+	}
+}
+
+// agreeShapes are bf16Shapes and some that take more than one AMX chunk
+// and strip, of more than RowBlockBF16 rows.
+var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100})
+
+// eachAgreeCase runs f on the products of TestBF16KernelsAgree and
+// TestBF16SpecialValues: C computed by each kernel of ks in turn, with B
+// as a General and then packed, on operands made by wildBF16 up to
+// 2^maxExp.
+func eachAgreeCase(t *testing.T, ks []*bf16Kernel, maxExp int, f func(p *problem, kn *bf16Kernel, bop Operand, got []float32)) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(73, 74))
 	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	shapes := append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77})
-	for _, sh := range shapes {
+	for _, sh := range agreeShapes {
 		for _, tr := range transposes {
 			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
 				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
-				wild(p.a)
-				wild(p.b)
+				wildBF16(rng, p.a, maxExp)
+				wildBF16(rng, p.b, maxExp)
 				a, b, c := p.views()
-				var want []float32
-				for i := len(ks) - 1; i >= 0; i-- { // the portable kernel first
-					kn := ks[i]
+				for _, kn := range ks {
 					activeBF16 = kn
 					for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
 						tB := p.tB
@@ -496,11 +522,7 @@ func TestBF16KernelsAgree(t *testing.T) {
 						}
 						got := append([]float32(nil), c.Data...)
 						GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
-						if want == nil {
-							want = got
-							continue
-						}
-						sameBits(t, fmt.Sprintf("%v: %s (%T) vs %s", p, kn.name, bop, ks[len(ks)-1].name), got, want)
+						f(p, kn, bop, got)
 					}
 				}
 			}
@@ -508,64 +530,73 @@ func TestBF16KernelsAgree(t *testing.T) {
 	}
 }
 
-// TestHelperSplitBF16 checks the two-way split of one- and two-row bf16
-// products by packed weights (decoding): GemmBF16 gives the bits of
-// GemmBF16Serial, alone, where the helper must compute some halves, and
-// from goroutines competing for it.
-func TestHelperSplitBF16(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var ks []*bf16Kernel
-	for _, kn := range bf16Kernels() {
-		if kn.wide != nil {
-			ks = append(ks, kn)
+// TestBF16KernelsAgree checks that every kernel this CPU runs computes
+// each product in the order of addition it claims, bit for bit, on
+// operands that make sums cancel, flush and overflow, NaNs and Infs
+// among them: the portable kernel's bits (dot2's order), or for products
+// of more than RowBlockBF16 rows on a kernel with tiles, the bits of the
+// portable kernel on emulated tiles (TDPBF16PS's order; TestTDPBF16PS
+// checks the model against the instruction). Kernels of different orders
+// differ in last bits and, where partial sums overflow, in special
+// values; TestBF16SpecialValues checks what they share.
+func TestBF16KernelsAgree(t *testing.T) {
+	emu := emulatedTiles()
+	ks := append([]*bf16Kernel{goBF16, emu}, asmBF16Kernels()...)
+	var want, wantTiles []float32
+	eachAgreeCase(t, ks, 70, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+		if _, general := bop.(General); general {
+			switch kn {
+			case goBF16:
+				want = got
+				return
+			case emu:
+				wantTiles = got
+			}
 		}
+		ref, order := want, goBF16.name
+		if kn.tiles != nil && p.m > rowBlockBF16 {
+			ref, order = wantTiles, emu.name
+		}
+		sameBits(t, fmt.Sprintf("%v: %s (%T) vs %s", p, kn.name, bop, order), got, ref)
+	})
+}
+
+// TestBF16SpecialValues checks that all kernels, on tiles and off,
+// agree on which elements of C are NaN, +Inf, -Inf or finite when no
+// partial sum overflows: NaN and Inf operands, Inf·0 and Inf−Inf then
+// decide alike in any order of addition.
+func TestBF16SpecialValues(t *testing.T) {
+	ks := append([]*bf16Kernel{goBF16, emulatedTiles()}, asmBF16Kernels()...)
+	class := func(x float32) string {
+		switch {
+		case x != x:
+			return "NaN"
+		case math.IsInf(float64(x), 1):
+			return "+Inf"
+		case math.IsInf(float64(x), -1):
+			return "-Inf"
+		}
+		return "finite"
 	}
-	if len(ks) == 0 {
-		t.Skip("no bf16 kernel with a path for few rows on this CPU (it needs AVX512_BF16)")
-	}
-	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	for _, kn := range ks {
-		activeBF16 = kn
-		products := func(seed uint64) {
-			rng := rand.New(rand.NewPCG(22, seed))
-			type prod struct {
-				a    General
-				b    *PackedBF16
-				c    General
-				want []float32
-			}
-			var ps []prod
-			for i := range 12 {
-				m, n, k := 1+i%2, 32*(16+i%5)+i%3*7, 256+i
-				p := newProblem(rng, NoTrans, NoTrans, m, n, k, 1.5, float32(i%2), 0)
-				a, b, c := p.views()
-				want := General{c.Rows, c.Cols, c.Stride, append([]float32(nil), c.Data...)}
-				pb := PackBF16(NoTrans, b)
-				GemmBF16Serial(NoTrans, NoTrans, p.alpha, a, pb, p.beta, want)
-				ps = append(ps, prod{a, pb, c, want.Data})
-			}
-			for _, p := range ps {
-				beta := float32(0)
-				if p.a.Rows == 2 {
-					beta = 1
+	var want []float32
+	specials := 0
+	eachAgreeCase(t, ks, 50, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+		if _, general := bop.(General); general && kn == goBF16 {
+			want = got
+			for _, x := range got {
+				if class(x) != "finite" {
+					specials++
 				}
-				GemmBF16(NoTrans, NoTrans, 1.5, p.a, p.b, beta, p.c)
 			}
-			for _, p := range ps {
-				sameBits(t, fmt.Sprintf("%d×%d by %d×%d", p.a.Rows, p.a.Cols, p.b.Rows(), p.b.Cols()), p.c.Data, p.want)
+			return
+		}
+		for i := range want {
+			if g, w := class(got[i]), class(want[i]); g != w {
+				t.Fatalf("%v: %s (%T): C[%d,%d] = %v (%s), go %v (%s)", p, kn.name, bop, i/p.ldc, i%p.ldc, got[i], g, want[i], w)
 			}
 		}
-		before := pairHelper.ran.Load()
-		for try := 0; try < 50 && pairHelper.ran.Load() == before; try++ {
-			products(0)
-		}
-		if pairHelper.ran.Load() == before {
-			t.Error("the helper computed no half")
-		}
-		var wg sync.WaitGroup
-		for w := range 3 {
-			wg.Go(func() { products(uint64(w + 1)) })
-		}
-		wg.Wait()
+	})
+	if specials == 0 {
+		t.Error("no product had a special value in C: the operands test nothing")
 	}
 }

@@ -21,7 +21,8 @@
 // packing, which would cost several times the product itself: they read
 // the operands in place (see small.go).
 //
-// Sgemm splits C into tiles over up to GOMAXPROCS goroutines. The k sum is
+// Sgemm splits C into tiles over up to GOMAXPROCS goroutines of the
+// process's one pool (internal/parallel). The k sum is
 // never split across goroutines and the kc blocking does not depend on the
 // thread count, so results are bitwise identical for any GOMAXPROCS.
 // SgemmSerial does the same work on the calling goroutine without
@@ -35,7 +36,6 @@ package blas
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/polysketch/polysketch/internal/parallel"
 )
@@ -58,7 +58,7 @@ const (
 func Sgemm(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
 	m, n, k := checkGemm("Sgemm", tA, tB, a, b, c)
 	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
-	g.run(runtime.GOMAXPROCS(0))
+	g.run(parallel.Threads())
 }
 
 // SgemmSerial is Sgemm on the calling goroutine alone, for callers that
@@ -81,7 +81,7 @@ func SgemmBatched(tA, tB Transpose, batch int, alpha float32, a, b Strided, beta
 	if batch == 0 || m == 0 || n == 0 {
 		return
 	}
-	threads := runtime.GOMAXPROCS(0)
+	threads := parallel.Threads()
 	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, lda: a.Stride, ldb: b.Stride, beta: beta, ldc: c.Stride}
 	at := func(g *gemm, i int) {
 		// A matrix that spans nothing (k = 0) may lie past the slice end.
@@ -92,7 +92,7 @@ func SgemmBatched(tA, tB Transpose, batch int, alpha float32, a, b Strided, beta
 	// Whole products per goroutine balance well once there are several per
 	// thread (or an exact multiple); otherwise split each product's tiles.
 	if threads > 1 && (batch >= 4*threads || batch%threads == 0) {
-		parallel.Workers(batch, threads, func(i int) {
+		parallel.Run(batch, threads, func(_, i int) {
 			h := g
 			at(&h, i)
 			h.serial()

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // naive is the reference: a triple loop accumulating in float64. It reads
@@ -244,27 +246,27 @@ func TestNaNInA(t *testing.T) {
 }
 
 // TestDeterminism checks that the thread count does not change a bit of
-// the result, and that SgemmSerial agrees with Sgemm.
+// the result, and that SgemmSerial agrees with Sgemm, on shapes that the
+// parallel path splits by rows only, by rows and columns (A packed once,
+// shared), over several panels of B, and on the unpacked paths for few
+// rows (decoding) and few columns.
 func TestDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	eachKernel(t, func(t *testing.T) {
 		for _, tr := range transposes {
-			p := newProblem(rng, tr[0], tr[1], 157, 203, 300, 1.5, 0.25, 1)
-			var results [][]float32
-			for _, procs := range []int{1, 2, 3} {
-				runtime.GOMAXPROCS(procs)
-				c := append([]float32(nil), p.c...)
-				sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
-				results = append(results, c)
-			}
-			c := append([]float32(nil), p.c...)
-			sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
-			results = append(results, c)
-			for r := 1; r < len(results); r++ {
-				for i := range c {
-					if math.Float32bits(results[r][i]) != math.Float32bits(results[0][i]) {
-						t.Fatalf("%v: run %d differs from GOMAXPROCS=1 at %d: %v vs %v", p, r, i, results[r][i], results[0][i])
+			for _, s := range [][3]int{{157, 203, 300}, {1200, 70, 90}, {40, 1200, 300}, {60, 4300, 40}, {1, 2048, 300}, {2, 700, 1000}, {500, 8, 600}} {
+				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
+				want := append([]float32(nil), p.c...)
+				sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
+				for _, procs := range parallel.TestThreads {
+					runtime.GOMAXPROCS(procs)
+					c := append([]float32(nil), p.c...)
+					sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)
+					for i := range c {
+						if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v: GOMAXPROCS=%d differs from SgemmSerial at %d: %v vs %v", p, procs, i, c[i], want[i])
+						}
 					}
 				}
 			}
@@ -311,7 +313,7 @@ func TestSgemmBatched(t *testing.T) {
 				}
 				p := ps[0]
 				sa, sb, sc := len(p.a), len(p.b), len(p.c)
-				for _, procs := range []int{1, 2} {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					got := append([]float32(nil), c...)
 					ar, ac := stored(p.tA, m, k)
@@ -506,7 +508,7 @@ func TestSmallDeterminism(t *testing.T) {
 			for _, tr := range transposes {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
 				var results [][]float32
-				for _, procs := range []int{1, 2, 3} {
+				for _, procs := range parallel.TestThreads {
 					runtime.GOMAXPROCS(procs)
 					c := append([]float32(nil), p.c...)
 					sgemm(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, c, p.ldc)

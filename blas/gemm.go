@@ -112,18 +112,28 @@ func (g *gemm) serial() {
 // others costs more than it saves.
 const parallelMin = 1 << 18
 
-// bBudget bounds the packed B that run holds at once, in floats (16 MiB).
-const bBudget = 4 << 20
+// bBudget bounds the packed B that run holds at once, in floats (16 MiB),
+// and aBudget the packed A shared by the items of a product split into
+// columns as well as rows.
+const (
+	bBudget = 4 << 20
+	aBudget = 4 << 20
+)
 
-// run computes the product on up to threads goroutines in two parallel
-// phases per panel of C's columns: first all of B's panel is packed (split
-// by k block and strip), then C's rows (and, when there are too few, its
-// columns) are split into items, each of which runs through every k block,
-// packing its own blocks of A. Few phases matter: waking the other
-// goroutines costs microseconds, as much as a small product. Block edges
-// are multiples of mr and nr, and each item goes through the k blocks in
-// order, so every element of C sees the same kernel calls whatever the
-// split.
+// itemsPerThread is how many items a parallel product aims for per
+// thread: the pool hands them out one at a time, so a thread slowed by
+// others finishes fewer.
+const itemsPerThread = 3
+
+// run computes the product on up to threads goroutines of the pool, in
+// two phases per panel of C's columns: first all of B's panel is packed
+// (split by k block and strip), then C is split into items of row blocks
+// by column chunks, each of which runs through every k block. When there
+// are too few row blocks for the threads, C's columns are split too, and
+// A is packed once in the first phase and shared, not once per column
+// chunk. Block edges are multiples of mr and nr, and each item goes
+// through the k blocks in order, so every element of C sees the same
+// kernel calls whatever the split.
 func (g *gemm) run(threads int) {
 	if g.trivial() || g.small(threads) {
 		return
@@ -145,44 +155,100 @@ func (h gemm) parallel(threads int) {
 	defer pool.Put(ws)
 
 	mStr := ceilDiv(g.m, kn.mr)
-	want := 3 * threads // items per panel, for dynamic load balance
-	rb := ceilDiv(g.m, kn.mc)
-	if rb < want {
-		rb = max(rb, min(want, mStr/2)) // blocks of at least 2 strips
-	}
+	want := itemsPerThread * threads
 	nc := min(kn.nc, max(kn.nr, bBudget/g.k/kn.nr*kn.nr))
+	rb, _ := grid(mStr, ceilDiv(min(nc, g.n), kn.nr), kn.mr, kn.nr, ceilDiv(g.m, kn.mc), want)
 	kBlocks := ceilDiv(g.k, kn.kc)
+	// A packed once, shared by the column chunks, when they are several
+	// and it fits: the packed block of the k block at pc starts at
+	// pc·mStr·mr, its strip s at s·mr·kb from there.
+	shareA := rb < want && mStr*kn.mr*g.k <= aBudget
+	var ap []float32
 	for jc := 0; jc < g.n; jc += nc {
 		nb := min(nc, g.n-jc)
 		nStr := ceilDiv(nb, kn.nr)
-		cb := 1
-		if rb < want {
-			cb = max(1, min(ceilDiv(want, rb), nStr/4)) // chunks of at least 4 strips
-		}
+		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, want)
 		// The panel for the k block at pc starts at pc·nStr·nr.
 		ws.b = grow(ws.b, nStr*kn.nr*g.k)
 		bp := ws.b
 		groups := max(1, min(nStr, 4*threads/kBlocks))
-		parallel.Workers(kBlocks*groups, threads, func(i int) {
+		aItems := 0
+		if jc == 0 && cb == 1 {
+			shareA = false // the first panel is the widest: none has chunks
+		}
+		if shareA && jc == 0 {
+			ws.a = grow(ws.a, mStr*kn.mr*g.k)
+			ap, aItems = ws.a, rb*kBlocks
+		}
+		parallel.Run(kBlocks*groups+aItems, threads, func(_, i int) {
+			if i >= kBlocks*groups { // a row block of A for one k block
+				i -= kBlocks * groups
+				ib, pc := i/kBlocks, i%kBlocks*kn.kc
+				kb := min(kn.kc, g.k-pc)
+				s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
+				g.packA(ap[pc*mStr*kn.mr+s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
+				return
+			}
 			pc := i / groups * kn.kc
 			gi := i % groups
 			kb := min(kn.kc, g.k-pc)
 			g.packB(bp[pc*nStr*kn.nr:], jc, nb, pc, kb, gi*nStr/groups, (gi+1)*nStr/groups)
 		})
-		parallel.Workers(rb*cb, threads, func(item int) {
+		shared := shareA
+		parallel.Run(rb*cb, threads, func(_, item int) {
 			ib, jb := item/cb, item%cb
 			s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
 			ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
-			wa := pool.Get().(*workspace)
+			var wa *workspace
+			if !shared {
+				wa = pool.Get().(*workspace)
+			}
 			for pc := 0; pc < g.k; pc += kn.kc {
 				kb := min(kn.kc, g.k-pc)
-				wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
-				g.packA(wa.a, ic, mb, pc, kb)
-				g.macro(wa.a, bp[pc*nStr*kn.nr:], ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
+				var a []float32
+				if shared {
+					a = ap[pc*mStr*kn.mr+s0*kn.mr*kb:]
+				} else {
+					wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
+					g.packA(wa.a, ic, mb, pc, kb)
+					a = wa.a
+				}
+				g.macro(a, bp[pc*nStr*kn.nr:], ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
 			}
-			pool.Put(wa)
+			if wa != nil {
+				pool.Put(wa)
+			}
 		})
 	}
+}
+
+// grid chooses how a parallel product splits C: into rb row blocks of
+// whole strips of mr rows (of mStr, at least rb0 blocks) by cb column
+// chunks of whole strips of nr columns (of nStr). It aims for want items,
+// and among the splits that reach it takes the one whose items are the
+// squarest, reading the fewest operand floats per multiply-add; with
+// fewer strips than want, every strip pair is an item.
+func grid(mStr, nStr, mr, nr, rb0, want int) (rb, cb int) {
+	rb0 = max(1, min(rb0, mStr))
+	if rb0 >= want {
+		return rb0, 1
+	}
+	rb, cb = mStr, nStr
+	best := 0.0
+	for r := rb0; r <= mStr; r++ {
+		c := min(nStr, ceilDiv(want, r))
+		if r*c < want {
+			continue
+		}
+		rows, cols := float64(ceilDiv(mStr, r)*mr), float64(ceilDiv(nStr, c)*nr)
+		if q := rows * cols / (rows + cols); q > best {
+			best, rb, cb = q, r, c
+		}
+		if c == 1 {
+			break // more row blocks only make items smaller
+		}
+	}
+	return rb, cb
 }
 
 // macro multiplies the packed mb×kb block of A by strips [s0, s1) of the

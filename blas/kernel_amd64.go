@@ -94,11 +94,41 @@ func tileBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs
 //go:noescape
 func wideBF16AVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
 
+// cpuVendor returns EBX, ECX and EDX of CPUID leaf 0: the vendor's name in
+// EBX, EDX, ECX order.
+func cpuVendor() (ebx uint32, ecx uint32, edx uint32)
+
+// fmaStepVec sets acc[i] to one step of the FMA kernels on acc[i], the pair
+// a[i] and the pair b[i] for i < 16 (the high halves' product added, then the
+// low halves'), for tests of their arithmetic against dot2's.
+//
+//go:noescape
+func fmaStepVec(acc *float32, a *uint32, b *uint32)
+
+// tileFMAAVX512 computes rows ≤ 13 rows by 32 columns of C from bf16 pairs expanded to float32
+// of A (with strides ars, aps) and packed strips of B (bs words apart),
+// with float32 FMAs; see package _asm.
+//
+//go:noescape
+func tileFMAAVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// expandPairsAVX512 sets dst[2i] and dst[2i+1] to the float32 bits of the high
+// and the low bf16 of src[i], for i < 16·blocks.
+//
+//go:noescape
+func expandPairsAVX512(dst *uint32, src *uint32, blocks int)
+
 // cvtBF16AVX512 sets dst[i] to the bf16 pair (src[2i], src[2i+1]) rounded by
 // VCVTNE2PS2BF16, for i < 16·blocks.
 //
 //go:noescape
 func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
+
+// pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])
+// rounded by VCVTNE2PS2BF16, for s < strips, j < 32.
+//
+//go:noescape
+func pairRowsAVX512(dst *uint32, r0 *float32, r1 *float32, strips int, stride int)
 
 // interleaveBF16AVX512 sets dst[j] to the bf16 pair (r0[j], r1[j]) rounded by
 // VCVTNE2PS2BF16, for j < 16·blocks.
@@ -112,11 +142,25 @@ func vdpbf16psLoop(n int)
 // vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).
 func vfmaddLoop(n int)
 
-// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles
-// (TDPBF16PS); see package _asm.
+// amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums
+// of them, with AMX tiles (TDPBF16PS); see package _asm.
 //
 //go:noescape
-func amxBF16(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+
+// amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],
+// src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,
+// c < chunks, p < 16.
+//
+//go:noescape
+func amxPackRows(dst *uint32, src *float32, lda int, rows int, chunks int)
+
+// amxPackCols sets dst[512c + 32(i mod 16) + 16(i div 16) + p] to the bf16 pair
+// (src[(32c + 2p)·lda + i], src[(32c + 2p + 1)·lda + i]) rounded by
+// VCVTNE2PS2BF16, for i < 32, c < chunks, p < 16.
+//
+//go:noescape
+func amxPackCols(dst *uint32, src *float32, lda int, chunks int)
 
 // tdpbf16psLoop runs 4·n TDPBF16PS on tiles configured by cfg (16×64 bytes
 // each: 16·16·32·2 flops per instruction), then releases the tiles.

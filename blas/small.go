@@ -31,15 +31,17 @@ import "github.com/polysketch/polysketch/internal/parallel"
 // split, so results do not depend on the number of threads; they differ
 // from the packed path's in rounding only.
 
-// wideParallelMin is the size of B from which a product by the wide
-// kernel splits across threads: below it B comes from cache, where a
-// second thread costs more to start than it saves (one row by 256×2048:
-// 92 GB/s on one thread, 85 on two; by 1024×8192, from memory: 35 and 55).
-const wideParallelMin = 1 << 21
+// wideGrain is the size of B, in floats, that a product by the wide
+// kernel (decoding: one or two rows, bound by reading B) gives each
+// thread: below it a second thread costs more in handing out and in
+// sharing the cache than it saves.
+const wideGrain = 1 << 16
 
-// helperMin is the size of B from which a wide product below
-// wideParallelMin splits in two with the helper.
-const helperMin = 1 << 16
+// smallThreads returns how many of threads a product that reads size
+// floats of B, bound by reading them, should use: one per wideGrain.
+func smallThreads(threads, size int) int {
+	return max(1, min(threads, size/wideGrain))
+}
 
 // smallForm says how a product avoids packing, if it does.
 type smallForm int
@@ -119,15 +121,12 @@ func (g *gemm) small(threads int) bool {
 		long, tile = g.m, g.kn.srows
 	}
 	tiles := ceilDiv(long, tile)
-	if threads > 1 && tiles > 1 && wide && g.n*g.k >= helperMin && g.n*g.k < wideParallelMin {
-		if pairHelper.split(&h, f, tiles/2*tile) {
-			if ws != nil {
-				pool.Put(ws)
-			}
-			return true
-		}
+	if wide {
+		threads = smallThreads(threads, g.n*g.k)
+	} else if g.m*g.n*g.k < parallelMin {
+		threads = 1
 	}
-	if threads > 1 && tiles > 1 && g.m*g.n*g.k >= parallelMin && (!wide || g.n*g.k >= wideParallelMin) {
+	if threads > 1 && tiles > 1 {
 		smallParallel(h, f, threads, long, tile)
 	} else {
 		h.smallRange(f, 0, long)
@@ -139,13 +138,12 @@ func (g *gemm) small(threads int) bool {
 }
 
 // smallParallel splits h's long side (C's columns, or rows for
-// dotColumns) into ranges of whole tiles for up to threads goroutines. It
-// takes h by value: only this path, which starts goroutines anyway, moves
-// it to the heap.
+// dotColumns) into ranges of whole tiles for up to threads goroutines of
+// the pool. It takes h by value: only this path moves it to the heap.
 func smallParallel(h gemm, f smallForm, threads, long, tile int) {
 	tiles := ceilDiv(long, tile)
-	chunks := min(tiles, 2*threads) // a little slack for uneven threads
-	parallel.Workers(chunks, threads, func(c int) {
+	chunks := min(tiles, itemsPerThread*threads) // slack for uneven threads
+	parallel.Run(chunks, threads, func(_, c int) {
 		h.smallRange(f, c*tiles/chunks*tile, min((c+1)*tiles/chunks*tile, long))
 	})
 }

@@ -31,6 +31,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,13 +129,20 @@ type configJSON struct {
 // directory that is not a checkpoint. On error the previous checkpoint is
 // untouched and nothing of the new one is left behind.
 func Save(dir string, c *Checkpoint) error {
-	if err := save(dir, c); err != nil {
+	return SaveContext(context.Background(), dir, c)
+}
+
+// SaveContext is Save, stopped when ctx is done (a command interrupted
+// while it writes): the error wraps ctx's, the previous checkpoint is
+// untouched, and nothing of the new one is left behind.
+func SaveContext(ctx context.Context, dir string, c *Checkpoint) error {
+	if err := save(ctx, dir, c); err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
 	}
 	return nil
 }
 
-func save(dir string, c *Checkpoint) error {
+func save(ctx context.Context, dir string, c *Checkpoint) error {
 	if c.Model == nil {
 		return errors.New("no model")
 	}
@@ -179,7 +187,7 @@ func save(dir string, c *Checkpoint) error {
 		if err := hook("write " + name); err != nil {
 			return err
 		}
-		s, err := writeFile(filepath.Join(tmp, name), encode)
+		s, err := writeFile(ctx, filepath.Join(tmp, name), encode)
 		if err != nil {
 			return fmt.Errorf("writing %s: %w", name, err)
 		}
@@ -231,6 +239,9 @@ func save(dir string, c *Checkpoint) error {
 		return err
 	}
 	if err := hook("swap"); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := swap(tmp, dir); err != nil {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -423,6 +424,43 @@ func TestFailedSaveKeepsPrevious(t *testing.T) {
 			}
 			if after := snapshot(t, root); !mapsEqual(before, after) {
 				t.Errorf("failed save changed the directory: %q", entries(t, root))
+			}
+			got, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameCheckpoint(t, got, old)
+		})
+	}
+}
+
+// TestSaveCanceled: a save whose context is canceled while it writes (an
+// import stopped by Ctrl-C) stops, leaves the previous checkpoint as it
+// was, and leaves nothing of the new one behind.
+func TestSaveCanceled(t *testing.T) {
+	for _, stage := range []string{"write config.json", "write model.safetensors", "swap"} {
+		t.Run(stage, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "ckpt")
+			old := newCheckpoint(t, 1, 5)
+			if err := Save(dir, old); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, root)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			testHook = func(s string) error {
+				if s == stage {
+					cancel()
+				}
+				return nil
+			}
+			defer func() { testHook = nil }()
+			if err := SaveContext(ctx, dir, newCheckpoint(t, 2, 6)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("SaveContext: %v; want context.Canceled", err)
+			}
+			if after := snapshot(t, root); !mapsEqual(before, after) {
+				t.Errorf("the canceled save changed the directory: %q", entries(t, root))
 			}
 			got, err := Load(dir)
 			if err != nil {

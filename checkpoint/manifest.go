@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -35,14 +36,18 @@ type fileSum struct {
 }
 
 // hashWriter writes to a file through a buffer while hashing and counting
-// what it writes.
+// what it writes, until its context is done.
 type hashWriter struct {
-	w *bufio.Writer
-	h hash.Hash
-	n int64
+	ctx context.Context
+	w   *bufio.Writer
+	h   hash.Hash
+	n   int64
 }
 
 func (w *hashWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
 	n, err := w.w.Write(p)
 	w.h.Write(p[:n])
 	w.n += int64(n)
@@ -50,8 +55,11 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 }
 
 // writeFile creates the file at path, fills it with encode, syncs it to
-// disk, and returns its size and checksum.
-func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err error) {
+// disk, and returns its size and checksum; it stops when ctx is done.
+func writeFile(ctx context.Context, path string, encode func(w *hashWriter) error) (s fileSum, err error) {
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
 	f, err := regular.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return s, err
@@ -61,7 +69,7 @@ func writeFile(path string, encode func(w *hashWriter) error) (s fileSum, err er
 			err = cerr
 		}
 	}()
-	w := &hashWriter{w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	w := &hashWriter{ctx: ctx, w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
 	if err := encode(w); err != nil {
 		return s, err
 	}

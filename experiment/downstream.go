@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/polysketch/polysketch/data"
+	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/field"
 	"github.com/polysketch/polysketch/internal/regular"
 	"github.com/polysketch/polysketch/multichoice"
 	"github.com/polysketch/polysketch/train"
@@ -57,17 +59,17 @@ type downstreamModel struct {
 func checkDownstream(e *Experiment, o Options) error {
 	if e.kind != downstreamKind {
 		if len(o.Choices) > 0 || len(o.Checkpoints) > 0 {
-			return fmt.Errorf("experiment %s takes no multiple-choice files or checkpoints; the experiment downstream does", e.Name)
+			return field.Errorf("experiment %s takes no %s or %s (files of multiple-choice questions, checkpoints to score); the experiment downstream does", e.Name, field.Name("choices"), field.Name("checkpoints"))
 		}
 		return nil
 	}
 	switch {
 	case len(o.Choices) == 0:
-		return errors.New("experiment downstream needs files of multiple-choice questions (HellaSwag, PIQA, ARC or generic JSON lines or Parquet) to score the models on")
+		return field.Errorf("no %s: experiment downstream needs files of multiple-choice questions (HellaSwag, PIQA, ARC or generic JSON lines or Parquet) to score the models on", field.Name("choices"))
 	case o.Shots < 0:
-		return fmt.Errorf("%d shots: must not be negative", o.Shots)
+		return field.Invalid("shots", o.Shots, "must not be negative")
 	case o.Limit < 0:
-		return fmt.Errorf("a limit of %d questions: must not be negative", o.Limit)
+		return field.Invalid("limit", o.Limit, "must not be negative")
 	}
 	for _, c := range o.Checkpoints {
 		if !filepath.IsAbs(c) {
@@ -124,13 +126,16 @@ func (e *Experiment) downstream(ctx context.Context, o Options, plan Plan, rs []
 	var out []Result
 	for _, dm := range models {
 		c, err := train.Open(dm.dir)
+		if err == nil {
+			err = c.NeedTokenizer() // its perplexity and its choices are read as text
+		}
 		if err != nil {
 			return nil, err
 		}
 		if recipe, _ := c.Recipe(); recipe.Task != nil {
 			return nil, fmt.Errorf("checkpoint %s was trained on a task, not on text", c.Dir)
 		}
-		res := Result{Run: dm.run, Row: dm.row, Mechanism: dm.mechanism, Column: "downstream", Step: c.State.Step}
+		res := Result{Run: dm.run, Row: dm.row, Mechanism: dm.mechanism, Column: "downstream", Step: c.State.Step, Tokenizer: c.Tokenizer.Name()}
 		if res.Mechanism == "" {
 			res.Mechanism = c.Model.Config().Attention.Mechanism()
 		}
@@ -229,6 +234,20 @@ func taskName(path string) string {
 	return base
 }
 
+// downstreamTokens says in whose tokens the perplexities of rs are: each
+// model's, in its own tokenizer's.
+func downstreamTokens(rs []Result) string {
+	for _, r := range rs {
+		if r.Tokenizer != rs[0].Tokenizer {
+			return "each model in its own tokens"
+		}
+	}
+	if len(rs) == 0 || rs[0].Tokenizer == "" || rs[0].Tokenizer == tokenizer.Byte.Name() {
+		return "bytes"
+	}
+	return rs[0].Tokenizer + " tokens"
+}
+
 // downstreamTable returns the markdown of the downstream experiment: 003
 // Table 1's layout, once with acc and once with acc_norm.
 func downstreamTable(plan Plan, rs []Result) string {
@@ -245,7 +264,7 @@ func downstreamTable(plan Plan, rs []Result) string {
 		files = append(files, filepath.Base(f))
 	}
 	fmt.Fprintf(&b, "downstream: validation perplexity (%s) beside multiple-choice accuracy in %% (`%s --choices %s --shots %d --limit %d --seed %d`)\n",
-		tokens(plan), cmd, strings.Join(files, ","), plan.Shots, plan.Limit, plan.Seed)
+		downstreamTokens(rs), cmd, strings.Join(files, ","), plan.Shots, plan.Limit, plan.Seed)
 	shots := []int{0}
 	if plan.Shots > 0 {
 		shots = append(shots, plan.Shots)

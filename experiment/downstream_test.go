@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/model"
 )
 
 // TestDownstream runs the downstream experiment's --quick grid (two
@@ -103,16 +106,63 @@ func TestDownstream(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"no files", Options{Seed: 1}, "needs files of multiple-choice questions"},
+		{"no files", Options{Seed: 1}, "no choices: experiment downstream needs files of multiple-choice questions"},
 		{"relative checkpoint", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Checkpoints: []string{"run"}}, `checkpoint "run": give an absolute path`},
-		{"negative shots", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Shots: -1}, "-1 shots"},
+		{"negative shots", Options{Seed: 1, Choices: []string{"/q.jsonl"}, Shots: -1}, "shots -1: must not be negative"},
 	} {
 		if _, err := e.Plan(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	lm, _ := Lookup("lm")
-	if _, err := lm.Plan(Options{Seed: 1, Choices: []string{"/q.jsonl"}}); err == nil || !strings.Contains(err.Error(), "the experiment downstream does") {
+	if _, err := lm.Plan(Options{Seed: 1, Choices: []string{"/q.jsonl"}}); err == nil || !strings.Contains(err.Error(), "takes no choices or checkpoints") {
 		t.Errorf("lm with multiple-choice files: %v", err)
+	}
+}
+
+// TestDownstreamNoTokenizer: a checkpoint that reads and writes token ids
+// alone (an import without a tokenizer.json) cannot be scored on text,
+// and is refused in one line naming it, not with a panic.
+func TestDownstreamNoTokenizer(t *testing.T) {
+	e, err := Lookup("downstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := model.DefaultConfig()
+	mc.Layers, mc.Dim, mc.Heads, mc.Context = 1, 16, 2, 16
+	m, err := model.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ids-only")
+	if err := checkpoint.Save(dir, &checkpoint.Checkpoint{Model: m}); err != nil {
+		t.Fatal(err)
+	}
+	o := quickOptions(t, t.TempDir())
+	o.Choices, o.Checkpoints = choiceFiles(t, "piqa.jsonl"), []string{dir}
+	_, err = e.Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "no tokenizer") {
+		t.Errorf("error %v, want one naming %s and its missing tokenizer", err, dir)
+	}
+}
+
+// TestDownstreamTokens: the table says in whose tokens the perplexities
+// are, from the models scored: one vocabulary named, or each model's own
+// where they differ (perplexities per token of different vocabularies do
+// not compare), never bytes for a model of another tokenizer.
+func TestDownstreamTokens(t *testing.T) {
+	plan := Plan{Experiment: "downstream", Seed: 1, Checkpoints: []string{"/a", "/b"}, Choices: choiceFiles(t, "piqa.jsonl")}
+	for _, c := range []struct {
+		tokenizers []string
+		want       string
+	}{
+		{[]string{"byte", "byte"}, "validation perplexity (bytes)"},
+		{[]string{"gpt2", "gpt2"}, "validation perplexity (gpt2 tokens)"},
+		{[]string{"byte", "bpe-0123456789abcdef"}, "validation perplexity (each model in its own tokens)"},
+	} {
+		rs := []Result{{Row: "a", Tokenizer: c.tokenizers[0]}, {Row: "b", Tokenizer: c.tokenizers[1]}}
+		if table := downstreamTable(plan, rs); !strings.Contains(table, c.want) {
+			t.Errorf("tokenizers %v: the table says\n%s\nwant %q", c.tokenizers, table, c.want)
+		}
 	}
 }

@@ -38,6 +38,9 @@ type Result struct {
 	Note string `json:"note,omitempty"`
 	// Downstream are the downstream experiment's scores of the model.
 	Downstream []Score `json:"downstream,omitempty"`
+	// Tokenizer names the tokens of the downstream experiment's
+	// perplexity of the model: its own.
+	Tokenizer string `json:"tokenizer,omitempty"`
 	// A linearization's: the validation loss after attention transfer
 	// (Skipped: of the converted student, with nothing to transfer), and
 	// the per-layer relative errors before and after it.

@@ -39,6 +39,10 @@ func TestConfigRefused(t *testing.T) {
 		{"bad size", map[string]any{"hidden_size": "big"}, `hidden_size "big": want a whole number`},
 		{"missing size", map[string]any{"num_hidden_layers": nil}, "no num_hidden_layers"},
 		{"gpt2 activation", map[string]any{"model_type": "gpt2", "architectures": []string{"GPT2LMHeadModel"}, "activation_function": "relu"}, `activation_function "relu"`},
+		{"rope_scaling beside rope_parameters", map[string]any{"rope_theta": nil, "rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1e4}, "rope_scaling": map[string]any{"rope_type": "linear", "factor": 2.0}}, "rope_scaling beside rope_parameters: give the settings once"},
+		{"no epsilon", map[string]any{"rms_norm_eps": 0}, "rms_norm_eps 0: must be positive"},
+		{"negative epsilon", map[string]any{"rms_norm_eps": -1e-6}, "rms_norm_eps -1e-06: must be positive"},
+		{"gpt2 no epsilon", map[string]any{"model_type": "gpt2", "architectures": []string{"GPT2LMHeadModel"}, "layer_norm_epsilon": 0}, "layer_norm_epsilon 0: must be positive"},
 		{"gpt2 layer scaling", map[string]any{"model_type": "gpt2", "architectures": []string{"GPT2LMHeadModel"}, "scale_attn_by_inverse_layer_idx": true}, "scale_attn_by_inverse_layer_idx true"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

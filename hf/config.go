@@ -177,6 +177,16 @@ func (f *fields) float(name string, def float64) float64 {
 	return v
 }
 
+// positive reads a positive number, such as a norm's epsilon, where
+// polysketch reads 0 as its own default.
+func (f *fields) positive(name string, def float64) float64 {
+	v := f.float(name, def)
+	if !(v > 0) {
+		f.fail("%s %g: must be positive", name, v)
+	}
+	return v
+}
+
 func (f *fields) bool(name string, def bool) bool {
 	v := def
 	f.get(name, &v)
@@ -329,7 +339,7 @@ func llamaConfig(f *fields, typ string, opts Options) model.Config {
 		Attention: attention.FlashConfig{Block: 64},
 		Positions: model.PositionsRoPEOnly,
 		Norm:      model.NormRMS,
-		NormEps:   f.float("rms_norm_eps", 1e-6),
+		NormEps:   f.positive("rms_norm_eps", 1e-6),
 		FFN:       model.FFNSwiGLU,
 		Tied:      f.bool("tie_word_embeddings", false),
 
@@ -398,9 +408,15 @@ func rope(f *fields, c *model.Config) {
 		if theta := f.float("rope_theta", 0); theta != 0 {
 			params["rope_theta"], _ = json.Marshal(theta)
 		}
-	} else if raw, top := f.m["rope_theta"]; top && string(raw) != "null" {
-		f.read["rope_theta"] = true
-		f.fail("rope_theta beside rope_parameters: give the base once")
+	} else {
+		// transformers 5 would take one or the other: refused, as any
+		// setting polysketch would not read.
+		if raw, top := f.m["rope_theta"]; top && string(raw) != "null" {
+			f.fail("rope_theta beside rope_parameters: give the base once")
+		}
+		if raw, top := f.m["rope_scaling"]; top && string(raw) != "null" {
+			f.fail("rope_scaling beside rope_parameters: give the settings once, in rope_parameters")
+		}
 	}
 	f.read["rope_scaling"], f.read["rope_theta"] = true, true
 	p := &fields{m: params, read: map[string]bool{}}
@@ -454,7 +470,7 @@ func gpt2Config(f *fields, opts Options) model.Config {
 		Attention: attention.FlashConfig{Block: 64},
 		Positions: model.PositionsLearned,
 		Norm:      model.NormLayer,
-		NormEps:   f.float("layer_norm_epsilon", 1e-5),
+		NormEps:   f.positive("layer_norm_epsilon", 1e-5),
 		FFN:       model.FFNGELU,
 		Tied:      f.bool("tie_word_embeddings", true),
 

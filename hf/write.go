@@ -1,15 +1,18 @@
 package hf
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/safetensors"
@@ -95,13 +98,32 @@ func LlamaConfig(c model.Config) (map[string]any, error) {
 // writes a temporary directory beside dir and renames it, so that on
 // error nothing is left.
 func Write(dir string, m *model.Model, files map[string][]byte) error {
-	if err := write(dir, m, files); err != nil {
+	return WriteContext(context.Background(), dir, m, files)
+}
+
+// WriteContext is Write, stopped when ctx is done (an export interrupted):
+// the error wraps ctx's, and nothing is left.
+func WriteContext(ctx context.Context, dir string, m *model.Model, files map[string][]byte) error {
+	if err := write(ctx, dir, m, files); err != nil {
 		return fmt.Errorf("writing %s: %w", dir, err)
 	}
 	return nil
 }
 
-func write(dir string, m *model.Model, files map[string][]byte) error {
+// ctxWriter writes to w until ctx is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
+func write(ctx context.Context, dir string, m *model.Model, files map[string][]byte) error {
 	c := m.Config()
 	cfg, err := LlamaConfig(c)
 	if err != nil {
@@ -131,7 +153,10 @@ func write(dir string, m *model.Model, files map[string][]byte) error {
 		take(t.Data, param.Value.Data, param.Value.Shape, p)
 		tensors[p.name] = t
 	}
-	if err := safetensors.Write(filepath.Join(tmp, WeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
+	err = atomicfile.Write(filepath.Join(tmp, WeightsFile), func(w io.Writer) error {
+		return safetensors.Encode(ctxWriter{ctx, w}, tensors, map[string]string{"format": "pt"})
+	})
+	if err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
@@ -155,6 +180,9 @@ func write(dir string, m *model.Model, files map[string][]byte) error {
 		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {

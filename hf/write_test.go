@@ -1,11 +1,14 @@
 package hf
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
@@ -92,5 +95,48 @@ func TestWriteRefuses(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
 		t.Errorf("%d entries left in the directory", len(entries))
+	}
+}
+
+// stopAfter is a context whose Err reports it canceled from its n-th
+// call on: a stop at every point that looks.
+type stopAfter struct {
+	context.Context
+	n atomic.Int64
+}
+
+func (c *stopAfter) Err() error {
+	if c.n.Add(-1) < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestWriteCanceled: a write stopped at any point where it checks its
+// context (an export interrupted by Ctrl-C) fails with the context's
+// error and leaves nothing in the directory.
+func TestWriteCanceled(t *testing.T) {
+	m, err := model.New(llamaShaped(attention.FlashConfig{Block: 8}, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{TokenizerFile: []byte(`{}`)}
+	for n := int64(0); ; n++ {
+		parent := t.TempDir()
+		ctx := &stopAfter{Context: context.Background()}
+		ctx.n.Store(n)
+		err := WriteContext(ctx, filepath.Join(parent, "hf"), m, files)
+		if err == nil {
+			if n < 2 {
+				t.Errorf("a write stopped at the %d-th look at its context went on", n)
+			}
+			break
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("stopped at %d: %v, want context.Canceled", n, err)
+		}
+		if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+			t.Errorf("stopped at %d: %d entries left in the directory", n, len(entries))
+		}
 	}
 }

@@ -3,12 +3,10 @@ package model
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -109,6 +107,7 @@ type Batch struct {
 	norm     normalizer
 	head     *nn.Linear // nil when tied
 	bias     *nn.Param  // nil with NoHeadBias
+	rope     *nn.RoPE   // the model's tables, shared by the workers; nil without rotary embeddings
 	workers  []*seqWorker
 
 	spans                 []span // the rows of each product
@@ -118,6 +117,13 @@ type Batch struct {
 	all                   tensor.Tensor // StepEvery's logits
 	at                    []int         // first row of each sequence
 	order                 []int         // of the sequences in attend
+
+	// The attend phase in progress, read by attendItem (bound once to
+	// attendFn, so that handing it to the pool allocates nothing).
+	layer    int
+	seqs     []*Sequence
+	toks     [][]int32
+	attendFn func(w, k int)
 
 	// Gather makes StepEvery compute all the logits it returns as one
 	// matrix product, which multiplies the output layer's weights much
@@ -156,20 +162,10 @@ func (m *Model) NewBatch() *Batch {
 	for _, l := range m.layers {
 		b.blocks = append(b.blocks, l.shared())
 	}
-	for range runtime.GOMAXPROCS(0) {
-		w := &seqWorker{}
-		if m.rope != nil {
-			w.rope = m.rope.Share()
-		}
-		for _, l := range m.layers {
-			if l.qn != nil {
-				w.qn, w.kn = append(w.qn, l.qn.Share()), append(w.kn, l.qn.Share())
-			} else {
-				w.qn, w.kn = append(w.qn, nil), append(w.kn, nil)
-			}
-		}
-		b.workers = append(b.workers, w)
+	if m.rope != nil {
+		b.rope = m.rope.Share()
 	}
+	b.attendFn = b.attendItem
 	return b
 }
 
@@ -382,14 +378,19 @@ func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
 
 // attend computes layer l's attention output rows b.ot from b.qkv, each
 // sequence through its own attention state, on up to GOMAXPROCS
-// goroutines that take the next sequence when done with one (prompt
-// chunks and single tokens cost very different times).
+// goroutines of the process's pool that take the next sequence when done
+// with one (prompt chunks and single tokens cost very different times).
+// A sequence's own phases (its heads) run on the pool too, helped by
+// goroutines that have no sequence left.
 func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
-	W := min(len(b.workers), len(seqs))
-	// One goroutine does small steps alone: starting another costs more
-	// than a decoding step's attention of a few sequences.
+	W := min(parallel.Threads(), len(seqs))
+	// One goroutine does small steps alone: handing out sequences costs
+	// more than a decoding step's attention of a few sequences.
 	if W > 1 && len(b.tokens) < 4 {
 		W = 1
+	}
+	for len(b.workers) < W {
+		b.workers = append(b.workers, b.newWorker())
 	}
 	// Prompt chunks first: a chunk costs many single tokens, and started
 	// last it would leave the other goroutines idle at the end of the step.
@@ -404,24 +405,33 @@ func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 			b.order = append(b.order, i)
 		}
 	}
-	var next atomic.Int64
-	run := func(w int) {
-		wk := b.workers[w]
-		for k := int(next.Add(1) - 1); k < len(seqs); k = int(next.Add(1) - 1) {
-			i := b.order[k]
-			b.attendOne(wk, l, seqs[i], b.at[i], len(tokens[i]))
+	b.layer, b.seqs, b.toks = l, seqs, tokens
+	parallel.Run(len(seqs), W, b.attendFn)
+	b.seqs, b.toks = nil, nil
+}
+
+// attendItem runs the attention of the k-th sequence in b.order on worker
+// w's state.
+func (b *Batch) attendItem(w, k int) {
+	i := b.order[k]
+	b.attendOne(b.workers[w], b.layer, b.seqs[i], b.at[i], len(b.toks[i]))
+}
+
+// newWorker returns the state of one more goroutine of attend: RoPE
+// tables and shares of the q/k LayerNorms of its own.
+func (b *Batch) newWorker() *seqWorker {
+	w := &seqWorker{}
+	if b.rope != nil {
+		w.rope = b.rope.Share()
+	}
+	for _, l := range b.blocks {
+		if l.qn != nil {
+			w.qn, w.kn = append(w.qn, l.qn.Share()), append(w.kn, l.qn.Share())
+		} else {
+			w.qn, w.kn = append(w.qn, nil), append(w.kn, nil)
 		}
 	}
-	if W == 1 {
-		run(0)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := 1; w < W; w++ {
-		wg.Go(func() { run(w) })
-	}
-	run(0)
-	wg.Wait()
+	return w
 }
 
 // attendOne runs layer l's attention for the n rows of sequence s

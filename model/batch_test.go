@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 )
 
@@ -172,6 +174,62 @@ func TestBatchInvariance(t *testing.T) {
 					for j := range alone[p] {
 						if math.Float32bits(got[p][j]) != math.Float32bits(alone[p][j]) {
 							t.Fatalf("with %d other sequences: logit %d after position %d is %v, alone %v", others, j, p, got[p][j], alone[p][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBatchThreads checks that decoding steps give the same bits for
+// every GOMAXPROCS of parallel.TestThreads: sequences of prompt chunks
+// and single tokens stepped together, their attention on the pool's
+// goroutines, their products split among them.
+func TestBatchThreads(t *testing.T) {
+	wide := func(c Config) Config { c.Dim, c.Hidden, c.Vocab = 64, 288, 300; return c }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		prec nn.Precision
+	}{
+		{"polysketch", wide(tiny("polysketch:learned")), nn.FP32},
+		{"flash", wide(tiny("flash")), nn.FP32},
+		{"polysketch/bf16", wide(tiny("polysketch:learned")), nn.BF16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustNew(t, tc.cfg)
+			perturb(m, 4)
+			m.SetPrecision(tc.prec)
+			V := tc.cfg.Vocab
+			rng := rand.New(rand.NewPCG(3, 3))
+			var tokens [][]int32
+			var chunks [][]int
+			for j := range 6 {
+				tokens = append(tokens, randomTokens(rng, 9+j, V))
+				chunks = append(chunks, []int{j%4 + 1, 1})
+			}
+			run := func(procs int) (out [][][]float32) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				seqs := make([]*Sequence, len(tokens))
+				for i := range seqs {
+					s, err := m.NewSequence()
+					if err != nil {
+						t.Fatal(err)
+					}
+					seqs[i] = s
+				}
+				return stepAll(t, m.NewBatch(), seqs, tokens, chunks, V)
+			}
+			want := run(1)
+			for _, procs := range parallel.TestThreads[1:] {
+				got := run(procs)
+				for i := range want {
+					for p := range want[i] {
+						for j := range want[i][p] {
+							if math.Float32bits(got[i][p][j]) != math.Float32bits(want[i][p][j]) {
+								t.Fatalf("GOMAXPROCS=%d: sequence %d, logit %d after position %d is %v, with 1 thread %v", procs, i, j, p, got[i][p][j], want[i][p][j])
+							}
 						}
 					}
 				}

@@ -312,11 +312,11 @@ func (c Config) Validate() error {
 	case c.HeadDim < 0:
 		errs = append(errs, field.Invalid("head_dim", c.HeadDim, "must be positive, or 0 for dim/heads"))
 	case c.HeadDim == 0 && c.Dim >= 1 && c.Dim%c.Heads != 0:
-		add("dim %d is not divisible by heads %d: choose heads dividing dim", c.Dim, c.Heads)
+		add("%s %d is not divisible by %s %d: choose heads dividing dim", field.Name("dim"), c.Dim, field.Name("heads"), c.Heads)
 	case c.rotary() && c.HeadDim > 0 && c.HeadDim%2 != 0:
 		errs = append(errs, field.Invalid("head_dim", c.HeadDim, "odd: rotary embeddings need an even head size"))
 	case c.rotary() && c.HeadDim == 0 && c.Dim >= 1 && c.Dim/c.Heads%2 != 0:
-		add("head size %d (dim %d / heads %d) is odd: rotary embeddings need an even head size", c.Dim/c.Heads, c.Dim, c.Heads)
+		add("head size %d (%s %d / %s %d) is odd: rotary embeddings need an even head size", c.Dim/c.Heads, field.Name("dim"), c.Dim, field.Name("heads"), c.Heads)
 	}
 	switch {
 	case c.KVHeads < 0:

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -362,7 +363,7 @@ func TestPrefillPieces(t *testing.T) {
 }
 
 // TestPrefillDeterminism requires prefilled logits to be bitwise identical
-// for GOMAXPROCS 1, 2 and 3, on a model large enough for the parallel
+// for every GOMAXPROCS of parallel.TestThreads, on a model large enough for the parallel
 // paths (GEMM tiles, heads of the attention decoders) to engage.
 func TestPrefillDeterminism(t *testing.T) {
 	const B, N = 2, 100
@@ -388,7 +389,7 @@ func TestPrefillDeterminism(t *testing.T) {
 				return logits.Data
 			}
 			want := run(1)
-			for _, procs := range []int{2, 3} {
+			for _, procs := range parallel.TestThreads[1:] {
 				got := run(procs)
 				for i := range want {
 					if got[i] != want[i] {

@@ -2,8 +2,9 @@ package model_test
 
 import (
 	"fmt"
-	"github.com/polysketch/polysketch/attention"
 	"log"
+
+	"github.com/polysketch/polysketch/attention"
 
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/optim"

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/polysketch/polysketch/blas"
 	"github.com/polysketch/polysketch/internal/parallel"
@@ -24,9 +23,11 @@ import (
 // dst[b,i,n,:] = src[b·N+n, (i/g)·h : (i/g+1)·h], g = H/G.
 func toHeads(dst *tensor.Tensor, src blas.General) {
 	B, H, N, h, g := headShape("toHeads", dst, src)
-	parallel.Workers(B*H, headWorkers(B*H*N*h), func(bh int) {
+	parts := headParts(B*H, N, h)
+	parallel.Run(B*H*parts, headWorkers(B*H*N*h), func(_, item int) {
+		bh, p := item/parts, item%parts
 		b, i := bh/H, bh%H/g
-		for n := 0; n < N; n++ {
+		for n := p * N / parts; n < (p+1)*N/parts; n++ {
 			at := (b*N+n)*src.Stride + i*h
 			copy(dst.Data[(bh*N+n)*h:(bh*N+n+1)*h], src.Data[at:at+h])
 		}
@@ -39,9 +40,11 @@ func toHeads(dst *tensor.Tensor, src blas.General) {
 func fromHeads(dst blas.General, src *tensor.Tensor) {
 	B, H, N, h, g := headShape("fromHeads", src, dst)
 	G := H / g
-	parallel.Workers(B*G, headWorkers(B*H*N*h), func(bj int) {
+	parts := headParts(B*G, N, h)
+	parallel.Run(B*G*parts, headWorkers(B*H*N*h), func(_, item int) {
+		bj, p := item/parts, item%parts
 		b, j := bj/G, bj%G
-		for n := 0; n < N; n++ {
+		for n := p * N / parts; n < (p+1)*N/parts; n++ {
 			at := (b*N+n)*dst.Stride + j*h
 			row := dst.Data[at : at+h]
 			first := (b*H + j*g) * N
@@ -71,13 +74,21 @@ func matrix(t *tensor.Tensor, cols int) blas.General {
 }
 
 // headWorkers returns the goroutines for moving n floats between layouts:
-// one below serialHeads floats, as when decoding a token, where starting
-// goroutines costs more than the copy.
+// one below serialHeads floats, as when decoding a token, where handing
+// out items costs more than the copy.
 func headWorkers(n int) int {
 	if n < serialHeads {
 		return 1
 	}
-	return runtime.GOMAXPROCS(0)
+	return parallel.Threads()
+}
+
+// headParts returns into how many parts of their N rows toHeads and
+// fromHeads split each of heads heads of size h, so that with few heads
+// every thread still has items.
+func headParts(heads, N, h int) int {
+	want := parallel.Chunks(heads*N*h, serialHeads, headWorkers(heads*N*h))
+	return max(1, min(N, want/heads))
 }
 
 // serialHeads is the size below which toHeads and fromHeads copy on the

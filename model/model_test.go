@@ -11,6 +11,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -389,7 +390,7 @@ func TestCausal(t *testing.T) {
 }
 
 // TestDeterminism requires Loss and every gradient to be bitwise identical
-// for GOMAXPROCS 1, 2 and 3, on a model large enough for the parallel
+// for every GOMAXPROCS of parallel.TestThreads, on a model large enough for the parallel
 // paths (row splits, head splits, GEMM tiles) to engage.
 func TestDeterminism(t *testing.T) {
 	const B, N = 4, 64
@@ -410,7 +411,7 @@ func TestDeterminism(t *testing.T) {
 				return loss, grads
 			}
 			loss1, grads1 := run(1)
-			for _, procs := range []int{2, 3} {
+			for _, procs := range parallel.TestThreads[1:] {
 				loss, grads := run(procs)
 				if loss != loss1 {
 					t.Fatalf("GOMAXPROCS=%d: loss %v, with 1 thread %v", procs, loss, loss1)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 )
 
@@ -67,6 +69,52 @@ func TestBF16Forward(t *testing.T) {
 				t.Error("back in fp32, the logits are not those of before bf16")
 			}
 		})
+	}
+}
+
+// TestBF16SketchNetworks checks that a bf16 model's training step runs
+// the learned sketch networks in bf16 too: switching them alone back to
+// fp32 changes the loss and the gradients of the networks' parameters.
+// The bound on the change is loose: bf16 moves some of this tiny, perturbed
+// model's network gradients by up to 10% of their largest element (and
+// the whole model's gradients by about 1%, see TestBF16Gradients).
+func TestBF16SketchNetworks(t *testing.T) {
+	const B, N = 2, 40
+	c := tiny("polysketch:learned")
+	m := mustNew(t, c)
+	perturb(m, 7)
+	rng := rand.New(rand.NewPCG(8, 8))
+	tokens, targets := randomTokens(rng, B*N, c.Vocab), randomTokens(rng, B*N, c.Vocab)
+	step := func() (float64, [][]float32) {
+		for _, p := range m.Params() {
+			p.Grad.Zero()
+		}
+		loss := m.Loss(tokens, targets, B, N)
+		m.Backward()
+		var grads [][]float32
+		for _, l := range m.layers {
+			for _, p := range l.attn.(attention.Trainable).Params() {
+				grads = append(grads, append([]float32(nil), p.Grad.Data...))
+			}
+		}
+		return loss, grads
+	}
+	m.SetPrecision(nn.BF16)
+	bf16Loss, bf16Grads := step()
+	for _, l := range m.layers {
+		l.attn.(attention.Rounder).SetPrecision(nn.FP32) // the networks alone
+	}
+	fp32Loss, fp32Grads := step()
+	if len(bf16Grads) == 0 {
+		t.Fatal("the model has no sketch network parameters")
+	}
+	if bf16Loss == fp32Loss {
+		t.Errorf("loss %v with the sketch networks in bf16 and in fp32: they did not run in bf16", bf16Loss)
+	}
+	for i := range bf16Grads {
+		if d := relDiff(bf16Grads[i], fp32Grads[i]); d == 0 || d > 0.25 {
+			t.Errorf("sketch parameter %d: bf16 networks move its gradient by %.3g (relative), want in (0, 0.25]", i, d)
+		}
 	}
 }
 
@@ -134,7 +182,7 @@ func TestReleaseFP32(t *testing.T) {
 }
 
 // TestDeterminismBF16 requires a bf16 model's loss and gradients to be
-// bitwise identical for GOMAXPROCS 1, 2 and 3, on a model large enough
+// bitwise identical for every GOMAXPROCS of parallel.TestThreads, on a model large enough
 // for the products to split their tiles among goroutines.
 func TestDeterminismBF16(t *testing.T) {
 	const B, N = 4, 64
@@ -156,7 +204,7 @@ func TestDeterminismBF16(t *testing.T) {
 				return loss, grads
 			}
 			loss1, grads1 := run(1)
-			for _, procs := range []int{2, 3} {
+			for _, procs := range parallel.TestThreads[1:] {
 				loss, grads := run(procs)
 				if math.Float64bits(loss) != math.Float64bits(loss1) {
 					t.Fatalf("GOMAXPROCS=%d: loss %v, with 1 thread %v", procs, loss, loss1)

@@ -16,10 +16,11 @@
 package multichoice
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/polysketch/polysketch/internal/field"
 )
 
 // Example is one multiple-choice question.
@@ -98,7 +99,7 @@ func (s Shots) Draw(ex Example) ([]Example, error) {
 		}
 	}
 	if free < s.K {
-		return nil, fmt.Errorf("%d shots wanted, but only %d other examples to draw them from", s.K, free)
+		return nil, field.Invalid("shots", s.K, "only %d other examples to draw them from", free)
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(ex.Line)))
 	picked := make([]int, 0, s.K)

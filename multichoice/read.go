@@ -255,6 +255,10 @@ func fieldNames(rec map[string]any) string {
 				walk(prefix+k+".", sub)
 				continue
 			}
+			if m[k] == nil {
+				names = append(names, prefix+k+" (null)") // present, but no value of a format
+				continue
+			}
 			names = append(names, prefix+k)
 		}
 	}

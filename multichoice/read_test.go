@@ -101,6 +101,9 @@ func TestReadFileErrors(t *testing.T) {
 			"hellaswag (ctx, endings, label)", "piqa (goal, sol1, sol2, label)",
 			"arc (question, choices.text, choices.label, answerKey)", "generic (context, choices, answer)",
 		}},
+		{"null.jsonl", `{"context": null, "choices": ["b", "c"], "answer": 0}`, Auto, []string{
+			"null.jsonl: no known multiple-choice format", "fields answer, choices, context (null)",
+		}},
 		{"range.jsonl", `{"context": "a", "choices": ["b", "c"], "answer": 0}` + "\n\n" +
 			`{"context": "a", "choices": ["b", "c"], "answer": 2}`, Auto, []string{"range.jsonl:3: label 2 out of range: 2 choices"}},
 		{"negative.jsonl", `{"goal": "g", "sol1": "a", "sol2": "b", "label": -1}`, Auto, []string{"negative.jsonl:1: label -1 out of range"}},
@@ -219,7 +222,7 @@ func TestShots(t *testing.T) {
 			}
 		}
 	}
-	if _, err := (Shots{K: 3, Pool: other}).Draw(pool[0]); err == nil || !strings.Contains(err.Error(), "3 shots wanted, but only 2 other examples") {
+	if _, err := (Shots{K: 3, Pool: other}).Draw(pool[0]); err == nil || !strings.Contains(err.Error(), "shots 3: only 2 other examples") {
 		t.Errorf("too few to draw from: %v", err)
 	}
 }

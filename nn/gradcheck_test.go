@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 )
 
@@ -265,13 +266,15 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 	for _, tc := range layerCases {
 		t.Run(tc.name, func(t *testing.T) {
 			out1, g1 := runAt(1, tc.build)
-			out2, g2 := runAt(2, tc.build)
-			if !bitwiseEqual(out1, out2) {
-				t.Error("forward output differs between GOMAXPROCS=1 and 2")
-			}
-			for k := range g1 {
-				if !bitwiseEqual(g1[k], g2[k]) {
-					t.Errorf("gradient %d differs between GOMAXPROCS=1 and 2", k)
+			for _, procs := range parallel.TestThreads[1:] {
+				out2, g2 := runAt(procs, tc.build)
+				if !bitwiseEqual(out1, out2) {
+					t.Errorf("forward output differs between GOMAXPROCS=1 and %d", procs)
+				}
+				for k := range g1 {
+					if !bitwiseEqual(g1[k], g2[k]) {
+						t.Errorf("gradient %d differs between GOMAXPROCS=1 and %d", k, procs)
+					}
 				}
 			}
 		})

@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
@@ -35,25 +34,26 @@ func checkRows(op, name string, t *tensor.Tensor, rows, cols int) {
 	}
 }
 
-// chunks returns how many goroutines rows×cols elementwise work deserves.
+// chunks returns how many items rows×cols elementwise work is split
+// into: a few per thread, so that the pool can even out uneven threads,
+// each of at least minChunk elements and one row.
 func chunks(rows, cols int) int {
-	n := min(runtime.GOMAXPROCS(0), rows, max(1, rows*cols/minChunk))
-	return max(n, 1)
+	return max(1, min(rows, parallel.Chunks(rows*cols, minChunk, parallel.Threads())))
 }
 
 // forRows runs fn over [0, rows) split into chunks(rows, cols) ranges; see
 // splitRows.
-func forRows(rows, cols int, fn func(c, lo, hi int)) {
+func forRows(rows, cols int, fn func(w, lo, hi int)) {
 	splitRows(chunks(rows, cols), rows, fn)
 }
 
-// splitRows splits [0, rows) into n contiguous ranges and calls fn(c, lo,
-// hi) for each on its own goroutine; c < n identifies a per-goroutine
-// scratch slot. fn must treat rows independently, so that the split cannot
-// change results.
-func splitRows(n, rows int, fn func(c, lo, hi int)) {
-	parallel.Workers(n, n, func(c int) {
-		fn(c, c*rows/n, (c+1)*rows/n)
+// splitRows splits [0, rows) into n contiguous ranges and calls fn(w, lo,
+// hi) for each on the process's pool; w < n identifies the goroutine, for
+// scratch of its own. fn must treat rows independently, so that the split
+// cannot change results.
+func splitRows(n, rows int, fn func(w, lo, hi int)) {
+	parallel.Run(n, n, func(w, c int) {
+		fn(w, c*rows/n, (c+1)*rows/n)
 	})
 }
 

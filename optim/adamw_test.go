@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
 )
@@ -244,7 +245,7 @@ func TestLeastSquaresConverges(t *testing.T) {
 }
 
 // TestUpdateDeterministic runs an update over a parameter spanning several
-// chunks with one and two threads.
+// chunks for every GOMAXPROCS of parallel.TestThreads.
 func TestUpdateDeterministic(t *testing.T) {
 	run := func(procs int) ([]float32, float64) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
@@ -260,13 +261,15 @@ func TestUpdateDeterministic(t *testing.T) {
 		return p.Value.Data, norm
 	}
 	v1, n1 := run(1)
-	v2, n2 := run(2)
-	if n1 != n2 {
-		t.Errorf("gradient norm %v with one thread, %v with two", n1, n2)
-	}
-	for i := range v1 {
-		if v1[i] != v2[i] {
-			t.Fatalf("element %d: %g with one thread, %g with two", i, v1[i], v2[i])
+	for _, procs := range parallel.TestThreads[1:] {
+		v2, n2 := run(procs)
+		if n1 != n2 {
+			t.Errorf("gradient norm %v with one thread, %v with %d", n1, n2, procs)
+		}
+		for i := range v1 {
+			if v1[i] != v2[i] {
+				t.Fatalf("element %d: %g with one thread, %g with %d", i, v1[i], v2[i], procs)
+			}
 		}
 	}
 }

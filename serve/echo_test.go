@@ -243,3 +243,35 @@ func TestEchoBegin(t *testing.T) {
 		t.Errorf("token ids: %+v, want the 3 tokens as given", ids.Logprobs)
 	}
 }
+
+// TestTextOffsetsPiece checks echo's offsets for a tokenizer of the
+// SentencePiece kind, whose encoding puts a ▁ before the text that the
+// text does not have: every token's offset is where its own characters
+// start in the text ("a 世界 b", the characters missing from the
+// vocabulary as their UTF-8 bytes), after Begin's <s> and for token ids
+// given as they are.
+func TestTextOffsetsPiece(t *testing.T) {
+	tok, err := tokenizer.Open("../data/tokenizer/testdata/piece.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "a 世界 b"
+	ids, err := tok.Encode(t.Context(), []int32{1}, []byte(text)) // <s>, then the text
+	if err != nil {
+		t.Fatal(err)
+	}
+	// <s>, "▁a", "▁", the 3 + 3 bytes of 世界, "▁b": "a" at 0, the space
+	// at 1, the bytes at 2-7, the space before b at 8.
+	want := []int{0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+	if got := textOffsets(tok, ids, 1); !slices.Equal(got, want) {
+		t.Errorf("after <s>: offsets %v, want %v", got, want)
+	}
+	raw, _ := json.Marshal(ids[1:])
+	texts, _, apiErr := promptOf(raw, tok)
+	if apiErr != nil || texts[0] != text {
+		t.Errorf("token ids: text %q (%v), want %q", texts, apiErr, text)
+	}
+	if got := textOffsets(tok, ids[1:], 0); !slices.Equal(got, want[1:]) {
+		t.Errorf("token ids: offsets %v, want %v", got, want[1:])
+	}
+}

@@ -192,7 +192,7 @@ func (s *Server) Ready(m *model.Model, tok tokenizer.Tokenizer) error {
 func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *tokenizer.Config) error {
 	c := m.Config()
 	if tok.VocabSize() > c.Vocab {
-		return fmt.Errorf("serve: tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
+		return fmt.Errorf("tokenizer %s has %d tokens, the model only %d", tok.Name(), tok.VocabSize(), c.Vocab)
 	}
 	if cfg == nil {
 		cfg = tokenizer.DefaultConfig(tok)
@@ -201,7 +201,7 @@ func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *token
 	if cfg.ChatTemplate != "" {
 		var err error
 		if l.chat, err = newChatTemplate(cfg); err != nil {
-			return fmt.Errorf("serve: %w", err)
+			return err
 		}
 	}
 	// The weights name the model in a prefix-cache file: hash them before
@@ -212,7 +212,7 @@ func (s *Server) ReadyConfig(m *model.Model, tok tokenizer.Tokenizer, cfg *token
 	if s.opts.Precision == nn.BF16 && m.Precision() != nn.BF16 {
 		m.SetPrecision(nn.BF16)
 		if err := m.ReleaseFP32(); err != nil {
-			return fmt.Errorf("serve: %w", err)
+			return err
 		}
 	}
 	l.eot, l.hasEOT = tokenizer.EndOfText(tok)
@@ -653,7 +653,7 @@ func promptOf(raw json.RawMessage, tok tokenizer.Tokenizer) ([]string, [][]int32
 				}
 				t[j] = int32(id)
 			}
-			b, _ := tok.Decode(nil, t) // checked above
+			b, _ := tokenizer.Text(tok, nil, t) // checked above; the text as Hugging Face's libraries decode it
 			ids, texts = append(ids, t), append(texts, string(b))
 		}
 	}
@@ -671,7 +671,11 @@ func (rq *request) jobs() bool {
 
 // textOffsets returns the byte offset of each token in the text of ids.
 // The first begin tokens, put before the prompt by the server, are not
-// in its text: at offset 0, they take no room.
+// in its text: at offset 0, they take no room. The tokens decoded one by
+// one may make more text than the whole does (a SentencePiece-kind
+// encoding puts a space before the text, which tokenizer.Text strips):
+// that much is missing at the start of the text, so it is taken off every
+// offset, down to 0.
 func textOffsets(tok tokenizer.Tokenizer, ids []int32, begin int) []int {
 	offsets := make([]int, len(ids))
 	var buf []byte
@@ -683,6 +687,12 @@ func textOffsets(tok tokenizer.Tokenizer, ids []int32, begin int) []int {
 		}
 		buf, _ = tok.Decode(buf[:0], ids[i:i+1]) // ids are checked against the vocabulary
 		at += len(buf)
+	}
+	buf, _ = tokenizer.Text(tok, buf[:0], ids[begin:])
+	if extra := at - len(buf); extra > 0 {
+		for i := begin; i < len(offsets); i++ {
+			offsets[i] = max(offsets[i]-extra, 0)
+		}
 	}
 	return offsets
 }

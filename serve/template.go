@@ -61,6 +61,19 @@ func newChatTemplate(cfg *tokenizer.Config) (*chatTemplate, error) {
 	return c, nil
 }
 
+// CheckChatTemplate reports whether the chat template of cfg, if it has
+// one, is one a server takes (see Server.ReadyConfig): it compiles, its
+// macros do not call themselves, and it renders a conversation of one
+// user message. An import checks it, so that the template can be fixed
+// before a checkpoint covers it with its checksums.
+func CheckChatTemplate(cfg *tokenizer.Config) error {
+	if cfg.ChatTemplate == "" {
+		return nil
+	}
+	_, err := newChatTemplate(cfg)
+	return err
+}
+
 // chatMessage is a message as a template reads it.
 type chatMessage struct{ role, content string }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 )
@@ -307,8 +308,8 @@ func TestResumeAfterCrash(t *testing.T) {
 	sameRun(t, readMetrics(t, straightDir), readMetrics(t, dir))
 }
 
-// TestThreads checks that a run gives bitwise the same losses with one
-// thread and with two, for the tiny model and for one wide enough that the
+// TestThreads checks that a run gives bitwise the same losses for every
+// GOMAXPROCS of parallel.TestThreads, for the tiny model and for one wide enough that the
 // matrix products and attention split their work between goroutines.
 func TestThreads(t *testing.T) {
 	checkThreads(t, nn.FP32)
@@ -332,7 +333,7 @@ func checkThreads(t *testing.T, p nn.Precision) {
 			tc.Steps = 6
 			tc.Precision = p
 			var runs [][]Metrics
-			for _, procs := range []int{1, 2} {
+			for _, procs := range parallel.TestThreads {
 				runtime.GOMAXPROCS(procs)
 				dir := t.TempDir()
 				tr, err := startNew(t, dir, mc, tc)
@@ -344,7 +345,9 @@ func checkThreads(t *testing.T, p nn.Precision) {
 				}
 				runs = append(runs, readMetrics(t, dir))
 			}
-			sameRun(t, runs[0], runs[1])
+			for _, r := range runs[1:] {
+				sameRun(t, runs[0], r)
+			}
 		})
 	}
 }

@@ -19,15 +19,27 @@ func bf16Kernels() {
 	vcvtne2ps2bf16Hook()
 	// Tiles of up to 14 rows by one 32-column strip of packed B: 28
 	// accumulators, 2 vectors of B, 2 broadcasts of A.
-	bf16Stream("tileBF16AVX512", 1, 14)
+	bf16Stream("tileBF16AVX512", 1, 14, false)
 	// Up to 2 rows by 4 strips, for decoding: 16 accumulators and 8
 	// vectors of B, so that each pair of A reads 512 bytes of B in four
 	// sequential streams.
-	bf16Stream("wideBF16AVX512", 4, 2)
+	bf16Stream("wideBF16AVX512", 4, 2, false)
+	// The tiles with float32 FMAs: 26 accumulators, 4 halves of B and the
+	// broadcasts of a row's pair (broadcast into registers, not from memory
+	// by each FMA: half the loads, and faster here).
+	// (For decoding, bound by reading B, VDPBF16PS's wide tiles are as
+	// fast or faster on Intel too, and read A's pairs as they are.)
+	hiMask = GLOBL("bf16hi", RODATA|NOPTR)
+	DATA(0, U32(0xffff0000))
+	cpuVendor()
+	fmaStepHook()
+	bf16Stream("tileFMAAVX512", 1, 13, true)
+	expandPairs()
 	cvtBF16()
 	interleaveBF16()
 	peakLoops()
 	amxBF16()
+	amxPack()
 	amxLoop()
 }
 
@@ -43,6 +55,49 @@ func vdpbf16psHook() {
 	VMOVUPS(Mem{Base: a}, Z1)
 	VMOVUPS(Mem{Base: b}, Z2)
 	vdpbf16ps(Z0, Z1, Z2)
+	VMOVUPS(Z0, Mem{Base: acc})
+	VZEROUPPER()
+	RET()
+}
+
+// cpuVendor generates CPUID leaf 0, whose registers spell the vendor.
+func cpuVendor() {
+	TEXT("cpuVendor", NOSPLIT, "func() (ebx, ecx, edx uint32)")
+	Doc("cpuVendor returns EBX, ECX and EDX of CPUID leaf 0: the vendor's name in", "EBX, EDX, ECX order.")
+	XORL(EAX, EAX)
+	XORL(ECX, ECX)
+	CPUID()
+	Store(EBX, ReturnIndex(0))
+	Store(ECX, ReturnIndex(1))
+	Store(EDX, ReturnIndex(2))
+	RET()
+}
+
+func fmaStepHook() {
+	TEXT("fmaStepVec", 0, "func(acc *float32, a, b *uint32)")
+	Pragma("noescape")
+	Doc("fmaStepVec sets acc[i] to one step of the FMA kernels on acc[i], the pair",
+		"a[i] and the pair b[i] for i < 16 (the high halves' product added, then the",
+		"low halves'), for tests of their arithmetic against dot2's.")
+	mxcsr := AllocLocal(8)
+	acc := Load(Param("acc"), RAX)
+	a := Load(Param("a"), RCX)
+	b := Load(Param("b"), RDX)
+	STMXCSR(mxcsr)
+	MOVL(mxcsr, R8L)
+	ORL(U32(0x8040), R8L)
+	MOVL(R8L, mxcsr.Offset(4))
+	LDMXCSR(mxcsr.Offset(4))
+	VMOVUPS(Mem{Base: acc}, Z0)
+	VMOVUPS(Mem{Base: a}, Z1)
+	VMOVUPS(Mem{Base: b}, Z2)
+	VPANDD_BCST(hiMask, Z1, Z3)
+	VPSLLD(U8(16), Z1, Z1)
+	VPANDD_BCST(hiMask, Z2, Z4)
+	VPSLLD(U8(16), Z2, Z2)
+	VFMADD231PS(Z3, Z4, Z0)
+	VFMADD231PS(Z1, Z2, Z0)
+	LDMXCSR(mxcsr)
 	VMOVUPS(Z0, Mem{Base: acc})
 	VZEROUPPER()
 	RET()
@@ -71,17 +126,34 @@ func vcvtne2ps2bf16Hook() {
 //
 // with A(i, p) = a[i·ars + p·aps], the pair p of row i, and b packed as
 // PackedBF16's strips (bs words apart). Each sum runs over the pairs in
-// order, one VDPBF16PS per pair, in one lane: the arithmetic of the
-// portable dot2, whatever the kernel or the tile. The epilogue rounds
-// alpha·sum and beta·C separately before adding them (no FMA), as
-// package blas's finish does. mask selects the columns of the last strip
-// (bit j for column j) that are stored.
-func bf16Stream(name string, nstrips, maxRows int) {
+// order in one lane, the high product of a pair, then the low, each
+// added with one rounding and results below 2⁻¹²⁶ flushed to zero: the
+// arithmetic of the portable dot2, whatever the kernel or the tile. With
+// fma false a pair is one VDPBF16PS; with fma true (for Intel cores,
+// where VDPBF16PS has one port and float32 FMAs two) two VFMADD231PS on
+// the pair's halves as float32, the A pair expanded in memory to two
+// floats (high, low) and broadcast from there, B's pairs split into
+// halves in registers; MXCSR's flush-to-zero and denormals-are-zero are
+// set for the k loop (and restored after it), which makes the FMAs round
+// and flush as VDPBF16PS does. The epilogue rounds alpha·sum and beta·C
+// separately before adding them (no FMA), as package blas's finish does.
+// mask selects the columns of the last strip (bit j for column j) that
+// are stored.
+func bf16Stream(name string, nstrips, maxRows int, fma bool) {
 	TEXT(name, NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes rows ≤ %d rows by %d columns of C from bf16 pairs", name, maxRows, 32*nstrips),
-		"of A (with strides ars, aps) and packed strips of B (bs words apart),",
-		"with AVX512_BF16; see package _asm.")
+	what := "bf16 pairs"
+	with := "with AVX512_BF16; see package _asm."
+	if fma {
+		what = "bf16 pairs expanded to float32"
+		with = "with float32 FMAs; see package _asm."
+	}
+	Doc(fmt.Sprintf("%s computes rows ≤ %d rows by %d columns of C from %s", name, maxRows, 32*nstrips, what),
+		"of A (with strides ars, aps) and packed strips of B (bs words apart),", with)
+	var mxcsr Mem
+	if fma {
+		mxcsr = AllocLocal(8)
+	}
 	rows := Load(Param("rows"), GP64())
 	for r := 1; r <= maxRows; r++ {
 		CMPQ(rows, U8(r))
@@ -89,14 +161,22 @@ func bf16Stream(name string, nstrips, maxRows int) {
 	}
 	RET()
 	for r := 1; r <= maxRows; r++ {
-		bf16StreamRows(name, nstrips, r)
+		bf16StreamRows(name, nstrips, r, fma, mxcsr)
 	}
 }
 
-func bf16StreamRows(name string, nstrips, rows int) {
+// hiMask keeps the high bf16 of a pair: the float32 it is the top of.
+// (Set before the FMA kernels are generated.)
+var hiMask Mem
+
+func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 	nvec := 2 * nstrips
 	nacc := rows * nvec
-	if nacc+nvec+2 > 32 {
+	nb := nvec
+	if fma {
+		nb = 2 * nvec
+	}
+	if nacc+nb+2 > 32 {
 		panic(fmt.Sprintf("%s: %d rows do not fit", name, rows))
 	}
 	pre := fmt.Sprintf("%s_%d", name, rows)
@@ -122,6 +202,15 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	}
 	bv := zmm[nacc : nacc+nvec]
 	bc := []VecPhysical{Z30, Z31}
+	bhi := zmm[nacc+nvec : nacc+2*nvec] // fma: B's high halves; bv the low
+	if fma {
+		// Flush to zero (bit 15) and denormals are zero (bit 6).
+		STMXCSR(mxcsr)
+		MOVL(mxcsr, R8L)
+		ORL(U32(0x8040), R8L)
+		MOVL(R8L, mxcsr.Offset(4))
+		LDMXCSR(mxcsr.Offset(4))
+	}
 
 	// Warm the C tile while the k loop runs: its rows, often far apart
 	// and not in cache, would otherwise be waited for at the stores.
@@ -144,8 +233,24 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	Label(pre + "_loop")
 	for v := range bv {
 		VMOVUPS(strip(v/2).Offset(64*(v%2)), bv[v])
+		if fma {
+			VPANDD_BCST(hiMask, bv[v], bhi[v])
+			VPSLLD(U8(16), bv[v], bv[v])
+		}
 	}
 	for i := 0; i < rows; i++ {
+		if fma {
+			row := strided(bases, rs, rs3, i)
+			VBROADCASTSS(row, bc[0])
+			VBROADCASTSS(row.Offset(4), bc[1])
+			for v := range bv {
+				VFMADD231PS(bc[0], bhi[v], acc[i*nvec+v])
+			}
+			for v := range bv {
+				VFMADD231PS(bc[1], bv[v], acc[i*nvec+v])
+			}
+			continue
+		}
 		x := bc[i%2]
 		VPBROADCASTD(strided(bases, rs, rs3, i), x)
 		for v := range bv {
@@ -159,8 +264,12 @@ func bf16StreamRows(name string, nstrips, rows int) {
 	DECQ(kp)
 	JNZ(LabelRef(pre + "_loop"))
 
-	// C = alpha·acc (+ beta·C), the last strip under the mask.
+	// C = alpha·acc (+ beta·C), the last strip under the mask, with MXCSR
+	// as it was.
 	Label(pre + "_store")
+	if fma {
+		LDMXCSR(mxcsr)
+	}
 	mask := Load(Param("mask"), GP32())
 	KMOVW(mask, K1)
 	SHRL(U8(16), mask)
@@ -253,6 +362,82 @@ func cvtBF16() {
 	RET()
 }
 
+// expandPairs generates the expansion of A's bf16 pairs to float32 pairs
+// (high, low) for the FMA kernels.
+func expandPairs() {
+	// Dword indices into (hi, lo) that interleave them: hi0 lo0 hi1 lo1 …
+	idx := GLOBL("bf16expand", RODATA|NOPTR)
+	for j := 0; j < 32; j++ {
+		DATA(4*j, U32(j/2+16*(j%2)))
+	}
+	TEXT("expandPairsAVX512", NOSPLIT, "func(dst *uint32, src *uint32, blocks int)")
+	Pragma("noescape")
+	Doc("expandPairsAVX512 sets dst[2i] and dst[2i+1] to the float32 bits of the high",
+		"and the low bf16 of src[i], for i < 16·blocks.")
+	dst := Load(Param("dst"), RAX)
+	src := Load(Param("src"), RCX)
+	n := Load(Param("blocks"), RDX)
+	VMOVUPS(idx, Z4)
+	VMOVUPS(idx.Offset(64), Z5)
+	TESTQ(n, n)
+	JZ(LabelRef("expand_done"))
+	Label("expand_loop")
+	VMOVUPS(Mem{Base: src}, Z0)
+	VPANDD_BCST(hiMask, Z0, Z1)
+	VPSLLD(U8(16), Z0, Z0)
+	VMOVDQA32(Z4, Z2)
+	VPERMI2D(Z0, Z1, Z2) // Z2 = (Z1 ∪ Z0)[Z4]: hi0 lo0 … hi7 lo7
+	VMOVDQA32(Z5, Z3)
+	VPERMI2D(Z0, Z1, Z3)
+	VMOVUPS(Z2, Mem{Base: dst})
+	VMOVUPS(Z3, Mem{Base: dst, Disp: 64})
+	ADDQ(U8(64), src)
+	ADDQ(U32(128), dst)
+	DECQ(n)
+	JNZ(LabelRef("expand_loop"))
+	Label("expand_done")
+	VZEROUPPER()
+	RET()
+}
+
+// pairRows generates the packing of two rows of B (2p and 2p+1) into the
+// pair row p of every strip: what interleaveBF16 does for one strip, for
+// many in one call, so that packing a wide B costs one call per pair.
+func pairRows() {
+	TEXT("pairRowsAVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, strips, stride int)")
+	Pragma("noescape")
+	Doc("pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])",
+		"rounded by VCVTNE2PS2BF16, for s < strips, j < 32.")
+	dst := Load(Param("dst"), RAX)
+	r0 := Load(Param("r0"), RCX)
+	r1 := Load(Param("r1"), RDX)
+	n := Load(Param("strips"), RBX)
+	stride := Load(Param("stride"), RSI)
+	SHLQ(U8(2), stride)
+	VMOVUPS(interleaveIdx, Z7)
+	TESTQ(n, n)
+	JZ(LabelRef("pairrows_done"))
+	Label("pairrows_loop")
+	for h := 0; h < 2; h++ {
+		VMOVUPS(Mem{Base: r0, Disp: 64 * h}, Z1)
+		VMOVUPS(Mem{Base: r1, Disp: 64 * h}, Z2)
+		vcvtne2ps2bf16(Z0, Z2, Z1)
+		VPERMW(Z0, Z7, Z0)
+		VMOVUPS(Z0, Mem{Base: dst, Disp: 64 * h})
+	}
+	ADDQ(U32(128), r0)
+	ADDQ(U32(128), r1)
+	ADDQ(stride, dst)
+	DECQ(n)
+	JNZ(LabelRef("pairrows_loop"))
+	Label("pairrows_done")
+	VZEROUPPER()
+	RET()
+}
+
+// interleaveIdx is the table of VPERMW indices of interleaveBF16.
+var interleaveIdx Mem
+
 // interleaveBF16 generates the packing of two rows into pairs (rows 2p
 // and 2p+1 of B as stored, or of A transposed: the pairs' two elements
 // lie a row apart).
@@ -263,6 +448,8 @@ func interleaveBF16() {
 		DATA(4*j, U16(j))
 		DATA(4*j+2, U16(16+j))
 	}
+	interleaveIdx = idx
+	pairRows()
 
 	TEXT("interleaveBF16AVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, blocks int)")
 	Pragma("noescape")
@@ -327,118 +514,378 @@ func peakLoops() {
 	RET()
 }
 
-// amxBF16 generates the AMX kernel: for a block of 32 rows of A (bf16
-// pairs, rows lda bytes apart, padded with zero rows and pairs) and
+// The modes of amxBF16, bits of its mode argument (as amxLoad etc. in
+// package blas).
+const (
+	amxLoad   = 1 // start from the partial sums in acc, not from zero
+	amxStore  = 2 // end by storing the sums to acc, not by finishing C
+	amxDirect = 4 // finish by storing the tiles into C (alpha 1, beta 0, 32 rows)
+	amxBeta   = 8 // finish with beta·C added
+)
+
+// The fields of package blas's amxPrefetch, by byte offset.
+const (
+	pfPtr    = 0  // the next segment of 512 bytes to prefetch; 0: none
+	pfRow    = 8  // the start of its row
+	pfSeg    = 16 // segments left in the row
+	pfSegs   = 24 // segments a row
+	pfRows   = 32 // rows left
+	pfStride = 40 // bytes from row to row
+)
+
+// amxBF16 generates the AMX kernel: for a block of 32 rows of A and
 // nstrips strips of packed B (bs bytes apart), it computes each 32×32
-// tile of C in four tile registers, 16 pairs of k (32 bf16) per
-// TDPBF16PS, stores it to tmp (32×32 floats) and writes alpha·tmp (+
-// beta·C) into the first rows rows of C, the last strip's columns under
-// mask. Tile state belongs to the OS thread, and Go moves goroutines
-// between threads between calls: each call loads the configuration,
-// computes, and releases the tiles.
+// tile of C in four tile registers over chunks chunks of 16 pairs of k
+// (32 elements), one TDPBF16PS per tile and chunk. A is packed in tile
+// order, chunk by chunk: 2 KB of 16 lines of 128 bytes, each line rows
+// r and r+16 (16 pairs each); B's strips are PackedBF16's, 2 KB a chunk
+// of 16 lines of 128 bytes, each line a pair row of 32 columns. Every
+// tile is 16 rows of 64 bytes 128 bytes apart, and an operand's two
+// tiles share their cache lines.
 //
-// Tiles: 0–3 accumulate C (rows 0–15 and 16–31 by columns 0–15 and
-// 16–31), 4–5 hold A's two 16-row halves, 6–7 B's two 16-column halves;
-// all 16 rows of 64 bytes (the configuration cfg is built in Go).
+// The sums start from zero, or (amxLoad) from acc, 32×32 floats a strip,
+// and end stored to acc (amxStore), so that a product's k may be split
+// into blocks whose operands stay in the caches; or they finish C: C =
+// alpha·sum (+ beta·C with amxBeta) in the first rows rows, the last
+// strip's columns under mask, through tmp (32×32 floats); or, with
+// amxDirect, stored into C as they are (alpha 1, beta 0, 32 rows, whole
+// strips). Storing and loading the sums is exact, so the split does not
+// change the bits.
+//
+// The tile unit multiplies faster than L2 delivers tiles, so while a
+// chunk multiplies, the next chunk of B (the next strip's first, after
+// the last) is fetched into L1, and a segment of 512 bytes of the next
+// block of A's rows (as the state pf says) into L2, so that converting
+// it does not wait on memory.
+//
+// Tile state belongs to the OS thread, and Go moves goroutines between
+// threads between calls: each call loads the configuration, computes,
+// and releases the tiles. Tiles: 0–3 accumulate C (rows 0–15 and 16–31
+// by columns 0–15 and 16–31), 4–5 hold A's two 16-row halves, 6–7 B's
+// two 16-column halves; all 16 rows of 64 bytes (the configuration cfg
+// is built in Go). Each operand tile is loaded just before its first
+// use, so that loads and products overlap.
 func amxBF16() {
-	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, lda int, b *uint32, bs int, nstrips int, chunks int, tmp *float32, rows int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
+	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, pf *[6]int)")
 	Pragma("noescape")
-	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C with AMX tiles",
-		"(TDPBF16PS); see package _asm.")
-	cfg := Load(Param("cfg"), RDI)
-	ldtilecfg(cfg)
-	a0, a16, lda := RAX, RBX, RDX
-	Load(Param("a"), RSI)
-	Load(Param("lda"), lda)
-	strip, b16 := R8, R9
+	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums",
+		"of them, with AMX tiles (TDPBF16PS); see package _asm.")
+	ldtilecfg(Load(Param("cfg"), RDI))
+	aBase, aCur := RAX, RSI
+	Load(Param("a"), aBase)
+	strip, bCur := R9, R8
 	Load(Param("b"), strip)
-	MOVQ(U32(128), b16)
-	nstr := R12
+	pfs, s128 := R14, R15
+	Load(Param("pf"), pfs)
+	MOVQ(U32(128), s128)
+	nstr, cptr, accp, mode, ldc := R12, R13, RDI, RBX, RDX
 	Load(Param("nstrips"), nstr)
-	c := R13
-	Load(Param("c"), c)
+	Load(Param("c"), cptr)
+	Load(Param("acc"), accp)
+	Load(Param("mode"), mode)
+	Load(Param("ldc"), ldc)
+	SHLQ(U8(2), ldc)
+	VBROADCASTSS(addr("alpha"), Z30)
+	VBROADCASTSS(addr("beta"), Z31)
 
 	Label("amx_strip")
+	Load(Param("mode"), mode)
+	TESTQ(U32(amxLoad), mode)
+	JZ(LabelRef("amx_zero"))
+	for t := 0; t < 4; t++ {
+		tileloadd(t, accp, s128, 2048*(t/2)+64*(t%2))
+	}
+	JMP(LabelRef("amx_chunks"))
+	Label("amx_zero")
 	for t := 0; t < 4; t++ {
 		tilezero(t)
 	}
-	MOVQ(RSI, a0)
-	LEAQ(Mem{Base: RSI, Index: lda, Scale: 8}, a16)
-	LEAQ(Mem{Base: a16, Index: lda, Scale: 8}, a16) // row 16
-	bp, bq := R10, R11
-	MOVQ(strip, bp)
-	LEAQ(Mem{Base: strip, Disp: 64}, bq)
+	Label("amx_chunks")
+	// In the k loop, mode's register walks the rows of the next strip's
+	// block of C, fetching them (no other core holds them: they come
+	// exclusive, ready for the stores) while the tiles multiply (0:
+	// nothing to fetch).
+	cpf := mode
+	TESTQ(U32(amxStore), mode)
+	JNZ(LabelRef("amx_nocpf"))
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("amx_nocpf"))
+	LEAQ(Mem{Base: cptr, Disp: 128}, cpf)
+	JMP(LabelRef("amx_cpf"))
+	Label("amx_nocpf")
+	XORL(cpf.As32(), cpf.As32())
+	Label("amx_cpf")
+	MOVQ(aBase, aCur)
+	MOVQ(strip, bCur)
 	Load(Param("chunks"), RCX)
 	Label("amx_chunk")
-	tileloadd(4, a0, lda)
-	tileloadd(5, a16, lda)
-	tileloadd(6, bp, b16)
-	tileloadd(7, bq, b16)
+	tileloadd(4, aCur, s128, 0)
+	tileloadd(6, bCur, s128, 0)
+	// B's next chunk: bCur+2 KB, or the next strip's first after the
+	// last.
+	next, pf := R10, R11
+	Load(Param("bs"), next)
+	ADDQ(strip, next)
+	MOVQ(bCur, pf)
+	ADDQ(U32(2048), pf)
+	CMPQ(RCX, U8(1))
+	CMOVQEQ(next, pf)
+	prefetchB := func(q int) {
+		for l := 8 * q; l < 8*q+8; l++ {
+			PREFETCHT0(Mem{Base: pf, Disp: 64 * l})
+		}
+	}
+	prefetchB(0)
 	tdpbf16ps(0, 4, 6)
+	tileloadd(7, bCur, s128, 64)
+	prefetchB(1)
 	tdpbf16ps(1, 4, 7)
+	tileloadd(5, aCur, s128, 64)
+	prefetchB(2)
 	tdpbf16ps(2, 5, 6)
+	prefetchB(3)
+	// Four rows of the next strip's C.
+	TESTQ(cpf, cpf)
+	JZ(LabelRef("amx_cdone"))
+	for r := 0; r < 2; r++ {
+		PREFETCHT0(Mem{Base: cpf})
+		PREFETCHT0(Mem{Base: cpf, Disp: 64})
+		PREFETCHT0(Mem{Base: cpf, Index: ldc, Scale: 1})
+		PREFETCHT0(Mem{Base: cpf, Index: ldc, Scale: 1, Disp: 64})
+		LEAQ(Mem{Base: cpf, Index: ldc, Scale: 2}, cpf)
+	}
+	Label("amx_cdone")
+	// A's next rows: a segment into L2, then on along the row, or to the
+	// next row.
+	seg := R10
+	MOVQ(Mem{Base: pfs, Disp: pfPtr}, seg)
+	TESTQ(seg, seg)
+	JZ(LabelRef("amx_nopf"))
+	for l := 0; l < 8; l++ {
+		PREFETCHT1(Mem{Base: seg, Disp: 64 * l})
+	}
+	ADDQ(U32(512), seg)
+	DECQ(Mem{Base: pfs, Disp: pfSeg})
+	JNZ(LabelRef("amx_pfnext"))
+	MOVQ(Mem{Base: pfs, Disp: pfRow}, seg)
+	ADDQ(Mem{Base: pfs, Disp: pfStride}, seg)
+	MOVQ(seg, Mem{Base: pfs, Disp: pfRow})
+	MOVQ(Mem{Base: pfs, Disp: pfSegs}, R11)
+	MOVQ(R11, Mem{Base: pfs, Disp: pfSeg})
+	DECQ(Mem{Base: pfs, Disp: pfRows})
+	JNZ(LabelRef("amx_pfnext"))
+	XORL(seg.As32(), seg.As32())
+	Label("amx_pfnext")
+	MOVQ(seg, Mem{Base: pfs, Disp: pfPtr})
+	Label("amx_nopf")
 	tdpbf16ps(3, 5, 7)
-	ADDQ(U8(64), a0)
-	ADDQ(U8(64), a16)
-	ADDQ(U32(16*128), bp)
-	ADDQ(U32(16*128), bq)
+	ADDQ(U32(2048), aCur)
+	ADDQ(U32(2048), bCur)
 	DECQ(RCX)
 	JNZ(LabelRef("amx_chunk"))
 
-	// The tile to tmp, rows 128 bytes apart.
-	Load(Param("tmp"), RDI)
-	tilestored(RDI, b16, 0)
-	LEAQ(Mem{Base: RDI, Disp: 64}, R10)
-	tilestored(R10, b16, 1)
-	LEAQ(Mem{Base: RDI, Disp: 16 * 128}, R10)
-	tilestored(R10, b16, 2)
-	LEAQ(Mem{Base: RDI, Disp: 16*128 + 64}, R10)
-	tilestored(R10, b16, 3)
+	Load(Param("mode"), mode)
+	TESTQ(U32(amxStore), mode)
+	JZ(LabelRef("amx_finish"))
+	for t := 0; t < 4; t++ {
+		tilestored(accp, s128, 2048*(t/2)+64*(t%2), t)
+	}
+	JMP(LabelRef("amx_next"))
 
-	// alpha·tmp (+ beta·C) into C, the columns under the mask on the
-	// last strip.
+	// The last strip takes its columns under the mask.
+	Label("amx_finish")
 	MOVL(U32(0xffffffff), R10L)
 	CMPQ(nstr, U8(1))
 	JNE(LabelRef("amx_mask"))
 	Load(Param("mask"), R10L)
 	Label("amx_mask")
+	TESTQ(U32(amxDirect), mode)
+	JZ(LabelRef("amx_tmp"))
+	CMPL(R10L, U32(0xffffffff))
+	JNE(LabelRef("amx_tmp"))
+	tilestored(cptr, ldc, 0, 0)
+	tilestored(cptr, ldc, 64, 1)
+	MOVQ(ldc, R11)
+	SHLQ(U8(4), R11)
+	ADDQ(cptr, R11)
+	tilestored(R11, ldc, 0, 2)
+	tilestored(R11, ldc, 64, 3)
+	JMP(LabelRef("amx_next"))
+
+	// alpha·sum (+ beta·C) into C through tmp, rows 128 bytes apart.
+	Label("amx_tmp")
 	KMOVW(R10L, K1)
 	SHRL(U8(16), R10L)
 	KMOVW(R10L, K2)
-	VBROADCASTSS(addr("alpha"), Z30)
-	VBROADCASTSS(addr("beta"), Z31)
+	Load(Param("tmp"), R10)
+	for t := 0; t < 4; t++ {
+		tilestored(R10, s128, 2048*(t/2)+64*(t%2), t)
+	}
 	Load(Param("rows"), RCX)
-	Load(Param("ldc"), R11)
-	SHLQ(U8(2), R11)
-	MOVQ(c, R10)
-	Load(Param("accum"), RBX)
+	MOVQ(cptr, R11)
 	Label("amx_row")
-	VMULPS(Mem{Base: RDI}, Z30, Z0)
-	VMULPS(Mem{Base: RDI, Disp: 64}, Z30, Z1)
-	TESTQ(RBX, RBX)
+	VMULPS(Mem{Base: R10}, Z30, Z0)
+	VMULPS(Mem{Base: R10, Disp: 64}, Z30, Z1)
+	TESTQ(U32(amxBeta), mode)
 	JZ(LabelRef("amx_store"))
-	VMOVUPS_Z(Mem{Base: R10}, K1, Z2)
-	VMOVUPS_Z(Mem{Base: R10, Disp: 64}, K2, Z3)
+	VMOVUPS_Z(Mem{Base: R11}, K1, Z2)
+	VMOVUPS_Z(Mem{Base: R11, Disp: 64}, K2, Z3)
 	VMULPS(Z31, Z2, Z2)
 	VMULPS(Z31, Z3, Z3)
 	VADDPS(Z2, Z0, Z0)
 	VADDPS(Z3, Z1, Z1)
 	Label("amx_store")
-	VMOVUPS(Z0, K1, Mem{Base: R10})
-	VMOVUPS(Z1, K2, Mem{Base: R10, Disp: 64})
-	ADDQ(U32(128), RDI)
-	ADDQ(R11, R10)
+	VMOVUPS(Z0, K1, Mem{Base: R11})
+	VMOVUPS(Z1, K2, Mem{Base: R11, Disp: 64})
+	ADDQ(s128, R10)
+	ADDQ(ldc, R11)
 	DECQ(RCX)
 	JNZ(LabelRef("amx_row"))
 
-	ADDQ(U32(128), c)
-	Load(Param("bs"), RCX)
-	ADDQ(RCX, strip)
+	Label("amx_next")
+	ADDQ(U32(4096), accp)
+	ADDQ(U32(128), cptr)
+	ADDQ(Load(Param("bs"), GP64()), strip)
 	DECQ(nstr)
 	JNZ(LabelRef("amx_strip"))
 	tilerelease()
 	VZEROUPPER()
 	RET()
+}
+
+// amxPack generates the packing of A for amxBF16, from float32 to bf16
+// pairs in tile order: chunk c, row i, pair p at dst[512c + 32(i mod 16)
+// + 16(i div 16) + p].
+//
+// amxPackRows reads op(A) = A, whose rows hold k contiguous: each row's
+// 32 elements of a chunk convert to its 16 pairs in one VCVTNE2PS2BF16;
+// it packs up to 16 rows, 128 bytes apart (called for rows 0–15 and
+// 16–31).
+// amxPackCols reads op(A) = Aᵀ, whose rows are A's columns: for a chunk,
+// the 32 rows of A (k) by 16 columns (rows of op(A)) convert and
+// interleave to 16 vectors of 16 pairs, one vector per pair p across 16
+// rows of op(A), which a 16×16 transpose of 32-bit words turns into one
+// vector per row of op(A).
+func amxPack() {
+	TEXT("amxPackRows", NOSPLIT, "func(dst *uint32, src *float32, lda, rows, chunks int)")
+	Pragma("noescape")
+	Doc("amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],",
+		"src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,",
+		"c < chunks, p < 16.")
+	dst, src, lda, rows := RDI, RSI, RDX, RBX
+	Load(Param("dst"), dst)
+	Load(Param("src"), src)
+	Load(Param("lda"), lda)
+	SHLQ(U8(2), lda)
+	Load(Param("rows"), rows)
+	TESTQ(rows, rows)
+	JZ(LabelRef("rows_done"))
+	Label("rows_row")
+	Load(Param("chunks"), RCX)
+	MOVQ(src, R8)
+	MOVQ(dst, R9)
+	Label("rows_chunk")
+	VMOVUPS(Mem{Base: R8}, Z1)
+	VMOVUPS(Mem{Base: R8, Disp: 64}, Z2)
+	vcvtne2ps2bf16(Z0, Z2, Z1)
+	VMOVUPS(Z0, Mem{Base: R9})
+	ADDQ(U8(128), R8)
+	ADDQ(U32(2048), R9)
+	DECQ(RCX)
+	JNZ(LabelRef("rows_chunk"))
+	ADDQ(lda, src)
+	ADDQ(U8(128), dst)
+	DECQ(rows)
+	JNZ(LabelRef("rows_row"))
+	Label("rows_done")
+	VZEROUPPER()
+	RET()
+
+	TEXT("amxPackCols", NOSPLIT, "func(dst *uint32, src *float32, lda, chunks int)")
+	Pragma("noescape")
+	Doc("amxPackCols sets dst[512c + 32(i mod 16) + 16(i div 16) + p] to the bf16 pair",
+		"(src[(32c + 2p)·lda + i], src[(32c + 2p + 1)·lda + i]) rounded by",
+		"VCVTNE2PS2BF16, for i < 32, c < chunks, p < 16.")
+	dst, src, lda = RDI, RSI, RDX
+	Load(Param("dst"), dst)
+	Load(Param("src"), src)
+	Load(Param("lda"), lda)
+	SHLQ(U8(2), lda)
+	VMOVUPS(interleaveIdx, Z31)
+	Load(Param("chunks"), RCX)
+	TESTQ(RCX, RCX)
+	JZ(LabelRef("cols_done"))
+	Label("cols_chunk")
+	for h := 0; h < 2; h++ { // rows 16h..16h+15 of op(A)
+		MOVQ(src, R8)
+		v := zmm[:16]
+		for p := 0; p < 16; p++ {
+			VMOVUPS(Mem{Base: R8, Disp: 64 * h}, Z16)
+			VMOVUPS(Mem{Base: R8, Index: lda, Scale: 1, Disp: 64 * h}, Z17)
+			vcvtne2ps2bf16(v[p], Z17, Z16)
+			VPERMW(v[p], Z31, v[p])
+			LEAQ(Mem{Base: R8, Index: lda, Scale: 2}, R8)
+		}
+		rowsOut := transpose16(v, zmm[16:31])
+		for i, r := range rowsOut {
+			VMOVUPS(r, Mem{Base: dst, Disp: 128*i + 64*h})
+		}
+	}
+	// The next chunk: 32 rows of A on, 2 KB of dst.
+	MOVQ(lda, R8)
+	SHLQ(U8(5), R8)
+	ADDQ(R8, src)
+	ADDQ(U32(2048), dst)
+	DECQ(RCX)
+	JNZ(LabelRef("cols_chunk"))
+	Label("cols_done")
+	VZEROUPPER()
+	RET()
+}
+
+// transpose16 emits the transpose of the 16×16 matrix of 32-bit words
+// whose row r is v[r], and returns the registers that hold the rows of
+// the transpose. pool holds the registers it may use besides v (at least
+// 2). Three rounds: words of row pairs interleaved (VPUNPCK[LH]DQ), then
+// quadwords of those (VPUNPCK[LH]QDQ), which leaves each 128-bit lane of
+// u[g][q] holding column 4L+q of rows 4g..4g+3; then two rounds of
+// VSHUFI32X4 gather the lanes L of the four groups.
+func transpose16(v, pool []VecPhysical) []VecPhysical {
+	free := append([]VecPhysical(nil), pool...)
+	// pair computes two results of a and b into free registers and
+	// frees a and b.
+	pair := func(a, b VecPhysical, f, g func(a, b, d VecPhysical)) (VecPhysical, VecPhysical) {
+		x, y := free[0], free[1]
+		free = free[2:]
+		f(a, b, x)
+		g(a, b, y)
+		free = append(free, a, b)
+		return x, y
+	}
+	lodq := func(a, b, d VecPhysical) { VPUNPCKLDQ(b, a, d) }
+	hidq := func(a, b, d VecPhysical) { VPUNPCKHDQ(b, a, d) }
+	loqdq := func(a, b, d VecPhysical) { VPUNPCKLQDQ(b, a, d) }
+	hiqdq := func(a, b, d VecPhysical) { VPUNPCKHQDQ(b, a, d) }
+	// Lanes (0, 2) of a then of b, and (1, 3).
+	even := func(a, b, d VecPhysical) { VSHUFI32X4(U8(0x88), b, a, d) }
+	odd := func(a, b, d VecPhysical) { VSHUFI32X4(U8(0xdd), b, a, d) }
+	var lo, hi [8]VecPhysical
+	for j := range lo {
+		lo[j], hi[j] = pair(v[2*j], v[2*j+1], lodq, hidq)
+	}
+	var u [4][4]VecPhysical
+	for g := range u {
+		u[g][0], u[g][1] = pair(lo[2*g], lo[2*g+1], loqdq, hiqdq)
+		u[g][2], u[g][3] = pair(hi[2*g], hi[2*g+1], loqdq, hiqdq)
+	}
+	out := make([]VecPhysical, 16)
+	for q := 0; q < 4; q++ {
+		x, y := pair(u[0][q], u[1][q], even, odd) // lanes 0, 2 and 1, 3 of groups 0, 1
+		z, w := pair(u[2][q], u[3][q], even, odd)
+		out[q], out[8+q] = pair(x, z, even, odd)
+		out[4+q], out[12+q] = pair(y, w, even, odd)
+	}
+	return out
 }
 
 // amxLoop generates the bare TDPBF16PS loop.
@@ -462,4 +909,11 @@ func amxLoop() {
 	JNZ(LabelRef("tdp_loop"))
 	tilerelease()
 	RET()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

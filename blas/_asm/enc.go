@@ -87,17 +87,44 @@ func sib(t, base, index int) []byte {
 	return []byte{byte(t&7)<<3 | 4, byte(index&7)<<3 | byte(base&7)}
 }
 
-// tileloadd emits TILELOADD tmm(t), [base + stride·1]: rows of the tile
-// from memory stride bytes apart.
-func tileloadd(t int, base, stride reg.Register) {
-	b, s := num(base), num(stride)
-	emit(fmt.Sprintf("tileloadd tmm%d, [%s+%s*1]", t, gpName[b], gpName[s]), vex0F38(3, 0x4b, t, s, b, 0, sib(t, b, s)...))
+// sibDisp returns the ModRM and SIB bytes and the displacement for
+// [base + index·1 + disp], for a tile register t in ModRM.reg: mod 01
+// with 8 bits of displacement where they suffice, else mod 10 with 32.
+// Without a displacement (and a base other than RBP/R13) it is sib's.
+func sibDisp(t, base, index, disp int) []byte {
+	if index == 4 {
+		panic("sibDisp: RSP cannot be an index")
+	}
+	if disp == 0 && base&7 != 5 {
+		return sib(t, base, index)
+	}
+	s := byte(index&7)<<3 | byte(base&7)
+	if disp >= -128 && disp < 128 {
+		return []byte{0x40 | byte(t&7)<<3 | 4, s, byte(int8(disp))}
+	}
+	d := uint32(int32(disp))
+	return []byte{0x80 | byte(t&7)<<3 | 4, s, byte(d), byte(d >> 8), byte(d >> 16), byte(d >> 24)}
 }
 
-// tilestored emits TILESTORED [base + stride·1], tmm(t).
-func tilestored(base, stride reg.Register, t int) {
+// memName is the Intel syntax of [base + index·1 + disp].
+func memName(base, index, disp int) string {
+	if disp == 0 {
+		return fmt.Sprintf("[%s+%s*1]", gpName[base], gpName[index])
+	}
+	return fmt.Sprintf("[%s+%s*1%+d]", gpName[base], gpName[index], disp)
+}
+
+// tileloadd emits TILELOADD tmm(t), [base + stride·1 + disp]: rows of
+// the tile from memory stride bytes apart, from base+disp on.
+func tileloadd(t int, base, stride reg.Register, disp int) {
 	b, s := num(base), num(stride)
-	emit(fmt.Sprintf("tilestored [%s+%s*1], tmm%d", gpName[b], gpName[s], t), vex0F38(2, 0x4b, t, s, b, 0, sib(t, b, s)...))
+	emit("tileloadd tmm"+fmt.Sprint(t)+", "+memName(b, s, disp), vex0F38(3, 0x4b, t, s, b, 0, sibDisp(t, b, s, disp)...))
+}
+
+// tilestored emits TILESTORED [base + stride·1 + disp], tmm(t).
+func tilestored(base, stride reg.Register, disp, t int) {
+	b, s := num(base), num(stride)
+	emit("tilestored "+memName(b, s, disp)+", tmm"+fmt.Sprint(t), vex0F38(2, 0x4b, t, s, b, 0, sibDisp(t, b, s, disp)...))
 }
 
 // tdpbf16ps emits TDPBF16PS tmm(dst), tmm(a), tmm(b): dst (16 rows of

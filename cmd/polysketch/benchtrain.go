@@ -14,6 +14,7 @@ import (
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/internal/mpi"
+	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/optim"
@@ -49,6 +50,18 @@ it for the linear ones.
 
 peak_bytes is the largest Go heap in use during the case, above the heap
 before it (see bench attention): model, optimizer and activations.
+cpu_seconds is the CPU time of the process (user and system, all threads)
+per timed step, on average: with more threads it should stay that of one
+thread, the work split, not grown. spin_seconds is the part of it that
+the goroutines of the parallel runtime spent spinning on a processor,
+waiting for work or for each other.
+
+--phases W adds, for each case, one more step at GOMAXPROCS=1 with every
+parallel phase split as for W threads, and reports the share of that
+step's time spent outside parallel phases (the serial part, which W
+threads cannot shorten), the speedup on W threads that Amdahl's law then
+allows phase by phase, and the phases themselves: where each is called
+from, its calls, its items per call and its share of the time.
 
 flags:
 `
@@ -62,7 +75,25 @@ type benchTrainRow struct {
 	Seconds      *float64 `json:"seconds"`
 	TokensPerSec *float64 `json:"tokens_per_sec"`
 	PeakBytes    *int64   `json:"peak_bytes"`
-	note         string
+	CPUSeconds   *float64 `json:"cpu_seconds,omitempty"`
+	SpinSeconds  *float64 `json:"spin_seconds,omitempty"`
+	// With --phases: the serial share of a step at GOMAXPROCS=1, the
+	// speedup Amdahl's law allows on that many threads, and the phases.
+	SerialShare *float64     `json:"serial_share,omitempty"`
+	Bound       *float64     `json:"amdahl_speedup,omitempty"`
+	Phases      []benchPhase `json:"phases,omitempty"`
+	note        string
+}
+
+// benchPhase is one parallel phase of a profiled step (see --phases).
+type benchPhase struct {
+	Site     string  `json:"site"`
+	Calls    int     `json:"calls"`
+	MinItems int     `json:"min_items"`
+	MaxItems int     `json:"max_items"`
+	Share    float64 `json:"share"` // of the step's time
+	Serial   bool    `json:"serial,omitempty"`
+	Nested   bool    `json:"nested,omitempty"`
 }
 
 type benchTrainConfig struct {
@@ -75,6 +106,7 @@ type benchTrainConfig struct {
 	maxSeconds float64
 	json       bool
 	precision  nn.Precision
+	phases     int // --phases: profile a step split for this many threads (0: no)
 }
 
 func benchTrain(args []string, stdout io.Writer) (err error) {
@@ -98,6 +130,7 @@ func benchTrain(args []string, stdout io.Writer) (err error) {
 	shape := shapeFlag(fs)
 	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
+	fs.IntVar(&cfg.phases, "phases", 0, "also profile one step at GOMAXPROCS=1 split as for this many threads: the serial share and the parallel phases (0: no)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -149,6 +182,8 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags, defs []string)
 		return fmt.Errorf("--steps %d: must be positive", cfg.steps)
 	case !(cfg.maxSeconds > 0):
 		return fmt.Errorf("--max-seconds %v: must be positive", cfg.maxSeconds)
+	case cfg.phases < 0:
+		return fmt.Errorf("--phases %d: must be 0 (no profile) or a number of threads", cfg.phases)
 	}
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
@@ -174,7 +209,7 @@ func (cfg *benchTrainConfig) run(stdout io.Writer) error {
 		fmt.Fprintf(w, "training throughput: %s; %d tokens per step, %s; best of up to %d steps after a warm-up; GOMAXPROCS=%d\n",
 			describeModel(m), cfg.tokens, precisionDesc(cfg.precision), cfg.steps, runtime.GOMAXPROCS(0))
 		fmt.Fprintf(w, "mechanisms: %s\n", specList(cfg.mechanisms))
-		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB")
+		fmt.Fprintf(w, "%-18s %6s %5s %10s %12s %10s %8s %8s\n", "mechanism", "n", "batch", "seconds", "tokens/s", "peak MiB", "CPU s", "spin s")
 		w.Flush()
 	}
 	for _, m := range cfg.mechanisms {
@@ -201,8 +236,30 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 		_, err := fmt.Fprintf(w, "%-18s %6d %5d  %s\n", r.Mechanism, r.N, r.Batch, r.note)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%-18s %6d %5d %10.3f %12.0f %10.1f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20))
-	return err
+	_, err := fmt.Fprintf(w, "%-18s %6d %5d %10.3f %12.0f %10.1f %8.3f %8.3f\n", r.Mechanism, r.N, r.Batch, *r.Seconds, *r.TokensPerSec, float64(*r.PeakBytes)/(1<<20), *r.CPUSeconds, *r.SpinSeconds)
+	if err != nil || r.SerialShare == nil {
+		return err
+	}
+	fmt.Fprintf(w, "  one step at GOMAXPROCS=1 split for %d threads: %.1f%% serial; Amdahl's law allows %.1f× on %d threads\n",
+		cfg.phases, 100**r.SerialShare, *r.Bound, cfg.phases)
+	fmt.Fprintf(w, "  %7s %6s %11s  %s\n", "time", "calls", "items/call", "phase")
+	for _, p := range r.Phases {
+		items := fmt.Sprint(p.MinItems)
+		if p.MaxItems != p.MinItems {
+			items += "-" + fmt.Sprint(p.MaxItems)
+		}
+		note := ""
+		switch {
+		case p.Nested:
+			note = " (nested)"
+		case p.Serial:
+			note = " (serial)"
+		}
+		if _, err := fmt.Fprintf(w, "  %6.2f%% %6d %11s  %s%s\n", 100*p.Share, p.Calls, items, p.Site, note); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // predictMemory estimates the bytes a training step of model c on B×N
@@ -273,17 +330,45 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 	step() // warm-up: sizes every buffer
 	s.sample()
 	best := math.Inf(1)
+	var cpu time.Duration
+	steps := 0
+	spun := parallel.ReadStats().Spin
 	for i := 0; i < cfg.steps && (i == 0 || time.Since(start).Seconds() < cfg.maxSeconds); i++ {
-		t := time.Now()
+		t, c := time.Now(), cpuTime()
 		step()
 		best = min(best, time.Since(t).Seconds())
+		cpu += cpuTime() - c
+		steps++
 		s.sample()
 	}
 	peak := int64(s.stop()) - int64(base)
 	*last = &timing{n, best}
 	tps := float64(B*n) / best
-	r.Seconds, r.TokensPerSec, r.PeakBytes = &best, &tps, &peak
+	cpuStep := cpu.Seconds() / float64(steps)
+	spinStep := (parallel.ReadStats().Spin - spun).Seconds() / float64(steps)
+	r.Seconds, r.TokensPerSec, r.PeakBytes, r.CPUSeconds, r.SpinSeconds = &best, &tps, &peak, &cpuStep, &spinStep
+	if cfg.phases > 0 {
+		cfg.profile(&r, step)
+	}
 	m, opt = nil, nil
 	debug.FreeOSMemory()
 	return r, nil
+}
+
+// profile runs step once at GOMAXPROCS=1 with the phases split for
+// cfg.phases threads and adds what it found to r (see --phases).
+func (cfg *benchTrainConfig) profile(r *benchTrainRow, step func()) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	step() // the buffers of the new split
+	parallel.StartProfile(cfg.phases)
+	step()
+	rep := parallel.StopProfile()
+	total := rep.Total.Seconds()
+	share := rep.Serial().Seconds() / total
+	bound := total / rep.Bound(cfg.phases).Seconds()
+	r.SerialShare, r.Bound = &share, &bound
+	for _, p := range rep.Phases {
+		r.Phases = append(r.Phases, benchPhase{Site: p.Site, Calls: p.Calls, MinItems: p.MinItems, MaxItems: p.MaxItems,
+			Share: p.Time.Seconds() / total, Serial: p.Serial == p.Time, Nested: p.Nested})
+	}
 }

@@ -45,6 +45,44 @@ func TestBenchTrainJSON(t *testing.T) {
 	}
 }
 
+// TestBenchTrainPhases checks --phases: the serial share of a step, the
+// speed-up Amdahl's law allows, and the phases with their items, beside
+// the CPU time and spin of every row.
+func TestBenchTrainPhases(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(append(tinyBenchTrain, "--attention", "polysketch:learned", "--n", "32", "--phases", "4", "--json"), &out); err != nil {
+		t.Fatal(err)
+	}
+	var r benchTrainRow
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if r.CPUSeconds == nil || *r.CPUSeconds <= 0 || r.SpinSeconds == nil || *r.SpinSeconds < 0 {
+		t.Errorf("CPU %v s, spin %v s per step", r.CPUSeconds, r.SpinSeconds)
+	}
+	if r.SerialShare == nil || *r.SerialShare < 0 || *r.SerialShare >= 1 || r.Bound == nil || *r.Bound < 1 || *r.Bound > 4 {
+		t.Fatalf("serial share %v, Amdahl speed-up %v on 4 threads: want a share in [0, 1) and a speed-up in [1, 4]", r.SerialShare, r.Bound)
+	}
+	var products, attention bool
+	for _, p := range r.Phases {
+		if p.Calls < 1 || p.MinItems < 1 || p.MaxItems < p.MinItems || p.Share < 0 || p.Share > 1 {
+			t.Errorf("phase %+v", p)
+		}
+		products = products || strings.Contains(p.Site, "blas.") && p.MaxItems > 1
+		attention = attention || strings.Contains(p.Site, "attention.") && p.MaxItems > 1
+	}
+	if !products || !attention {
+		t.Errorf("no parallel phase of the products (%t) or of attention (%t) among %d phases", products, attention, len(r.Phases))
+	}
+	out.Reset()
+	if err := run(append(tinyBenchTrain, "--attention", "polysketch:learned", "--n", "32", "--phases", "4"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "one step at GOMAXPROCS=1 split for 4 threads") || !strings.Contains(out.String(), "items/call") {
+		t.Errorf("no phase table in:\n%s", out.String())
+	}
+}
+
 func TestBenchTrainOOMAndSkip(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(append(without(tinyBenchTrain, "--sketch-size"), "--attention", "flash", "--mem-limit", "1KiB"), &out); err != nil {
@@ -74,8 +112,9 @@ func TestBenchTrainFlags(t *testing.T) {
 		{[]string{"--attention", "polysketch:learned:sketch-size=-1"}, "--sketch-size -1: must be positive"},
 		{[]string{"--tokens", "0"}, "--tokens 0"},
 		{[]string{"--steps", "0"}, "--steps 0"},
-		{[]string{"--heads", "3"}, "not divisible by heads 3"},
+		{[]string{"--heads", "3"}, "--dim 16 is not divisible by --heads 3"},
 		{[]string{"--mem-limit", "lots"}, "positive size"},
+		{[]string{"--phases", "-1"}, "--phases -1"},
 	} {
 		var out bytes.Buffer
 		err := run(append(append([]string{}, tinyBenchTrain...), tc.args...), &out)

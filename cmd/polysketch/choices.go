@@ -81,14 +81,14 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 		return usageError{fmt.Errorf("eval: --shots %d: must not be negative", f.shots)}
 	case f.limit < 0:
 		return usageError{fmt.Errorf("eval: --limit %d: must not be negative", f.limit)}
+	case f.shotsFrom != "" && f.shots == 0:
+		return usageError{errors.New("eval: --shots-from: a flag of --shots, which is 0: give both, or neither")}
 	}
-	var pool []multichoice.Example
+	var shots *multichoice.Set
 	if f.shotsFrom != "" {
-		set, err := multichoice.ReadFile(f.shotsFrom, format)
-		if err != nil {
+		if shots, err = multichoice.ReadFile(f.shotsFrom, format); err != nil {
 			return fmt.Errorf("eval: --shots-from: %w", err)
 		}
-		pool = set.Examples
 	}
 	var sets []*multichoice.Set
 	for _, path := range f.files {
@@ -96,7 +96,16 @@ func evalChoices(stdout io.Writer, c *train.Saved, f choiceFlags, asJSON bool) e
 		if err != nil {
 			return fmt.Errorf("eval: --choices: %w", err)
 		}
+		// Solved questions of one task before a question of another
+		// would score neither.
+		if shots != nil && shots.Format != set.Format {
+			return fmt.Errorf("eval: --shots-from %s is of the %s format, --choices %s of the %s format: draw the shots from a file of the questions' own task, or evaluate the files one at a time", shots.Path, shots.Format, set.Path, set.Format)
+		}
 		sets = append(sets, set)
+	}
+	var pool []multichoice.Example
+	if shots != nil {
+		pool = shots.Examples
 	}
 	sc, err := multichoice.NewScorer(c.Model, c.Tokenizer)
 	if err != nil {

@@ -129,9 +129,12 @@ func TestEvalChoicesErrors(t *testing.T) {
 		{[]string{"--choices", piqa, "--format", "mmlu"}, `--format: unknown multiple-choice format "mmlu"`},
 		{[]string{"--choices", piqa, "--format", "arc"}, "piqa.jsonl:1: no field question, which the arc format needs"},
 		{[]string{"--choices", piqa, "--shots", "-1"}, "--shots -1: must not be negative"},
-		{[]string{"--choices", piqa, "--shots", "4"}, "piqa.jsonl:1: 4 shots wanted, but only 3 other examples"},
+		{[]string{"--choices", piqa, "--shots", "4"}, "piqa.jsonl:1: --shots 4: only 3 other examples"},
 		{[]string{"--choices", piqa, "--batch", "3"}, "--batch: a flag of the perplexity, not of --choices"},
 		{[]string{"--shots", "3"}, "--shots: a flag of --choices, which is not given"},
+		{[]string{"--choices", piqa, "--shots-from", piqa}, "--shots-from: a flag of --shots, which is 0"},
+		{[]string{"--choices", piqa, "--shots", "1", "--shots-from", filepath.Join(choicesData, "arc.jsonl")}, "--shots-from " + filepath.Join(choicesData, "arc.jsonl") + " is of the arc format, --choices " + piqa + " of the piqa format"},
+		{[]string{"--choices", piqa + "," + filepath.Join(choicesData, "hellaswag.jsonl"), "--shots", "1", "--shots-from", piqa}, "hellaswag.jsonl of the hellaswag format"},
 		{[]string{"--choices", filepath.Join(dir, "nothere.jsonl")}, "nothere.jsonl"},
 	} {
 		_, _, err := runQuiet(t, append([]string{"eval", "--checkpoint", runDir}, tc.args...)...)

@@ -52,9 +52,10 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"experiment", "mqar", "--quick", "--steps", "-2"}, "--steps -2: must be positive"},
 		{[]string{"experiment", "task", "--quick"}, "needs a task file (--task)"},
 		{[]string{"experiment", "mqar", "--quick", "--task", "x.jsonl"}, "takes no task file"},
-		{[]string{"experiment", "downstream", "--quick"}, "experiment downstream needs files of multiple-choice questions"},
-		{[]string{"experiment", "lm", "--quick", "--choices", "q.jsonl"}, "takes no multiple-choice files or checkpoints"},
-		{[]string{"experiment", "downstream", "--quick", "--choices", "q.jsonl", "--shots", "-1"}, "-1 shots: must not be negative"},
+		{[]string{"experiment", "downstream", "--quick"}, "no --choices: experiment downstream needs files of multiple-choice questions"},
+		{[]string{"experiment", "lm", "--quick", "--choices", "q.jsonl"}, "takes no --choices or --checkpoints"},
+		{[]string{"experiment", "downstream", "--quick", "--choices", "q.jsonl", "--shots", "-1"}, "--shots -1: must not be negative"},
+		{[]string{"experiment", "downstream", "--quick", "--choices", "q.jsonl", "--limit", "-1"}, "--limit -1: must not be negative"},
 	}
 	for _, tt := range tests {
 		_, _, err := runQuiet(t, tt.args...)

@@ -31,7 +31,7 @@ func runExport(args []string, stdout io.Writer) error {
 	fs := newFlags("export", exportHelp, stdout)
 	path := fs.String("checkpoint", "run", "checkpoint directory, or the run directory holding it")
 	out := fs.String("out", "", "Hugging Face model directory to write (required)")
-	force := fs.Bool("force", false, "replace what --out holds")
+	force := fs.Bool("force", false, "replace the Hugging Face model directory in --out (never a checkpoint or a run)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -44,6 +44,9 @@ func runExport(args []string, stdout io.Writer) error {
 	c, err := train.Open(*path)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	if _, err := hf.LlamaConfig(c.Model.Config()); err != nil {
+		return fmt.Errorf("export: checkpoint %s cannot be written in the Llama layout: %w", c.Dir, err)
 	}
 	files := map[string][]byte{}
 	if c.TokenizerJSON != nil {
@@ -59,9 +62,20 @@ func runExport(args []string, stdout io.Writer) error {
 	}
 	os.Remove(tmp)
 	defer os.RemoveAll(tmp)
-	if err := hf.Write(tmp, c.Model, files); err != nil {
+	// A signal while the model is written stops the writing, which
+	// leaves nothing; --out is as it was.
+	ctx, stop := interruptible()
+	defer stop()
+	if savingHook != nil {
+		savingHook(ctx)
+	}
+	if err := hf.WriteContext(ctx, tmp, c.Model, files); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("export: interrupted: %s left as it was", *out)
+		}
 		return fmt.Errorf("export: %s", err)
 	}
+	stop()
 	old := tmp + ".old"
 	if _, err := os.Lstat(*out); err == nil {
 		if err := os.Rename(*out, old); err != nil {

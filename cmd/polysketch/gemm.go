@@ -20,7 +20,7 @@ const gemmCases = "256x256x256,512x512x512,1024x1024x1024,2048x2048x2048,256x64x
 // gemmResult is one line of --json output.
 type gemmResult struct {
 	Impl    string  `json:"impl"`
-	Kernel  string  `json:"kernel,omitempty"` // of the bf16 lines`
+	Kernel  string  `json:"kernel,omitempty"` // of the bf16 lines: the code the shape takes (blas.KernelBF16For)
 	M       int     `json:"m"`
 	N       int     `json:"n"`
 	K       int     `json:"k"`
@@ -86,6 +86,9 @@ func benchGEMM(args []string, stdout io.Writer) error {
 		for _, impl := range impls[fp32:] {
 			fmt.Fprintf(stdout, "%16s", impl.name+"/"+impls[0].name)
 		}
+		if *bf16 {
+			fmt.Fprintf(stdout, "  %s", "bf16 code")
+		}
 		fmt.Fprintln(stdout)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -110,7 +113,7 @@ func benchGEMM(args []string, stdout io.Writer) error {
 			for i, impl := range impls {
 				r := gemmResult{Impl: impl.name, M: m, N: n, K: k, Threads: *threads, GFLOPS: round1(best[i])}
 				if i >= fp32 {
-					r.Kernel = blas.KernelBF16()
+					r.Kernel = blas.KernelBF16For(m, n, k)
 				}
 				if err := enc.Encode(r); err != nil {
 					return err
@@ -127,6 +130,9 @@ func benchGEMM(args []string, stdout io.Writer) error {
 		}
 		for _, g := range best[fp32:] {
 			fmt.Fprintf(stdout, "%16.2f", g/best[0])
+		}
+		if *bf16 {
+			fmt.Fprintf(stdout, "  %s", blas.KernelBF16For(m, n, k))
 		}
 		fmt.Fprintln(stdout)
 	}

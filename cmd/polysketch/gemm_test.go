@@ -49,7 +49,7 @@ func TestBenchGEMMJSON(t *testing.T) {
 		if r.Impl != impls[i%len(impls)] || [3]int{r.M, r.N, r.K} != want || r.Threads != 1 || !(r.GFLOPS >= 0) || math.IsInf(r.GFLOPS, 0) {
 			t.Errorf("line %d = %+v, want impl %s, m,n,k %v, 1 thread, a finite GFLOPS", i+1, r, impls[i%len(impls)], want)
 		}
-		if kernel := blas.KernelBF16(); i%len(impls) >= fp32 && r.Kernel != kernel || i%len(impls) < fp32 && r.Kernel != "" {
+		if kernel := blas.KernelBF16For(want[0], want[1], want[2]); i%len(impls) >= fp32 && r.Kernel != kernel || i%len(impls) < fp32 && r.Kernel != "" {
 			t.Errorf("line %d = %+v: kernel %q, want %q on the bf16 lines only", i+1, r, r.Kernel, kernel)
 		}
 	}
@@ -61,7 +61,7 @@ func TestBenchGEMMTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"go GFLOPS", "bf16 GFLOPS", "bf16-packed/go", "bf16: " + blas.KernelBF16(), "8×4×16", "3×5×7"} {
+	for _, want := range []string{"go GFLOPS", "bf16 GFLOPS", "bf16-packed/go", "bf16: " + blas.KernelBF16(), "8×4×16", "3×5×7", "bf16 code", blas.KernelBF16For(3, 7, 5)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/data/task"
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/sample"
 )
@@ -76,12 +76,12 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 	switch {
 	case *n < 0:
 		return fmt.Errorf("generate: --tokens %d: must not be negative", *n)
+	case isSet(fs, "prompt-ids") && strings.TrimSpace(*promptIDs) == "":
+		return errors.New("generate: --prompt-ids is empty: the model needs at least one token to start from")
 	case *prompt == "" && *promptIDs == "":
 		return errors.New("generate: --prompt is empty: the model needs at least one token to start from")
 	}
-	textGiven := false
-	fs.Visit(func(f *flag.Flag) { textGiven = textGiven || f.Name == "prompt" })
-	if textGiven && *promptIDs != "" {
+	if isSet(fs, "prompt") && *promptIDs != "" {
 		return usageError{errors.New("generate: --prompt and --prompt-ids: give the prompt as text or as ids, not both")}
 	}
 
@@ -110,7 +110,7 @@ func runGenerate(args []string, stdout io.Writer) (err error) {
 			return fmt.Errorf("generate: --prompt-ids: %w", err)
 		}
 		if tok != nil {
-			if p, err := tok.Decode(nil, ids); err == nil {
+			if p, err := tokenizer.Text(tok, nil, ids); err == nil { // as Hugging Face's libraries decode them
 				*prompt = string(p)
 			}
 		}

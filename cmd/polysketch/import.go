@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
 	"github.com/polysketch/polysketch/model"
+	"github.com/polysketch/polysketch/serve"
+	"github.com/polysketch/polysketch/train"
 )
 
 const importHelp = `usage: polysketch import [flags] HF_DIR --out DIR
@@ -83,12 +86,38 @@ func runImport(args []string, stdout io.Writer) (err error) {
 		if v := imp.Model.Config().Vocab; tok.VocabSize() > v {
 			return fmt.Errorf("import: %s has %d tokens, more than the model's vocab_size %d", filepath.Join(src, hf.TokenizerFile), tok.VocabSize(), v)
 		}
+		// The files kept beside it, as every command that opens the
+		// checkpoint will read them: one they would refuse is refused
+		// now, before anything is written.
+		cfg, err := tokenizer.ReadConfig(src, tok)
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		if err := serve.CheckChatTemplate(cfg); err != nil {
+			file := hf.TokenizerCfg
+			if _, ok := imp.Files[hf.ChatTemplate]; ok {
+				file = hf.ChatTemplate // which ReadConfig prefers
+			}
+			return fmt.Errorf("import: %s: %w; serve could not chat with the model: fix the template, or remove it for the plain rendering", filepath.Join(src, file), err)
+		}
 		c.State.Tokenizer = tok.Name()
 		tokDesc = fmt.Sprintf("%s (%d tokens)", tok.Name(), tok.VocabSize())
 	}
-	if err := checkpoint.Save(*out, c); err != nil {
+	// Until now a signal ends the process with nothing written; while the
+	// checkpoint is written it stops the save, which then leaves --out as
+	// it was and nothing of its own behind.
+	ctx, stop := interruptible()
+	defer stop()
+	if savingHook != nil {
+		savingHook(ctx)
+	}
+	if err := checkpoint.SaveContext(ctx, *out, c); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("import: interrupted: %s left as it was", *out)
+		}
 		return fmt.Errorf("import: %w", err)
 	}
+	stop()
 	if err := checkpoint.Verify(*out); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
@@ -119,6 +148,10 @@ func runImport(args []string, stdout io.Writer) (err error) {
 	fmt.Fprintf(stdout, "checkpoint %s written and verified in %s\n", *out, time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// savingHook, if set, is called as import or export starts writing, with
+// the context that a signal cancels (a test interrupts them there).
+var savingHook func(ctx context.Context)
 
 // describeModel is one line of a model's shape and architecture.
 func describeModel(c model.Config) string {
@@ -208,7 +241,9 @@ func flagTakesValue(fs *flag.FlagSet, arg string) bool {
 }
 
 // checkOut refuses an --out that holds something, unless force and it is
-// a checkpoint (which a save then replaces as a whole).
+// what the command writes: a checkpoint for import (which a save then
+// replaces as a whole), a Hugging Face model directory for export (never
+// a checkpoint, which has a config.json too, nor a run directory).
 func checkOut(out string, force bool, cmd string) error {
 	entries, err := os.ReadDir(out)
 	if errors.Is(err, os.ErrNotExist) {
@@ -225,6 +260,9 @@ func checkOut(out string, force bool, cmd string) error {
 	}
 	if cmd == "import" && !checkpoint.Exists(out) {
 		return fmt.Errorf("%s: --out %s holds files but no checkpoint: --force replaces a checkpoint only; choose another directory", cmd, out)
+	}
+	if cmd == "export" && (checkpoint.Exists(train.CheckpointIn(out)) || !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == hf.ConfigFile })) {
+		return fmt.Errorf("%s: --out %s holds files but no Hugging Face model (a %s, and no checkpoint): --force replaces an exported model only; choose another directory", cmd, out, hf.ConfigFile)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/polysketch/polysketch/attention"
+	"github.com/polysketch/polysketch/checkpoint"
 	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/hf"
@@ -149,6 +150,140 @@ func TestImportRefuses(t *testing.T) {
 	}
 }
 
+// TestImportTokenizerFiles: the tokenizer's configuration files an import
+// keeps are checked as every command that opens the checkpoint checks
+// them, so that a file no command would take is refused before anything
+// is written, rather than making a checkpoint that nothing opens.
+func TestImportTokenizerFiles(t *testing.T) {
+	for _, c := range []struct {
+		file, content, want string
+	}{
+		{"tokenizer_config.json", `{"chat_template": 42}`, "chat_template: want a string"},
+		{"tokenizer_config.json", `{"eos_token": "<|no such token|>"}`, `eos_token "<|no such token|>" is no token`},
+		{"tokenizer_config.json", `{"bos_token": `, "not valid JSON"},
+		{"generation_config.json", `{"eos_token_id": 50256}`, "eos_token_id 50256 is outside the vocabulary"},
+		// A template serve would refuse: refused here, where it can be
+		// fixed, rather than in a checkpoint whose checksums cover it.
+		{"tokenizer_config.json", `{"chat_template": "{% for m in messages %}{{ m.content }"}`, "chat_template: "},
+		{"chat_template.jinja", `{{ raise_exception("no") }}`, "does not render"},
+	} {
+		src := hfWithTokenizer(t, "hello world, hello polysketch. ")
+		if err := os.WriteFile(filepath.Join(src, c.file), []byte(c.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "ck")
+		var buf bytes.Buffer
+		err := run([]string{"import", src, "--out", out}, &buf)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.file) {
+			t.Errorf("%s %s: %v, want an error naming the file and containing %q", c.file, c.content, err, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s %s: the refused import wrote --out", c.file, c.content)
+		}
+	}
+}
+
+// TestLogitsOut: logits writes --out as any file, but never over its
+// own --ids, nor into the checkpoint it reads.
+func TestLogitsOut(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	runOK(t, "import", fixture("llama"), "--out", ck)
+	ids := filepath.Join(dir, "ids.safetensors")
+	if err := safetensors.WriteRaw(ids, map[string]safetensors.Raw{"input_ids": {DType: "I64", Shape: []int{3}, Data: safetensors.I64([]int64{1, 2, 3})}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(ids)
+	weights := filepath.Join(ck, "model.safetensors")
+	for _, c := range []struct{ out, want string }{
+		{ids, "--out " + ids + " is the --ids file"},
+		{filepath.Join(dir, ".", "ids.safetensors"), "is the --ids file"},
+		{weights, "--out " + weights + " is inside the checkpoint " + ck},
+	} {
+		var buf bytes.Buffer
+		err := run([]string{"logits", "--checkpoint", ck, "--ids", ids, "--out", c.out}, &buf)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("logits --out %s: %v, want an error containing %q", c.out, err, c.want)
+		}
+	}
+	if after, _ := os.ReadFile(ids); !bytes.Equal(before, after) {
+		t.Error("logits overwrote its --ids")
+	}
+	if _, err := train.Open(ck); err != nil {
+		t.Errorf("logits wrote into the checkpoint: %v", err)
+	}
+	runOK(t, "logits", "--checkpoint", ck, "--ids", ids, "--out", filepath.Join(dir, "logits.safetensors"))
+}
+
+// TestServeBadTemplate: a chat template that does not compile stops serve
+// in one line naming the checkpoint it came with, "serve:" said once.
+func TestServeBadTemplate(t *testing.T) {
+	// As a checkpoint written before import checked templates.
+	_, m := saveTiny(t, "softmax", 16)
+	ck := filepath.Join(t.TempDir(), "ck")
+	if err := checkpoint.Save(ck, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"},
+		Files: map[string][]byte{"tokenizer_config.json": []byte(`{"chat_template": "{{ messages"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run([]string{"serve", "--checkpoint", ck, "--addr", "127.0.0.1:0"}, &out)
+	if err == nil || !strings.HasPrefix(err.Error(), "serve: checkpoint "+ck+": chat_template: ") || strings.Count(err.Error(), "serve:") != 1 {
+		t.Errorf("serve with a template that does not compile: %v", err)
+	}
+}
+
+// TestImportInterrupted: Ctrl-C while the checkpoint is written stops
+// the import, leaves the checkpoint --force was replacing as it was, and
+// leaves nothing of the new one (a hidden temporary directory as large
+// as the weights, before).
+func TestImportInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	runOK(t, "import", fixture("gpt2"), "--out", ck)
+	before, _ := os.ReadFile(filepath.Join(ck, "manifest.json"))
+	savingHook = func(ctx context.Context) {
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-ctx.Done()
+	}
+	defer func() { savingHook = nil }()
+	var out bytes.Buffer
+	err := run([]string{"import", "--force", fixture("llama"), "--out", ck}, &out)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("import interrupted: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(ck, "manifest.json")); !bytes.Equal(before, after) {
+		t.Error("the interrupted import changed the checkpoint it was replacing")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("the interrupted import left %q", left)
+	}
+	if _, err := train.Open(ck); err != nil {
+		t.Error(err)
+	}
+
+	// The same of export, over a model it exported before.
+	exported := filepath.Join(dir, "hf")
+	savingHook = nil
+	ck = filepath.Join(dir, "llama")
+	runOK(t, "import", fixture("llama"), "--out", ck)
+	runOK(t, "export", "--checkpoint", ck, "--out", exported)
+	before, _ = os.ReadFile(filepath.Join(exported, "config.json"))
+	savingHook = func(ctx context.Context) {
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+		<-ctx.Done()
+	}
+	err = run([]string{"export", "--force", "--checkpoint", ck, "--out", exported}, &out)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("export interrupted: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(exported, "config.json")); !bytes.Equal(before, after) {
+		t.Error("the interrupted export changed the model it was replacing")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("the interrupted export left %q", left)
+	}
+}
+
 // trainLlama trains a small model of the Llama layout (softmax attention,
 // grouped heads) for a few steps and returns its run directory.
 func trainLlama(t *testing.T) string {
@@ -221,9 +356,25 @@ func TestExportRoundTrip(t *testing.T) {
 	if err := run([]string{"export", "--checkpoint", runDir, "--out", exported}, &out); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("export over a directory: %v", err)
 	}
+	// --force replaces an exported model, never the checkpoint or run
+	// it reads, nor any other directory.
+	runOK(t, "export", "--checkpoint", runDir, "--out", exported, "--force")
+	for _, dst := range []string{runDir, train.CheckpointIn(runDir), filepath.Dir(runDir)} {
+		err := run([]string{"export", "--checkpoint", runDir, "--out", dst, "--force"}, &out)
+		if err == nil || !strings.Contains(err.Error(), "no Hugging Face model") {
+			t.Errorf("export --force over %s: %v", dst, err)
+		}
+		if _, err := train.Open(runDir); err != nil {
+			t.Fatalf("after export --force over %s: %v", dst, err)
+		}
+	}
 	def, _ := saveTiny(t, "softmax", 16)
-	if err := run([]string{"export", "--checkpoint", def, "--out", filepath.Join(dir, "x")}, &out); err == nil || !strings.Contains(err.Error(), "the Llama layout has rmsnorm") {
-		t.Errorf("export of the default architecture: %v", err)
+	err := run([]string{"export", "--checkpoint", def, "--out", filepath.Join(dir, "x")}, &out)
+	if err == nil || !strings.HasPrefix(err.Error(), "export: checkpoint "+def+" cannot be written in the Llama layout: norm ") || !strings.Contains(err.Error(), "the Llama layout has rmsnorm") {
+		t.Errorf("export of the default architecture: %v, want one naming the checkpoint", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".x*")); len(left) > 0 {
+		t.Errorf("the refused export left %q", left)
 	}
 }
 
@@ -390,5 +541,33 @@ func TestTrainFrom(t *testing.T) {
 	err = run([]string{"train", "--from", ck, "--layers", "3", "--out", filepath.Join(dir, "x")}, &buf)
 	if err == nil || !strings.Contains(err.Error(), "--from and --layers") {
 		t.Errorf("train --from --layers: %v", err)
+	}
+
+	// Learned positions (GPT-2's) are a table of the model's context: a
+	// run from it trains at that length, and another --context is
+	// refused rather than dropped.
+	m, err := model.New(model.Config{Vocab: 256, Dim: 16, Layers: 1, Heads: 2, Context: 32, Attention: attention.FlashConfig{Block: 16},
+		Positions: model.PositionsLearned, Norm: model.NormLayer, FFN: model.FFNGELU, EmbedScale: 1, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned := filepath.Join(dir, "learned")
+	if err := checkpoint.Save(learned, &checkpoint.Checkpoint{Model: m, State: checkpoint.State{Tokenizer: "byte"}}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"train", "--from", learned, "--corpus", filepath.Join(dir, "corpus.txt"), "--cache-dir", filepath.Join(dir, "cache"), "--batch", "2", "--eval-batches", "1", "--steps", "1"}
+	for _, n := range []string{"16", "64"} {
+		out := filepath.Join(dir, "learned-"+n)
+		err = run(append(args, "--out", out, "--context", n), &buf)
+		if err == nil || !strings.Contains(err.Error(), "--context "+n+": "+learned+"'s positions are a learned table of 32") {
+			t.Errorf("train --from a model of learned positions --context %s: %v", n, err)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("the refused run wrote %s", out)
+		}
+	}
+	runOK(t, append(args, "--out", filepath.Join(dir, "learned-run"))...)
+	if s, err := train.Open(filepath.Join(dir, "learned-run")); err != nil || s.Model.Config().Context != 32 {
+		t.Errorf("train --from a model of learned positions: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/polysketch/polysketch/safetensors"
 	"github.com/polysketch/polysketch/tensor"
@@ -40,6 +42,9 @@ func runLogits(args []string, stdout io.Writer) error {
 	if *in == "" || *out == "" {
 		return usageError{errors.New("logits: --ids and --out are required")}
 	}
+	if sameFile(*in, *out) {
+		return fmt.Errorf("logits: --out %s is the --ids file: name another file for the logits", *out)
+	}
 	f, err := safetensors.Open(*in)
 	if err != nil {
 		return fmt.Errorf("logits: --ids: %w", err)
@@ -66,6 +71,9 @@ func runLogits(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
+	if sameFile(filepath.Dir(*out), c.Dir) {
+		return fmt.Errorf("logits: --out %s is inside the checkpoint %s: name a file outside it", *out, c.Dir)
+	}
 	mc := c.Model.Config()
 	switch {
 	case B*N == 0:
@@ -87,4 +95,15 @@ func runLogits(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote the logits [%d, %d, %d] of %s to %s\n", B, N, mc.Vocab, c.Dir, *out)
 	return nil
+}
+
+// sameFile reports whether the paths a and b name one existing file or
+// directory.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }

@@ -157,7 +157,9 @@ func runServe(args []string, stdout io.Writer) (err error) {
 			err = c.NeedTokenizer()
 		}
 		if err == nil {
-			err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig)
+			if err = srv.ReadyConfig(c.Model, c.Tokenizer, c.TokenizerConfig); err != nil {
+				err = fmt.Errorf("checkpoint %s: %w", c.Dir, err) // whose template, or tokenizer, it is
+			}
 		}
 		loaded <- load{c, err}
 	}()

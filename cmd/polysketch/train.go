@@ -280,8 +280,11 @@ func fromRun(mc *model.Config, tc *train.Config, o trainOptions, set map[string]
 	}
 	context := mc.Context
 	*mc = s.Model.Config()
-	if mc.Positions != model.PositionsLearned {
+	switch {
+	case mc.Positions != model.PositionsLearned:
 		mc.Context = context
+	case set["context"] && context != mc.Context:
+		return nil, fmt.Errorf("--context %d: %s's positions are a learned table of %d, the length a run from it trains at: drop --context", context, o.from, mc.Context)
 	}
 	tc.Tokenizer = s.State.Tokenizer
 	if s.TokenizerJSON != nil {

@@ -1,0 +1,177 @@
+#!/bin/sh
+# scaling.sh measures how polysketch uses the cores of this machine: the
+# rows of issue 23 that a quiet machine can measure. Run it from the
+# repository root, with no other work on the machine:
+#
+#	scripts/scaling.sh            # threads 1, 2, 4, … up to the cores; 3 rounds
+#	THREADS="1 2" ROUNDS=5 scripts/scaling.sh
+#	PRECISIONS="fp32 bf16" scripts/scaling.sh
+#
+# Every timed command runs under flock /tmp/bench.lock, so that it never
+# overlaps another benchmark of this workplace. Rounds alternate the
+# thread counts, so that a slow spell of the machine spreads over all of
+# them; the summary gives, per thread count, the range over rounds of
+# tokens per second, of the speed-up over one thread in the same round,
+# and of the CPU time per step relative to one thread's (the work must
+# not grow with threads: at most 1.1×).
+#
+# Sections (SECTIONS, default all): control (independent busy loops on 1
+# and on the most threads: their time should not grow with threads; if it
+# does, the machine is not quiet and no ratio below means anything),
+# train (bench train, default model,
+# N = 1024, 8192 tokens a step), serial (the serial share of one step at
+# GOMAXPROCS=1, split for the most threads), decode (BenchmarkBatchStep
+# of ./model, S = 1 and 16 sequences), gpt2 (bench train at the
+# GPT-2-small shape: 12 layers, d 768, 12 heads of 64, 4096 tokens a step,
+# which need about 9 GiB; 8192 would need 17), on one thread and the most.
+set -eu
+
+cores=$(getconf _NPROCESSORS_ONLN)
+if [ -z "${THREADS:-}" ]; then
+	THREADS=1
+	t=2
+	while [ "$t" -le "$cores" ]; do
+		THREADS="$THREADS $t"
+		t=$((t * 2))
+	done
+	case " $THREADS " in *" $cores "*) ;; *) THREADS="$THREADS $cores" ;; esac
+fi
+ROUNDS=${ROUNDS:-3}
+PRECISIONS=${PRECISIONS:-fp32}
+SECTIONS=${SECTIONS:-control train serial decode gpt2}
+max=$(echo "$THREADS" | tr ' ' '\n' | sort -n | tail -1)
+lock=/tmp/bench.lock
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/polysketch" ./cmd/polysketch
+bin=$tmp/polysketch
+
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $cores cores; $(grep -o -m1 -w amx_bf16 /proc/cpuinfo || echo 'no amx_bf16'); $(grep -o -m1 -w avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16')"
+echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $THREADS; $ROUNDS rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# train NAME ARGS…: bench train rounds over THREADS, then the summary.
+train() {
+	name=$1
+	shift
+	out=$tmp/$name
+	: >"$out"
+	for r in $(seq "$ROUNDS"); do
+		for t in $THREADS; do
+			GOMAXPROCS=$t flock "$lock" "$bin" bench train "$@" |
+				awk -v r="$r" -v t="$t" '$2 ~ /^[0-9]+$/ && NF >= 8 { print r, t, $5, $7, $8 }' >>"$out"
+		done
+	done
+	echo
+	echo "## $name: bench train $*"
+	echo "threads  tokens/s        speed-up vs 1   CPU s/step   CPU vs 1      spin s/step"
+	awk -v threads="$THREADS" '
+		{ tps[$1, $2] = $3; cpu[$1, $2] = $4; spin[$1, $2] = $5; rs[$1] = 1 }
+		END {
+			n = split(threads, order, " ")
+			for (i = 1; i <= n; i++) {
+				t = order[i]
+				first = 1
+				for (r in rs) {
+					s = tps[r, 1] > 0 ? tps[r, t] / tps[r, 1] : 0
+					c = cpu[r, 1] > 0 ? cpu[r, t] / cpu[r, 1] : 0
+					if (first || tps[r, t] < tlo) tlo = tps[r, t]
+					if (first || tps[r, t] > thi) thi = tps[r, t]
+					if (first || s < slo) slo = s
+					if (first || s > shi) shi = s
+					if (first || cpu[r, t] < clo) clo = cpu[r, t]
+					if (first || cpu[r, t] > chi) chi = cpu[r, t]
+					if (first || c < rlo) rlo = c
+					if (first || c > rhi) rhi = c
+					if (first || spin[r, t] < plo) plo = spin[r, t]
+					if (first || spin[r, t] > phi) phi = spin[r, t]
+					first = 0
+				}
+				printf "%-8s %6.0f–%-8.0f %5.2f–%-8.2f %6.3f–%-6.3f %5.2f–%-7.2f %6.3f–%.3f\n", t, tlo, thi, slo, shi, clo, chi, rlo, rhi, plo, phi
+			}
+		}' "$out"
+}
+
+for section in $SECTIONS; do
+	case $section in
+	control)
+		mkdir -p "$tmp/burn"
+		cat >"$tmp/burn/main.go" <<-'EOF'
+			package main
+
+			import (
+				"fmt"
+				"os"
+				"strconv"
+				"sync"
+				"time"
+			)
+
+			func main() {
+				n, _ := strconv.Atoi(os.Args[1])
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range n {
+					wg.Go(func() {
+						s := 1.0
+						for k := range 300_000_000 {
+							s = s*1.0000001 + float64(k&7)
+						}
+						if s == 0 {
+							fmt.Println(s)
+						}
+					})
+				}
+				wg.Wait()
+				fmt.Printf("%.3f\n", time.Since(start).Seconds())
+			}
+		EOF
+		(cd "$tmp/burn" && GO111MODULE=off go build -o burn main.go)
+		echo
+		echo "## control: seconds of n independent busy loops on n threads (a quiet machine: the same for every n)"
+		for r in $(seq "$ROUNDS"); do
+			printf 'round %s' "$r"
+			for t in 1 $max; do
+				printf '  %s threads %s s' "$t" "$(GOMAXPROCS=$t flock "$lock" "$tmp/burn/burn" "$t")"
+			done
+			echo
+		done
+		;;
+	train)
+		for p in $PRECISIONS; do
+			train "train-$p" --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 3 --precision "$p"
+		done
+		;;
+	serial)
+		for p in $PRECISIONS; do
+			echo
+			echo "## serial share, $p: GOMAXPROCS=1 bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases $max --precision $p"
+			GOMAXPROCS=1 flock "$lock" "$bin" bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases "$max" --precision "$p" | sed -n '3,20p'
+		done
+		;;
+	decode)
+		go test -c -o "$tmp/model.test" ./model
+		echo
+		echo "## decode: go test -run '^\$' -bench 'BatchStep(BF16)?/S=(1|16)\$' -benchtime 2s ./model, tokens/s"
+		for r in $(seq "$ROUNDS"); do
+			for t in $THREADS; do
+				printf 'round %s threads %-3s' "$r" "$t"
+				GOMAXPROCS=$t flock "$lock" "$tmp/model.test" -test.run '^$' -test.bench 'BatchStep(BF16)?/S=(1|16)$' -test.benchtime 2s |
+					awk '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); sub(/^BenchmarkBatchStep/, "", $1); printf "  %s %s", $1, $5 } END { print "" }'
+			done
+		done
+		;;
+	gpt2)
+		all=$THREADS
+		THREADS="1 $max"
+		for p in $PRECISIONS; do
+			train "gpt2-small-$p" --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2 --precision "$p"
+		done
+		THREADS=$all
+		;;
+	*)
+		echo "scaling.sh: unknown section $section (train, serial, decode, gpt2)" >&2
+		exit 2
+		;;
+	esac
+done
