@@ -35,7 +35,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,14 +254,33 @@ func save(ctx context.Context, dir string, c *Checkpoint) error {
 // of the shape of each parameter it names, and nothing else: of every
 // parameter, or of those a run trains (train.Run.Trainable).
 func checkOptimizer(state map[string]*tensor.Tensor, params []*nn.Param) error {
-	if len(state) == 0 {
+	shapes := make(map[string][]int, len(state))
+	for key, t := range state {
+		shapes[key] = t.Shape
+	}
+	if err := checkMoments(shapes, params); err != nil {
+		return err
+	}
+	for _, key := range sortedKeys(state) {
+		if err := state[key].CheckFinite(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMoments checks that shapes holds the shapes of the moments, both
+// of them, of each parameter it names, and nothing else: of every
+// parameter, or of those a run trains.
+func checkMoments(shapes map[string][]int, params []*nn.Param) error {
+	if len(shapes) == 0 {
 		return errors.New("no moments")
 	}
-	own := make(map[string]bool, len(state))
+	own := make(map[string]bool, len(shapes))
 	for _, p := range params {
 		m, v := p.Name+".m", p.Name+".v"
-		_, hasM := state[m]
-		_, hasV := state[v]
+		_, hasM := shapes[m]
+		_, hasV := shapes[v]
 		switch {
 		case !hasM && !hasV:
 			continue // not trained
@@ -272,17 +290,13 @@ func checkOptimizer(state map[string]*tensor.Tensor, params []*nn.Param) error {
 			return fmt.Errorf("no entry %q", v)
 		}
 		for _, key := range []string{m, v} {
-			t := state[key]
-			if !tensor.SameShape(t, p.Value) {
-				return fmt.Errorf("%q has shape %v, the parameter has %v", key, t.Shape, p.Value.Shape)
-			}
-			if err := t.CheckFinite(key); err != nil {
-				return err
+			if !slices.Equal(shapes[key], p.Value.Shape) {
+				return fmt.Errorf("%q has shape %v, the parameter has %v", key, shapes[key], p.Value.Shape)
 			}
 			own[key] = true
 		}
 	}
-	for _, key := range sortedKeys(state) {
+	for _, key := range sortedKeys(shapes) {
 		if !own[key] {
 			return fmt.Errorf("entry %q belongs to no parameter of the model", key)
 		}
@@ -309,124 +323,6 @@ func Exists(dir string) bool {
 		}
 	}
 	return false
-}
-
-// Load reads the checkpoint in dir, checking everything before it returns:
-// the files against the manifest's sizes and checksums, the configuration,
-// the name, shape and finiteness of every weight and moment, and the
-// state. The returned Model is built from the saved configuration with the
-// saved weights. If dir is missing but a save was interrupted between
-// moving the old checkpoint aside and moving the new one in, Load reads
-// the old one.
-func Load(dir string) (*Checkpoint, error) {
-	c, err := load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return c, nil
-}
-
-func load(dir string) (*Checkpoint, error) {
-	src := dir
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(filepath.Join(backupPath(dir), manifestFile)); err == nil {
-			src = backupPath(dir)
-		}
-	}
-	files, err := readVerified(src)
-	if err != nil {
-		return nil, err
-	}
-
-	var cfg configJSON
-	if err := decodeJSON(files[configFile], &cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", configFile, err)
-	}
-	if err := cfg.Model.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: model: %w", configFile, err)
-	}
-	// The weights first: their file bounds what they can hold, and the
-	// configuration is checked against them before the model it
-	// describes is built.
-	weights, _, err := safetensors.Decode(bytes.NewReader(files[weightsFile]), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", weightsFile, err)
-	}
-	if err := checkSizes(cfg.Model, weights, int64(len(files[weightsFile]))); err != nil {
-		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
-	}
-	m, err := model.NewEmpty(cfg.Model) // every parameter is read below
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", configFile, err)
-	}
-
-	var st stateJSON
-	if err := decodeJSON(files[stateFile], &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", stateFile, err)
-	}
-	switch {
-	case st.Version != Version:
-		return nil, fmt.Errorf("%s: format version %d, this program reads version %d", stateFile, st.Version, Version)
-	case st.Step < 0 || st.Tokens < 0 || st.Seconds < 0:
-		return nil, fmt.Errorf("%s: negative step, tokens or seconds", stateFile)
-	}
-
-	params := m.Params()
-	if err := checkWeights(weights, params); err != nil {
-		return nil, fmt.Errorf("%s does not fit the model of %s: %w", weightsFile, configFile, err)
-	}
-	c := &Checkpoint{Model: m, Train: cfg.Train, State: st.State, TokenizerJSON: files[tokenizerFile]}
-	for _, name := range ModelFiles {
-		if b, ok := files[name]; ok {
-			if c.Files == nil {
-				c.Files = map[string][]byte{}
-			}
-			c.Files[name] = b
-		}
-	}
-	if b, ok := files[optimizerFile]; ok {
-		opt, meta, err := safetensors.Decode(bytes.NewReader(b), nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", optimizerFile, err)
-		}
-		if err := checkOptimizer(opt, params); err != nil {
-			return nil, fmt.Errorf("%s: %w", optimizerFile, err)
-		}
-		if meta["step"] != strconv.Itoa(st.Step) {
-			return nil, fmt.Errorf("%s is of step %q, %s of step %d", optimizerFile, meta["step"], stateFile, st.Step)
-		}
-		c.Optimizer = opt
-	}
-	for _, p := range params {
-		p.Value.CopyFrom(weights[p.Name])
-	}
-	m.SetStep(st.Step)
-	return c, nil
-}
-
-// checkWeights checks that weights holds a finite tensor of the right
-// shape for every parameter, and nothing else.
-func checkWeights(weights map[string]*tensor.Tensor, params []*nn.Param) error {
-	names := make(map[string]bool, len(params))
-	for _, p := range params {
-		names[p.Name] = true
-		t, ok := weights[p.Name]
-		if !ok {
-			return fmt.Errorf("no tensor %q", p.Name)
-		}
-		if !tensor.SameShape(t, p.Value) {
-			return fmt.Errorf("tensor %q has shape %v, the model needs %v", p.Name, t.Shape, p.Value.Shape)
-		}
-		if err := t.CheckFinite("tensor " + p.Name); err != nil {
-			return err
-		}
-	}
-	for _, name := range sortedKeys(weights) {
-		if !names[name] {
-			return fmt.Errorf("tensor %q is no parameter of the model", name)
-		}
-	}
-	return nil
 }
 
 // DecodeJSON decodes the JSON in b into v strictly, rejecting unknown

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,22 +34,43 @@ type fileSum struct {
 	SHA256 string `json:"sha256"`
 }
 
-// hashWriter writes to a file through a buffer while hashing and counting
-// what it writes, until its context is done.
+// hashWriter writes to a file while hashing and counting what it writes,
+// until its context is done. It does not buffer: every file of a
+// checkpoint is written in one call or through safetensors.Encode's
+// buffer.
 type hashWriter struct {
 	ctx context.Context
-	w   *bufio.Writer
+	w   io.Writer
 	h   hash.Hash
 	n   int64
 }
+
+// parallelHash is the size of a write from which the hash runs beside
+// the write: a weights file's chunks are hashed while the kernel copies
+// them, on a second core where there is one.
+const parallelHash = 256 << 10
 
 func (w *hashWriter) Write(p []byte) (int, error) {
 	if err := w.ctx.Err(); err != nil {
 		return 0, err
 	}
+	if len(p) < parallelHash {
+		n, err := w.w.Write(p)
+		w.h.Write(p[:n])
+		w.n += int64(n)
+		return n, err
+	}
+	hashed := make(chan struct{})
+	go func() {
+		w.h.Write(p)
+		close(hashed)
+	}()
 	n, err := w.w.Write(p)
-	w.h.Write(p[:n])
+	<-hashed
 	w.n += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite // what was hashed is not what was written: the save fails
+	}
 	return n, err
 }
 
@@ -69,11 +89,8 @@ func writeFile(ctx context.Context, path string, encode func(w *hashWriter) erro
 			err = cerr
 		}
 	}()
-	w := &hashWriter{ctx: ctx, w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	w := &hashWriter{ctx: ctx, w: f, h: sha256.New()}
 	if err := encode(w); err != nil {
-		return s, err
-	}
-	if err := w.w.Flush(); err != nil {
 		return s, err
 	}
 	if err := f.Sync(); err != nil {
@@ -96,20 +113,14 @@ func Verify(dir string) error {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	for _, s := range man.Files {
-		f, err := regular.Open(filepath.Join(dir, s.Name))
+		r, err := openHashed(dir, s)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
-		h := sha256.New()
-		n, err := io.Copy(h, f)
-		f.Close()
-		switch {
-		case err != nil:
-			return fmt.Errorf("checkpoint %s: reading %s: %w", dir, s.Name, err)
-		case n != s.Size:
-			return fmt.Errorf("checkpoint %s: %s has %d bytes, the manifest says %d: the file is truncated or was changed after saving", dir, s.Name, n, s.Size)
-		case hex.EncodeToString(h.Sum(nil)) != s.SHA256:
-			return fmt.Errorf("checkpoint %s: %s: SHA-256 checksum mismatch: the file is corrupted or was changed after saving", dir, s.Name)
+		err = r.verify()
+		r.close()
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 	}
 	return nil
@@ -164,38 +175,35 @@ func readManifest(dir string) (*manifest, error) {
 	return &man, nil
 }
 
-// readVerified reads the manifest of dir and every file it lists, checking
-// each file's size and checksum, and returns the files' contents by name.
-func readVerified(dir string) (map[string][]byte, error) {
-	man, err := readManifest(dir)
+// readVerified reads the file that s describes in dir whole, checking
+// its size and checksum: for the small files of a checkpoint.
+func readVerified(dir string, s fileSum) ([]byte, error) {
+	b, err := readFile(filepath.Join(dir, s.Name), s.Size)
 	if err != nil {
 		return nil, err
 	}
-	files := make(map[string][]byte, len(man.Files))
-	for _, s := range man.Files {
-		b, err := readFile(filepath.Join(dir, s.Name), s.Size)
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(b)) != s.Size {
-			return nil, fmt.Errorf("%s has %d bytes, the manifest says %d: the file is truncated or was changed after saving", s.Name, len(b), s.Size)
-		}
-		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != s.SHA256 {
-			return nil, fmt.Errorf("%s: SHA-256 checksum mismatch: the file is corrupted or was changed after saving", s.Name)
-		}
-		files[s.Name] = b
+	if int64(len(b)) != s.Size {
+		return nil, sizeError(s, int64(len(b)))
 	}
-	return files, nil
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != s.SHA256 {
+		return nil, sumError(s)
+	}
+	return b, nil
+}
+
+func sizeError(s fileSum, size int64) error {
+	return fmt.Errorf("%s has %d bytes, the manifest says %d: the file is truncated or was changed after saving", s.Name, size, s.Size)
+}
+
+func sumError(s fileSum) error {
+	return fmt.Errorf("%s: SHA-256 checksum mismatch: the file is corrupted or was changed after saving", s.Name)
 }
 
 // readFile reads the file at path, refusing to read more than one byte
 // past the size expected, so a huge file cannot exhaust memory.
 func readFile(path string, size int64) ([]byte, error) {
-	f, err := regular.Open(path)
+	f, err := openFile(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s is missing", filepath.Base(path))
-		}
 		return nil, err
 	}
 	defer f.Close()
@@ -207,4 +215,87 @@ func readFile(path string, size int64) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", filepath.Base(path), err)
 	}
 	return b, nil
+}
+
+// openFile opens the file of a checkpoint at path, saying which is
+// missing if it is.
+func openFile(path string) (*os.File, error) {
+	f, err := regular.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s is missing", filepath.Base(path))
+	}
+	return f, err
+}
+
+// hashReader reads a file of a checkpoint front to back through its
+// SHA-256, as the io.ReaderAt of a safetensors.File: what is read of the
+// file is what the checksum is computed over, so that the data loaded is
+// the data verified, and it is read once.
+type hashReader struct {
+	f    *os.File
+	sum  fileSum // what the manifest says
+	h    hash.Hash
+	next int64 // bytes hashed, the offset of the next read
+	done bool  // verified, or failed to
+	err  error // of verify
+}
+
+// openHashed opens the file that s describes in dir, checking its size.
+func openHashed(dir string, s fileSum) (*hashReader, error) {
+	f, err := openFile(filepath.Join(dir, s.Name))
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Size() != s.Size {
+		err = sizeError(s, st.Size())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &hashReader{f: f, sum: s, h: sha256.New()}, nil
+}
+
+func (r *hashReader) close() { r.f.Close() }
+
+// ReadAt reads the bytes at off, which must follow those read before.
+func (r *hashReader) ReadAt(p []byte, off int64) (int, error) {
+	if off != r.next || r.done {
+		return 0, fmt.Errorf("%s: read at byte %d out of order, after byte %d", r.sum.Name, off, r.next)
+	}
+	n, err := r.f.ReadAt(p, off)
+	r.h.Write(p[:n])
+	r.next += int64(n)
+	return n, err
+}
+
+// verify reads the rest of the file through the checksum and checks it
+// against the manifest's.
+func (r *hashReader) verify() error {
+	if r.done {
+		return r.err
+	}
+	r.done = true
+	n, err := io.Copy(r.h, io.NewSectionReader(r.f, r.next, r.sum.Size-r.next))
+	r.next += n
+	switch {
+	case err != nil:
+		r.err = fmt.Errorf("reading %s: %w", r.sum.Name, err)
+	case r.next != r.sum.Size:
+		r.err = sizeError(r.sum, r.next)
+	case hex.EncodeToString(r.h.Sum(nil)) != r.sum.SHA256:
+		r.err = sumError(r.sum)
+	}
+	return r.err
+}
+
+// check returns err, something found wrong in what was read of the file,
+// unless the file fails to verify: a file that is not what was saved is
+// reported as such, whatever its damage made it look like.
+func (r *hashReader) check(err error) error {
+	if verr := r.verify(); verr != nil {
+		return verr
+	}
+	return err
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/model"
-	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/safetensors"
 )
 
 // paramShape is the name and shape of a parameter as a configuration
@@ -113,14 +113,14 @@ func mul(a, b int64) int64 {
 // the weights file (size bytes), before anything of that size is
 // allocated: a configuration whose sizes the file cannot hold, crafted or
 // damaged, is refused in one line instead of exhausting memory.
-func checkSizes(cfg model.Config, weights map[string]*tensor.Tensor, size int64) error {
+func checkSizes(cfg model.Config, weights *safetensors.File, size int64) error {
 	// Every layer has several tensors: more layers than tensors cannot
 	// fit, and listing them would itself take memory.
-	if cfg.Layers > len(weights) {
-		return fmt.Errorf("%d layers, but only %d tensors", cfg.Layers, len(weights))
+	if n := len(weights.Tensors()); cfg.Layers > n {
+		return fmt.Errorf("%d layers, but only %d tensors", cfg.Layers, n)
 	}
 	for _, p := range expectedShapes(cfg) {
-		t, ok := weights[p.name]
+		t, ok := weights.Lookup(p.name)
 		if !ok {
 			return fmt.Errorf("no tensor %q", p.name)
 		}

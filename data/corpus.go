@@ -28,10 +28,10 @@ type Corpus struct {
 	// TextField is the field of JSON lines, and the column of Parquet
 	// files, that holds the text; "" means DefaultTextField.
 	TextField string
-	// MaxRecord is the most bytes one JSON-lines record (a line) may
-	// have, decompressed: a longer one is an error naming its file and
-	// line, as reading it would take memory that grows with it. 0 means
-	// DefaultMaxRecord.
+	// MaxRecord is the most bytes one record may have: a JSON-lines
+	// line, decompressed, or a Parquet file's text. A longer one is an
+	// error naming its file and line, or row and column, as reading it
+	// would take memory that grows with it. 0 means DefaultMaxRecord.
 	MaxRecord int64
 	// Binary lists the files NewCorpus left out as binary data (see
 	// Format), by name.

@@ -149,7 +149,7 @@ type docReader interface {
 // records says how files of records (JSON lines, Parquet) hold their text.
 type records struct {
 	field string // the field, or column, of the text
-	max   int64  // bytes of a JSON-lines record at most
+	max   int64  // bytes of a record at most: a JSON-lines line, a Parquet value
 }
 
 // openDocs returns a docReader of the file f, open as file, whose records
@@ -175,7 +175,7 @@ func openDocs(file *os.File, f File, rec records) (docReader, error) {
 		}
 		return &jsonDocs{file: file, f: f, field: rec.field, max: rec.max, r: bufio.NewReaderSize(gz, 1<<16), counted: counted}, nil
 	case Parquet:
-		d, err := openParquet(file, f, rec.field)
+		d, err := openParquet(file, f, rec)
 		if err != nil {
 			return nil, err
 		}
@@ -313,12 +313,15 @@ func (d *jsonDocs) readLine() ([]byte, error) {
 	}
 }
 
-// A RecordTooLongError is a record of JSON lines longer than the record
-// limit of its corpus (Corpus.MaxRecord).
+// A RecordTooLongError is a record longer than the record limit of its
+// corpus (Corpus.MaxRecord): a line of JSON lines, or a value of a
+// Parquet file's text column.
 type RecordTooLongError struct {
 	Path  string
-	Line  int
-	Limit int64 // bytes
+	Line  int    // of JSON lines, from 1; 0 for Parquet
+	Row   int64  // of Parquet, from 0
+	Field string // the column of Parquet
+	Limit int64  // bytes
 }
 
 func (e *RecordTooLongError) Error() string { return e.Unwrap().Error() }
@@ -326,6 +329,10 @@ func (e *RecordTooLongError) Error() string { return e.Unwrap().Error() }
 // Unwrap returns the error as internal/field writes it, naming the limit
 // (max_record) for a command line to name it as its flag.
 func (e *RecordTooLongError) Unwrap() error {
+	if e.Line == 0 {
+		return field.Errorf("%s: row %d (from 0), column %q: a text of more than %s, the record limit: split it into smaller records, or raise %s",
+			e.Path, e.Row, e.Field, bytesString(e.Limit), field.Name("max_record"))
+	}
 	return field.Errorf("%s:%d: a record of more than %s, the record limit: split it into smaller records, or raise %s",
 		e.Path, e.Line, bytesString(e.Limit), field.Name("max_record"))
 }
@@ -434,6 +441,7 @@ func quoteList(names []string, max int) string {
 type parquetDocs struct {
 	file   *os.File
 	f      File
+	rec    records
 	col    int
 	groups []parquet.RowGroup
 	group  int // the next row group
@@ -441,13 +449,15 @@ type parquetDocs struct {
 	page   parquet.Page
 	values parquet.ValueReader
 	buf    []parquet.Value
-	i, n   int // buf[i:n] are values not yet returned
+	i, n   int   // buf[i:n] are values not yet returned
+	row    int64 // of the next value
 	text   bytes.Reader
 }
 
 // openParquet opens the Parquet file f, open as file, at its column column
 // (a dotted path for a nested one).
-func openParquet(file *os.File, f File, column string) (*parquetDocs, error) {
+func openParquet(file *os.File, f File, rec records) (*parquetDocs, error) {
+	column := rec.field
 	pf, err := parquet.OpenFile(file, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("corpus file %q is not a Parquet file polysketch can read: %v", f.Path, err)
@@ -467,7 +477,7 @@ func openParquet(file *os.File, f File, column string) (*parquetDocs, error) {
 	case leaf.MaxRepetitionLevel > 0:
 		return nil, field.Errorf("corpus file %q: column %q is a list, not one string a row: set %s to the column that holds the text", f.Path, column, field.Name("text_field"))
 	}
-	return &parquetDocs{file: file, f: f, col: leaf.ColumnIndex, groups: pf.RowGroups(), buf: make([]parquet.Value, 256)}, nil
+	return &parquetDocs{file: file, f: f, rec: rec, col: leaf.ColumnIndex, groups: pf.RowGroups(), buf: make([]parquet.Value, 256)}, nil
 }
 
 func (d *parquetDocs) next() (io.Reader, error) {
@@ -475,6 +485,13 @@ func (d *parquetDocs) next() (io.Reader, error) {
 		for d.i < d.n {
 			v := d.buf[d.i]
 			d.i++
+			d.row++ // a value a row: the column is no list
+			if n := len(v.ByteArray()); int64(n) > d.rec.max {
+				// The page that holds it is read (pages are a few MiB at
+				// most as writers write them; 2 GiB as the format
+				// allows); its text goes no further.
+				return nil, &RecordTooLongError{Path: d.f.Path, Row: d.row - 1, Field: d.rec.field, Limit: d.rec.max}
+			}
 			if !v.IsNull() && len(v.ByteArray()) > 0 {
 				d.text.Reset(v.ByteArray())
 				return &d.text, nil

@@ -430,9 +430,10 @@ func TestTexts(t *testing.T) {
 	}
 }
 
-// TestRecordLimit reads JSON lines, plain and gzip-compressed, with a
-// record longer than a small limit: Load must refuse it in one line
-// naming the file and line, and take records up to the limit.
+// TestRecordLimit reads JSON lines, plain and gzip-compressed, and
+// Parquet files with a record longer than a small limit: Load must refuse
+// it in one line naming the file and line, or row and column, and take
+// records up to the limit.
 func TestRecordLimit(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 4 << 10
@@ -444,10 +445,18 @@ func TestRecordLimit(t *testing.T) {
 	good := `{"text": "fine"}` + "\n"
 	writeFiles(t, dir, map[string]string{"long.jsonl": good + long + good, "fits.jsonl": good + fits})
 	writeGzip(t, filepath.Join(dir, "long.jsonl.gz"), []byte(good+good+long))
+	row := func(text string) parquetRow { return parquetRow{Text: text, Lang: "en"} }
+	writeParquet(t, filepath.Join(dir, "long.parquet"), []parquetRow{row("fine"), row("fine"), row("fine"), row("fine"), row(strings.Repeat("x", limit+1)), row("fine")})
+	writeParquet(t, filepath.Join(dir, "fits.parquet"), []parquetRow{row("fine"), row(strings.Repeat("y", limit))})
 	for _, tc := range []struct {
 		name string
 		line int
-	}{{"long.jsonl", 2}, {"long.jsonl.gz", 3}, {"fits.jsonl", 0}} {
+		want string // for Parquet
+	}{
+		{"long.jsonl", 2, ""}, {"long.jsonl.gz", 3, ""}, {"fits.jsonl", 0, ""},
+		{"long.parquet", -1, `long.parquet: row 4 (from 0), column "text": a text of more than 4 KiB, the record limit`},
+		{"fits.parquet", 0, ""},
+	} {
 		path := filepath.Join(dir, tc.name)
 		c, err := NewCorpus(path)
 		if err != nil {
@@ -465,6 +474,9 @@ func TestRecordLimit(t *testing.T) {
 			continue
 		}
 		want := fmt.Sprintf("%s:%d: a record of more than 4 KiB, the record limit", path, tc.line)
+		if tc.want != "" {
+			want = filepath.Join(dir, tc.want)
+		}
 		var rl *RecordTooLongError
 		if !errors.As(err, &rl) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v, want one line with %q", tc.name, err, want)

@@ -431,7 +431,7 @@ func freezeBest(dir string, r Run, done []Result) (Run, string, error) {
 			best = &done[i]
 		}
 	}
-	c, err := checkpoint.Load(filepath.Join(dir, RunsDir, best.Run, train.CheckpointDir))
+	c, err := checkpoint.LoadModel(filepath.Join(dir, RunsDir, best.Run, train.CheckpointDir))
 	if err != nil {
 		return r, "", fmt.Errorf("coefficients of run %s: %w", best.Run, err)
 	}

@@ -2,6 +2,8 @@ package hf
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -242,3 +244,50 @@ func TestShapes(t *testing.T) {
 
 // checkpointParams counts the parameters of a model of c.
 func checkpointParams(c model.Config) int64 { return checkpoint.ParamCount(c) }
+
+// TestNotFinite: a weight that is NaN or infinite is refused in one line
+// naming the file, the tensor and the element, whether the tensor is read
+// straight into its parameter or in blocks of rows to be transposed.
+func TestNotFinite(t *testing.T) {
+	for _, c := range []struct {
+		tensor string
+		at     int
+		value  float32
+	}{
+		{"model.norm.weight", 5, float32(math.NaN())},
+		{"model.layers.1.mlp.down_proj.weight", 17*80 + 3, float32(math.Inf(-1))}, // [48 80], row 17: the second block of 16
+	} {
+		t.Run(c.tensor, func(t *testing.T) {
+			dir := t.TempDir()
+			writeCheckpoint(t, dir, tinyLlama(), "BF16", 1, 1)
+			path := filepath.Join(dir, WeightsFile)
+			f, err := safetensors.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raws := map[string]safetensors.Raw{}
+			for _, info := range f.Tensors() {
+				x := make([]float32, info.Len())
+				if err := f.ReadFloat32(info.Name, x); err != nil {
+					t.Fatal(err)
+				}
+				if info.Name == c.tensor {
+					x[c.at] = c.value
+				}
+				raws[info.Name] = safetensors.Raw{DType: "BF16", Shape: info.Shape, Data: safetensors.BF16(x)}
+			}
+			f.Close()
+			if err := safetensors.WriteRaw(path, raws, nil); err != nil {
+				t.Fatal(err)
+			}
+			old := blockFloats
+			blockFloats = 1
+			defer func() { blockFloats = old }()
+			_, err = Read(dir, Options{})
+			want := fmt.Sprintf("%s: tensor %q: element %d of shape", path, c.tensor, c.at)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprint(c.value)) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %v, want one line containing %q and %v", err, want, c.value)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -574,6 +575,36 @@ func TestVariants(t *testing.T) {
 			}
 			if e := relRMS(got.Data, w32); !(e <= 1e-5) {
 				t.Errorf("logits differ from the reference by %.3g relative RMS, want ≤ 1e-5", e)
+			}
+		})
+	}
+}
+
+// TestReadInBlocks: a tensor read in blocks of 16 rows (the smallest
+// block read takes, where the variants' tensors otherwise fit in one)
+// fills the parameters bit for bit as a tensor read whole, which
+// TestVariants and TestFixtures check against the references.
+func TestReadInBlocks(t *testing.T) {
+	read := func(t *testing.T, dir string, block int) *Import {
+		old := blockFloats
+		blockFloats = block
+		defer func() { blockFloats = old }()
+		imp, err := Read(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return imp
+	}
+	for i, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeCheckpoint(t, dir, v.cfg, v.dtype, v.shards, uint64(i))
+			whole, blocks := read(t, dir, 1<<30), read(t, dir, 1)
+			for j, p := range whole.Model.Params() {
+				q := blocks.Model.Params()[j]
+				if !slices.EqualFunc(p.Value.Data, q.Value.Data, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+					t.Errorf("%s read in blocks of 16 rows differs from %s read whole", q.Name, p.Name)
+				}
 			}
 		})
 	}

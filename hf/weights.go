@@ -18,6 +18,7 @@ import (
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/safetensors"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // placement is one tensor of a Hugging Face checkpoint and where it goes
@@ -28,7 +29,8 @@ type placement struct {
 	param string // the polysketch parameter
 	// transpose says that the tensor is an nn.Linear weight, [out, in],
 	// for a parameter [in, cols] (polysketch's x·W); otherwise a matrix
-	// is [in, n] (GPT-2's Conv1D, an embedding) as the parameter is.
+	// is [in, n] (GPT-2's Conv1D, an embedding) as the parameter is, and
+	// fills it whole.
 	transpose bool
 	// offset is the first column of the parameter (a matrix) or its
 	// first element (a vector) that the tensor fills: q, k and v share
@@ -118,6 +120,7 @@ func spare(name string, c model.Config) bool {
 // shards are the open safetensors files of a model directory and which
 // file holds each tensor.
 type shards struct {
+	dir   string
 	files []*safetensors.File
 	names []string                     // of files, relative to the directory
 	where map[string]*safetensors.File // tensor name → file
@@ -133,7 +136,7 @@ func (s *shards) close() {
 // openShards opens model.safetensors of dir, or the shards its
 // model.safetensors.index.json names, and reads their headers.
 func openShards(dir string) (*shards, error) {
-	s := &shards{where: map[string]*safetensors.File{}, file: map[string]string{}}
+	s := &shards{dir: dir, where: map[string]*safetensors.File{}, file: map[string]string{}}
 	names := []string{WeightsFile}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
@@ -235,9 +238,18 @@ func (s *shards) check(dir, typ string, c model.Config, ps []placement) error {
 	return nil
 }
 
+// blockFloats is about how much of a tensor a goroutine of read holds at
+// a time: 1 MiB, which stays in cache between its conversion to float32
+// and its placing.
+var blockFloats = 1 << 18 // a variable for TestReadInBlocks
+
 // read reads every placement's tensor into the parameters of m, on up to
 // GOMAXPROCS goroutines, a tensor each at a time: the placements of one
-// parameter fill disjoint parts of it.
+// parameter fill disjoint parts of it. A tensor laid out as its part of
+// the parameter is (an embedding, a norm's gain, GPT-2's Conv1D weights)
+// is read straight into it; one that is transposed, or placed in columns
+// beside others (q, k and v in one projection), is read a block of rows
+// at a time: reading takes no memory of a tensor's size.
 func (s *shards) read(ps []placement, m *model.Model) error {
 	params := map[string]*nn.Param{}
 	for _, p := range m.Params() {
@@ -257,23 +269,7 @@ func (s *shards) read(ps []placement, m *model.Model) error {
 				if param == nil {
 					panic("hf: no parameter " + p.param + " for " + p.name)
 				}
-				n := 1
-				for _, d := range p.shape {
-					n *= d
-				}
-				if cap(buf) < n {
-					buf = make([]float32, n)
-				}
-				buf = buf[:n]
-				if err := s.where[p.name].ReadFloat32(p.name, buf); err != nil {
-					errs[i] = err
-					continue
-				}
-				if err := tensor.From(buf, n).CheckFinite("tensor " + p.name); err != nil {
-					errs[i] = fmt.Errorf("%s: %w", s.file[p.name], err)
-					continue
-				}
-				place(param.Value.Data, param.Value.Shape, buf, p)
+				errs[i] = s.readOne(p, param.Value, &buf)
 			}
 		})
 	}
@@ -286,30 +282,65 @@ func (s *shards) read(ps []placement, m *model.Model) error {
 	return nil
 }
 
+// readOne reads the tensor of p into its part of dst, with buf the
+// goroutine's buffer of blocks.
+func (s *shards) readOne(p placement, dst *tensor.Tensor, buf *[]float32) error {
+	f := s.where[p.name]
+	finite := func(x []float32, at int) error {
+		if i := vec.NonFinite(x); i >= 0 {
+			return fmt.Errorf("%s: tensor %q: element %d of shape %v is %v; a model's weights must be finite", filepath.Join(s.dir, s.file[p.name]), p.name, at+i, p.shape, x[i])
+		}
+		return nil
+	}
+	if !p.transpose {
+		// A vector, or a matrix laid out as its parameter is: placements
+		// transposes every matrix that shares its parameter.
+		part := dst.Data[p.offset : p.offset+tensorLen(p.shape)]
+		if err := f.ReadFloat32(p.name, part); err != nil {
+			return err
+		}
+		return finite(part, 0)
+	}
+	rows, cols := p.shape[0], p.shape[1]
+	step := min(rows, max(transposeBlock, blockFloats/cols/transposeBlock*transposeBlock))
+	if cap(*buf) < step*cols {
+		*buf = make([]float32, step*cols)
+	}
+	for r0 := 0; r0 < rows; r0 += step {
+		block := (*buf)[:min(step, rows-r0)*cols]
+		if err := f.ReadFloat32At(p.name, block, int64(r0*cols)); err != nil {
+			return err
+		}
+		if err := finite(block, r0*cols); err != nil {
+			return err
+		}
+		place(dst.Data, dst.Shape, block, p, r0)
+	}
+	return nil
+}
+
+func tensorLen(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
 // transposeBlock is the side of the tiles place and take transpose a
 // matrix in: 16 float32 make one cache line, written or read whole.
 const transposeBlock = 16
 
-// place writes a checkpoint tensor t into the parameter data dst of
-// shape as p says.
-func place(dst []float32, shape []int, t []float32, p placement) {
-	if len(shape) == 1 {
-		copy(dst[p.offset:], t)
-		return
-	}
-	cols := shape[1]
-	if !p.transpose {
-		n := p.shape[1]
-		for i := range p.shape[0] {
-			copy(dst[i*cols+p.offset:i*cols+p.offset+n], t[i*n:(i+1)*n])
-		}
-		return
-	}
-	out, in := p.shape[0], p.shape[1]
+// place writes rows r0 … r0+len(t)/in of the checkpoint matrix of p, an
+// nn.Linear weight [out, in] held in t, transposed into their columns of
+// the parameter data dst of shape.
+func place(dst []float32, shape []int, t []float32, p placement, r0 int) {
+	cols, in := shape[1], p.shape[1]
+	out := len(t) / in
 	for o0 := 0; o0 < out; o0 += transposeBlock {
 		o1 := min(o0+transposeBlock, out)
 		for i := range in {
-			row := dst[i*cols+p.offset : i*cols+p.offset+out]
+			row := dst[i*cols+p.offset+r0 : i*cols+p.offset+r0+out]
 			for o := o0; o < o1; o++ {
 				row[o] = t[o*in+i]
 			}

@@ -126,10 +126,12 @@ func (o *AdamW) State() map[string]*tensor.Tensor {
 	return s
 }
 
-// LoadState copies moments saved by State into the optimizer. It fails,
-// changing nothing, if an entry is missing, has the wrong shape or a
-// non-finite value, or names no parameter of this optimizer. Step is not
-// part of the map; set it separately.
+// LoadState takes moments saved by State as the optimizer's own: the
+// tensors of state become its moments, not copies of them, so that a
+// resumed run holds its moments once. It fails, changing nothing, if an
+// entry is missing, has the wrong shape or a non-finite value, or names
+// no parameter of this optimizer. Step is not part of the map; set it
+// separately.
 func (o *AdamW) LoadState(state map[string]*tensor.Tensor) error {
 	want := o.State()
 	for key, dst := range want {
@@ -154,8 +156,8 @@ func (o *AdamW) LoadState(state map[string]*tensor.Tensor) error {
 		sort.Strings(extra)
 		return fmt.Errorf("adamw: optimizer state has entries for unknown parameters: %q", extra)
 	}
-	for key, dst := range want {
-		dst.CopyFrom(state[key])
+	for i, p := range o.params {
+		o.m[i], o.v[i] = state[p.Name+".m"], state[p.Name+".v"]
 	}
 	return nil
 }

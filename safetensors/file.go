@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
+	"sync"
+	"unsafe"
 
 	"github.com/polysketch/polysketch/internal/regular"
 )
@@ -17,9 +18,10 @@ import (
 // against a configuration before reading any data. Open checks the whole
 // header, as Read does, and that the tensors tile the rest of the file.
 type File struct {
-	path    string
-	f       *os.File
-	start   int64 // offset of the data buffer
+	path    string // in errors; "" for NewFile's
+	r       io.ReaderAt
+	closer  io.Closer // nil for NewFile's
+	start   int64     // offset of the data buffer
 	entries []entry
 	byName  map[string]int
 	meta    map[string]string
@@ -59,7 +61,7 @@ func open(path string) (*File, error) {
 		osf.Close()
 		return nil, err
 	}
-	f := &File{path: path, f: osf}
+	f := &File{path: path, r: osf, closer: osf}
 	if err := f.readHeader(st.Size()); err != nil {
 		osf.Close()
 		return nil, err
@@ -67,10 +69,24 @@ func open(path string) (*File, error) {
 	return f, nil
 }
 
+// NewFile reads the header of the safetensors file of size bytes that r
+// reads, as Open does. Reads of r go front to back: the header, then each
+// tensor that is read, in the order asked, in pieces of at most 1 MiB; a
+// reader that hashes what it serves (a checkpoint checking its files'
+// checksums) sees the whole file in order when the tensors are read in the
+// order Tensors lists them. Errors do not name the file: the caller does.
+func NewFile(r io.ReaderAt, size int64) (*File, error) {
+	f := &File{r: r}
+	if err := f.readHeader(size); err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	return f, nil
+}
+
 // readHeader reads and checks the header of a file of size bytes.
 func (f *File) readHeader(size int64) error {
 	var lenBuf [8]byte
-	if _, err := io.ReadFull(f.f, lenBuf[:]); err != nil {
+	if _, err := f.r.ReadAt(lenBuf[:], 0); err != nil {
 		return fmt.Errorf("file too short for the 8-byte header length: %w", unexpectedEOF(err))
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
@@ -81,7 +97,7 @@ func (f *File) readHeader(size int64) error {
 		return fmt.Errorf("header length %d exceeds the %d bytes after the length field (truncated, or not a safetensors file?)", n, size-8)
 	}
 	header := make([]byte, n)
-	if _, err := io.ReadFull(f.f, header); err != nil {
+	if _, err := f.r.ReadAt(header, 8); err != nil {
 		return fmt.Errorf("reading the %d-byte header: %w", n, unexpectedEOF(err))
 	}
 	entries, meta, err := parseHeader(header)
@@ -103,8 +119,13 @@ func (f *File) readHeader(size int64) error {
 	return nil
 }
 
-// Close closes the file.
-func (f *File) Close() error { return f.f.Close() }
+// Close closes the file that Open opened; for NewFile's, it does nothing.
+func (f *File) Close() error {
+	if f.closer == nil {
+		return nil
+	}
+	return f.closer.Close()
+}
 
 // Metadata returns the header's metadata, nil if it has none.
 func (f *File) Metadata() map[string]string { return f.meta }
@@ -128,59 +149,114 @@ func (f *File) Lookup(name string) (Info, bool) {
 	return Info{Name: e.name, DType: e.dtype, Shape: slices.Clone(e.shape)}, true
 }
 
-// chunkBytes is how much of a tensor ReadFloat32 reads at a time.
+// chunkBytes is how much of a tensor ReadFloat32At reads at a time: small
+// enough to stay in cache between the read and its conversion (or a
+// hashing reader's pass over it).
 const chunkBytes = 1 << 20
+
+// chunks are the buffers of the conversions, shared by every File: a
+// goroutine reading a tensor holds one.
+var chunks = sync.Pool{New: func() any { return new([chunkBytes]byte) }}
+
+// littleEndian reports whether float32 is stored as safetensors stores
+// it, so that F32 data can be read straight into a []float32.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // ReadFloat32 reads the tensor called name, of dtype F32, F16, BF16 or
 // F64, into dst as float32 (as Options.Convert converts); dst must have
 // its number of elements.
 func (f *File) ReadFloat32(name string, dst []float32) error {
-	e, err := f.entry(name, len(dst))
+	e, err := f.entry(name)
 	if err != nil {
 		return err
 	}
+	if count, _ := volume(e.shape); count != int64(len(dst)) {
+		return f.errorf("tensor %q of shape %v into a buffer of %d elements", name, e.shape, len(dst))
+	}
+	return f.readFloat32(e, dst, 0)
+}
+
+// ReadFloat32At reads elements off to off+len(dst) of the tensor called
+// name, in its row-major order, as ReadFloat32 reads them all: a tensor
+// read in parts, such as the rows of a matrix that is transposed on the
+// way in, needs no buffer of its size.
+func (f *File) ReadFloat32At(name string, dst []float32, off int64) error {
+	e, err := f.entry(name)
+	if err != nil {
+		return err
+	}
+	if count, _ := volume(e.shape); off < 0 || off > count || int64(len(dst)) > count-off {
+		return f.errorf("tensor %q of shape %v: elements %d to %d are outside it", name, e.shape, off, off+int64(len(dst)))
+	}
+	return f.readFloat32(e, dst, off)
+}
+
+func (f *File) readFloat32(e entry, dst []float32, off int64) error {
 	dt := dtypes[e.dtype]
 	if dt.convert == nil {
-		return fmt.Errorf("safetensors: %s: tensor %q: dtype %s is not a float (F32, F16, BF16, F64)", f.path, name, e.dtype)
+		return f.errorf("tensor %q: dtype %s is not a float (F32, F16, BF16, F64)", e.name, e.dtype)
 	}
-	buf := make([]byte, min(e.end-e.begin, chunkBytes))
-	for at := e.begin; at < e.end; {
-		b := buf[:min(int64(len(buf)), e.end-at)]
-		if _, err := f.f.ReadAt(b, f.start+at); err != nil {
-			return fmt.Errorf("safetensors: %s: tensor %q: %w", f.path, name, unexpectedEOF(err))
+	at := f.start + e.begin + off*int64(dt.size)
+	if e.dtype == "F32" && littleEndian {
+		// The bytes are the floats: read them in place.
+		for len(dst) > 0 {
+			k := min(len(dst), chunkBytes/4)
+			b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), 4*k)
+			if _, err := f.r.ReadAt(b, at); err != nil {
+				return f.errorf("tensor %q: %w", e.name, unexpectedEOF(err))
+			}
+			dst, at = dst[k:], at+int64(len(b))
 		}
-		out := dst[(at-e.begin)/int64(dt.size):]
+		return nil
+	}
+	buf := chunks.Get().(*[chunkBytes]byte)
+	defer chunks.Put(buf)
+	for len(dst) > 0 {
+		k := min(len(dst), chunkBytes/dt.size)
+		b := buf[:k*dt.size]
+		if _, err := f.r.ReadAt(b, at); err != nil {
+			return f.errorf("tensor %q: %w", e.name, unexpectedEOF(err))
+		}
+		out := dst[:k]
 		switch e.dtype {
 		case "F32":
-			for i := range len(b) / 4 {
+			for i := range out {
 				out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 			}
 		case "BF16":
-			for i := range len(b) / 2 {
+			for i := range out {
 				out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 			}
 		default:
-			for i := range len(b) / dt.size {
+			for i := range out {
 				out[i] = dt.convert(b[i*dt.size:])
 			}
 		}
-		at += int64(len(b))
+		dst, at = dst[k:], at+int64(len(b))
 	}
 	return nil
+}
+
+// errorf returns an error of the package naming the file, if it has a
+// name.
+func (f *File) errorf(format string, args ...any) error {
+	if f.path == "" {
+		return fmt.Errorf("safetensors: "+format, args...)
+	}
+	return fmt.Errorf("safetensors: %s: "+format, append([]any{f.path}, args...)...)
 }
 
 // ReadInt64 reads the tensor called name, of an integer dtype (I8 … I64,
 // U8 … U32, BOOL; U64 within int64), as int64.
 func (f *File) ReadInt64(name string) ([]int64, error) {
-	i, ok := f.byName[name]
-	if !ok {
-		return nil, fmt.Errorf("safetensors: %s: no tensor %q", f.path, name)
+	e, err := f.entry(name)
+	if err != nil {
+		return nil, err
 	}
-	e := f.entries[i]
 	size := dtypes[e.dtype].size
 	b := make([]byte, e.end-e.begin)
-	if _, err := f.f.ReadAt(b, f.start+e.begin); err != nil {
-		return nil, fmt.Errorf("safetensors: %s: tensor %q: %w", f.path, name, unexpectedEOF(err))
+	if _, err := f.r.ReadAt(b, f.start+e.begin); err != nil {
+		return nil, f.errorf("tensor %q: %w", name, unexpectedEOF(err))
 	}
 	out := make([]int64, len(b)/max(size, 1))
 	for i := range out {
@@ -191,7 +267,7 @@ func (f *File) ReadInt64(name string) ([]int64, error) {
 		case "U64":
 			v := binary.LittleEndian.Uint64(p)
 			if v > math.MaxInt64 {
-				return nil, fmt.Errorf("safetensors: %s: tensor %q: element %d = %d exceeds int64", f.path, name, i, v)
+				return nil, f.errorf("tensor %q: element %d = %d exceeds int64", name, i, v)
 			}
 			out[i] = int64(v)
 		case "I32":
@@ -207,21 +283,17 @@ func (f *File) ReadInt64(name string) ([]int64, error) {
 		case "U8", "BOOL":
 			out[i] = int64(p[0])
 		default:
-			return nil, fmt.Errorf("safetensors: %s: tensor %q: dtype %s is not an integer", f.path, name, e.dtype)
+			return nil, f.errorf("tensor %q: dtype %s is not an integer", name, e.dtype)
 		}
 	}
 	return out, nil
 }
 
-// entry returns the entry of name, which must have n elements.
-func (f *File) entry(name string, n int) (entry, error) {
+// entry returns the entry of the tensor called name.
+func (f *File) entry(name string) (entry, error) {
 	i, ok := f.byName[name]
 	if !ok {
-		return entry{}, fmt.Errorf("safetensors: %s: no tensor %q", f.path, name)
+		return entry{}, f.errorf("no tensor %q", name)
 	}
-	e := f.entries[i]
-	if count, _ := volume(e.shape); count != int64(n) {
-		return entry{}, fmt.Errorf("safetensors: %s: tensor %q of shape %v into a buffer of %d elements", f.path, name, e.shape, n)
-	}
-	return e, nil
+	return f.entries[i], nil
 }

@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"os"
@@ -137,5 +138,79 @@ func TestOpenTruncated(t *testing.T) {
 	}
 	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("Open of a truncated file: %v, want an error naming it", err)
+	}
+}
+
+// orderedReader is an io.ReaderAt that records the offsets it is read at.
+type orderedReader struct {
+	b    []byte
+	offs []int64
+}
+
+func (r *orderedReader) ReadAt(p []byte, off int64) (int, error) {
+	r.offs = append(r.offs, off)
+	return bytes.NewReader(r.b).ReadAt(p, off)
+}
+
+// TestNewFileReadsInOrder: a File over any io.ReaderAt reads the header
+// and then each tensor asked for in order, front to back, so that a
+// reader hashing what it serves sees the whole file once when the tensors
+// are read in the order Tensors lists them; ReadFloat32At reads any part
+// of a tensor.
+func TestNewFileReadsInOrder(t *testing.T) {
+	x := make([]float32, 3*chunkBytes/4/2+5) // one chunk and a half of F32, three of BF16
+	for i := range x {
+		x[i] = float32(i%256) - 128 // exact in BF16 and F16
+	}
+	var buf bytes.Buffer
+	err := EncodeRaw(&buf, map[string]Raw{
+		"a": {DType: "F32", Shape: []int{len(x)}, Data: f32Bytes(x)},
+		"b": {DType: "BF16", Shape: []int{len(x)}, Data: BF16(x)},
+		"c": {DType: "F16", Shape: []int{5, 1}, Data: F16(x[:5])},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &orderedReader{b: buf.Bytes()}
+	f, err := NewFile(r, int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(x))
+	for _, info := range f.Tensors() {
+		if err := f.ReadFloat32(info.Name, got[:info.Len()]); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[:info.Len()], x[:info.Len()]) {
+			t.Errorf("%s read back differs", info.Name)
+		}
+	}
+	next := int64(0)
+	for i, off := range r.offs {
+		if off < next {
+			t.Fatalf("read %d at offset %d, after reading up to %d", i, off, next)
+		}
+		next = off
+	}
+	for _, name := range []string{"a", "b"} {
+		part := make([]float32, chunkBytes/4)
+		if err := f.ReadFloat32At(name, part, 7); err != nil || !slices.Equal(part, x[7:7+len(part)]) {
+			t.Errorf("ReadFloat32At(%s, 7): %v, or values that differ", name, err)
+		}
+	}
+	for _, bad := range []struct {
+		err  error
+		want string
+	}{
+		{f.ReadFloat32At("c", make([]float32, 2), 4), "elements 4 to 6 are outside it"},
+		{f.ReadFloat32At("c", nil, -1), "elements -1 to -1 are outside it"},
+		{f.ReadFloat32At("none", nil, 0), `safetensors: no tensor "none"`},
+	} {
+		if bad.err == nil || !strings.Contains(bad.err.Error(), bad.want) {
+			t.Errorf("error %v, want one containing %q", bad.err, bad.want)
+		}
+	}
+	if _, err := NewFile(r, int64(buf.Len())-1); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("NewFile of a size one short: %v", err)
 	}
 }

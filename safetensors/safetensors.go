@@ -30,6 +30,7 @@ import (
 	"slices"
 	"sort"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/polysketch/polysketch/internal/atomicfile"
 	"github.com/polysketch/polysketch/internal/regular"
@@ -522,9 +523,25 @@ func encode(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(header)))
 	bw.Write(lenBuf[:])
 	bw.Write(header)
+	if littleEndian {
+		// The data's chunks then go through the buffer without a copy.
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+	}
 	var scratch [4096]byte
 	for _, name := range names {
 		data := tensors[name].Data
+		for littleEndian && len(data) > 0 {
+			// The floats are their bytes: write them as they are, a
+			// chunk at a time, which a hashing writer below hashes
+			// while it is in cache.
+			k := min(len(data), chunkBytes/4)
+			if _, err := bw.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*k)); err != nil {
+				return err
+			}
+			data = data[k:]
+		}
 		for len(data) > 0 {
 			k := min(len(data), len(scratch)/4)
 			for i, v := range data[:k] {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 )
 
@@ -37,19 +39,24 @@ import (
 // first when the cache passes its budget; a node's ancestors are always
 // used more recently than it, so that only leaves are evicted.
 
-// prefixCache is the scheduler goroutine's own.
+// prefixCache is the scheduler goroutine's own, but for fills, which
+// scheduler.mu guards.
 type prefixCache struct {
 	block   int   // tokens per block: the prefill chunk
 	budget  int64 // bytes
 	used    int64
 	entries int // nodes with a snapshot
 	root    node
-	lru     list.List // of *node, every node but the root, most recent first
-	fills   []*job    // waiting for a slot
-	key     []byte    // scratch for map lookups
-	kvRow   int64     // bytes of KV cache per position, 0 for a recurrent state
-	id      [32]byte  // what a cache file must name to be used (cacheIdentity)
-	met     *cacheMetrics
+	lru     list.List   // of *node, every node but the root, most recent first
+	fills   []*job      // waiting for a slot
+	answers chan answer // to encodeAnswers
+	// encoding counts the answers handed to encodeAnswers whose fill is
+	// not queued yet: the scheduler is idle only without any.
+	encoding atomic.Int64
+	key      []byte   // scratch for map lookups
+	kvRow    int64    // bytes of KV cache per position, 0 for a recurrent state
+	id       [32]byte // what a cache file must name to be used (cacheIdentity)
+	met      *cacheMetrics
 }
 
 // node is a block of tokens on a path from the root, with the state after
@@ -112,7 +119,7 @@ func newCacheMetrics(reg *prometheus.Registry) *cacheMetrics {
 // newPrefixCache returns an empty cache of budget bytes for blocks of
 // block tokens.
 func newPrefixCache(block int, budget int64, met *cacheMetrics) *prefixCache {
-	c := &prefixCache{block: block, budget: budget, met: met}
+	c := &prefixCache{block: block, budget: budget, met: met, answers: make(chan answer, maxAnswers)}
 	c.lru.Init()
 	return c
 }
@@ -293,35 +300,77 @@ func (c *prefixCache) reached(j *job) {
 	c.insert(j.prompt[:j.fed], snap)
 }
 
-// finished queues the fill of a chat job that has ended: its prompt and
-// its answer as the next turn renders them (see chatPrompt), whole
-// blocks of them, read in aligned chunks so that the states are those a
-// cold start computes. A nil cache does nothing.
+// answer is a finished chat job's part in a fill: its prompt and the text
+// of its answer as the next turn renders it.
+type answer struct {
+	prompt []int32
+	text   []byte
+	tok    tokenizer.Tokenizer
+	limit  int
+}
+
+// maxAnswers bounds the answers waiting to be encoded; beyond it a
+// finished chat's answer is not cached.
+const maxAnswers = 64
+
+// finished hands the answer of a chat job that has ended to the
+// scheduler's encoder (encodeAnswers), which queues its fill: its prompt
+// and its answer as the next turn renders them (see chatPrompt). A nil
+// cache does nothing. The scheduler's goroutine never encodes: a hostile
+// pre-tokenizer pattern may take up to tokenizer.MatchTimeout a match,
+// and every sequence would wait for it.
 func (c *prefixCache) finished(j *job) {
 	if c == nil || !j.cache.chat || j.cache.fill {
 		return
 	}
-	// The answer's tokens, each match of a hostile pre-tokenizer pattern
-	// bounded by tokenizer.MatchTimeout; a text it gives up on is not
-	// cached.
-	answer, err := j.tok.Encode(context.Background(), nil, []byte(turnContent(string(j.cache.answer))+"\n"))
-	if err != nil {
-		return
+	a := answer{prompt: j.prompt, text: []byte(turnContent(string(j.cache.answer)) + "\n"), tok: j.tok, limit: j.limit}
+	c.encoding.Add(1)
+	select {
+	case c.answers <- a:
+	default: // the encoder is behind: this answer is not cached
+		c.encoding.Add(-1)
 	}
-	ids := append(slices.Clone(j.prompt), answer...)
+}
+
+// encodeAnswers encodes the answers that finished hands it, until their
+// channel is closed, and queues the fill of each: whole blocks of its
+// prompt and answer, read in aligned chunks so that the states are those
+// a cold start computes. It runs on a goroutine of its own; ctx ends an
+// encoding when the scheduler stops.
+func (s *scheduler) encodeAnswers(ctx context.Context) {
+	c := s.cache
+	for a := range c.answers {
+		fill := c.fill(ctx, a)
+		s.mu.Lock()
+		if fill != nil {
+			if len(c.fills) == maxFills {
+				c.fills = c.fills[1:]
+			}
+			c.fills = append(c.fills, fill)
+		}
+		c.encoding.Add(-1)
+		s.mu.Unlock()
+		s.signal()
+	}
+}
+
+// fill returns the fill of answer a, nil for none.
+func (c *prefixCache) fill(ctx context.Context, a answer) *job {
+	// Each match of a hostile pattern is bounded by
+	// tokenizer.MatchTimeout; a text it gives up on is not cached.
+	ids, err := a.tok.Encode(ctx, slices.Clone(a.prompt), a.text)
+	if err != nil {
+		return nil
+	}
 	n := len(ids)
-	if j.limit > 0 {
-		n = min(n, j.limit)
+	if a.limit > 0 {
+		n = min(n, a.limit)
 	}
 	n -= n % c.block
-	if n <= len(j.prompt)-1-(len(j.prompt)-1)%c.block {
-		return // no block past the prompt's own last state
+	if n <= len(a.prompt)-1-(len(a.prompt)-1)%c.block {
+		return nil // no block past the prompt's own last state
 	}
-	fill := &job{prompt: ids[:n], limit: j.limit, kv: c.kvRow * int64(n), out: newMailbox(), cache: cacheJob{fill: true}}
-	if len(c.fills) == maxFills {
-		c.fills = c.fills[1:]
-	}
-	c.fills = append(c.fills, fill)
+	return &job{prompt: ids[:n], limit: a.limit, kv: c.kvRow * int64(n), out: newMailbox(), cache: cacheJob{fill: true}}
 }
 
 // admitFills starts waiting fills while there are free slots; s.mu is

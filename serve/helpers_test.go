@@ -49,6 +49,12 @@ func byteIDs(s string) []int32 {
 // an httptest server, closed at the end of the test.
 func newTest(t testing.TB, o Options, m *model.Model) (*Server, *httptest.Server) {
 	t.Helper()
+	return newTestWith(t, o, m, tokenizer.Byte)
+}
+
+// newTestWith is newTest with the tokenizer tok.
+func newTestWith(t testing.TB, o Options, m *model.Model, tok tokenizer.Tokenizer) (*Server, *httptest.Server) {
+	t.Helper()
 	if m == nil {
 		m = testModel(t, testConfig())
 	}
@@ -59,7 +65,7 @@ func newTest(t testing.TB, o Options, m *model.Model) (*Server, *httptest.Server
 		o.Name = "test"
 	}
 	s := New(o)
-	if err := s.Ready(m, tokenizer.Byte); err != nil {
+	if err := s.Ready(m, tok); err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s)

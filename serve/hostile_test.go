@@ -1,10 +1,9 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -45,16 +44,7 @@ func hostileTokenizer(t testing.TB) tokenizer.Tokenizer {
 // server.
 func readyWith(t testing.TB, tok tokenizer.Tokenizer) (*Server, *httptest.Server) {
 	t.Helper()
-	s := New(Options{Name: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := s.Ready(testModel(t, testConfig()), tok); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ts.Close()
-		s.Close()
-	})
-	return s, ts
+	return newTestWith(t, Options{}, nil, tok)
 }
 
 // TestPromptPatternBound sends a 41-byte prompt on which the tokenizer's
@@ -156,4 +146,59 @@ func labeledValue(t testing.TB, s *Server, name string, labels ...string) float6
 		}
 	}
 	return 0
+}
+
+// answerBlocker encodes as the byte tokenizer, but holds the encoding of
+// a finished chat's answer for the prefix cache (a text ending in a
+// newline, which no prompt of the test ends in) until release is closed
+// or its context is done.
+type answerBlocker struct {
+	tokenizer.Tokenizer
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b answerBlocker) Encode(ctx context.Context, dst []int32, text []byte) ([]int32, error) {
+	if bytes.HasSuffix(text, []byte("\n")) {
+		select {
+		case b.started <- struct{}{}:
+		default:
+		}
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return dst, ctx.Err()
+		}
+	}
+	return b.Tokenizer.Encode(ctx, dst, text)
+}
+
+// TestAnswerEncodingHoldsNoSequence holds the prefix cache's encoding of
+// a finished chat's answer, as a hostile pre-tokenizer pattern holds it
+// for up to tokenizer.MatchTimeout a match, and requires other requests
+// to be served meanwhile: the encoding is not the scheduler's to wait for.
+func TestAnswerEncodingHoldsNoSequence(t *testing.T) {
+	tok := answerBlocker{Tokenizer: tokenizer.Byte, started: make(chan struct{}, 1), release: make(chan struct{})}
+	_, ts := newTestWith(t, Options{PrefillChunk: cacheChunk, CacheMemory: 256 << 20}, nil, tok)
+	defer close(tok.release)
+	if code, _, b := call(t, "POST", ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`); code != http.StatusOK {
+		t.Fatalf("chat: %d %s", code, b)
+	}
+	select {
+	case <-tok.started:
+	case <-time.After(time.Minute):
+		t.Fatal("the chat's answer was not encoded for the prefix cache within a minute")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if code, _, b := call(t, "POST", ts.URL+"/v1/completions", `{"prompt":"hello","max_tokens":8,"temperature":0}`); code != http.StatusOK {
+			t.Errorf("completion: %d %s", code, b)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a completion was not answered in a minute while a finished chat's answer was being encoded: the scheduler waits for the encoding")
+	}
 }

@@ -166,7 +166,9 @@ func idle(s *Server) bool {
 	l := s.loaded()
 	l.sched.mu.Lock()
 	defer l.sched.mu.Unlock()
-	return len(l.sched.queue) == 0 && l.sched.kvUsed == 0 && activeGauge(s) == 0
+	c := l.sched.cache
+	return len(l.sched.queue) == 0 && l.sched.kvUsed == 0 && activeGauge(s) == 0 &&
+		(c == nil || c.encoding.Load() == 0 && len(c.fills) == 0)
 }
 
 func activeGauge(s *Server) float64 {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -200,6 +201,19 @@ func (s *scheduler) close() {
 // run is the scheduler's loop.
 func (s *scheduler) run() {
 	defer close(s.done)
+	if s.cache != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		encoded := make(chan struct{})
+		go func() {
+			defer close(encoded)
+			s.encodeAnswers(ctx)
+		}()
+		defer func() {
+			cancel()
+			close(s.cache.answers) // only this goroutine sends on it
+			<-encoded
+		}()
+	}
 	for {
 		s.mu.Lock()
 		closed := s.closed

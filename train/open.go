@@ -39,9 +39,14 @@ type Saved struct {
 // beside it. Every command that reads a checkpoint opens it here, where the
 // ids the model may be given are checked against its embedding: a
 // tokenizer with more tokens than the embedding has rows is refused.
-func Open(path string) (*Saved, error) {
+//
+// Open reads the model alone (checkpoint.LoadModel): the optimizer state
+// is verified but not kept, as only a resumed run needs it (OpenRun).
+func Open(path string) (*Saved, error) { return open(path, checkpoint.LoadModel) }
+
+func open(path string, load func(string) (*checkpoint.Checkpoint, error)) (*Saved, error) {
 	dir := CheckpointIn(path)
-	c, err := checkpoint.Load(dir)
+	c, err := load(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -155,10 +160,11 @@ func (s *Saved) Recipe() (Config, bool) {
 	return tc, true
 }
 
-// OpenRun opens the checkpoint of the run in dir to resume it: Open, and
-// the training configuration the checkpoint records, which it must.
+// OpenRun opens the checkpoint of the run in dir to resume it: Open with
+// the optimizer state (checkpoint.Load), and the training configuration
+// the checkpoint records, which it must.
 func OpenRun(dir string) (*Saved, Config, error) {
-	s, err := Open(filepath.Join(dir, CheckpointDir))
+	s, err := open(filepath.Join(dir, CheckpointDir), checkpoint.Load)
 	if err != nil {
 		return nil, Config{}, err
 	}

@@ -99,7 +99,7 @@ func corpusFlags(fs *flag.FlagSet, paths *[]string, field, cacheDir *string, max
 	if *maxRecord == 0 {
 		*maxRecord = data.DefaultMaxRecord
 	}
-	fs.Var(maxRecord, "max-record", "the longest JSON-lines record (a line) to read, as 64MiB: a longer one is refused, as it would take as much memory")
+	fs.Var(maxRecord, "max-record", "the longest record to read, a JSON-lines line or a Parquet text, as 64MiB: a longer one is refused, as it would take as much memory")
 	fs.Var(&listFlag{list: paths}, "corpus", "files (text, JSON lines .jsonl/.ndjson, Parquet .parquet; .gz: gzip), directories or glob patterns, comma-separated or repeated (default: "+defCorpus+")")
 	if field != nil {
 		fs.StringVar(field, "text-field", *field, "field of JSON-lines records, or column of Parquet files, that holds the text (default: "+defField+")")

@@ -77,8 +77,11 @@ func TestImportFixtures(t *testing.T) {
 			dir := t.TempDir()
 			ck := filepath.Join(dir, "ck")
 			out := runOK(t, "import", fixture(name), "--out", ck)
-			if !strings.Contains(out, "written and verified") {
+			if !strings.Contains(out, "written and verified in") {
 				t.Errorf("import said:\n%s", out)
+			}
+			if err := checkpoint.Verify(ck); err != nil {
+				t.Error(err)
 			}
 			logits := filepath.Join(dir, "logits.safetensors")
 			runOK(t, "logits", "--checkpoint", ck, "--ids", filepath.Join(fixture(name), "reference.safetensors"), "--out", logits)

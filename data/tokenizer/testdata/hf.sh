@@ -33,7 +33,7 @@ else
 fi
 go build -o "$tmp/polysketch" ./cmd/polysketch || exit 1
 # A vocabulary of 2000 fitted to the repository's Go source.
-if ! "$tmp/polysketch" tokenizer train --corpus . --vocab-size 2000 --out "$tmp/trained" >"$tmp/train.log" 2>&1; then
+if ! "$tmp/polysketch" tokenizer train --corpus '*/*.go,*/*/*.go' --vocab-size 2000 --out "$tmp/trained" >"$tmp/train.log" 2>&1; then
   cat "$tmp/train.log"; exit 1
 fi
 # Node resolves an import from the script's directory upward (not from
