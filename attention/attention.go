@@ -49,6 +49,14 @@ type kernelOptions struct {
 	CumSum     bool       // per-token cumulative sums instead of the block algorithm (polysketch baseline; implies !Local)
 	Remat      bool       // keep nothing per block for backward; recompute it ("checkpoint attention")
 	Seed       uint64     // seed of the random sketch
+	Heads      int        // H, heads per sequence: the per-head parameters of Scale and Mix (0: from the first Forward)
+
+	// The pieces that fit a linear mechanism to a softmax teacher (see
+	// engine_mixed.go); each needs the engine's blocks (no CumSum), Softmax
+	// and Mix also Local.
+	Softmax bool // the local exact blocks weigh by exp(q·k) instead of (q·k)^p, under one normalizer with the rest
+	Mix     bool // a learned per-head weight e^β on the feature weights outside the local blocks
+	Scale   bool // a learned per-head temperature e^s on q and k
 }
 
 // defaultKernelOptions returns the settings of the paper's main experiments:

@@ -39,6 +39,15 @@ var conformanceCases = []conformanceCase{
 	{spec: "polynomial:block=8", ref: refExact(Polynomial, 4), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "polysketch:block=8:sketch-size=8", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
 	{spec: "polysketch:block=8:sketch-size=8:learned", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
+	// The student of a softmax teacher (engine_mixed.go): softmax local
+	// blocks under one normalizer with the sketch, a learned mix and
+	// temperature; and polynomial local blocks with a mix. (A learned
+	// sketch normalizes its input, so that non-causal attention, which
+	// has no local blocks, does not depend on the temperature: the causal
+	// learned student with a temperature is TestStudentLearnedScale's.)
+	{spec: "polysketch:block=8:sketch-size=8:local-softmax:mix:scale", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
+	{spec: "polysketch:block=8:sketch-size=8:learned:local-softmax:mix", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
+	{spec: "polysketch:block=8:sketch-size=8:mix:scale", ref: refPolysketchOf, tol: 1e-4, eps: 1e-2, gradTol: 3e-2, decodeTol: 1e-4},
 	{spec: "elu:block=8", ref: perHead(refELU), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "elu:block=8:cumsum", ref: perHead(refELU), tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
 	{spec: "performer:block=8:features=16", ref: refPerformerOf, tol: 1e-5, eps: 1e-2, gradTol: 2e-2, decodeTol: 1e-5},
@@ -79,9 +88,9 @@ func refPolysketchOf(m Mechanism, causal bool, q, k, v *tensor.Tensor) []float64
 		return refSketched(q, k, v, o, func(x []float64) []float64 {
 			next := 0
 			return refLearned(x, o.Degree/2, ps, &next)
-		})
+		}, tuneOf(a))
 	}
-	return refPolysketch(q, k, v, o, a.SketchMatrices())
+	return refPolysketch(q, k, v, o, a.SketchMatrices(), tuneOf(a))
 }
 
 // build returns the row's mechanism, sized for head size h.

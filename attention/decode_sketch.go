@@ -57,8 +57,12 @@ type sketchDecoder struct {
 	bh, h     int
 	b, p      int  // block size and degree
 	local     bool // exact weights inside the current block
-	ro, F, kw int  // sketch width, features, floats kept per key in the block
-	stateSize int  // F·h + F
+	softmax   bool // exact weights exp(q·k) instead of (q·k)^p (engine_mixed.go)
+	mixed     bool // Softmax or Mix: local and cross terms relative to a reference per row
+	tune      *tuning
+	qs, kt    []float32 // Scale: the Step's q̃ and k̃
+	ro, F, kw int       // sketch width, features, floats kept per key in the block
+	stateSize int       // F·h + F
 	n         int
 
 	prefix []float32 // [bh × stateSize]: Z_l (F×h) then ζ_l (F)
@@ -118,8 +122,12 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	proj := a.projFor(h) // the mechanism's own: drawn (or built) now if no Forward ran yet
 	_, ro, preW := proj.dims()
 	bh := B * H
+	a.tuneFor(H, h)
 	d := &sketchDecoder{fm: &a.fm, proj: proj, kproj: a.kproj, bh: bh, h: h, b: o.Block, p: o.Degree, local: o.Local && !o.CumSum,
-		ro: ro, F: a.fm.lift.features(ro)}
+		softmax: o.Softmax, mixed: o.Softmax || o.Mix, tune: a.tune, ro: ro, F: a.fm.lift.features(ro)}
+	if d.tune != nil && d.tune.scale != nil {
+		d.qs, d.kt = make([]float32, bh*h), make([]float32, bh*h)
+	}
 	d.stateSize = d.F*h + d.F
 	d.kw = h
 	if !d.local {
@@ -170,6 +178,9 @@ func (d *sketchDecoder) Reset() {
 func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 	n := checkStep("Decoder.Step", d.bh, d.h, o, q, k, v)
 	d.o, d.q, d.k, d.v = o.Data, q.Data, k.Data, v.Data
+	if d.qs != nil {
+		d.scaleInputs(n)
+	}
 	if n == 1 && d.ls == nil {
 		d.step()
 	} else {
@@ -183,6 +194,52 @@ func (d *sketchDecoder) Step(o, q, k, v *tensor.Tensor) {
 	}
 	d.o, d.q, d.k, d.v = nil, nil, nil, nil
 	d.n += n
+}
+
+// scaleInputs points d.q and d.k at q̃ and k̃ of the Step's n positions
+// (Scale).
+func (d *sketchDecoder) scaleInputs(n int) {
+	size := n * d.h
+	if len(d.qs) < d.bh*size {
+		d.qs, d.kt = make([]float32, d.bh*size), make([]float32, d.bh*size)
+	}
+	for i := range d.bh {
+		f := d.tune.factor(i)
+		qs, ks := d.qs[i*size:(i+1)*size], d.kt[i*size:(i+1)*size]
+		copy(qs, d.q[i*size:(i+1)*size])
+		copy(ks, d.k[i*size:(i+1)*size])
+		vec.Scale(f, qs)
+		vec.Scale(f, ks)
+	}
+	d.q, d.k = d.qs[:d.bh*size], d.kt[:d.bh*size]
+}
+
+// weigh turns the scores x of one query against the current block's keys
+// of head i into their weights, relative to the query's reference (see
+// engine_mixed.go; first says the query is in the first block, which has
+// no cross terms), and returns the factor of its cross terms relative to
+// the same reference: 1 for plain polynomial weights.
+func (d *sketchDecoder) weigh(x []float32, i, p int, first bool) float32 {
+	if !d.softmax {
+		for j, s := range x {
+			x[j] = ipow(s, p)
+		}
+		if !d.mixed {
+			return 1
+		}
+		return expf(d.tune.beta(i))
+	}
+	beta := d.tune.beta(i)
+	r := vec.Max(x)
+	R := r
+	if !first {
+		R = max(r, beta)
+	}
+	vec.ExpScale(x, x, r, 1)
+	if f := expf(r - R); f != 1 {
+		vec.Scale(f, x)
+	}
+	return expf(beta - R)
 }
 
 // step advances every head by the one position of d.q, d.k, d.v.
@@ -245,10 +302,10 @@ func (d *sketchDecoder) stepHead(w, i int) {
 
 	// Local weights inside the block, exact or sketched.
 	wts := d.wts[i*b : i*b+pos+1]
-	p := d.localDegree()
 	for j := range wts {
-		wts[j] = ipow(vec.Dot(q, keys[j*kw:(j+1)*kw]), p)
+		wts[j] = vec.Dot(q, keys[j*kw:(j+1)*kw])
 	}
+	fc := d.weigh(wts, i, d.localDegree(), d.n < b) // the cross terms' factor
 	den := d.fm.one + vec.Sum(wts)
 	o := d.o[i*h : (i+1)*h]
 	clear(o)
@@ -262,7 +319,7 @@ func (d *sketchDecoder) stepHead(w, i int) {
 		pm, pv := d.pm[i*b*d.ro:(i+1)*b*d.ro], d.pv[i*b*h:(i+1)*b*h]
 		dp := d.fm.lift.diagPow()
 		for j := range b {
-			x := ipow(vec.Dot(mq, pm[j*d.ro:(j+1)*d.ro]), dp)
+			x := fc * ipow(vec.Dot(mq, pm[j*d.ro:(j+1)*d.ro]), dp)
 			vec.Axpy(x, pv[j*h:(j+1)*h], o)
 			den += x
 		}
@@ -272,8 +329,8 @@ func (d *sketchDecoder) stepHead(w, i int) {
 	fq := d.fq[i*F : (i+1)*F]
 	if d.n >= b {
 		// One row times F×h: the stream kernel keeps o in registers.
-		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(1, F, fq), blas.NewGeneral(F, h, prefix), 1, blas.NewGeneral(1, h, o))
-		den += vec.Dot(fq, prefix[F*h:])
+		blas.SgemmSerial(blas.NoTrans, blas.NoTrans, fc, blas.NewGeneral(1, F, fq), blas.NewGeneral(F, h, prefix), 1, blas.NewGeneral(1, h, o))
+		den += fc * vec.Dot(fq, prefix[F*h:])
 	}
 	if d.fm.one == 0 {
 		den = max(den, denFloor)
@@ -344,8 +401,9 @@ func (c *chunkScratch) size(d *sketchDecoder, n int) {
 	c.mq, c.mk, c.tilde = make([]float32, d.ro*n), make([]float32, d.ro*n), make([]float32, d.ro*n)
 	c.phiQ, c.phiK = make([]float32, d.F*n), make([]float32, d.F*n)
 	c.wts, c.den = make([]float32, seg*d.b), make([]float32, seg)
+	c.cf = make([]float32, seg)
 	if d.ls != nil {
-		c.sk, c.cf = make([]float32, n), make([]float32, seg)
+		c.sk = make([]float32, n)
 	}
 	c.sks = newScratch(d.proj, n)
 }
@@ -434,10 +492,12 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 		for t := range s {
 			row := wts[t*m : (t+1)*m]
 			live := row[:pos+t+1]
-			for j, x := range live {
-				live[j] = ipow(x, p)
-			}
-			if sk != nil { // as the engine: relative to r_t, then to R_t
+			if sk == nil {
+				c.cf[t] = d.weigh(live, i, p, at < b)
+			} else { // as the engine: relative to r_t, then to R_t
+				for j, x := range live {
+					live[j] = ipow(x, p)
+				}
 				kl := d.ks[i*b : i*b+pos+t+1]
 				r := negInf
 				for _, x := range kl {
@@ -460,7 +520,7 @@ func (d *sketchDecoder) chunkHead(w, i int) {
 
 		// Completed blocks, through the prefix state: Φ(Q)·Z and Φ(Q)·ζ.
 		if at >= b {
-			if sk != nil { // ψ = c·φ̃(q)
+			if sk != nil || d.mixed { // ψ = c·φ̃(q)
 				for f := 0; f < F; f++ {
 					vec.Mul(phiQ[f*n+t0:f*n+t0+s], phiQ[f*n+t0:f*n+t0+s], c.cf[:s])
 				}

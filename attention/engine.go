@@ -67,9 +67,12 @@ import (
 //     M(K) (also with Remat), which the phases read, leaving dM; Backward
 //     ends by running the networks backward, into dq, dk and the parameter
 //     gradients;
-//   - the stabilizer (stabilizer.go): plain, or logScales for maps whose
+//   - the stabilizer (stabilizer.go): plain, logScales for maps whose
 //     key features carry per-key log-scales, kept relative to running
-//     maxima (Performer; engine_scaled.go).
+//     maxima (Performer; engine_scaled.go), or mixed for softmax local
+//     blocks and a learned mix, which keeps the local and the sketched
+//     terms relative to one reference per row (engine_mixed.go, with the
+//     per-head temperature of Scale).
 type engine struct {
 	kind  Kind
 	opts  kernelOptions
@@ -78,7 +81,8 @@ type engine struct {
 	kproj projection   // the keys' projection: proj, or fm.projectKeys's
 	sk    *sketch      // proj when it is a sketch (polysketch), else nil
 	src   projector    // of proj and kproj (nil before the first)
-	stab  stabilizer   // fm's: plain, or logScales when fm.scaled
+	stab  stabilizer   // fm's: plain, logScales when fm.scaled, or mixed with Softmax or Mix
+	tune  *tuning      // per-head parameters of Scale and Mix (engine_mixed.go); nil without
 	bf16  blockProduct // the kinds of block products that run in bf16 (SetPrecision)
 
 	L engineLayout // sizes for the last Forward's shape
@@ -104,6 +108,7 @@ type engine struct {
 	stepPrepare, stepFinish, stepBwdQueries, stepBwdKeys func(w *engineWorker, i int)
 	stepScan, stepStreamFwd, stepStreamBwd               func(w *engineWorker, i int)
 	stepCumFwd, stepCumBwd                               func(w *engineWorker, i int)
+	stepScale, stepUnscale                               func(w *engineWorker, i int)
 	scanKind                                             int // scanSum, scanPrefix or scanSuffix
 }
 
@@ -141,8 +146,11 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 		fm.lift = entrywise{}
 	}
 	a := &engine{kind: kind, opts: o, fm: fm, stab: plain{}}
-	if fm.scaled {
+	switch {
+	case fm.scaled:
 		a.stab = &logScales{e: a}
+	case o.Softmax || o.Mix:
+		a.stab = &mixed{e: a, softmax: o.Softmax}
 	}
 	a.pool.init()
 	a.stepPrepare = a.prepareItem
@@ -154,6 +162,7 @@ func newEngine(kind Kind, o kernelOptions, fm featureMap) *engine {
 	a.stepStreamBwd = a.streamBackward
 	a.stepCumFwd = a.cumsumForward
 	a.stepCumBwd = a.cumsumBackward
+	a.stepScale, a.stepUnscale = a.scaleItem, a.unscaleItem
 	return a
 }
 
@@ -180,6 +189,9 @@ func (a *engine) projFor(h int) projection {
 	a.sk, _ = a.proj.(*sketch)
 	a.src = a.projectorFor(a.proj, a.kproj)
 	a.stab.bind(a)
+	if a.opts.Heads > 0 {
+		a.tuneFor(a.opts.Heads, h)
+	}
 	return a.proj
 }
 
@@ -256,6 +268,7 @@ func (a *engine) carve(L *engineLayout, p projection, src projector, mem []float
 	}
 	src.carve(L, c)
 	a.stab.carve(L, c)
+	a.tune.carve(L, c)
 	if mem != nil {
 		a.states, a.preQ, a.preK, a.den, a.gd, a.dmk = states, preQ, preK, den, gd, dmk
 	}
@@ -291,7 +304,9 @@ func (c *carver) keep() bool { return c.mem != nil }
 // setup sizes everything for q's shape, drawing the sketch on first use.
 func (a *engine) setup(q *tensor.Tensor) {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	a.layout(&a.L, B, H, N, h, parallel.Threads(), a.projFor(h), a.src)
+	p := a.projFor(h)
+	a.tuneFor(H, h)
+	a.layout(&a.L, B, H, N, h, parallel.Threads(), p, a.src)
 	for len(a.pool.workers) < a.L.workers {
 		a.pool.workers = append(a.pool.workers, new(engineWorker))
 	}
@@ -327,6 +342,13 @@ func (a *engine) Workspace(B, H, N, h int) int64 {
 	if kp != nil && kp != p {
 		floats += kp.floats()
 	}
+	if a.tune == nil { // the per-head parameters and gradients made at the first Forward
+		for _, on := range []bool{a.opts.Scale, a.opts.Mix} {
+			if on {
+				floats += 2 * H
+			}
+		}
+	}
 	var L engineLayout
 	a.layout(&L, B, H, N, h, parallel.Threads(), p, src)
 	return int64(a.carve(&L, p, src, nil)+floats) * 4
@@ -337,6 +359,10 @@ func (a *engine) Forward(o, q, k, v *tensor.Tensor) {
 	mustMatch("Polysketch.Forward", q, k, v, o)
 	a.setup(q)
 	a.q, a.k, a.v, a.o = q.Data, k.Data, v.Data, o.Data
+	if a.tune != nil && a.tune.scale != nil {
+		a.pool.run(a.L.bh, a.stepScale)
+		a.q, a.k = a.tune.qs, a.tune.ks
+	}
 	a.ready, a.statesValid = true, false
 	a.src.forward()
 	switch a.L.mode {
@@ -376,6 +402,9 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 	}
 	a.dq, a.dk, a.dv, a.do = dq.Data, dk.Data, dv.Data, do.Data
 	L := &a.L
+	if a.tune != nil && a.tune.mix != nil {
+		clear(a.tune.mslots)
+	}
 	switch L.mode {
 	case modeCumSum:
 		a.pool.run(L.bh, a.stepCumBwd)
@@ -395,6 +424,7 @@ func (a *engine) Backward(dq, dk, dv, do *tensor.Tensor) {
 		a.pool.run(L.bh*L.t, a.stepBwdKeys)
 	}
 	a.src.backwardEnd()
+	a.tuneBackward()
 	a.dq, a.dk, a.dv, a.do = nil, nil, nil, nil
 }
 
@@ -684,7 +714,8 @@ func (a *engine) queriesPrep(w *engineWorker, hd, l int, pre, o []float32) {
 }
 
 // localWeights computes S and W = lt(S^p) of block l's diagonal block into
-// w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local, else
+// w.s and w.w: S = Q_l·K_lᵀ and the degree p with Local (or W the
+// stabilizer's exp(S) relative to each row's maximum, with Softmax), else
 // S = M(Q_l)·M(K_l)ᵀ (from w.mq and w.mk) and p = fm.diagPow().
 func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	L := &a.L
@@ -692,7 +723,7 @@ func (a *engine) localWeights(w *engineWorker, hd, l int) {
 	s, ww := w.s[:rows*rows], w.w[:rows*rows]
 	if !L.sketched {
 		lowerABt(blas.NewGeneral(rows, rows, s), blas.NewGeneral(rows, L.h, a.rows(a.q, hd, l)), blas.NewGeneral(rows, L.h, a.rows(a.k, hd, l)))
-		lowerPow(ww, s, w.tmp, rows, a.opts.Degree)
+		a.stab.exactWeights(w, hd, l, rows, a.opts.Degree)
 		return
 	}
 	a.fm.lift.diagScores(w, s, rows, L.ro)
@@ -809,6 +840,9 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 	for i := range gd {
 		gd[i] = -(cross[i] + gd[i]) / d[i]
 	}
+	if z != nil {
+		a.stab.crossGrad(w, hd, l, cross, gd, phi, z[F*h:F*h+F])
+	}
 	dq := a.rows(a.dq, hd, l)
 	if L.causal {
 		for i, gi := range gd {
@@ -823,7 +857,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 			dmk := a.dmk[(hd*L.n+lo)*ro : (hd*L.n+lo+rows)*ro]
 			a.fm.lift.diagBackward(w, dw, dmk, rows, ro)
 		} else {
-			lowerPowGrad(dw, s, w.tmp, rows, a.opts.Degree)
+			a.stab.exactBackward(w, dw, rows, a.opts.Degree)
 			lowerMul(blas.NewGeneral(rows, h, dq), blas.NewGeneral(rows, rows, dw), blas.NewGeneral(rows, h, a.rows(a.k, hd, l)), 0)
 			lowerTMul(blas.NewGeneral(rows, h, a.rows(a.dk, hd, l)), blas.NewGeneral(rows, rows, dw), blas.NewGeneral(rows, h, a.rows(a.q, hd, l)), 0)
 		}

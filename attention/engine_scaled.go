@@ -150,6 +150,16 @@ func (s *logScales) diagWeights(w *engineWorker, hd, l int) {
 	}
 }
 
+// A scaled map has no exact local blocks (bind refuses them) and no
+// learned weight of its cross terms.
+func (s *logScales) exactWeights(w *engineWorker, hd, l, rows, p int) {
+	plain{}.exactWeights(w, hd, l, rows, p)
+}
+func (s *logScales) exactBackward(w *engineWorker, dw []float32, rows, p int) {
+	plain{}.exactBackward(w, dw, rows, p)
+}
+func (s *logScales) crossGrad(*engineWorker, int, int, []float32, []float32, []float32, []float32) {}
+
 // diagBackward: dS = dW ∗ exp(s_j − R_i), the factors left in w.s.
 func (s *logScales) diagBackward(w *engineWorker, dw []float32, rows, pow int) {
 	lowerPowGrad(dw, w.s, w.tmp, rows, pow)

@@ -16,7 +16,17 @@ type PolysketchConfig struct {
 	Learned    bool       `json:"learned" help:"learned sketches (Algorithm 2): small networks trained with the model"`
 	CumSum     bool       `json:"cumsum" help:"per-token cumulative sums instead of blocks (the slow baseline; no local blocks)"`
 	Remat      bool       `json:"remat" help:"keep nothing per block for backward: recompute it"`
+	// The options that fit polysketch to a softmax teacher (see
+	// engine_mixed.go), and RawQK for a student of a teacher without a
+	// LayerNorm on q and k.
+	RawQK   bool `json:"raw_qk" help:"no LayerNorm on q and k: attention reads them as projected (as a softmax teacher's)"`
+	Scale   bool `json:"scale" help:"a learned temperature per head on q and k, starting at h^-1/4 each (q·k/√h, softmax's scores)"`
+	Softmax bool `json:"local_softmax" help:"the local blocks weigh by exp(q·k) (softmax) instead of (q·k)^p, under one normalizer with the sketched rest"`
+	Mix     bool `json:"mix" help:"a learned weight per head on the sketched part, against the local blocks"`
 }
+
+// normalizeQK says whether the model puts its LayerNorm on q and k.
+func (c PolysketchConfig) normalizeQK() bool { return !c.RawQK }
 
 func (PolysketchConfig) Mechanism() string { return string(Polysketch) }
 
@@ -36,6 +46,10 @@ func (c PolysketchConfig) Validate() error {
 	default:
 		errs = append(errs, field.Invalid("sketch", c.Sketch, "use %q or %q", Gaussian, SRHT))
 	}
+	if (c.Softmax || c.Mix) && (!c.Local || c.CumSum) {
+		errs = append(errs, field.Errorf("%s and %s weigh the local blocks against the rest: they need local blocks (%s) and the block algorithm (no %s)",
+			field.Name("local_softmax"), field.Name("mix"), field.Name("local"), field.Name("cumsum")))
+	}
 	return errors.Join(append(errs, checkBlock(c.Block))...)
 }
 
@@ -44,6 +58,7 @@ func (c PolysketchConfig) options(s Setup) kernelOptions {
 	return kernelOptions{
 		Causal: s.Causal, Seed: s.Seed, Degree: c.Degree, SketchSize: c.SketchSize, Block: c.Block,
 		Local: c.Local, Sketch: c.Sketch, Learned: c.Learned, CumSum: c.CumSum, Remat: c.Remat,
+		Heads: s.Heads, Scale: c.Scale, Softmax: c.Softmax, Mix: c.Mix,
 	}
 }
 

@@ -39,11 +39,11 @@ func refSketch(x []float64, d int, mats map[string]*tensor.Tensor, next *int) []
 // refPolysketch evaluates PolySketch attention in float64 from its
 // definition (see refSketched) with the random sketch M of Algorithm 1
 // rebuilt from the mechanism's own matrices.
-func refPolysketch(q, k, v *tensor.Tensor, o kernelOptions, mats map[string]*tensor.Tensor) []float64 {
+func refPolysketch(q, k, v *tensor.Tensor, o kernelOptions, mats map[string]*tensor.Tensor, tn refTune) []float64 {
 	return refSketched(q, k, v, o, func(x []float64) []float64 {
 		next := 0
 		return refSketch(x, o.Degree/2, mats, &next)
-	})
+	}, tn)
 }
 
 // psCase is one configuration of the polysketch tests.
@@ -91,7 +91,7 @@ func TestPolysketchMatchesReference(t *testing.T) {
 				q, k, v := randTensor(rng, 0.5, 2, 2, n, h), randTensor(rng, 0.5, 2, 2, n, h), randTensor(rng, 1, 2, 2, n, h)
 				m := mustNew(t, Polysketch, c.options())
 				o := forward(m, q, k, v)
-				want := refPolysketch(q, k, v, c.options(), m.(Sketched).SketchMatrices())
+				want := refPolysketch(q, k, v, c.options(), m.(Sketched).SketchMatrices(), refTune{})
 				var worst, scale float64
 				for i := range want {
 					worst = math.Max(worst, math.Abs(float64(o.Data[i])-want[i]))

@@ -178,7 +178,7 @@ func BenchmarkBlockBF16(b *testing.B) {
 		ref := refSketched(in[0], in[1], in[2], e.opts, func(x []float64) []float64 {
 			next := 0
 			return refLearned(x, e.opts.Degree/2, ps, &next)
-		})
+		}, tuneOf(e))
 		for _, k := range kinds {
 			b.Run(spec+"/"+k.name, func(b *testing.B) {
 				best, base := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)

@@ -28,6 +28,10 @@ type Setup struct {
 	// before the first Forward, for an optimizer or a checkpoint to load
 	// into. 0 leaves them to the first Forward.
 	HeadSize int
+	// Heads is H, the heads of the [B,H,N,h] inputs, for mechanisms with
+	// per-head parameters (a learned temperature or mix), which New then
+	// makes; 0 leaves them to the first Forward.
+	Heads int
 }
 
 // headSized is implemented by the mechanisms that make parameters or
@@ -128,13 +132,25 @@ func DefaultConfig(name string) (Config, error) {
 	return e.Default(), nil
 }
 
-// PropertiesOf returns the properties of cfg's mechanism.
+// PropertiesOf returns the properties of cfg's mechanism, with those that
+// an option of cfg decides (whether the model normalizes q and k) as cfg
+// has them.
 func PropertiesOf(cfg Config) Properties {
 	e, err := Lookup(cfg.Mechanism())
 	if err != nil {
 		panic("attention.PropertiesOf: " + err.Error())
 	}
-	return e.Properties
+	p := e.Properties
+	if n, ok := cfg.(qkNormer); ok {
+		p.NormalizeQK = n.normalizeQK()
+	}
+	return p
+}
+
+// A qkNormer is a Config with an option that decides
+// Properties.NormalizeQK (the entry's value is the default's).
+type qkNormer interface {
+	normalizeQK() bool
 }
 
 // New returns the mechanism cfg describes, after validating cfg.

@@ -19,7 +19,7 @@ func ExampleParseSpec() {
 	_, err = attention.ParseSpec("flash:degree=4")
 	fmt.Println(err)
 	// Output:
-	// {Degree:4 SketchSize:64 Block:256 Local:true Sketch:gaussian Learned:false CumSum:false Remat:false}
+	// {Degree:4 SketchSize:64 Block:256 Local:true Sketch:gaussian Learned:false CumSum:false Remat:false RawQK:false Scale:false Softmax:false Mix:false}
 	// polysketch:sketch-size=64
 	// spec "flash:degree=4": degree is no option of flash attention: its options are block
 }

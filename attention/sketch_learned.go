@@ -520,15 +520,18 @@ func (s *learned) apply(x blas.General, mT []float32, scr *sketchScratch) {
 // this file).
 
 // Params lists the parameters of a learned sketch (see sketch_learned.go
-// for their names and shapes), shared by all heads: nil for random
-// sketches, for degree 2 (nothing to learn), and before the head size is
-// known (Setup.HeadSize or the first Forward; a later Forward with another
-// head size panics). Backward adds (+=) to their gradients.
+// for their names and shapes), shared by all heads, then the per-head
+// "scale" and "mix" of Scale and Mix (engine_mixed.go): none for random
+// sketches without those, for degree 2 (nothing to learn), and before the
+// head size is known (Setup.HeadSize or the first Forward; a later Forward
+// with another head size panics), and no per-head ones before the number
+// of heads is known (Setup.Heads or the first Forward). Backward adds
+// (+=) to their gradients.
 func (a *engine) Params() []*nn.Param {
 	if a.src == nil {
 		return nil
 	}
-	return a.src.params()
+	return append(a.src.params(), a.tune.params()...)
 }
 
 // SetPrecision makes the products of a learned sketch's networks, and

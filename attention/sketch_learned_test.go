@@ -119,16 +119,16 @@ func refLearned(x []float64, d int, ps map[string]*nn.Param, next *int) []float6
 
 // refSketched evaluates PolySketch attention in float64 for the sketch
 // M(x) = sk(x): w_ij = (M(q_i)·M(k_j))², or (q_i·k_j)^p in the diagonal
-// blocks with Local; o_i = Σ w_ij v_j / (1 + Σ w_ij).
-func refSketched(q, k, v *tensor.Tensor, o kernelOptions, sk func(x []float64) []float64) []float64 {
+// blocks with Local; o_i = Σ w_ij v_j / (1 + Σ w_ij). With tn's
+// per-head parameters (engine_mixed.go) q and k are scaled by e^s, the
+// feature weights by e^β, and with Softmax the local weights are
+// exp(q_i·k_j) and causal denominators have no 1.
+func refSketched(q, k, v *tensor.Tensor, o kernelOptions, sk func(x []float64) []float64, tn refTune) []float64 {
 	B, H, N, h := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	local := o.Local && o.Causal && !o.CumSum
-	row := func(x *tensor.Tensor, at int) []float64 {
-		r := make([]float64, h)
-		for d := range r {
-			r[d] = float64(x.Data[at*h+d])
-		}
-		return r
+	one := 1.0
+	if o.Softmax && o.Causal {
+		one = 0
 	}
 	dot := func(a, b []float64) float64 {
 		var s float64
@@ -139,27 +139,51 @@ func refSketched(q, k, v *tensor.Tensor, o kernelOptions, sk func(x []float64) [
 	}
 	out := make([]float64, len(q.Data))
 	for bh := 0; bh < B*H; bh++ {
+		f, mix := 1.0, 1.0
+		if tn.scale != nil {
+			f = math.Exp(tn.scale[bh%H])
+		}
+		if tn.mix != nil {
+			mix = math.Exp(tn.mix[bh%H])
+		}
+		row := func(x *tensor.Tensor, at int) []float64 { // of q and k: scaled
+			r := make([]float64, h)
+			for d := range r {
+				r[d] = f * float64(x.Data[at*h+d])
+			}
+			return r
+		}
+		value := func(at int) []float64 {
+			r := make([]float64, h)
+			for d := range r {
+				r[d] = float64(v.Data[at*h+d])
+			}
+			return r
+		}
 		mk := make([][]float64, N)
 		for j := range mk {
 			mk[j] = sk(row(k, bh*N+j))
 		}
 		for i := 0; i < N; i++ {
 			qi, mq := row(q, bh*N+i), sk(row(q, bh*N+i))
-			den, num := 1.0, make([]float64, h)
+			den, num := one, make([]float64, h)
 			last := N - 1
 			if o.Causal {
 				last = i
 			}
 			for j := 0; j <= last; j++ {
 				var w float64
-				if local && i/o.Block == j/o.Block {
+				switch {
+				case local && i/o.Block == j/o.Block && o.Softmax:
+					w = math.Exp(dot(qi, row(k, bh*N+j)))
+				case local && i/o.Block == j/o.Block:
 					w = math.Pow(dot(qi, row(k, bh*N+j)), float64(o.Degree))
-				} else {
+				default:
 					s := dot(mq, mk[j])
-					w = s * s
+					w = mix * s * s
 				}
 				den += w
-				for d, x := range row(v, bh*N+j) {
+				for d, x := range value(bh*N + j) {
 					num[d] += w * x
 				}
 			}
@@ -169,6 +193,29 @@ func refSketched(q, k, v *tensor.Tensor, o kernelOptions, sk func(x []float64) [
 		}
 	}
 	return out
+}
+
+// refTune holds the per-head parameters of Scale and Mix for refSketched
+// (nil: off).
+type refTune struct{ scale, mix []float64 }
+
+// tuneOf returns m's per-head parameters, in float64.
+func tuneOf(m *engine) refTune {
+	var t refTune
+	if m.tune == nil {
+		return t
+	}
+	f64 := func(p *nn.Param) []float64 {
+		if p == nil {
+			return nil
+		}
+		x := make([]float64, p.Value.Len())
+		for i, v := range p.Value.Data {
+			x[i] = float64(v)
+		}
+		return x
+	}
+	return refTune{scale: f64(m.tune.scale), mix: f64(m.tune.mix)}
 }
 
 func paramMap(ps []*nn.Param) map[string]*nn.Param {
@@ -192,7 +239,7 @@ func TestLearnedMatchesReference(t *testing.T) {
 				want := refSketched(q, k, v, learnedOptions(c), func(x []float64) []float64 {
 					next := 0
 					return refLearned(x, c.degree/2, ps, &next)
-				})
+				}, refTune{})
 				var worst, scale float64
 				for i := range want {
 					worst = math.Max(worst, math.Abs(float64(o.Data[i])-want[i]))

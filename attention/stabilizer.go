@@ -43,10 +43,22 @@ type stabilizer interface {
 	// diagBackward turns the gradient of the diagonal weights dw into that
 	// of the products S, whose power pow they are.
 	diagBackward(w *engineWorker, dw []float32, rows, pow int)
+	// exactWeights turns the scores S of block l's exact diagonal block
+	// (Local), the lower triangle of w.s, into its weights in w.w: S^p,
+	// or exp(S) relative to a reference per row (engine_mixed.go).
+	// exactBackward turns the gradient of those weights, dw, into that of
+	// S, reading w.w as rowFactors left it.
+	exactWeights(w *engineWorker, hd, l, rows, p int)
+	exactBackward(w *engineWorker, dw []float32, rows, p int)
 	// rowFactors returns, for causal block l, the factors fs of its rows'
 	// diagonal terms and cs of their cross terms, relative to one
 	// reference per row.
 	rowFactors(w *engineWorker, hd, l int) (fs, cs []float32)
+	// crossGrad takes, for block l with a prefix state, the gradient terms
+	// of its cross terms: cross_i = ψ_i·(Zᵀg_i) and the denominator
+	// gradients gd, with ψ = phi the query features as rowFactors scaled
+	// them and ζ = zeta (a learned weight of the cross terms needs them).
+	crossGrad(w *engineWorker, hd, l int, cross, gd, phi, zeta []float32)
 	// scan runs a scan of the given kind (scanSum…) over elements lo…hi
 	// of head hd's states st.
 	scan(kind int, st []float32, L *engineLayout, lo, hi int, w *engineWorker, hd int)
@@ -91,6 +103,16 @@ func (plain) keyTotal(int, float32)                                       {}
 func (plain) suffixState(w *engineWorker, _, _ int) []float32             { return w.run }
 func (plain) cumKey(_ *engineWorker, fk []float32, _, _, _ int) []float32 { return fk }
 func (plain) cumSuffix(*engineWorker, int, int, int) float32              { return 1 }
+func (plain) crossGrad(*engineWorker, int, int, []float32, []float32, []float32, []float32) {
+}
+
+func (plain) exactWeights(w *engineWorker, _, _, rows, p int) {
+	lowerPow(w.w[:rows*rows], w.s[:rows*rows], w.tmp, rows, p)
+}
+
+func (plain) exactBackward(w *engineWorker, dw []float32, rows, p int) {
+	lowerPowGrad(dw, w.s, w.tmp, rows, p)
+}
 
 func (plain) diagBackward(w *engineWorker, dw []float32, rows, pow int) {
 	lowerPowGrad(dw, w.s, w.tmp, rows, pow)

@@ -153,8 +153,11 @@ func (c *Chart) plot() (*plot.Plot, *plot.Legend, error) {
 		}
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(1.5)
+		// Past the palette the colors repeat: dashes and another glyph
+		// tell those series apart.
+		line.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
 		points.Color = plotutil.Color(i)
-		points.Shape = draw.CircleGlyph{}
+		points.Shape = plotutil.Shape(i / len(plotutil.DefaultColors))
 		p.Add(line, points)
 		if s.Name != "" {
 			legend.Add(s.Name, line, points)

@@ -66,6 +66,7 @@ const (
 	lmKind                     // the corpus: validation perplexity
 	speedKind                  // the corpus: training steps per second
 	downstreamKind             // the corpus's perplexity and multiple-choice accuracy (downstream.go)
+	linearizeKind              // the corpus: a teacher, its students and the same from scratch (linearize.go)
 )
 
 // measure is what a task experiment's table shows of each run.
@@ -91,6 +92,15 @@ type Run struct {
 	// the lowest final test loss, frozen (the thesis's §5.4). Its model's
 	// coefficients are filled in when those runs have finished.
 	FreezeBest []string `json:"freeze_best,omitempty"`
+	// Teacher, if not empty, makes the run a linearization (train's
+	// Linearize) of the run of that name, which comes before it: Model is
+	// the student's, Train fine-tuning's recipe and Transfer attention
+	// transfer's.
+	Teacher  string        `json:"teacher,omitempty"`
+	Transfer *train.Config `json:"transfer,omitempty"`
+	// Given is the checkpoint of a teacher given to the experiment
+	// (Options.Teacher), which the run stands for instead of training.
+	Given string `json:"given,omitempty"`
 
 	err error // the mechanism spec's, if it does not parse
 }
@@ -137,6 +147,9 @@ type Options struct {
 	Context  int
 	// Precision is the precision every run trains in (train.Config).
 	Precision nn.Precision
+	// Teacher is the trained softmax checkpoint the linearize experiment
+	// linearizes, instead of training one.
+	Teacher string
 	// Logf, if not nil, is told what happens.
 	Logf func(format string, args ...any)
 	// Progress, if not nil, is called after every step of every run.
@@ -202,17 +215,35 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 	if err := checkDownstream(e, o); err != nil {
 		return Plan{}, err
 	}
+	if o.Teacher != "" && e.kind != linearizeKind {
+		return Plan{}, field.Errorf("experiment %s takes no teacher (%s); the experiment linearize does", e.Name, field.Name("teacher"))
+	}
 	p := Plan{Experiment: e.Name, Quick: o.Quick, Seed: o.Seed, Runs: e.grid(o)}
 	if e.kind == downstreamKind {
 		p.Checkpoints, p.Choices, p.Shots, p.Limit = o.Checkpoints, o.Choices, o.Shots, o.Limit
 	}
 	if o.Steps > 0 {
+		scale := func(tc train.Config) train.Config { return withSteps(tc, o.Steps) }
+		if e.kind == linearizeKind { // the teacher's steps; its students' in proportion
+			scale = func(tc train.Config) train.Config {
+				return withSteps(tc, max(1, int(int64(tc.Steps)*int64(o.Steps)/int64(p.Runs[0].Train.Steps))))
+			}
+		}
 		for i := range p.Runs {
-			p.Runs[i].Train = withSteps(p.Runs[i].Train, o.Steps)
+			if tr := p.Runs[i].Transfer; tr != nil {
+				t := scale(*tr)
+				p.Runs[i].Transfer = &t
+			}
+		}
+		for i := len(p.Runs) - 1; i >= 0; i-- { // the teacher last: the others scale by it
+			p.Runs[i].Train = scale(p.Runs[i].Train)
 		}
 	}
 	for i := range p.Runs {
 		p.Runs[i].Train.Precision = o.Precision
+		if tr := p.Runs[i].Transfer; tr != nil {
+			tr.Precision = o.Precision
+		}
 	}
 	if e.kind != taskKind {
 		p.Corpus, p.TextField = o.Corpus, o.TextField
@@ -223,6 +254,9 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 		}
 		for i := range p.Runs {
 			p.Runs[i].Train.Tokenizer, p.Runs[i].Model.Vocab = tok.Name(), tok.VocabSize()
+			if tr := p.Runs[i].Transfer; tr != nil {
+				tr.Tokenizer = tok.Name()
+			}
 		}
 	}
 	for _, r := range p.Runs {
@@ -234,6 +268,20 @@ func (e *Experiment) Plan(o Options) (Plan, error) {
 		}
 		if err := r.Train.Validate(); err != nil {
 			return p, fmt.Errorf("run %s: %w", r.Name, err)
+		}
+		if r.Transfer != nil {
+			if err := r.Transfer.Validate(); err != nil {
+				return p, fmt.Errorf("run %s: attention transfer: %w", r.Name, err)
+			}
+		}
+	}
+	if e.kind == linearizeKind && p.Runs[0].Given != "" && p.Runs[0].Train.Tokenizer != "" {
+		s, err := train.Open(p.Runs[0].Given)
+		if err != nil {
+			return p, err
+		}
+		if name := s.Tokenizer.Name(); name != p.Runs[0].Train.Tokenizer {
+			return p, fmt.Errorf("the teacher %s reads %s tokens, not %s: give its tokenizer", s.Dir, name, p.Runs[0].Train.Tokenizer)
 		}
 	}
 	return p, nil
@@ -291,10 +339,21 @@ func (e *Experiment) Run(ctx context.Context, o Options) ([]Result, error) {
 			}
 			logf("%s: %s", r.Name, note)
 		}
-		if err := runOne(ctx, o, r, source, logf); err != nil {
-			return nil, fmt.Errorf("run %s: %w", r.Name, err)
+		var res Result
+		switch {
+		case r.Given != "":
+			res, err = givenResult(ctx, o, r, source)
+		case r.Teacher != "":
+			if err = runLinearized(ctx, o, r, source, logf); err == nil {
+				if res, err = result(filepath.Join(o.Dir, RunsDir, r.Name), r); err == nil {
+					err = linearizedResult(ctx, o, r, &res, source)
+				}
+			}
+		default:
+			if err = runOne(ctx, o, r, source, logf); err == nil {
+				res, err = result(filepath.Join(o.Dir, RunsDir, r.Name), r)
+			}
 		}
-		res, err := result(filepath.Join(o.Dir, RunsDir, r.Name), r)
 		if err != nil {
 			return nil, fmt.Errorf("run %s: %w", r.Name, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/polysketch/polysketch/attention"
 	"github.com/polysketch/polysketch/checkpoint"
+	"github.com/polysketch/polysketch/data"
 	"github.com/polysketch/polysketch/data/tokenizer"
 	"github.com/polysketch/polysketch/model"
 	"github.com/polysketch/polysketch/train"
@@ -191,7 +192,7 @@ func TestRefusesOtherPlan(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	if _, err := Lookup("copying"); err == nil || !strings.Contains(err.Error(), "selective-copy, induction-heads, mqar, reversal, task, lm, speed") {
+	if _, err := Lookup("copying"); err == nil || !strings.Contains(err.Error(), "selective-copy, induction-heads, mqar, reversal, task, lm, speed, linearize") {
 		t.Errorf("unknown experiment: %v", err)
 	}
 }
@@ -404,5 +405,56 @@ func TestTokenizer(t *testing.T) {
 	mqar, _ := Lookup("mqar")
 	if _, err := mqar.Plan(o); err == nil || !strings.Contains(err.Error(), "applies to lm and speed") {
 		t.Errorf("mqar with a tokenizer: %v", err)
+	}
+}
+
+// TestLinearizeTeacher: the linearize experiment with a teacher given
+// trains none, scores the given one, and gives its students a tenth of
+// the steps it trained.
+func TestLinearizeTeacher(t *testing.T) {
+	e, err := Lookup("linearize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := quickOptions(t, filepath.Join(t.TempDir(), "e"))
+	// The quick plan's teacher, trained apart for 40 steps.
+	plan, err := e.Plan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	teacher := filepath.Join(t.TempDir(), "teacher")
+	tc := plan.Runs[0].Train
+	tc.Steps, tc.Warmup = 40, 4
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), o.Corpus, "", tokenizer.Byte, data.Options{CacheDir: o.CacheDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+	tr, err := train.Start(context.Background(), teacher, train.Run{Model: plan.Runs[0].Model, Recipe: tc, Source: &train.Corpus{Train: trainTokens, Val: valTokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	o.Teacher = filepath.Join(teacher, train.CheckpointDir)
+	if plan, err = e.Plan(o); err != nil {
+		t.Fatal(err)
+	}
+	if g := plan.Runs[0]; g.Given != o.Teacher || plan.Runs[1].Transfer.Steps != 1 || plan.Runs[1].Train.Steps != 3 || plan.Runs[2].Train.Steps != 4 {
+		t.Fatalf("plan: teacher %q, steps %d + %d, from scratch %d; want the given teacher, 1 + 3 and 4",
+			g.Given, plan.Runs[1].Transfer.Steps, plan.Runs[1].Train.Steps, plan.Runs[2].Train.Steps)
+	}
+	rs, err := e.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Step != 40 || !(rs[0].ValLoss > 0) {
+		t.Errorf("teacher result %+v", rs[0])
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, RunsDir, teacherName)); !os.IsNotExist(err) {
+		t.Errorf("a teacher was trained: %v", err)
 	}
 }

@@ -266,6 +266,13 @@ var experiments = []*Experiment{
 		paper: "003 Table 4 (steps/s, GPT-2 small, 1M tokens a step, 512 → 32k): softmax 6.00 → OOM at 16k; FlashAttention 512×512 5.46 → 1.03; polysketch learned+local r=32 5.35 → 1.98; random+local r=32 5.35 → 2.71.",
 	},
 	{
+		Name:     "linearize",
+		Summary:  "a softmax teacher linearized into each linear mechanism with a tenth of its tokens, against the same from scratch (docs/linearize.md)",
+		Duration: "about 1 hour estimated (alone); with --teacher, about 40 minutes",
+		kind:     linearizeKind,
+		grid:     linearizeGrid,
+	},
+	{
 		Name:     "downstream",
 		Summary:  "003 Table 1's layout: perplexity beside 0-shot and k-shot multiple-choice accuracy (HellaSwag, PIQA, ARC files), of given checkpoints or of Table 1's mechanisms trained here",
 		Duration: "about 15 minutes to train (estimated from the lm experiment's runs of this size), then up to 0.6 s a question at 5 shots for each model (the default model's, measured)",

@@ -41,8 +41,16 @@ type Result struct {
 	// Tokenizer names the tokens of the downstream experiment's
 	// perplexity of the model: its own.
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// A linearization's: the validation loss after attention transfer
+	// (Skipped: of the converted student, with nothing to transfer), and
+	// the per-layer relative errors before and after it.
+	TransferLoss *float64  `json:"transfer_loss,omitempty"`
+	Skipped      bool      `json:"skipped,omitempty"`
+	LayersBefore []float64 `json:"layers_before,omitempty"`
+	LayersAfter  []float64 `json:"layers_after,omitempty"`
 
-	history []train.Metrics
+	history  []train.Metrics
+	transfer []train.Metrics // a linearization's attention transfer, its validations
 }
 
 // result reads the outcome of run r from its directory.
@@ -89,7 +97,11 @@ func (e *Experiment) report(dir string, plan Plan, rs []Result, logf func(string
 	if err := write(filepath.Join(dir, ResultsFile), jl.Bytes()); err != nil {
 		return err
 	}
-	if err := write(filepath.Join(dir, TableFile), []byte(e.Table(plan, rs))); err != nil {
+	table := e.Table(plan, rs)
+	if e.kind == linearizeKind {
+		table = linearizeTable(plan, rs)
+	}
+	if err := write(filepath.Join(dir, TableFile), []byte(table)); err != nil {
 		return err
 	}
 	for _, c := range e.charts(plan, rs) {
@@ -201,6 +213,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // model's validation loss against step, one chart per size; training
 // speed against context length.
 func (e *Experiment) charts(plan Plan, rs []Result) []namedChart {
+	if e.kind == linearizeKind {
+		return linearizeCharts(plan, rs)
+	}
 	if e.kind == downstreamKind {
 		return nil // the table says it all
 	}

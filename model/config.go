@@ -272,9 +272,9 @@ func (c Config) HiddenSize() int {
 func (c Config) Properties() attention.Properties { return attention.PropertiesOf(c.Attention) }
 
 // setup returns the attention setup of layer i: causal, with a seed of
-// its own derived from Seed, for heads of HeadSize.
+// its own derived from Seed, for Heads heads of HeadSize.
 func (c Config) setup(layer int) attention.Setup {
-	return attention.Setup{Causal: !c.Bidirectional, Seed: layerSeed(c.Seed, layer), HeadSize: c.HeadSize()}
+	return attention.Setup{Causal: !c.Bidirectional, Seed: layerSeed(c.Seed, layer), HeadSize: c.HeadSize(), Heads: c.Heads}
 }
 
 // layerSeed mixes the model seed and a layer index (SplitMix64's

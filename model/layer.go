@@ -243,13 +243,16 @@ func (l *layer) resize(B, N, d, H, h int) {
 	}
 }
 
-// forward updates the residual stream m.x through the layer, using m's
-// shared scratch.
-func (l *layer) forward(m *Model) {
+// forward updates the residual stream m.x through the layer, layer i of
+// m, using m's shared scratch.
+func (l *layer) forward(m *Model, i int) {
 	b := l.block()
 	b.forward(&m.x, &l.a1, &m.qkv, &l.ot, &m.y, &l.a2, nil, func() {
 		b.heads(&l.q, &l.k, &l.v, &m.qkv, m.rope)
 		l.attn.Forward(&m.o, &l.q, &l.k, &l.v)
+		if m.Tap != nil {
+			m.Tap(i, &m.qkv, &m.o)
+		}
 		fromHeads(matrix(&l.ot, l.out.In), &m.o)
 	})
 }

@@ -100,6 +100,14 @@ type Model struct {
 	logits        tensor.Tensor // [B,N,V]; after Loss, the gradient of the loss
 	haveGrad      bool          // Loss ran, so Backward may
 
+	// Tap, if not nil, is called by Forward after the attention of each
+	// layer i with its projections qkv ([B,N,q+2·kv], q, k and v side by
+	// side as the layer's product made them) and the attention output o
+	// ([B,H,N,h], before the output projection): a teacher's activations
+	// for attention transfer (see AttentionForward). Both are the model's
+	// buffers: copy what you keep.
+	Tap func(i int, qkv, o *tensor.Tensor)
+
 	// LayerDone, if not nil, is called by Backward as soon as the
 	// gradients of layer i's parameters are final (layers in reverse
 	// order), so that data-parallel training can send them while the
@@ -255,8 +263,8 @@ func (m *Model) Forward(tokens []int32, B, N int) *tensor.Tensor {
 	m.embed.Forward(&m.x, m.tokens)
 	scale(m.embScale, m.x.Data)
 	m.addPositions(B, N)
-	for _, l := range m.layers {
-		l.forward(m)
+	for i, l := range m.layers {
+		l.forward(m, i)
 	}
 	m.norm.Forward(&m.final, &m.x)
 	if m.head != nil {
@@ -285,7 +293,22 @@ func (m *Model) Loss(tokens, targets []int32, B, N int) float64 {
 	return loss
 }
 
-// Backward adds the gradient of the last Loss with respect to every
+// Distill is Loss with a distillation term: it runs Forward and returns
+// the mean cross-entropy against targets and the mean KL divergence
+// KL(softmax(teacher) ‖ softmax(logits)) over the same positions, teacher
+// being another model's logits ([B,N,Vocab]) for the same tokens, keeping
+// for Backward the gradient of ce + weight·kl (see nn.CrossEntropy.Distill).
+func (m *Model) Distill(tokens, targets []int32, B, N int, teacher *tensor.Tensor, weight float64) (ce, kl float64) {
+	if len(targets) != B*N {
+		panic(fmt.Sprintf("model.Distill: %d targets for B=%d, N=%d", len(targets), B, N))
+	}
+	logits := m.Forward(tokens, B, N)
+	ce, kl, _ = m.ce.Distill(logits, logits, teacher, targets, weight)
+	m.haveGrad = true
+	return ce, kl
+}
+
+// Backward adds the gradient of the last Loss (or Distill) with respect to every
 // parameter to the parameter's Grad (accumulating, so that micro-batches
 // sum up; zero the gradients once per optimizer step). It may be called
 // once per Loss.

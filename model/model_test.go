@@ -73,6 +73,7 @@ func testCases() []struct {
 		{"polysketch/srht/remat", tiny("polysketch:sketch=srht:remat")},
 		{"polysketch/b5/untied", untied(tiny("polysketch:block=5"))},
 		{"polysketch/learned", tiny("polysketch:learned")},
+		{"polysketch/student", tiny("polysketch:learned:raw-qk:scale:local-softmax:mix")},
 	}
 	for _, name := range attention.Names() { // every mechanism with its defaults
 		cases = append(cases, struct {
@@ -474,6 +475,13 @@ func TestParams(t *testing.T) {
 			// degree 4: two networks h → 8r → r → 8r → r, with biases and two LayerNorms
 			r := ps.SketchSize
 			perLayer += 2 * (2*h + (h*8*r + 8*r) + 2*8*r + (8*r*r + r) + (r*8*r + 8*r) + (8*r*r + r))
+		}
+		if ps, ok := cfg.Attention.(attention.PolysketchConfig); ok {
+			for _, on := range []bool{ps.Scale, ps.Mix} {
+				if on {
+					perLayer += cfg.Heads // one per head
+				}
+			}
 		}
 		if sq, ok := cfg.Attention.(attention.SquareSketchConfig); ok && !sq.Frozen {
 			perLayer += sq.Degree + 1 // the coefficients

@@ -102,3 +102,96 @@ func (c *CrossEntropy) Loss(dlogits, logits *tensor.Tensor, targets []int32) (lo
 	}
 	return loss / float64(n), n
 }
+
+// Distill is Loss with a distillation term: it returns, over the rows
+// whose target is not negative, the mean cross-entropy ce of logits
+// against targets and the mean KL divergence
+//
+//	kl = KL(softmax(teacher[r]) ‖ softmax(logits[r]))
+//
+// toward another model's logits on the same rows (teacher, of logits'
+// shape), and n. If dlogits is not nil (it may be logits itself) it
+// receives the gradient of ce + weight·kl:
+// ((1+weight)·softmax(logits[r]) − onehot(targets[r]) − weight·softmax(teacher[r]))/n,
+// and zero on ignored rows. Rows are computed as Loss computes them, and
+// summed in float64 in row order.
+func (c *CrossEntropy) Distill(dlogits, logits, teacher *tensor.Tensor, targets []int32, weight float64) (ce, kl float64, n int) {
+	V := logits.Dim(-1)
+	rows := rowsOf("CrossEntropy.Distill", "logits", logits, V)
+	checkRows("CrossEntropy.Distill", "teacher", teacher, rows, V)
+	if len(targets) != rows {
+		panic(fmt.Sprintf("nn.CrossEntropy.Distill: %d targets for logits of shape %v", len(targets), logits.Shape))
+	}
+	if dlogits != nil {
+		checkRows("CrossEntropy.Distill", "dlogits", dlogits, rows, V)
+	}
+	for i, t := range targets {
+		if int(t) >= V {
+			panic(fmt.Sprintf("nn.CrossEntropy.Distill: target %d at row %d outside vocabulary of %d", t, i, V))
+		}
+		if t >= 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		if dlogits != nil {
+			dlogits.Zero()
+		}
+		return 0, 0, 0
+	}
+	if cap(c.rowLoss) < 2*rows {
+		c.rowLoss = make([]float64, 2*rows)
+	}
+	rowCE, rowKL := c.rowLoss[:rows], c.rowLoss[rows:2*rows]
+	workers := chunks(rows, V)
+	c.scratch = tensor.Grow(c.scratch, 2*workers*V)
+	c.ones = ones(c.ones, V)
+	invN, w := 1/float32(n), float32(weight)
+	splitRows(workers, rows, func(ch, lo, hi int) {
+		p, pt := c.scratch[2*ch*V:(2*ch+1)*V], c.scratch[(2*ch+1)*V:(2*ch+2)*V]
+		for r := lo; r < hi; r++ {
+			l, u := logits.Data[r*V:(r+1)*V], teacher.Data[r*V:(r+1)*V]
+			t := targets[r]
+			if t < 0 {
+				rowCE[r], rowKL[r] = 0, 0
+				if dlogits != nil {
+					clear(dlogits.Data[r*V : (r+1)*V])
+				}
+				continue
+			}
+			ls, us := logSumExp(l), logSumExp(u)
+			copy(p, l)
+			vec.Axpy(-float32(ls), c.ones, p) // log softmax(logits)
+			copy(pt, u)
+			vec.Axpy(-float32(us), c.ones, pt) // log softmax(teacher)
+			rowCE[r] = -float64(p[t])
+			vec.Exp(pt, pt)
+			// KL = Σ pt·(log pt − log p), pt's logs recomputed from u.
+			var k float64
+			for j, q := range pt {
+				if q > 0 {
+					k += float64(q) * ((float64(u[j]) - us) - float64(p[j]))
+				}
+			}
+			rowKL[r] = k
+			if dlogits != nil {
+				g := dlogits.Data[r*V : (r+1)*V]
+				vec.Exp(g, p) // may overwrite l: read above
+				vec.Scale((1+w)*invN, g)
+				vec.Axpy(-w*invN, pt, g)
+				g[t] -= invN
+			}
+		}
+	})
+	for r := range rows {
+		ce += rowCE[r]
+		kl += rowKL[r]
+	}
+	return ce / float64(n), kl / float64(n), n
+}
+
+// logSumExp returns log Σ exp(x), as max x + log Σ exp(x − max x).
+func logSumExp(x []float32) float64 {
+	m := vec.Max(x)
+	return float64(m) + math.Log(float64(vec.SumExp(x, m)))
+}

@@ -138,3 +138,96 @@ func TestCrossEntropyAllIgnored(t *testing.T) {
 		}
 	}
 }
+
+// distillCase treats ce + 0.7·kl of Distill as a one-element output, the
+// teacher's logits a constant; one row is padding.
+func distillCase(rng *rand.Rand, s size) *gradCase {
+	const weight = 0.7
+	vocab := s.dim + 5
+	logits := randTensor(rng, 2, 2, s.rows/2, vocab)
+	teacher := randTensor(rng, 2, 2, s.rows/2, vocab)
+	targets := ids(rng, s.rows, vocab)
+	targets[1] = -1
+	var ce CrossEntropy
+	dl := tensor.New(logits.Shape...)
+	c := &gradCase{
+		inputs: []*tensor.Tensor{logits}, dinputs: []*tensor.Tensor{tensor.New(logits.Shape...)},
+		out: tensor.New(1),
+	}
+	c.forward = func() {
+		l, kl, _ := ce.Distill(dl, logits, teacher, targets, weight)
+		c.out.Data[0] = float32(l + weight*kl)
+	}
+	c.backward = func(dy *tensor.Tensor) {
+		for i, v := range dl.Data {
+			c.dinputs[0].Data[i] = v * dy.Data[0]
+		}
+	}
+	return c
+}
+
+// TestDistillValues compares Distill with the definitions in float64, and
+// its cross-entropy and gradient at weight 0 with Loss's.
+func TestDistillValues(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, s := range []size{small, large} {
+		V := s.dim + 5
+		logits, teacher := randTensor(rng, 3, s.rows, V), randTensor(rng, 3, s.rows, V)
+		targets := ids(rng, s.rows, V)
+		targets[0] = -1
+		var c CrossEntropy
+		ce, kl, n := c.Distill(nil, logits, teacher, targets, 0.5)
+		if n != s.rows-1 {
+			t.Errorf("n = %d, want %d", n, s.rows-1)
+		}
+		if want := refCrossEntropy(logits.Data, V, targets); math.Abs(ce-want) > 1e-5*want {
+			t.Errorf("rows %d: cross-entropy %v, want %v", s.rows, ce, want)
+		}
+		var want float64
+		for r, tg := range targets {
+			if tg < 0 {
+				continue
+			}
+			p, q := refSoftmax(logits.Data[r*V:(r+1)*V]), refSoftmax(teacher.Data[r*V:(r+1)*V])
+			for j := range p {
+				want += q[j] * math.Log(q[j]/p[j])
+			}
+		}
+		want /= float64(n)
+		if math.Abs(kl-want) > 1e-5*want {
+			t.Errorf("rows %d: KL %v, want %v", s.rows, kl, want)
+		}
+		// Weight 0 is Loss, to float32 rounding.
+		d0, d1 := tensor.New(logits.Shape...), tensor.New(logits.Shape...)
+		l0, _ := c.Loss(d0, logits, targets)
+		l1, _, _ := c.Distill(d1, logits, teacher, targets, 0)
+		if math.Abs(l0-l1) > 1e-7*l0 || maxDiff(d0.Data, d1.Data) > 1e-6 {
+			t.Errorf("rows %d: weight 0 gives loss %v and a gradient %.3g off, Loss %v", s.rows, l1, maxDiff(d0.Data, d1.Data), l0)
+		}
+	}
+}
+
+func refSoftmax(x []float32) []float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, float64(v))
+	}
+	p := make([]float64, len(x))
+	var s float64
+	for i, v := range x {
+		p[i] = math.Exp(float64(v) - m)
+		s += p[i]
+	}
+	for i := range p {
+		p[i] /= s
+	}
+	return p
+}
+
+func maxDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}

@@ -68,6 +68,7 @@ var layerCases = []struct {
 	{"RoPE", ropeCase},
 	{"Sinusoidal", sinusoidalCase},
 	{"CrossEntropy", crossEntropyCase},
+	{"CrossEntropy/distill", distillCase},
 }
 
 // randTensor returns a tensor of N(0, scale²) entries.

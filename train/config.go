@@ -58,6 +58,10 @@ type Config struct {
 	// master weights and optimizer state; see model.Model.SetPrecision).
 	// A run may resume with the other precision.
 	Precision nn.Precision `json:"precision,omitempty"`
+
+	// Linearize, if not nil, says the run is a stage of a linearization
+	// (see Linearize): the teacher and what fine-tuning trains.
+	Linearize *Linearization `json:"linearize,omitempty"`
 }
 
 // DefaultConfig returns settings that train model.DefaultConfig on a
@@ -119,6 +123,11 @@ func (c Config) Validate() error {
 	}
 	if c.Task != nil {
 		if err := c.Task.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Linearize != nil {
+		if err := c.Linearize.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

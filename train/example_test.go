@@ -216,3 +216,59 @@ func ExampleRun_stages() {
 	// metrics-transfer.jsonl 3 steps
 	// metrics.jsonl 2 steps
 }
+
+// Linearize a tiny softmax model: train it, then convert it into learned
+// PolySketch with softmax local blocks, attention transfer then
+// fine-tuning, in one directory.
+func ExampleLinearize() {
+	dir := foxDir()
+	defer os.RemoveAll(dir)
+	trainTokens, valTokens, err := data.LoadPaths(context.Background(), []string{filepath.Join(dir, "fox.txt")}, "", tokenizer.Byte, data.Options{CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer trainTokens.Close()
+	defer valTokens.Close()
+	source := &train.Corpus{Train: trainTokens, Val: valTokens}
+
+	// The teacher: softmax attention, 20 steps.
+	mc := model.DefaultConfig()
+	mc.Dim, mc.Layers, mc.Heads, mc.Context, mc.Attention = 16, 2, 2, 32, attention.SoftmaxConfig{}
+	tc := train.DefaultConfig()
+	tc.Batch, tc.Steps, tc.Warmup, tc.EvalEvery, tc.EvalBatches = 4, 20, 2, 0, 2
+	t, err := train.Start(context.Background(), filepath.Join(dir, "teacher"), train.Run{Model: mc, Recipe: tc, Source: source})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := t.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	t.Close()
+
+	// The student: blocks of 8, 6 steps of transfer and 6 of fine-tuning.
+	cfg, err := attention.ParseSpec("polysketch:block=8:sketch-size=4:learned:raw-qk:scale:local-softmax:mix")
+	if err != nil {
+		log.Fatal(err)
+	}
+	student, err := train.StudentConfig(t.Model.Config(), cfg, false)
+	if err != nil {
+		log.Fatal(err)
+	}
+	transfer, finetune := train.LinearizeRecipes(tc)
+	transfer.Steps, transfer.Warmup, finetune.Steps, finetune.Warmup = 6, 0, 6, 0
+	finetune.Linearize.Teacher = filepath.Join(dir, "teacher")
+	l := &train.Linearize{Teacher: t.Model, Student: student, Transfer: transfer, Finetune: finetune, Source: source}
+	res, err := l.Run(context.Background(), filepath.Join(dir, "student"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lower := true
+	for i, e := range res.Layers.After {
+		lower = lower && e < res.Layers.Before[i]
+	}
+	fmt.Println("every layer closer to its teacher:", lower)
+	fmt.Println("fine-tuned:", res.Finetune.Step, "steps")
+	// Output:
+	// every layer closer to its teacher: true
+	// fine-tuned: 6 steps
+}

@@ -50,6 +50,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 		taskFile      string
 		contextLen    int
 		steps         int
+		teacher       string
 	)
 	fs.StringVar(&dir, "dir", "", "experiment directory (default: experiments/NAME, or experiments/NAME-quick)")
 	fs.BoolVar(&quick, "quick", false, "the CI-sized version: tiny models, a few steps, seconds")
@@ -60,6 +61,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	tokenizerFlag(fs, &tokName, "lm and speed: the vocabulary of the models and the corpus")
 	fs.StringVar(&taskFile, "task", "", "experiment task: the JSON-lines task file (see 'polysketch train -h'; byte tokens)")
 	fs.IntVar(&contextLen, "context", 256, "experiment task: tokens per example")
+	fs.StringVar(&teacher, "teacher", "", "experiment linearize: a trained softmax checkpoint to linearize instead of training one (its students get a tenth of the steps it trained)")
 	fs.IntVar(&logEvery, "log-every", logEvery, "steps between progress lines when stderr is not a terminal")
 	var checkpoints, choices []string
 	shots, limit := 5, 500
@@ -107,6 +109,11 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if teacher != "" {
+		if teacher, err = filepath.Abs(train.CheckpointIn(teacher)); err != nil {
+			return fmt.Errorf("experiment: --teacher: %w", err)
+		}
+	}
 	if taskFile != "" {
 		if taskFile, err = filepath.Abs(taskFile); err != nil {
 			return fmt.Errorf("experiment: --task: %w", err)
@@ -132,7 +139,7 @@ func runExperiment(args []string, stdout io.Writer) (err error) {
 	o := experiment.Options{
 		Dir: dir, Quick: quick, Seed: seed, Corpus: corpus, CacheDir: cacheDir, Logf: p.logf,
 		TaskFile: taskFile, Context: contextLen, Steps: steps, Precision: prec, Tokenizer: tok, TextField: textField, MaxRecord: int64(maxRecord),
-		Checkpoints: checkpoints, Choices: choices, Shots: shots, Limit: limit,
+		Checkpoints: checkpoints, Choices: choices, Shots: shots, Limit: limit, Teacher: teacher,
 		Progress: func(run string, u train.Progress) { p.update(u) },
 	}
 	ctx, stop := interruptible()

@@ -31,9 +31,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache", runBench},
+	"bench":      {"measure speed: bench gemm | bench attention | bench train | bench serve | bench cache | bench decode | bench position", runBench},
 	"attend":     {"run one attention mechanism on tensors from a safetensors file", runAttend},
 	"train":      {"train a language model on text files (default: the Go source tree)", runTrain},
+	"linearize":  {"convert a trained softmax model into one with linear attention (attention transfer, then fine-tuning)", runLinearize},
 	"eval":       {"loss and perplexity of a checkpoint on a corpus", runEval},
 	"generate":   {"sample text from a checkpoint, streaming it token by token", runGenerate},
 	"mechanisms": {"list the attention mechanisms, their cost and options", runMechanisms},
@@ -54,6 +55,7 @@ var benches = map[string]command{
 	"dp":        {"data-parallel training tokens/s, alone or under mpirun, and time waiting on communication", benchDP},
 	"cache":     {"time to first token of follow-ups, state memory and shared-prompt tokens/s with the prefix cache of serve", benchCache},
 	"decode":    {"decoding tokens/s of one and several streams and prefill tokens/s, against the memory-bandwidth bound", benchDecode},
+	"position":  {"time per token and state bytes of one stream decoded with a checkpoint, against its position", benchPosition},
 }
 
 func main() {
