@@ -153,6 +153,9 @@ func (j *jsonRecords) next() (map[string]any, int, error) {
 		} else if err != nil {
 			return nil, j.line, err
 		}
+		if j.line == 1 {
+			b = bytes.TrimPrefix(b, []byte("\ufeff")) // a byte order mark, as some editors write
+		}
 		if t := bytes.TrimSpace(b); len(t) > 0 {
 			rec, err := decodeLine(t)
 			return rec, j.line, err
@@ -371,6 +374,10 @@ func (r *record) index(field string) int {
 		s = fmt.Sprint(v)
 	default:
 		r.fail("field %s is a %s, want a whole number", field, kindOf(v))
+		return 0
+	}
+	if s == "" {
+		r.fail("field %s is empty: the example has no answer to score against (an unlabeled split, as HellaSwag's test split is? take one with labels, such as validation)", field)
 		return 0
 	}
 	n, err := strconv.Atoi(s)

@@ -89,6 +89,31 @@ func TestReadFile(t *testing.T) {
 // TestReadFileErrors checks that bad files are refused in one line that
 // says where and what: a file in no known format names the fields it
 // found and the formats known; a bad example its file and line.
+// TestReadFileBOM reads JSON lines that begin with a byte order mark, as
+// some editors save them, as the same lines without.
+func TestReadFileBOM(t *testing.T) {
+	dir := t.TempDir()
+	text := `{"context": "a", "choices": ["b", "c"], "answer": 1}` + "\n"
+	var sets []*Set
+	for _, name := range []string{"plain.jsonl", "bom.jsonl"} {
+		path := filepath.Join(dir, name)
+		if name == "bom.jsonl" {
+			text = "\ufeff" + text
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		set, err := ReadFile(path, Auto)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sets = append(sets, set)
+	}
+	if !reflect.DeepEqual(sets[0].Examples, sets[1].Examples) || sets[0].Format != sets[1].Format {
+		t.Errorf("with a byte order mark %+v (%s), without %+v (%s)", sets[1].Examples, sets[1].Format, sets[0].Examples, sets[0].Format)
+	}
+}
+
 func TestReadFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -109,7 +134,7 @@ func TestReadFileErrors(t *testing.T) {
 		{"negative.jsonl", `{"goal": "g", "sol1": "a", "sol2": "b", "label": -1}`, Auto, []string{"negative.jsonl:1: label -1 out of range"}},
 		{"one.jsonl", `{"context": "a", "choices": ["b"], "answer": 0}`, Auto, []string{"one.jsonl:1: 1 choices: a question needs at least 2"}},
 		{"none.jsonl", `{"ctx": "a", "endings": [], "label": "0"}`, Auto, []string{"none.jsonl:1: 0 choices"}},
-		{"testsplit.jsonl", `{"ctx": "a", "endings": ["b", "c"], "label": ""}`, Auto, []string{`testsplit.jsonl:1: field label is "", want a whole number`}},
+		{"testsplit.jsonl", `{"ctx": "a", "endings": ["b", "c"], "label": ""}`, Auto, []string{`testsplit.jsonl:1: field label is empty`, "HellaSwag's test split", "such as validation"}},
 		{"key.jsonl", `{"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"}`, Auto,
 			[]string{`key.jsonl:1: answerKey "C" is none of choices.label ["A" "B"]`}},
 		{"missing.jsonl", `{"goal": "g", "sol1": "a", "label": 0}`, PIQA, []string{"missing.jsonl:1: no field sol2, which the piqa format needs (goal, sol1, sol2, label)"}},

@@ -155,6 +155,11 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 			return fmt.Errorf("train: %w", err)
 		}
 	}
+	if !o.resume {
+		if err := fitsMemory(mc, tc); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+	}
 	mode := train.New
 	switch {
 	case o.resume:
@@ -232,6 +237,23 @@ func runTrain(args []string, stdout io.Writer) (err error) {
 		count(int(trained)), time.Since(start).Round(time.Second), count(int(float64(trained)/time.Since(start).Seconds())),
 		o.out, train.CheckpointDir, train.MetricsFile, train.PlotFile)
 	return nil
+}
+
+// fitsMemory refuses, before anything is written, a run whose training
+// step needs more memory than the machine has by predictMemory's estimate
+// (the vocabulary's logits left out: it is not known yet): the OS would
+// kill it at its first step.
+func fitsMemory(mc model.Config, tc train.Config) error {
+	total := physicalMemory()
+	if total <= 0 {
+		return nil
+	}
+	need, err := predictMemory(mc, tc.Batch, mc.Context)
+	if err != nil || need <= total {
+		return nil // a configuration's own errors come from train.Start
+	}
+	return fmt.Errorf("a step of %d sequences of %d tokens needs about %v, more than this machine's %v of memory: lower --batch (--accum keeps the tokens a step) or --context",
+		tc.Batch, mc.Context, byteSize(need), byteSize(total))
 }
 
 // newRun completes the configuration of a new run from the flags given

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -431,6 +432,26 @@ func TestTrainErrors(t *testing.T) {
 				t.Errorf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+// TestTrainLargerThanMemory checks that a run whose step cannot fit in
+// the machine's memory is refused in one line before anything is written.
+func TestTrainLargerThanMemory(t *testing.T) {
+	if physicalMemory() == 0 {
+		t.Skip("this OS does not say how much memory it has (/proc/meminfo): train does not check")
+	}
+	_, args := tinyRun(t)
+	out := filepath.Join(t.TempDir(), "run")
+	_, _, err := runQuiet(t, append(append([]string{"train"}, args...), "--out", out, "--context", "1048576", "--batch", "65536")...)
+	if err == nil || !strings.Contains(err.Error(), "more than this machine's") || !strings.Contains(err.Error(), "lower --batch") {
+		t.Fatalf("error %v, want one saying the step needs more than the machine's memory", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error spans lines: %q", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("--out %s: %v, want nothing written", out, err)
 	}
 }
 
