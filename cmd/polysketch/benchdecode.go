@@ -42,7 +42,7 @@ the machine, or the step left cores idle.
 flags:
 `
 
-func benchDecode(args []string, stdout io.Writer) error {
+func benchDecode(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("bench decode", benchDecodeHelp, stdout)
 	shape := fs.String("shape", "smollm2-135m", shapeHelp())
 	streams := fs.String("streams", "1,16", "comma-separated numbers of sequences decoded together")
@@ -52,9 +52,15 @@ func benchDecode(args []string, stdout io.Writer) error {
 	copyMiB := fs.Int("copy-mib", 512, "size of the buffer the copy bandwidth is measured on, MiB")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
+	var prof cpuProfile
+	prof.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := prof.start(); err != nil {
+		return fmt.Errorf("bench decode: %w", err)
+	}
+	defer prof.stop(&err)
 	counts, err := positiveInts(*streams, ",")
 	switch {
 	case err != nil:

@@ -55,7 +55,7 @@ type benchServeRow struct {
 	ITLp99       float64 `json:"itl_p99_ms"`
 }
 
-func benchServe(args []string, stdout io.Writer) error {
+func benchServe(args []string, stdout io.Writer) (err error) {
 	fs := newFlags("bench serve", benchServeHelp, stdout)
 	var (
 		url       = fs.String("url", "", "base URL of a running server, as http://127.0.0.1:8080 (default: start one in this process)")
@@ -73,9 +73,15 @@ func benchServe(args []string, stdout io.Writer) error {
 	jsonFlag(fs, &asJSON, "JSON lines instead of a table")
 	var prec nn.Precision
 	addPrecisionFlag(fs, &prec)
+	var prof cpuProfile
+	prof.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := prof.start(); err != nil {
+		return fmt.Errorf("bench serve: %w", err)
+	}
+	defer prof.stop(&err)
 	counts, err := positiveInts(*clients, ",")
 	if err != nil || len(counts) == 0 {
 		return fmt.Errorf("bench serve: --clients %q: want comma-separated positive numbers, as 1,16", *clients)

@@ -131,9 +131,15 @@ func benchTrain(args []string, stdout io.Writer) (err error) {
 	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
 	fs.IntVar(&cfg.phases, "phases", 0, "also profile one step at GOMAXPROCS=1 split as for this many threads: the serial share and the parallel phases (0: no)")
+	var prof cpuProfile
+	prof.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := prof.start(); err != nil {
+		return fmt.Errorf("bench train: %w", err)
+	}
+	defer prof.stop(&err)
 	defs := benchTrainSpecs()
 	vocab := false
 	if *shape != "" {

@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -121,5 +125,33 @@ func TestBenchTrainFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestBenchCPUProfile checks that --cpuprofile writes a profile that
+// go tool pprof reads (gzip-compressed protobuf), and that a profile that
+// cannot be written fails the command naming the flag.
+func TestBenchCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cpu.prof")
+	if err := run(append(tinyBenchTrain, "--n", "16", "--cpuprofile", path), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: not a gzip-compressed profile: %v", path, err)
+	}
+	if b, err := io.ReadAll(z); err != nil || len(b) == 0 {
+		t.Fatalf("%s: %d bytes of profile, %v", path, len(b), err)
+	}
+	bad := filepath.Join(dir, "missing", "cpu.prof")
+	err = run(append(tinyBenchTrain, "--n", "16", "--cpuprofile", bad), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("profile to %s: error %v, want one naming --cpuprofile", bad, err)
 	}
 }
