@@ -134,16 +134,16 @@ func GemmBF16Serial(tA, tB Transpose, alpha float32, a, b Operand, beta float32,
 	g.run(1)
 }
 
-// rowBlockBF16 is RowBlockBF16 for every n: products of up to this many
-// rows never take AMX tiles.
+// rowBlockBF16 is RowBlockBF16 for every n.
 const rowBlockBF16 = 32
 
 // RowBlockBF16 is RowBlock for GemmBF16: the most rows of C (n columns
 // wide) that are computed each by the same arithmetic as the row alone.
 // A server batching single tokens of different requests multiplies at
 // most this many rows at a time, so that a request's bits do not depend
-// on its neighbours. Every kernel but AMX computes any row alike; AMX
-// tiles, whose rounding may differ, serve only products with more rows.
+// on its neighbours. Every kernel computes any number of rows alike (the
+// AMX kernel takes tiles for every product, of one row too), so the bound
+// only keeps a step's groups small.
 func RowBlockBF16(n int) int { return rowBlockBF16 }
 
 // KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",

@@ -28,10 +28,11 @@ var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCod
 var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs}
 
-// amxBF16Kernel is avx512FMA with AMX tiles for products of more than
-// RowBlockBF16 rows.
-var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
-	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs,
+// amxBF16Kernel computes every product on AMX tiles (bf16_amx.go),
+// whatever its rows, so that a row's bits never depend on the rows
+// beside it: decoding's few rows take the 16-row kernel, amxBF16Half. B
+// is packed as for avx512FMA.
+var amxBF16Kernel = &bf16Kernel{name: "amx", cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16,
 	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
@@ -117,6 +118,10 @@ func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c
 			panic("blas: tilesAMX: amxDirect with fewer than 32 rows")
 		}
 		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
+	}
+	if rows <= amxBlock/2 {
+		amxBF16Half(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode&^amxDirect, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
+		return
 	}
 	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
 }

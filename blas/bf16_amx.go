@@ -1,8 +1,10 @@
 package blas
 
-// Products of more than RowBlockBF16 rows on a kernel with AMX tiles
-// (prefill, training) run through tiles: blocks of 32 rows of A by
-// strips of packed B, each 32×32 block of C in four tile registers.
+// Products on a kernel with AMX tiles run through tiles, whatever their
+// rows: blocks of 32 rows of A by strips of packed B, each 32×32 block of
+// C in four tile registers (a block of at most 16 rows, as decoding's,
+// in two: amxBF16Half). Each element is the same sequence of TDPBF16PS
+// steps in any block, so a row's bits do not depend on the others'.
 //
 // A tile row holds 16 pairs of k (64 bytes): a chunk. A is converted to
 // bf16 in tile order, chunk by chunk (32 rows of 16 pairs, zero beyond m
@@ -39,8 +41,9 @@ const (
 // strip), and end stored to acc (amxStore), or finish C: C = alpha·sum
 // (+ beta·C with amxBeta) in its first rows rows, the last strip's
 // columns under mask; amxDirect (alpha 1, beta 0, rows 32) lets the
-// kernel store whole strips' sums straight into C. tmp is a 32×32
-// scratch. pf, where the kernel prefetches, says what it fetches for the
+// kernel store whole strips' sums straight into C. A block of at most 16
+// rows reads and writes only the first 16 rows of a strip's sums in acc.
+// tmp is a 32×32 scratch. pf, where the kernel prefetches, says what it fetches for the
 // next call while it computes (see amxPrefetch).
 type tilesFunc func(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch)
 
@@ -255,7 +258,7 @@ func packTilesGo(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32) 
 // order: rows i and i+16 share a line of 128 bytes.
 func tileRow(i int) int { return 32*(i%16) + 16*(i/16) }
 
-// runTiles computes g (more than RowBlockBF16 rows) with kn.tiles on up
+// runTiles computes g with kn.tiles on up
 // to threads goroutines, splitting C into items of row blocks by strip
 // chunks.
 func (g *gemmBF16) runTiles(threads int) {

@@ -42,7 +42,13 @@ func amxEmulated(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int
 			}
 		}
 		if mode&amxStore != 0 {
-			copy(acc[t*1024:(t+1)*1024], tmp)
+			// Of a block of at most 16 rows only the first 16 rows of
+			// sums are stored (amxBF16Half).
+			n := 1024
+			if rows <= amxBlock/2 {
+				n = 512
+			}
+			copy(acc[t*1024:t*1024+n], tmp)
 			continue
 		}
 		cols := nrBF16

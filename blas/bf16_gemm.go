@@ -36,9 +36,9 @@ type bf16Kernel struct {
 	// of the high and the low half of src[i]: tile reads A's pairs so
 	// expanded, at twice the strides (wide reads them as they are).
 	expand func(dst, src []uint32)
-	// tiles, where not nil, computes products of more than RowBlockBF16
-	// rows in blocks of 32 (AMX; see bf16_amx.go), from A converted by
-	// packTiles.
+	// tiles, where not nil, computes every product in blocks of 32 rows
+	// (AMX; see bf16_amx.go), from A converted by packTiles; the fields
+	// of the other codes (tile, wide) are then unused.
 	tiles     tilesFunc
 	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
 	// prefetch, where not nil, sets pf to fetch rows rows of cols
@@ -51,7 +51,7 @@ type bf16Kernel struct {
 // instruction set it uses).
 func (kn *bf16Kernel) codeFor(m int) string {
 	switch {
-	case kn.tiles != nil && m > rowBlockBF16:
+	case kn.tiles != nil:
 		return "amx"
 	case kn.wide != nil && m <= kn.wideRows:
 		return kn.wideCode
@@ -213,7 +213,7 @@ func (g *gemmBF16) run(threads int) {
 	if g.trivial() {
 		return
 	}
-	if g.kn.tiles != nil && g.m > rowBlockBF16 {
+	if g.kn.tiles != nil {
 		g.runTiles(threads)
 		return
 	}

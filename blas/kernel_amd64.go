@@ -148,6 +148,12 @@ func vfmaddLoop(n int)
 //go:noescape
 func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
 
+// amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows
+// 16–31 are neither read nor written, and pf is not read; see package _asm.
+//
+//go:noescape
+func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+
 // amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],
 // src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,
 // c < chunks, p < 16.

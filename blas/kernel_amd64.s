@@ -13519,6 +13519,417 @@ amx_next:
 	VZEROUPPER
 	RET
 
+// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+// Requires: AVX, AVX512F
+TEXT ·amxBF16Half(SB), NOSPLIT, $0-120
+	MOVQ cfg+0(FP), DI
+
+	// bf16enc: ldtilecfg [rdi]
+	BYTE         $0xc4
+	BYTE         $0xe2
+	BYTE         $0x78
+	BYTE         $0x49
+	BYTE         $0x07
+	MOVQ         a+8(FP), AX
+	MOVQ         b+16(FP), R9
+	MOVQ         $0x00000080, R15
+	MOVQ         nstrips+32(FP), R12
+	MOVQ         c+64(FP), R13
+	MOVQ         acc+48(FP), DI
+	MOVQ         mode+56(FP), BX
+	MOVQ         ldc+72(FP), DX
+	SHLQ         $0x02, DX
+	VBROADCASTSS alpha+88(FP), Z30
+	VBROADCASTSS beta+92(FP), Z31
+
+half_pair:
+	TESTQ $0x00000001, BX
+	JZ    half_zero
+
+	// bf16enc: tileloadd tmm0, [rdi+r15*1]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x3f
+
+	// bf16enc: tileloadd tmm1, [rdi+r15*1+64]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x3f
+	BYTE $0x40
+	CMPQ R12, $0x01
+	JE   half_init
+
+	// bf16enc: tileloadd tmm2, [rdi+r15*1+4096]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x3f
+	BYTE $0x00
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+
+	// bf16enc: tileloadd tmm3, [rdi+r15*1+4160]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x3f
+	BYTE $0x40
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+	JMP  half_init
+
+half_zero:
+	// bf16enc: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// bf16enc: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// bf16enc: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// bf16enc: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+half_init:
+	MOVQ AX, SI
+	MOVQ R9, R8
+	MOVQ bs+24(FP), R14
+	ADDQ R9, R14
+	MOVQ chunks+40(FP), CX
+	CMPQ R12, $0x01
+	JE   half_one
+
+half_two:
+	// bf16enc: tileloadd tmm4, [rsi+r15*1]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x3e
+
+	// bf16enc: tileloadd tmm6, [r8+r15*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x38
+
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tileloadd tmm7, [r8+r15*1+64]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x7c
+	BYTE $0x38
+	BYTE $0x40
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// bf16enc: tileloadd tmm5, [r14+r15*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x3e
+
+	// bf16enc: tdpbf16ps tmm2, tmm4, tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x52
+	BYTE $0x5c
+	BYTE $0xd4
+
+	// bf16enc: tileloadd tmm6, [r14+r15*1+64]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x74
+	BYTE $0x3e
+	BYTE $0x40
+
+	// bf16enc: tdpbf16ps tmm3, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x00000800, SI
+	ADDQ $0x00000800, R8
+	ADDQ $0x00000800, R14
+	DECQ CX
+	JNZ  half_two
+	JMP  half_end
+
+half_one:
+	// bf16enc: tileloadd tmm4, [rsi+r15*1]
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x3e
+
+	// bf16enc: tileloadd tmm6, [r8+r15*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x38
+
+	// bf16enc: tdpbf16ps tmm0, tmm4, tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// bf16enc: tileloadd tmm7, [r8+r15*1+64]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x7c
+	BYTE $0x38
+	BYTE $0x40
+
+	// bf16enc: tdpbf16ps tmm1, tmm4, tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	ADDQ $0x00000800, SI
+	ADDQ $0x00000800, R8
+	DECQ CX
+	JNZ  half_one
+
+half_end:
+	TESTQ $0x00000002, BX
+	JZ    half_finish
+
+	// bf16enc: tilestored [rdi+r15*1], tmm0
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x3f
+
+	// bf16enc: tilestored [rdi+r15*1+64], tmm1
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x3f
+	BYTE $0x40
+	CMPQ R12, $0x01
+	JE   half_done
+
+	// bf16enc: tilestored [rdi+r15*1+4096], tmm2
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x3f
+	BYTE $0x00
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+
+	// bf16enc: tilestored [rdi+r15*1+4160], tmm3
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x3f
+	BYTE $0x40
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+	JMP  half_next
+
+half_finish:
+	MOVQ tmp+104(FP), R10
+
+	// bf16enc: tilestored [r10+r15*1], tmm0
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x3a
+
+	// bf16enc: tilestored [r10+r15*1+64], tmm1
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x4c
+	BYTE $0x3a
+	BYTE $0x40
+	CMPQ R12, $0x01
+	JE   half_mask1
+
+	// bf16enc: tilestored [r10+r15*1+2048], tmm2
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x3a
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+
+	// bf16enc: tilestored [r10+r15*1+2112], tmm3
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x3a
+	BYTE $0x40
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	MOVL $0xffffffff, R11
+	JMP  half_rows1
+
+half_mask1:
+	MOVL mask+96(FP), R11
+
+half_rows1:
+	KMOVW R11, K1
+	SHRL  $0x10, R11
+	KMOVW R11, K2
+	MOVQ  rows+80(FP), CX
+	MOVQ  R13, R11
+
+half_row1:
+	VMULPS    (R10), Z30, Z0
+	VMULPS    64(R10), Z30, Z1
+	TESTQ     $0x00000008, BX
+	JZ        half_store1
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
+	VMULPS    Z31, Z2, Z2
+	VMULPS    Z31, Z3, Z3
+	VADDPS    Z2, Z0, Z0
+	VADDPS    Z3, Z1, Z1
+
+half_store1:
+	VMOVUPS Z0, K1, (R11)
+	VMOVUPS Z1, K2, 64(R11)
+	ADDQ    R15, R10
+	ADDQ    DX, R11
+	DECQ    CX
+	JNZ     half_row1
+	CMPQ    R12, $0x01
+	JE      half_done
+	MOVL    $0xffffffff, R11
+	CMPQ    R12, $0x02
+	JNE     half_rows2
+	MOVL    mask+96(FP), R11
+
+half_rows2:
+	MOVQ  tmp+104(FP), R10
+	ADDQ  $0x00000800, R10
+	LEAQ  128(R13), SI
+	KMOVW R11, K1
+	SHRL  $0x10, R11
+	KMOVW R11, K2
+	MOVQ  rows+80(FP), CX
+	MOVQ  SI, R11
+
+half_row2:
+	VMULPS    (R10), Z30, Z0
+	VMULPS    64(R10), Z30, Z1
+	TESTQ     $0x00000008, BX
+	JZ        half_store2
+	VMOVUPS.Z (R11), K1, Z2
+	VMOVUPS.Z 64(R11), K2, Z3
+	VMULPS    Z31, Z2, Z2
+	VMULPS    Z31, Z3, Z3
+	VADDPS    Z2, Z0, Z0
+	VADDPS    Z3, Z1, Z1
+
+half_store2:
+	VMOVUPS Z0, K1, (R11)
+	VMOVUPS Z1, K2, 64(R11)
+	ADDQ    R15, R10
+	ADDQ    DX, R11
+	DECQ    CX
+	JNZ     half_row2
+
+half_next:
+	ADDQ $0x00002000, DI
+	ADDQ $0x00000100, R13
+	MOVQ bs+24(FP), R10
+	ADDQ R10, R9
+	ADDQ R10, R9
+	SUBQ $0x02, R12
+	JNZ  half_pair
+
+half_done:
+	// bf16enc: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	VZEROUPPER
+	RET
+
 // func amxPackRows(dst *uint32, src *float32, lda int, rows int, chunks int)
 // Requires: AVX, AVX512F
 TEXT ·amxPackRows(SB), NOSPLIT, $0-40

@@ -39,6 +39,7 @@ func bf16Kernels() {
 	interleaveBF16()
 	peakLoops()
 	amxBF16()
+	amxHalf()
 	amxPack()
 	amxLoop()
 }
@@ -751,6 +752,177 @@ func amxBF16() {
 	tilerelease()
 	VZEROUPPER()
 	RET()
+}
+
+// amxHalf generates amxBF16Half, amxBF16 for blocks of at most 16 rows
+// (decoding's few sequences): only A's first tile of rows is loaded, and
+// strips are taken two at a time, tiles 0–1 accumulating the first's
+// columns and 2–3 the second's, so that four independent sums hide the
+// latency of TDPBF16PS (with one strip, two sums wait on each other). An
+// element's sum is the same sequence of TDPBF16PS steps as in amxBF16, so
+// its bits are the same. acc holds each strip's sums as amxBF16's do, of
+// which only rows 0–15 are read and written; amxDirect is not taken; A's
+// next block is not prefetched (pf is not read).
+func amxHalf() {
+	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, pf *[6]int)")
+	Pragma("noescape")
+	Doc("amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows",
+		"16–31 are neither read nor written, and pf is not read; see package _asm.")
+	ldtilecfg(Load(Param("cfg"), RDI))
+	aBase, aCur := RAX, RSI
+	Load(Param("a"), aBase)
+	strip, b0, b1 := R9, R8, R14
+	Load(Param("b"), strip)
+	s128 := R15
+	MOVQ(U32(128), s128)
+	nstr, cptr, accp, mode, ldc := R12, R13, RDI, RBX, RDX
+	Load(Param("nstrips"), nstr)
+	Load(Param("c"), cptr)
+	Load(Param("acc"), accp)
+	Load(Param("mode"), mode)
+	Load(Param("ldc"), ldc)
+	SHLQ(U8(2), ldc)
+	VBROADCASTSS(addr("alpha"), Z30)
+	VBROADCASTSS(addr("beta"), Z31)
+
+	Label("half_pair")
+	TESTQ(U32(amxLoad), mode)
+	JZ(LabelRef("half_zero"))
+	tileloadd(0, accp, s128, 0)
+	tileloadd(1, accp, s128, 64)
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("half_init"))
+	tileloadd(2, accp, s128, 4096)
+	tileloadd(3, accp, s128, 4096+64)
+	JMP(LabelRef("half_init"))
+	Label("half_zero")
+	for t := 0; t < 4; t++ {
+		tilezero(t)
+	}
+	Label("half_init")
+	MOVQ(aBase, aCur)
+	MOVQ(strip, b0)
+	Load(Param("bs"), b1)
+	ADDQ(strip, b1)
+	Load(Param("chunks"), RCX)
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("half_one"))
+
+	// Two strips, a chunk of each at a time. (Prefetching B's next chunks
+	// by hand, one to eight chunks ahead, was slower: the hardware's
+	// prefetch streams them.)
+	Label("half_two")
+	tileloadd(4, aCur, s128, 0)
+	tileloadd(6, b0, s128, 0)
+	tdpbf16ps(0, 4, 6)
+	tileloadd(7, b0, s128, 64)
+	tdpbf16ps(1, 4, 7)
+	tileloadd(5, b1, s128, 0)
+	tdpbf16ps(2, 4, 5)
+	tileloadd(6, b1, s128, 64)
+	tdpbf16ps(3, 4, 6)
+	ADDQ(U32(2048), aCur)
+	ADDQ(U32(2048), b0)
+	ADDQ(U32(2048), b1)
+	DECQ(RCX)
+	JNZ(LabelRef("half_two"))
+	JMP(LabelRef("half_end"))
+
+	// The last strip alone.
+	Label("half_one")
+	tileloadd(4, aCur, s128, 0)
+	tileloadd(6, b0, s128, 0)
+	tdpbf16ps(0, 4, 6)
+	tileloadd(7, b0, s128, 64)
+	tdpbf16ps(1, 4, 7)
+	ADDQ(U32(2048), aCur)
+	ADDQ(U32(2048), b0)
+	DECQ(RCX)
+	JNZ(LabelRef("half_one"))
+
+	Label("half_end")
+	TESTQ(U32(amxStore), mode)
+	JZ(LabelRef("half_finish"))
+	tilestored(accp, s128, 0, 0)
+	tilestored(accp, s128, 64, 1)
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("half_done"))
+	tilestored(accp, s128, 4096, 2)
+	tilestored(accp, s128, 4096+64, 3)
+	JMP(LabelRef("half_next"))
+
+	// alpha·sum (+ beta·C) into C through tmp: the first strip's sums in
+	// tmp's rows 0–15, the second's in rows 16–31; the last strip takes
+	// its columns under the mask.
+	Label("half_finish")
+	Load(Param("tmp"), R10)
+	tilestored(R10, s128, 0, 0)
+	tilestored(R10, s128, 64, 1)
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("half_mask1"))
+	tilestored(R10, s128, 2048, 2)
+	tilestored(R10, s128, 2048+64, 3)
+	MOVL(U32(0xffffffff), R11L)
+	JMP(LabelRef("half_rows1"))
+	Label("half_mask1")
+	Load(Param("mask"), R11L)
+	Label("half_rows1")
+	halfRows("1", R10, cptr, mode, ldc, s128)
+	CMPQ(nstr, U8(1))
+	JE(LabelRef("half_done"))
+	MOVL(U32(0xffffffff), R11L)
+	CMPQ(nstr, U8(2))
+	JNE(LabelRef("half_rows2"))
+	Load(Param("mask"), R11L)
+	Label("half_rows2")
+	Load(Param("tmp"), R10)
+	ADDQ(U32(2048), R10)
+	LEAQ(Mem{Base: cptr, Disp: 128}, aCur)
+	halfRows("2", R10, aCur, mode, ldc, s128)
+
+	Label("half_next")
+	ADDQ(U32(8192), accp)
+	ADDQ(U32(256), cptr)
+	Load(Param("bs"), R10)
+	ADDQ(R10, strip)
+	ADDQ(R10, strip)
+	SUBQ(U8(2), nstr)
+	JNZ(LabelRef("half_pair"))
+
+	Label("half_done")
+	tilerelease()
+	VZEROUPPER()
+	RET()
+}
+
+// halfRows emits the finishing of rows rows of one strip of C at c from
+// the sums at tmp (rows 128 bytes apart), the strip's column mask in
+// R11L: C = alpha·sum (Z30), + beta·C (Z31) with amxBeta. It advances tmp
+// and uses RCX, R11, K1, K2 and Z0–Z3.
+func halfRows(id string, tmp, c, mode, ldc, s128 Register) {
+	KMOVW(R11L, K1)
+	SHRL(U8(16), R11L)
+	KMOVW(R11L, K2)
+	Load(Param("rows"), RCX)
+	MOVQ(c, R11)
+	Label("half_row" + id)
+	VMULPS(Mem{Base: tmp}, Z30, Z0)
+	VMULPS(Mem{Base: tmp, Disp: 64}, Z30, Z1)
+	TESTQ(U32(amxBeta), mode)
+	JZ(LabelRef("half_store" + id))
+	VMOVUPS_Z(Mem{Base: R11}, K1, Z2)
+	VMOVUPS_Z(Mem{Base: R11, Disp: 64}, K2, Z3)
+	VMULPS(Z31, Z2, Z2)
+	VMULPS(Z31, Z3, Z3)
+	VADDPS(Z2, Z0, Z0)
+	VADDPS(Z3, Z1, Z1)
+	Label("half_store" + id)
+	VMOVUPS(Z0, K1, Mem{Base: R11})
+	VMOVUPS(Z1, K2, Mem{Base: R11, Disp: 64})
+	ADDQ(s128, tmp)
+	ADDQ(ldc, R11)
+	DECQ(RCX)
+	JNZ(LabelRef("half_row" + id))
 }
 
 // amxPack generates the packing of A for amxBF16, from float32 to bf16
