@@ -13698,9 +13698,9 @@ half_two:
 	BYTE $0x4a
 	BYTE $0x5c
 	BYTE $0xdc
+	ADDQ $0x00000800, R14
 	ADDQ $0x00000800, SI
 	ADDQ $0x00000800, R8
-	ADDQ $0x00000800, R14
 	DECQ CX
 	JNZ  half_two
 	JMP  half_end

@@ -808,37 +808,35 @@ func amxHalf() {
 	CMPQ(nstr, U8(1))
 	JE(LabelRef("half_one"))
 
-	// Two strips, a chunk of each at a time. (Prefetching B's next chunks
-	// by hand, one to eight chunks ahead, was slower: the hardware's
-	// prefetch streams them.)
-	Label("half_two")
-	tileloadd(4, aCur, s128, 0)
-	tileloadd(6, b0, s128, 0)
-	tdpbf16ps(0, 4, 6)
-	tileloadd(7, b0, s128, 64)
-	tdpbf16ps(1, 4, 7)
-	tileloadd(5, b1, s128, 0)
-	tdpbf16ps(2, 4, 5)
-	tileloadd(6, b1, s128, 64)
-	tdpbf16ps(3, 4, 6)
-	ADDQ(U32(2048), aCur)
-	ADDQ(U32(2048), b0)
-	ADDQ(U32(2048), b1)
-	DECQ(RCX)
-	JNZ(LabelRef("half_two"))
-	JMP(LabelRef("half_end"))
-
-	// The last strip alone.
-	Label("half_one")
-	tileloadd(4, aCur, s128, 0)
-	tileloadd(6, b0, s128, 0)
-	tdpbf16ps(0, 4, 6)
-	tileloadd(7, b0, s128, 64)
-	tdpbf16ps(1, 4, 7)
-	ADDQ(U32(2048), aCur)
-	ADDQ(U32(2048), b0)
-	DECQ(RCX)
-	JNZ(LabelRef("half_one"))
+	// Two strips, a chunk of each at a time, or the last strip alone.
+	// (Prefetching B's next chunks by hand, one to eight chunks ahead, was
+	// slower: the hardware's prefetch streams them.)
+	for _, two := range []bool{true, false} {
+		loop := "half_one"
+		if two {
+			loop = "half_two"
+		}
+		Label(loop)
+		tileloadd(4, aCur, s128, 0)
+		tileloadd(6, b0, s128, 0)
+		tdpbf16ps(0, 4, 6)
+		tileloadd(7, b0, s128, 64)
+		tdpbf16ps(1, 4, 7)
+		if two {
+			tileloadd(5, b1, s128, 0)
+			tdpbf16ps(2, 4, 5)
+			tileloadd(6, b1, s128, 64)
+			tdpbf16ps(3, 4, 6)
+			ADDQ(U32(2048), b1)
+		}
+		ADDQ(U32(2048), aCur)
+		ADDQ(U32(2048), b0)
+		DECQ(RCX)
+		JNZ(LabelRef(loop))
+		if two {
+			JMP(LabelRef("half_end"))
+		}
+	}
 
 	Label("half_end")
 	TESTQ(U32(amxStore), mode)
