@@ -191,6 +191,13 @@ func (cfg *benchTrainConfig) parse(ns string, af *attentionFlags, defs []string)
 	case cfg.phases < 0:
 		return fmt.Errorf("--phases %d: must be 0 (no profile) or a number of threads", cfg.phases)
 	}
+	// A learned table of positions is the model's: a longer N would grow
+	// it into another model than the one named.
+	if cfg.model.Positions == model.PositionsLearned {
+		if n := cfg.ns[len(cfg.ns)-1]; n > cfg.model.Context {
+			return fmt.Errorf("--n %d: the model's learned positions cover %d tokens; use --n %d or less", n, cfg.model.Context, cfg.model.Context)
+		}
+	}
 	for _, m := range cfg.mechanisms {
 		c := cfg.config(m, cfg.ns[0])
 		if err := c.Validate(); err != nil {

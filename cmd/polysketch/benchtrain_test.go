@@ -126,6 +126,11 @@ func TestBenchTrainFlags(t *testing.T) {
 			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
+	// GPT-2's learned positions end at 1024: a longer N would time another model.
+	err := run([]string{"bench", "train", "--shape", "gpt2", "--n", "1024,2048"}, io.Discard)
+	if want := "--n 2048: the model's learned positions cover 1024 tokens"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--shape gpt2 --n 1024,2048: %v, want an error containing %q", err, want)
+	}
 }
 
 // TestBenchCPUProfile checks that --cpuprofile writes a profile that
