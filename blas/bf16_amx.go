@@ -83,6 +83,13 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 	nstr := s1 - s0
 	chunks := pairsPadded(g.k) / 16
 	nk := ceilDiv(chunks, amxLimits.chunks)
+	if g.m <= amxBlock/2 {
+		// Decoding's few rows: the rows of A take little of L1 whatever
+		// k, and storing and reloading the sums between k blocks cost
+		// more than the blocks save (576×8192 by one row: 370–383 µs in
+		// one call, 495–499 in blocks of 8 chunks).
+		nk = 1
+	}
 	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
 	t := tileCall{g: *g, ws: ws, bp: bp, chunks: chunks, nk: nk}
 	switch {
