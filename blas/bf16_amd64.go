@@ -32,7 +32,8 @@ var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: 
 // whatever its rows, so that a row's bits never depend on the rows
 // beside it: decoding's few rows take the 16-row kernel, amxBF16Half. B
 // is packed as for avx512FMA.
-var amxBF16Kernel = &bf16Kernel{name: "amx", cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16,
+var amxBF16Kernel = &bf16Kernel{name: "amx", wideCode: "amx", mr: 1, mc: 1, wide: amxWide, wideRows: 1,
+	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16,
 	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
@@ -185,6 +186,19 @@ func wideBF16(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []fl
 	_ = b[3*bs+kp*nrBF16-1]
 	_ = c[(rows-1)*ldc+4*nrBF16-1]
 	wideBF16AVX512(rows, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
+}
+
+// amxWide is wideBF16 for one row in TDPBF16PS's order of addition (the
+// bits the tiles give the row), on float32 FMAs: decoding one sequence,
+// bound by reading B, at the speed of vector loads.
+func amxWide(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []float32, ldc int, alpha, beta float32) {
+	if rows != 1 {
+		panic("blas: amxWide: more than one row")
+	}
+	_ = a[(kp-1)*aps]
+	_ = b[3*bs+kp*nrBF16-1]
+	_ = c[4*nrBF16-1]
+	amxWideAVX512(1, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
 }
 
 // tileFMA is tileBF16 with float32 FMAs, A's pairs expanded

@@ -52,7 +52,7 @@ type bf16Kernel struct {
 func (kn *bf16Kernel) codeFor(m int) string {
 	switch {
 	case kn.tiles != nil:
-		return "amx"
+		return "amx" // tiles, or for one row the wide code of their order
 	case kn.wide != nil && m <= kn.wideRows:
 		return kn.wideCode
 	}
@@ -213,7 +213,7 @@ func (g *gemmBF16) run(threads int) {
 	if g.trivial() {
 		return
 	}
-	if g.kn.tiles != nil {
+	if g.kn.tiles != nil && !g.wideTiles() {
 		g.runTiles(threads)
 		return
 	}
@@ -231,6 +231,13 @@ func (g *gemmBF16) run(threads int) {
 	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
 	bf16Pool.Put(ws)
+}
+
+// wideTiles reports whether a kernel with tiles computes g with its wide
+// code instead, in the tiles' order of addition: one row by a packed B of
+// whole groups of 4 strips (decoding one sequence, bound by reading B).
+func (g *gemmBF16) wideTiles() bool {
+	return g.kn.wide != nil && g.bp != nil && g.m <= g.kn.wideRows && g.n%(4*nrBF16) == 0
 }
 
 // packB returns op(B) packed: g.bp, or B packed into ws.

@@ -187,6 +187,7 @@ func (p *problem) at(x []float32, tr Transpose, ld, i, j int) float32 {
 var bf16Shapes = [][3]int{
 	{1, 1, 1}, {1, 33, 7}, {3, 31, 2}, {5, 64, 9}, {13, 17, 40}, {17, 65, 33},
 	{2, 100, 64}, {29, 70, 31}, {33, 96, 128}, {50, 40, 3}, {1, 300, 257},
+	{1, 128, 37}, // one row by whole groups of 4 strips: AMX's wide code
 }
 
 func TestGemmBF16(t *testing.T) {
@@ -356,7 +357,7 @@ func TestGemmBF16Determinism(t *testing.T) {
 func TestRowBlockBF16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(69, 70))
 	eachBF16Kernel(t, func(t *testing.T) {
-		for _, n := range []int{1, 31, 96, 1000} {
+		for _, n := range []int{1, 31, 96, 256, 1000} { // 256: whole groups of 4 strips (AMX's wide code)
 			rows := RowBlockBF16(n)
 			if rows < 1 {
 				t.Fatalf("RowBlockBF16(%d) = %d", n, rows)
@@ -495,8 +496,10 @@ func wildBF16(rng *rand.Rand, s []float32, maxExp int) {
 }
 
 // agreeShapes are bf16Shapes and some that take more than one AMX chunk
-// and strip, of more than RowBlockBF16 rows.
-var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100})
+// and strip, of more than RowBlockBF16 rows, and one row by whole groups
+// of 4 strips (AMX's wide code), whole chunks of k and a partial last one.
+var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100},
+	[3]int{1, 256, 512}, [3]int{1, 384, 101})
 
 // eachAgreeCase runs f on the products of TestBF16KernelsAgree and
 // TestBF16SpecialValues: C computed by each kernel of ks in turn, with B
@@ -598,5 +601,51 @@ func TestBF16SpecialValues(t *testing.T) {
 	})
 	if specials == 0 {
 		t.Error("no product had a special value in C: the operands test nothing")
+	}
+}
+
+// TestBF16TinySums checks that every kernel flushes sums below 2⁻¹²⁶ to
+// zero at every step, as the instructions do, decoding's wide codes too:
+// products of about 2⁻¹⁴⁰, so that every partial sum is tiny, give zeros
+// of the signs their kernel's order of addition gives them (the portable
+// kernel's, or on tiles the emulated tiles').
+func TestBF16TinySums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(77, 78))
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	tiny := func(s []float32) {
+		for i := range s {
+			s[i] = float32(math.Ldexp((rng.Float64()+0.5)*float64(1-2*rng.IntN(2)), -70))
+		}
+	}
+	emu := emulatedTiles()
+	for _, sh := range [][3]int{{1, 256, 64}, {1, 128, 37}, {2, 96, 64}, {16, 64, 40}, {40, 33, 70}} {
+		p := newProblem(rng, NoTrans, NoTrans, sh[0], sh[1], sh[2], 1, 0, 0)
+		tiny(p.a)
+		tiny(p.b)
+		a, b, c := p.views()
+		pb := PackBF16(NoTrans, b)
+		run := func(kn *bf16Kernel, bop Operand) []float32 {
+			activeBF16 = kn
+			got := make([]float32, len(c.Data))
+			GemmBF16(NoTrans, NoTrans, 1, a, bop, 0, General{c.Rows, c.Cols, c.Stride, got})
+			return got
+		}
+		want, wantTiles := run(goBF16, b), run(emu, b)
+		for _, kn := range bf16Kernels() {
+			for _, bop := range []Operand{b, pb} {
+				got := run(kn, bop)
+				ref := want
+				if kn.tiles != nil {
+					ref = wantTiles
+				}
+				what := fmt.Sprintf("%v: %s (%T)", p, kn.name, bop)
+				for i, x := range got {
+					if x != 0 {
+						t.Fatalf("%s: element %d = %v, want a zero: every partial sum is below 2⁻¹²⁶", what, i, x)
+					}
+				}
+				sameBits(t, what, got, ref)
+			}
+		}
 	}
 }

@@ -40,6 +40,7 @@ func bf16Kernels() {
 	peakLoops()
 	amxBF16()
 	amxHalf()
+	amxWide()
 	amxPack()
 	amxLoop()
 }
@@ -921,6 +922,108 @@ func halfRows(id string, tmp, c, mode, ldc, s128 Register) {
 	ADDQ(ldc, R11)
 	DECQ(RCX)
 	JNZ(LabelRef("half_row" + id))
+}
+
+// amxWide generates amxWideAVX512: one row of C by 4 whole strips of
+// packed B (decoding from a weight), in the order of addition of
+// TDPBF16PS on vector FMAs, so that a row decoded alone gets the bits the
+// tiles give it in a batch, at the speed of reading B. For each chunk of
+// 16 pairs, each element's even (low) and odd (high) products are summed
+// apart from zero, each added with one rounding (VFMADD231PS on the
+// halves as float32), and then sum + (even + odd); MXCSR's flush-to-zero
+// and denormals-are-zero are set for the k loop, which makes the FMAs and
+// the additions flush as the instruction does (dot2's fmaBF16, the
+// tiles' model amxEmulated). A last chunk of fewer than 16 pairs skips
+// the tiles' zero pairs: adding their +0 products could only turn an
+// even or odd sum of -0 into +0, and sum + (even + odd), sum never -0
+// (it starts at +0), is the same either way. The epilogue is the tiles' finish: alpha·sum, + beta·C when accum ≠ 0, each
+// rounded. rows is 1 and mask all ones: the arguments are wideBF16's.
+func amxWide() {
+	const nvec = 8 // 4 strips of 2 vectors
+	TEXT("amxWideAVX512", NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
+	Pragma("noescape")
+	Doc("amxWideAVX512 computes one row by 128 columns of C from bf16 pairs of A and",
+		"4 packed strips of B (bs words apart) in TDPBF16PS's order of addition, with",
+		"float32 FMAs; see package _asm.")
+	mxcsr := AllocLocal(8)
+	kp := Load(Param("kp"), GP64())
+	a := Load(Param("a"), GP64())
+	aps := Load(Param("aps"), GP64())
+	SHLQ(U8(2), aps)
+	b := Load(Param("b"), GP64())
+	bs := Load(Param("bs"), GP64())
+	SHLQ(U8(2), bs)
+	bs3 := GP64()
+	LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
+	strip := func(t int) Mem { return strided([]Register{b}, bs, bs3, t) }
+	even, odd, sum := zmm[0:nvec], zmm[nvec:2*nvec], zmm[2*nvec:3*nvec]
+	blo, bhi, alo, ahi := Z24, Z25, Z26, Z27
+	for _, v := range sum {
+		VXORPS(v, v, v)
+	}
+	STMXCSR(mxcsr)
+	t := GP32()
+	MOVL(mxcsr, t)
+	ORL(U32(0x8040), t)
+	MOVL(t, mxcsr.Offset(4))
+	LDMXCSR(mxcsr.Offset(4))
+
+	n := GP64()
+	TESTQ(kp, kp)
+	JZ(LabelRef("aw_done"))
+	Label("aw_chunk")
+	for v := 0; v < nvec; v++ {
+		VXORPS(even[v], even[v], even[v])
+		VXORPS(odd[v], odd[v], odd[v])
+	}
+	MOVQ(U32(16), n)
+	CMPQ(kp, n)
+	CMOVQLT(kp, n)
+	SUBQ(n, kp)
+	Label("aw_pair")
+	VPBROADCASTD(Mem{Base: a}, ahi)
+	VPSLLD(U8(16), ahi, alo)
+	VPANDD_BCST(hiMask, ahi, ahi)
+	for v := 0; v < nvec; v++ {
+		VMOVUPS(strip(v/2).Offset(64*(v%2)), bhi)
+		VPSLLD(U8(16), bhi, blo)
+		VPANDD_BCST(hiMask, bhi, bhi)
+		VFMADD231PS(alo, blo, even[v])
+		VFMADD231PS(ahi, bhi, odd[v])
+	}
+	ADDQ(aps, a)
+	ADDQ(U8(128), b)
+	DECQ(n)
+	JNZ(LabelRef("aw_pair"))
+	for v := 0; v < nvec; v++ {
+		VADDPS(odd[v], even[v], even[v])
+		VADDPS(even[v], sum[v], sum[v])
+	}
+	TESTQ(kp, kp)
+	JNZ(LabelRef("aw_chunk"))
+
+	Label("aw_done")
+	LDMXCSR(mxcsr)
+	c := Load(Param("c"), GP64())
+	VBROADCASTSS(addr("alpha"), alo)
+	for _, v := range sum {
+		VMULPS(alo, v, v)
+	}
+	accum := Load(Param("accum"), GP64())
+	TESTQ(accum, accum)
+	JZ(LabelRef("aw_store"))
+	VBROADCASTSS(addr("beta"), ahi)
+	for v := 0; v < nvec; v++ {
+		VMOVUPS(Mem{Base: c, Disp: 64 * v}, blo)
+		VMULPS(ahi, blo, blo)
+		VADDPS(blo, sum[v], sum[v])
+	}
+	Label("aw_store")
+	for v := 0; v < nvec; v++ {
+		VMOVUPS(sum[v], Mem{Base: c, Disp: 64 * v})
+	}
+	VZEROUPPER()
+	RET()
 }
 
 // amxPack generates the packing of A for amxBF16, from float32 to bf16
