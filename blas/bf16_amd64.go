@@ -28,11 +28,13 @@ var avx512BF16 = &bf16Kernel{name: "avx512bf16", tileCode: "avx512bf16", wideCod
 var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: "avx512bf16", mr: 13, mc: 156, tile: tileFMA, wide: wideBF16, wideRows: 2,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16, expand: expandPairs}
 
-// amxBF16Kernel computes every product on AMX tiles (bf16_amx.go),
-// whatever its rows, so that a row's bits never depend on the rows
-// beside it: decoding's few rows take the 16-row kernel, amxBF16Half. B
-// is packed as for avx512FMA.
-var amxBF16Kernel = &bf16Kernel{name: "amx", wideCode: "amx", mr: 1, mc: 1, wide: amxWide, wideRows: 1,
+// amxBF16Kernel computes every product in TDPBF16PS's order of addition,
+// whatever its rows, so that a row's bits never depend on the rows beside
+// it: on AMX tiles (bf16_amx.go; decoding's few rows on the 16-row
+// kernel, amxBF16Half), or for one row by a packed B on float32 FMAs that
+// add in the tiles' order (amxWide, amxTile). B is packed as for
+// avx512FMA.
+var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "amx", wideCode: "amx", mr: 1, mc: 1, tile: amxTile, wide: amxWide, wideRows: 1,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16,
 	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
 
@@ -199,6 +201,18 @@ func amxWide(rows, kp int, a []uint32, ars, aps int, b []uint32, bs int, c []flo
 	_ = b[3*bs+kp*nrBF16-1]
 	_ = c[4*nrBF16-1]
 	amxWideAVX512(1, kp, &a[0], ars, aps, &b[0], bs, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(32))
+}
+
+// amxTile is amxWide for one strip, its columns under a mask: the
+// strips of a decoding row that do not fill a group of four.
+func amxTile(rows, cols, kp int, a []uint32, ars, aps int, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	if rows != 1 {
+		panic("blas: amxTile: more than one row")
+	}
+	_ = a[(kp-1)*aps]
+	_ = b[kp*nrBF16-1]
+	_ = c[cols-1]
+	amxTileAVX512(1, kp, &a[0], ars, aps, &b[0], 0, &c[0], ldc, alpha, beta, accumFlag(beta), colMask(cols))
 }
 
 // tileFMA is tileBF16 with float32 FMAs, A's pairs expanded

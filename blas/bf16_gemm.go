@@ -234,10 +234,10 @@ func (g *gemmBF16) run(threads int) {
 }
 
 // wideTiles reports whether a kernel with tiles computes g with its wide
-// code instead, in the tiles' order of addition: one row by a packed B of
-// whole groups of 4 strips (decoding one sequence, bound by reading B).
+// and tile codes instead, in the tiles' order of addition: one row by a
+// packed B (decoding one sequence, bound by reading B).
 func (g *gemmBF16) wideTiles() bool {
-	return g.kn.wide != nil && g.bp != nil && g.m <= g.kn.wideRows && g.n%(4*nrBF16) == 0
+	return g.kn.wide != nil && g.bp != nil && g.m <= g.kn.wideRows
 }
 
 // packB returns op(B) packed: g.bp, or B packed into ws.

@@ -618,7 +618,7 @@ func TestBF16TinySums(t *testing.T) {
 		}
 	}
 	emu := emulatedTiles()
-	for _, sh := range [][3]int{{1, 256, 64}, {1, 128, 37}, {2, 96, 64}, {16, 64, 40}, {40, 33, 70}} {
+	for _, sh := range [][3]int{{1, 256, 64}, {1, 128, 37}, {1, 200, 50}, {2, 96, 64}, {16, 64, 40}, {40, 33, 70}} {
 		p := newProblem(rng, NoTrans, NoTrans, sh[0], sh[1], sh[2], 1, 0, 0)
 		tiny(p.a)
 		tiny(p.b)

@@ -156,10 +156,17 @@ func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks in
 
 // amxWideAVX512 computes one row by 128 columns of C from bf16 pairs of A and
 // 4 packed strips of B (bs words apart) in TDPBF16PS's order of addition, with
-// float32 FMAs; see package _asm.
+// float32 FMAs, the last strip's columns under mask; see package _asm.
 //
 //go:noescape
 func amxWideAVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+
+// amxTileAVX512 computes one row by 32 columns of C from bf16 pairs of A and
+// 1 packed strips of B (bs words apart) in TDPBF16PS's order of addition, with
+// float32 FMAs, the last strip's columns under mask; see package _asm.
+//
+//go:noescape
+func amxTileAVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
 
 // amxPackRows sets dst[512c + 32i + p] to the bf16 pair (src[i·lda + 32c + 2p],
 // src[i·lda + 32c + 2p + 1]) rounded by VCVTNE2PS2BF16, for i < rows ≤ 16,

@@ -14049,6 +14049,10 @@ aw_pair:
 aw_done:
 	LDMXCSR      (SP)
 	MOVQ         c+56(FP), AX
+	MOVL         mask+88(FP), CX
+	KMOVW        CX, K1
+	SHRL         $0x10, CX
+	KMOVW        CX, K2
 	VBROADCASTSS alpha+72(FP), Z26
 	VMULPS       Z26, Z16, Z16
 	VMULPS       Z26, Z17, Z17
@@ -14080,10 +14084,10 @@ aw_done:
 	VMOVUPS      320(AX), Z24
 	VMULPS       Z27, Z24, Z24
 	VADDPS       Z24, Z21, Z21
-	VMOVUPS      384(AX), Z24
+	VMOVUPS.Z    384(AX), K1, Z24
 	VMULPS       Z27, Z24, Z24
 	VADDPS       Z24, Z22, Z22
-	VMOVUPS      448(AX), Z24
+	VMOVUPS.Z    448(AX), K2, Z24
 	VMULPS       Z27, Z24, Z24
 	VADDPS       Z24, Z23, Z23
 
@@ -14094,8 +14098,88 @@ aw_store:
 	VMOVUPS Z19, 192(AX)
 	VMOVUPS Z20, 256(AX)
 	VMOVUPS Z21, 320(AX)
-	VMOVUPS Z22, 384(AX)
-	VMOVUPS Z23, 448(AX)
+	VMOVUPS Z22, K1, 384(AX)
+	VMOVUPS Z23, K2, 448(AX)
+	VZEROUPPER
+	RET
+
+// func amxTileAVX512(rows int, kp int, a *uint32, ars int, aps int, b *uint32, bs int, c *float32, ldc int, alpha float32, beta float32, accum int, mask uint32)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, SSE
+TEXT ·amxTileAVX512(SB), NOSPLIT, $8-92
+	MOVQ    kp+8(FP), AX
+	MOVQ    a+16(FP), CX
+	MOVQ    aps+32(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    b+40(FP), BX
+	VXORPS  Z4, Z4, Z4
+	VXORPS  Z5, Z5, Z5
+	STMXCSR (SP)
+	MOVL    (SP), SI
+	ORL     $0x00008040, SI
+	MOVL    SI, 4(SP)
+	LDMXCSR 4(SP)
+	TESTQ   AX, AX
+	JZ      aw_done
+
+aw_chunk:
+	VXORPS  Z0, Z0, Z0
+	VXORPS  Z2, Z2, Z2
+	VXORPS  Z1, Z1, Z1
+	VXORPS  Z3, Z3, Z3
+	MOVQ    $0x00000010, SI
+	CMPQ    AX, SI
+	CMOVQLT AX, SI
+	SUBQ    SI, AX
+
+aw_pair:
+	VPBROADCASTD (CX), Z27
+	VPSLLD       $0x10, Z27, Z26
+	VPANDD.BCST  bf16hi<>+0(SB), Z27, Z27
+	VMOVUPS      (BX), Z25
+	VPSLLD       $0x10, Z25, Z24
+	VPANDD.BCST  bf16hi<>+0(SB), Z25, Z25
+	VFMADD231PS  Z26, Z24, Z0
+	VFMADD231PS  Z27, Z25, Z2
+	VMOVUPS      64(BX), Z25
+	VPSLLD       $0x10, Z25, Z24
+	VPANDD.BCST  bf16hi<>+0(SB), Z25, Z25
+	VFMADD231PS  Z26, Z24, Z1
+	VFMADD231PS  Z27, Z25, Z3
+	ADDQ         DX, CX
+	ADDQ         $0x80, BX
+	DECQ         SI
+	JNZ          aw_pair
+	VADDPS       Z2, Z0, Z0
+	VADDPS       Z0, Z4, Z4
+	VADDPS       Z3, Z1, Z1
+	VADDPS       Z1, Z5, Z5
+	TESTQ        AX, AX
+	JNZ          aw_chunk
+
+aw_done:
+	LDMXCSR      (SP)
+	MOVQ         c+56(FP), AX
+	MOVL         mask+88(FP), CX
+	KMOVW        CX, K1
+	SHRL         $0x10, CX
+	KMOVW        CX, K2
+	VBROADCASTSS alpha+72(FP), Z26
+	VMULPS       Z26, Z4, Z4
+	VMULPS       Z26, Z5, Z5
+	MOVQ         accum+80(FP), CX
+	TESTQ        CX, CX
+	JZ           aw_store
+	VBROADCASTSS beta+76(FP), Z27
+	VMOVUPS.Z    (AX), K1, Z24
+	VMULPS       Z27, Z24, Z24
+	VADDPS       Z24, Z4, Z4
+	VMOVUPS.Z    64(AX), K2, Z24
+	VMULPS       Z27, Z24, Z24
+	VADDPS       Z24, Z5, Z5
+
+aw_store:
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z5, K2, 64(AX)
 	VZEROUPPER
 	RET
 

@@ -40,7 +40,8 @@ func bf16Kernels() {
 	peakLoops()
 	amxBF16()
 	amxHalf()
-	amxWide()
+	amxWide("amxWideAVX512", 4)
+	amxWide("amxTileAVX512", 1)
 	amxPack()
 	amxLoop()
 }
@@ -924,8 +925,8 @@ func halfRows(id string, tmp, c, mode, ldc, s128 Register) {
 	JNZ(LabelRef("half_row" + id))
 }
 
-// amxWide generates amxWideAVX512: one row of C by 4 whole strips of
-// packed B (decoding from a weight), in the order of addition of
+// amxWide generates name: one row of C by nstrips strips of packed B
+// (decoding from a weight; the last strip's columns under mask), in the order of addition of
 // TDPBF16PS on vector FMAs, so that a row decoded alone gets the bits the
 // tiles give it in a batch, at the speed of reading B. For each chunk of
 // 16 pairs, each element's even (low) and odd (high) products are summed
@@ -937,24 +938,27 @@ func halfRows(id string, tmp, c, mode, ldc, s128 Register) {
 // the tiles' zero pairs: adding their +0 products could only turn an
 // even or odd sum of -0 into +0, and sum + (even + odd), sum never -0
 // (it starts at +0), is the same either way. The epilogue is the tiles' finish: alpha·sum, + beta·C when accum ≠ 0, each
-// rounded. rows is 1 and mask all ones: the arguments are wideBF16's.
-func amxWide() {
-	const nvec = 8 // 4 strips of 2 vectors
-	TEXT("amxWideAVX512", NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
+// rounded. rows is 1: the arguments are wideBF16's.
+func amxWide(name string, nstrips int) {
+	nvec := 2 * nstrips
+	TEXT(name, NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
 	Pragma("noescape")
-	Doc("amxWideAVX512 computes one row by 128 columns of C from bf16 pairs of A and",
-		"4 packed strips of B (bs words apart) in TDPBF16PS's order of addition, with",
-		"float32 FMAs; see package _asm.")
+	Doc(fmt.Sprintf("%s computes one row by %d columns of C from bf16 pairs of A and", name, 32*nstrips),
+		fmt.Sprintf("%d packed strips of B (bs words apart) in TDPBF16PS's order of addition, with", nstrips),
+		"float32 FMAs, the last strip's columns under mask; see package _asm.")
 	mxcsr := AllocLocal(8)
 	kp := Load(Param("kp"), GP64())
 	a := Load(Param("a"), GP64())
 	aps := Load(Param("aps"), GP64())
 	SHLQ(U8(2), aps)
 	b := Load(Param("b"), GP64())
-	bs := Load(Param("bs"), GP64())
-	SHLQ(U8(2), bs)
-	bs3 := GP64()
-	LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
+	var bs, bs3 Register
+	if nstrips > 1 {
+		bs = Load(Param("bs"), GP64())
+		SHLQ(U8(2), bs)
+		bs3 = GP64()
+		LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
+	}
 	strip := func(t int) Mem { return strided([]Register{b}, bs, bs3, t) }
 	even, odd, sum := zmm[0:nvec], zmm[nvec:2*nvec], zmm[2*nvec:3*nvec]
 	blo, bhi, alo, ahi := Z24, Z25, Z26, Z27
@@ -1005,6 +1009,19 @@ func amxWide() {
 	Label("aw_done")
 	LDMXCSR(mxcsr)
 	c := Load(Param("c"), GP64())
+	m := Load(Param("mask"), GP32())
+	KMOVW(m, K1)
+	SHRL(U8(16), m)
+	KMOVW(m, K2)
+	masked := func(v int) (Register, bool) {
+		switch v {
+		case nvec - 2:
+			return K1, true
+		case nvec - 1:
+			return K2, true
+		}
+		return nil, false
+	}
 	VBROADCASTSS(addr("alpha"), alo)
 	for _, v := range sum {
 		VMULPS(alo, v, v)
@@ -1014,13 +1031,21 @@ func amxWide() {
 	JZ(LabelRef("aw_store"))
 	VBROADCASTSS(addr("beta"), ahi)
 	for v := 0; v < nvec; v++ {
-		VMOVUPS(Mem{Base: c, Disp: 64 * v}, blo)
+		if k, ok := masked(v); ok {
+			VMOVUPS_Z(Mem{Base: c, Disp: 64 * v}, k, blo)
+		} else {
+			VMOVUPS(Mem{Base: c, Disp: 64 * v}, blo)
+		}
 		VMULPS(ahi, blo, blo)
 		VADDPS(blo, sum[v], sum[v])
 	}
 	Label("aw_store")
 	for v := 0; v < nvec; v++ {
-		VMOVUPS(sum[v], Mem{Base: c, Disp: 64 * v})
+		if k, ok := masked(v); ok {
+			VMOVUPS(sum[v], k, Mem{Base: c, Disp: 64 * v})
+		} else {
+			VMOVUPS(sum[v], Mem{Base: c, Disp: 64 * v})
+		}
 	}
 	VZEROUPPER()
 	RET()
