@@ -181,9 +181,17 @@ func checkNoAllocs(t *testing.T, m Mechanism, N, h int) {
 		m.Backward(dq, dk, dv, v)
 	}
 	step()
-	if n := testing.AllocsPerRun(3, step); n != 0 {
-		t.Errorf("%s: %v allocations per Forward+Backward after warm-up", m.Kind(), n)
+	// A garbage collection empties the sync.Pools the mechanisms keep
+	// buffers in, and the next step refills them: under a loaded test run
+	// (packages tested in parallel) one such step was seen to count. A
+	// step that allocates fails every try.
+	var n float64
+	for try := 0; try < 3; try++ {
+		if n = testing.AllocsPerRun(3, step); n == 0 {
+			return
+		}
 	}
+	t.Errorf("%s: %v allocations per Forward+Backward after warm-up", m.Kind(), n)
 }
 
 // mustRegistered returns the named registered mechanism with its default
