@@ -13089,7 +13089,6 @@ TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	BYTE         $0x07
 	MOVQ         a+8(FP), AX
 	MOVQ         b+16(FP), R9
-	MOVQ         pf+112(FP), R14
 	MOVQ         $0x00000080, R15
 	MOVQ         nstrips+32(FP), R12
 	MOVQ         c+64(FP), R13
@@ -13099,6 +13098,7 @@ TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	SHLQ         $0x02, DX
 	VBROADCASTSS alpha+88(FP), Z30
 	VBROADCASTSS beta+92(FP), Z31
+	MOVQ         pf+112(FP), R14
 
 amx_strip:
 	MOVQ  mode+56(FP), BX

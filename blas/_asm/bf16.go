@@ -573,23 +573,11 @@ func amxBF16() {
 	Pragma("noescape")
 	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums",
 		"of them, with AMX tiles (TDPBF16PS); see package _asm.")
-	ldtilecfg(Load(Param("cfg"), RDI))
-	aBase, aCur := RAX, RSI
-	Load(Param("a"), aBase)
-	strip, bCur := R9, R8
-	Load(Param("b"), strip)
-	pfs, s128 := R14, R15
+	r := amxPrologue()
+	aBase, aCur, strip, s128 := r.aBase, RSI, r.strip, r.s128
+	nstr, cptr, accp, mode, ldc := r.nstr, r.cptr, r.accp, r.mode, r.ldc
+	bCur, pfs := R8, R14
 	Load(Param("pf"), pfs)
-	MOVQ(U32(128), s128)
-	nstr, cptr, accp, mode, ldc := R12, R13, RDI, RBX, RDX
-	Load(Param("nstrips"), nstr)
-	Load(Param("c"), cptr)
-	Load(Param("acc"), accp)
-	Load(Param("mode"), mode)
-	Load(Param("ldc"), ldc)
-	SHLQ(U8(2), ldc)
-	VBROADCASTSS(addr("alpha"), Z30)
-	VBROADCASTSS(addr("beta"), Z31)
 
 	Label("amx_strip")
 	Load(Param("mode"), mode)
@@ -770,22 +758,10 @@ func amxHalf() {
 	Pragma("noescape")
 	Doc("amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows",
 		"16–31 are neither read nor written, and pf is not read; see package _asm.")
-	ldtilecfg(Load(Param("cfg"), RDI))
-	aBase, aCur := RAX, RSI
-	Load(Param("a"), aBase)
-	strip, b0, b1 := R9, R8, R14
-	Load(Param("b"), strip)
-	s128 := R15
-	MOVQ(U32(128), s128)
-	nstr, cptr, accp, mode, ldc := R12, R13, RDI, RBX, RDX
-	Load(Param("nstrips"), nstr)
-	Load(Param("c"), cptr)
-	Load(Param("acc"), accp)
-	Load(Param("mode"), mode)
-	Load(Param("ldc"), ldc)
-	SHLQ(U8(2), ldc)
-	VBROADCASTSS(addr("alpha"), Z30)
-	VBROADCASTSS(addr("beta"), Z31)
+	r := amxPrologue()
+	aBase, aCur, strip, s128 := r.aBase, RSI, r.strip, r.s128
+	nstr, cptr, accp, mode, ldc := r.nstr, r.cptr, r.accp, r.mode, r.ldc
+	b0, b1 := R8, R14
 
 	Label("half_pair")
 	TESTQ(U32(amxLoad), mode)
@@ -1049,6 +1025,30 @@ func amxWide(name string, nstrips int) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// amxRegs are the registers the AMX kernels' prologue loads: A's block,
+// B's first strip, 128 (the tiles' stride), the strips, C, acc, mode and
+// ldc in bytes; alpha and beta are broadcast in Z30 and Z31.
+type amxRegs struct{ aBase, strip, s128, nstr, cptr, accp, mode, ldc GPPhysical }
+
+// amxPrologue loads the tile configuration and the arguments the AMX
+// kernels share.
+func amxPrologue() amxRegs {
+	ldtilecfg(Load(Param("cfg"), RDI))
+	r := amxRegs{aBase: RAX, strip: R9, s128: R15, nstr: R12, cptr: R13, accp: RDI, mode: RBX, ldc: RDX}
+	Load(Param("a"), r.aBase)
+	Load(Param("b"), r.strip)
+	MOVQ(U32(128), r.s128)
+	Load(Param("nstrips"), r.nstr)
+	Load(Param("c"), r.cptr)
+	Load(Param("acc"), r.accp)
+	Load(Param("mode"), r.mode)
+	Load(Param("ldc"), r.ldc)
+	SHLQ(U8(2), r.ldc)
+	VBROADCASTSS(addr("alpha"), Z30)
+	VBROADCASTSS(addr("beta"), Z31)
+	return r
 }
 
 // amxPack generates the packing of A for amxBF16, from float32 to bf16
