@@ -142,8 +142,8 @@ const rowBlockBF16 = 32
 // A server batching single tokens of different requests multiplies at
 // most this many rows at a time, so that a request's bits do not depend
 // on its neighbours. Every kernel computes any number of rows alike (the
-// AMX kernel takes tiles for every product, of one row too), so the bound
-// only keeps a step's groups small.
+// AMX kernel adds in the tiles' order for every product, of one row too),
+// so the bound only keeps a step's groups small.
 func RowBlockBF16(n int) int { return rowBlockBF16 }
 
 // KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",
