@@ -191,6 +191,11 @@ func runServe(args []string, stdout io.Writer) (err error) {
 		// Tell the requests still running why they end, then close.
 		gctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		cut = srv.Shutdown(gctx)
+		// The handlers have answered, but net/http writes out what they
+		// wrote after they return: wait until the connections are idle
+		// (their answers sent), then close what is left. Closing at once
+		// had cut a waiting client's 503 to an EOF.
+		_ = hs.Shutdown(gctx)
 		cancel()
 		hs.Close()
 		log.Warn("shutdown timeout: requests still in flight were cut off", "timeout", *shutdown, "requests", cut)
