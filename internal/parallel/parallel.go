@@ -101,15 +101,21 @@ const spinFor = 50 * time.Microsecond
 
 // A job is one call of Run in progress.
 type job struct {
-	fn     func(w, i int)
-	fn1    func(i int)
-	n      int64
-	width  int
-	slots  int          // goroutines admitted (under pool.mu), the caller included
-	next   atomic.Int64 // the next item to hand out
-	inside atomic.Int32 // goroutines of the pool admitted and not yet done
-	asleep atomic.Bool  // the caller sleeps on done until inside is 0
-	done   chan struct{}
+	fn    func(w, i int)
+	fn1   func(i int)
+	n     int64
+	width int
+	slots int          // goroutines admitted (under pool.mu), the caller included
+	next  atomic.Int64 // the next item to hand out
+	// state is twice the goroutines of the pool admitted and not yet
+	// done, plus 1 while the caller sleeps on done until they are. One
+	// word, so that a goroutine's decrement is its last touch of the job
+	// unless it is the last one out and must wake the caller: with the
+	// count and the flag apart, a goroutine could read the flag after its
+	// decrement had let the caller recycle the job, and wake the job's
+	// next caller too early (a step hung so under qemu in .ci/run).
+	state atomic.Int64
+	done  chan struct{}
 	// wakes is how many parked goroutines the job still wants woken
 	// (under pool.mu): the caller wakes wakeFanout, and each goroutine
 	// it admits wakes as many more, so that waking many costs the
@@ -195,15 +201,12 @@ func (p *pool) close(j *job) {
 	p.mu.Unlock()
 	// No goroutine joins j now; wait for those inside, spinning first:
 	// they are finishing an item each.
-	if j.inside.Load() != 0 {
+	if j.state.Load() != 0 {
 		c := startSpin()
-		for spins := 0; j.inside.Load() != 0; spins++ {
+		for spins := 0; j.state.Load() != 0; spins++ {
 			if spins%clockEvery == clockEvery-1 && c.expired() {
 				stats.sleeps.Add(1)
-				j.asleep.Store(true)
-				if j.inside.Load() != 0 || !j.asleep.CompareAndSwap(true, false) {
-					<-j.done // the last one out saw asleep and wakes us
-				}
+				j.sleep()
 				break
 			}
 			c.wait(spins)
@@ -216,6 +219,27 @@ func (p *pool) close(j *job) {
 	p.mu.Unlock()
 }
 
+// testHookDone, if set, runs in a goroutine of the pool between the
+// decrement that ends its part of a job and its acting on what the
+// decrement returned: tests widen that window with it.
+var testHookDone func()
+
+// sleep waits on done until the goroutines inside j are done, unless
+// none is left.
+func (j *job) sleep() {
+	for {
+		s := j.state.Load()
+		if s == 0 {
+			return
+		}
+		if j.state.CompareAndSwap(s, s|1) {
+			<-j.done // the last one out saw the flag and wakes us
+			j.state.Store(0)
+			return
+		}
+	}
+}
+
 // loop is the life of one goroutine of the pool: join the newest open job
 // that has items left and room, run its items, and when there is none,
 // spin for a while, then park until woken.
@@ -224,7 +248,11 @@ func (p *pool) loop(me *worker) {
 		gen := p.gen.Load()
 		if j, w, i := p.join(); j != nil {
 			j.work(w, i)
-			if j.inside.Add(-1) == 0 && j.asleep.CompareAndSwap(true, false) {
+			s := j.state.Add(-2)
+			if testHookDone != nil {
+				testHookDone()
+			}
+			if s == 1 { // the last one out, the caller asleep
 				j.done <- struct{}{}
 			}
 			continue
@@ -261,7 +289,7 @@ func (p *pool) join() (*job, int, int64) {
 		if i := j.next.Add(1) - 1; i < j.n {
 			w := j.slots
 			j.slots++
-			j.inside.Add(1)
+			j.state.Add(2)
 			var wake [wakeFanout]*worker
 			n := p.popParked(j, wake[:])
 			p.mu.Unlock()

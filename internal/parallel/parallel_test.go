@@ -102,6 +102,55 @@ func TestRunNestedAndConcurrent(t *testing.T) {
 	}
 }
 
+// TestRunReturnsAfterItsItems runs many phases from several goroutines at
+// once, with items long enough that callers sleep (past spinFor) while
+// the pool's goroutines finish theirs, and checks that every call
+// returns only after all of its items ran: a pool that let a finished
+// goroutine touch a job its caller had already recycled woke the job's
+// next caller early (and once hung a test under qemu).
+func TestRunReturnsAfterItsItems(t *testing.T) {
+	rounds := 400
+	if testing.Short() {
+		rounds = 100
+	}
+	// A goroutine of the pool pauses now and then between its decrement
+	// and acting on it, the window in which the caller may move on.
+	var hook atomic.Int32
+	testHookDone = func() {
+		if hook.Add(1)%7 == 0 {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	defer func() { testHookDone = nil }()
+	withProcs(4, func() {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				var done [6]atomic.Int32
+				for r := range rounds {
+					for i := range done {
+						done[i].Store(0)
+					}
+					Run(len(done), 4, func(_, i int) {
+						if (g+r+i)%3 == 0 {
+							for t0 := time.Now(); time.Since(t0) < 3*spinFor; {
+							}
+						}
+						done[i].Store(1)
+					})
+					for i := range done {
+						if done[i].Load() != 1 {
+							t.Errorf("caller %d, phase %d: Run returned before item %d ran", g, r, i)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
 // TestRunPanic checks that an item's panic on the calling goroutine (item
 // 0 always runs there) reaches the caller and leaves the pool working.
 func TestRunPanic(t *testing.T) {
