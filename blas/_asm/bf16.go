@@ -168,6 +168,50 @@ func bf16Stream(name string, nstrips, maxRows int, fma bool) {
 	}
 }
 
+// stripAddr returns the address of strip t of packed B from b, the
+// strips bs words apart (bs loaded where there is more than one strip).
+func stripAddr(b Register, nstrips int) func(t int) Mem {
+	var bs, bs3 Register
+	if nstrips > 1 {
+		bs = Load(Param("bs"), GP64())
+		SHLQ(U8(2), bs)
+		bs3 = GP64()
+		LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
+	}
+	return func(t int) Mem { return strided([]Register{b}, bs, bs3, t) }
+}
+
+// flushToZero keeps MXCSR in mxcsr, for LDMXCSR(mxcsr) to restore, and
+// sets its flush-to-zero (bit 15) and denormals-are-zero (bit 6) through
+// tmp: float32 FMAs and additions then round and flush as the bf16
+// instructions do.
+func flushToZero(mxcsr Mem, tmp Register) {
+	STMXCSR(mxcsr)
+	MOVL(mxcsr, tmp)
+	ORL(U32(0x8040), tmp)
+	MOVL(tmp, mxcsr.Offset(4))
+	LDMXCSR(mxcsr.Offset(4))
+}
+
+// stripMask loads the mask argument, the columns of the last strip that
+// are stored, into K1 (columns 0–15) and K2 (16–31), and returns the mask
+// register of vector v of nvec: K1 and K2 for the last strip's two.
+func stripMask(nvec int) func(v int) (Register, bool) {
+	m := Load(Param("mask"), GP32())
+	KMOVW(m, K1)
+	SHRL(U8(16), m)
+	KMOVW(m, K2)
+	return func(v int) (Register, bool) {
+		switch v {
+		case nvec - 2:
+			return K1, true
+		case nvec - 1:
+			return K2, true
+		}
+		return nil, false
+	}
+}
+
 // hiMask keeps the high bf16 of a pair: the float32 it is the top of.
 // (Set before the FMA kernels are generated.)
 var hiMask Mem
@@ -189,14 +233,7 @@ func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 	aps := Load(Param("aps"), GP64())
 	SHLQ(U8(2), aps)
 	b := Load(Param("b"), GP64())
-	var bs, bs3 Register
-	if nstrips > 1 {
-		bs = Load(Param("bs"), GP64())
-		SHLQ(U8(2), bs)
-		bs3 = GP64()
-		LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
-	}
-	strip := func(t int) Mem { return strided([]Register{b}, bs, bs3, t) }
+	strip := stripAddr(b, nstrips)
 
 	acc := make([]VecPhysical, nacc)
 	for i := range acc {
@@ -207,12 +244,7 @@ func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 	bc := []VecPhysical{Z30, Z31}
 	bhi := zmm[nacc+nvec : nacc+2*nvec] // fma: B's high halves; bv the low
 	if fma {
-		// Flush to zero (bit 15) and denormals are zero (bit 6).
-		STMXCSR(mxcsr)
-		MOVL(mxcsr, R8L)
-		ORL(U32(0x8040), R8L)
-		MOVL(R8L, mxcsr.Offset(4))
-		LDMXCSR(mxcsr.Offset(4))
+		flushToZero(mxcsr, R8L)
 	}
 
 	// Warm the C tile while the k loop runs: its rows, often far apart
@@ -273,10 +305,7 @@ func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 	if fma {
 		LDMXCSR(mxcsr)
 	}
-	mask := Load(Param("mask"), GP32())
-	KMOVW(mask, K1)
-	SHRL(U8(16), mask)
-	KMOVW(mask, K2)
+	last := stripMask(nvec)
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
@@ -286,15 +315,6 @@ func bf16StreamRows(name string, nstrips, rows int, fma bool, mxcsr Mem) {
 		VMULPS(alpha, acc[i], acc[i])
 	}
 	at := func(v int) Mem { return Mem{Base: c, Disp: 64 * v} }
-	last := func(v int) (Register, bool) {
-		switch v {
-		case nvec - 2:
-			return K1, true
-		case nvec - 1:
-			return K2, true
-		}
-		return nil, false
-	}
 	accum := Load(Param("accum"), GP64())
 	TESTQ(accum, accum)
 	JZ(LabelRef(pre + "_overwrite"))
@@ -913,8 +933,9 @@ func halfRows(id string, tmp, c, mode, ldc, s128 Register) {
 // tiles' model amxEmulated). A last chunk of fewer than 16 pairs skips
 // the tiles' zero pairs: adding their +0 products could only turn an
 // even or odd sum of -0 into +0, and sum + (even + odd), sum never -0
-// (it starts at +0), is the same either way. The epilogue is the tiles' finish: alpha·sum, + beta·C when accum ≠ 0, each
-// rounded. rows is 1: the arguments are wideBF16's.
+// (it starts at +0), is the same either way. The epilogue is the tiles'
+// finish: alpha·sum, + beta·C when accum ≠ 0, each rounded. rows is 1:
+// the arguments are wideBF16's.
 func amxWide(name string, nstrips int) {
 	nvec := 2 * nstrips
 	TEXT(name, NOSPLIT, "func(rows, kp int, a *uint32, ars, aps int, b *uint32, bs int, c *float32, ldc int, alpha, beta float32, accum int, mask uint32)")
@@ -928,25 +949,13 @@ func amxWide(name string, nstrips int) {
 	aps := Load(Param("aps"), GP64())
 	SHLQ(U8(2), aps)
 	b := Load(Param("b"), GP64())
-	var bs, bs3 Register
-	if nstrips > 1 {
-		bs = Load(Param("bs"), GP64())
-		SHLQ(U8(2), bs)
-		bs3 = GP64()
-		LEAQ(Mem{Base: bs, Index: bs, Scale: 2}, bs3)
-	}
-	strip := func(t int) Mem { return strided([]Register{b}, bs, bs3, t) }
+	strip := stripAddr(b, nstrips)
 	even, odd, sum := zmm[0:nvec], zmm[nvec:2*nvec], zmm[2*nvec:3*nvec]
 	blo, bhi, alo, ahi := Z24, Z25, Z26, Z27
 	for _, v := range sum {
 		VXORPS(v, v, v)
 	}
-	STMXCSR(mxcsr)
-	t := GP32()
-	MOVL(mxcsr, t)
-	ORL(U32(0x8040), t)
-	MOVL(t, mxcsr.Offset(4))
-	LDMXCSR(mxcsr.Offset(4))
+	flushToZero(mxcsr, GP32())
 
 	n := GP64()
 	TESTQ(kp, kp)
@@ -985,19 +994,7 @@ func amxWide(name string, nstrips int) {
 	Label("aw_done")
 	LDMXCSR(mxcsr)
 	c := Load(Param("c"), GP64())
-	m := Load(Param("mask"), GP32())
-	KMOVW(m, K1)
-	SHRL(U8(16), m)
-	KMOVW(m, K2)
-	masked := func(v int) (Register, bool) {
-		switch v {
-		case nvec - 2:
-			return K1, true
-		case nvec - 1:
-			return K2, true
-		}
-		return nil, false
-	}
+	masked := stripMask(nvec)
 	VBROADCASTSS(addr("alpha"), alo)
 	for _, v := range sum {
 		VMULPS(alo, v, v)
