@@ -36,9 +36,10 @@ type bf16Kernel struct {
 	// of the high and the low half of src[i]: tile reads A's pairs so
 	// expanded, at twice the strides (wide reads them as they are).
 	expand func(dst, src []uint32)
-	// tiles, where not nil, computes every product in blocks of 32 rows
-	// (AMX; see bf16_amx.go), from A converted by packTiles; the fields
-	// of the other codes (tile, wide) are then unused.
+	// tiles, where not nil, computes the products in blocks of 32 rows
+	// (AMX; see bf16_amx.go), from A converted by packTiles; tile and
+	// wide then take only what wideTiles gives them, one row by a packed
+	// B, and must add in the tiles' order.
 	tiles     tilesFunc
 	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
 	// prefetch, where not nil, sets pf to fetch rows rows of cols
