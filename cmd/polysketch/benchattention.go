@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -148,7 +147,7 @@ func (cfg *benchAttentionConfig) parse(ns string, af *attentionFlags) error {
 	}
 	if cfg.plot != "" {
 		// Fail now rather than after minutes of measuring.
-		if st, err := os.Stat(filepath.Dir(cfg.plot)); err != nil || !st.IsDir() {
+		if !isDir(filepath.Dir(cfg.plot)) {
 			return fmt.Errorf("--plot %s: no such directory", cfg.plot)
 		}
 	}

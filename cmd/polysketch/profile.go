@@ -49,6 +49,8 @@ func (p *cpuProfile) stop(err *error) {
 	}
 }
 
+// isDir reports whether path names a directory: where an output file is
+// to be written, checked before minutes of measuring.
 func isDir(path string) bool {
 	info, err := os.Stat(path)
 	return err == nil && info.IsDir()
