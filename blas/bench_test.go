@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // benchShapes are the square sizes and the attention-shaped products
@@ -223,5 +224,39 @@ func BenchmarkSgemv(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkSgemmSplit times, on each of modelShapes in float32, the
+// serial path against the parallel one run on one goroutine, taking
+// turns: what splitting a product into items costs by itself (packing
+// and cache use), apart from threads. Run it on one thread:
+// go test -run '^$' -bench SgemmSplit -cpu 1 ./blas
+func BenchmarkSgemmSplit(b *testing.B) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	for _, s := range modelShapes {
+		ar, ac := stored(s.tA, s.m, s.k)
+		a := randSlice(rng, ar*ac)
+		bb := randSlice(rng, s.k*s.n)
+		c := make([]float32, s.m*s.n)
+		beta := float32(0)
+		if !s.packed {
+			beta = 1
+		}
+		g := gemm{kn: active, tA: s.tA, tB: NoTrans, m: s.m, n: s.n, k: s.k, alpha: 1, a: a, lda: ac, b: bb, ldb: s.n, beta: beta, c: c, ldc: s.n}
+		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+		b.Run(fmt.Sprintf("%s/%c/%dx%dx%d", s.name, s.tA, s.m, s.k, s.n), func(b *testing.B) {
+			serial, split := time.Hour, time.Hour
+			for b.Loop() {
+				t0 := time.Now()
+				g.serial()
+				serial = min(serial, time.Since(t0))
+				t0 = time.Now()
+				g.parallel(1)
+				split = min(split, time.Since(t0))
+			}
+			b.ReportMetric(flops/serial.Seconds()/1e9, "serial-GFLOPS")
+			b.ReportMetric(flops/split.Seconds()/1e9, "split-GFLOPS")
+		})
 	}
 }

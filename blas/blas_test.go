@@ -255,7 +255,7 @@ func TestDeterminism(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	eachKernel(t, func(t *testing.T) {
 		for _, tr := range transposes {
-			for _, s := range [][3]int{{157, 203, 300}, {1200, 70, 90}, {40, 1200, 300}, {60, 4300, 40}, {1, 2048, 300}, {2, 700, 1000}, {500, 8, 600}} {
+			for _, s := range [][3]int{{157, 203, 300}, {1200, 70, 90}, {40, 1200, 300}, {60, 4300, 40}, {70, 4500, 260}, {1, 2048, 300}, {2, 700, 1000}, {500, 8, 600}} {
 				p := newProblem(rng, tr[0], tr[1], s[0], s[1], s[2], 1.5, 0.25, 1)
 				want := append([]float32(nil), p.c...)
 				sgemmSerial(p.tA, p.tB, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.b, p.ldb, p.beta, want, p.ldc)
