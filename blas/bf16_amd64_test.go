@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/cpu"
 )
@@ -160,6 +161,63 @@ func BenchmarkPeakAMX(b *testing.B) {
 		tdpbf16psLoop(&amxConfig[0], 1000)
 	}
 	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+}
+
+// BenchmarkTilesAMX times the tile kernel alone (tilesAMX), operands
+// already packed and in the caches, for a row block of 32 rows by 1 to
+// 16 strips over 1 to 32 chunks of k, each way a call ends: C stored
+// whole (direct), partial sums stored, and partial sums loaded and
+// stored. It reports GFLOPS and the fraction of the bare TDPBF16PS loop
+// timed in the same run: what the kernel reaches before A is converted
+// and C leaves the caches. The sketch networks' products have 1 or 2
+// chunks, or one strip; a k block of a large product has 8 chunks.
+// Each timing is of 16 calls, the shortest of which take 100 ns.
+// go test -run '^$' -bench TilesAMX -cpu 1 ./blas
+func BenchmarkTilesAMX(b *testing.B) {
+	const calls = 16
+	if !cpu.X86.HasAMXBF16 || !cpu.X86.HasAMXTile || !amxPermitted() {
+		b.Skip("no AMX tiles here (amx_bf16, amx_tile, or the OS refused them)")
+	}
+	peak := peakAMXLoop()
+	modes := []struct {
+		name string
+		mode int
+	}{{"direct", amxDirect}, {"store", amxStore}, {"load-store", amxLoad | amxStore}}
+	for _, chunks := range []int{1, 2, 8, 32} {
+		for _, ns := range []int{1, 4, 16} {
+			for _, m := range modes {
+				a := make([]uint32, chunks*chunkWords)
+				bs := chunks * 512
+				bb := make([]uint32, ns*bs)
+				for i := range a {
+					a[i] = 0x3f803f80 // pairs of 1s
+				}
+				for i := range bb {
+					bb[i] = 0x3f803f80
+				}
+				acc := make([]float32, ns*1024)
+				c := make([]float32, 32*32*ns)
+				tmp := make([]float32, 1024)
+				var pf amxPrefetch
+				b.Run(fmt.Sprintf("chunks=%d/strips=%d/%s", chunks, ns, m.name), func(b *testing.B) {
+					best, loop := time.Hour, time.Hour
+					for b.Loop() {
+						t0 := time.Now()
+						for range calls {
+							tilesAMX(a, bb, bs, ns, chunks, acc, m.mode, c, 32*ns, 32, 1, 0, colMask(32), tmp, &pf)
+						}
+						best = min(best, time.Since(t0)/calls)
+						t0 = time.Now()
+						peak()
+						loop = min(loop, time.Since(t0))
+					}
+					gflops := 2 * 32 * 32 * 32 * float64(chunks*ns) / best.Seconds() / 1e9
+					b.ReportMetric(gflops, "GFLOPS")
+					b.ReportMetric(100*gflops/(peakAMXFlops/loop.Seconds()/1e9), "loop-%")
+				})
+			}
+		}
+	}
 }
 
 // TestTDPBF16PS checks that amxEmulated, the model of TDPBF16PS that

@@ -187,7 +187,22 @@ var modelShapes = []modelShape{
 	{"dw-glu-out", Trans, 1024, 8192, 256, false},
 }
 
-// BenchmarkGemmBF16Kernels times, on each of modelShapes, float32 Sgemm
+// netShapes are the products of the default model's learned sketch
+// networks on one chunk of 64 rows (attention.netChunk; h = 64, r = 32,
+// hidden 8r = 256): forward l1–l4 (B a packed weight), input gradients
+// through l4 and l1, and the weight gradients of l1–l3 (both operands
+// activations, beta 1). A training step runs about 115,000 of them.
+var netShapes = []modelShape{
+	{"net-l1", NoTrans, 64, 64, 256, true},
+	{"net-l2,l4", NoTrans, 64, 256, 32, true},
+	{"net-l3", NoTrans, 64, 32, 256, true},
+	{"net-dx-l1", NoTrans, 64, 256, 64, true},
+	{"net-dw-l1", Trans, 64, 64, 256, false},
+	{"net-dw-l2", Trans, 256, 64, 32, false},
+	{"net-dw-l3", Trans, 32, 64, 256, false},
+}
+
+// BenchmarkGemmBF16Kernels times, on each of modelShapes and netShapes, float32 Sgemm
 // and GemmBF16 with each bf16 kernel this CPU runs but the portable one,
 // taking turns, and reports the best time of each as GFLOPS; where the
 // CPU has AMX, also the fraction of the bare TDPBF16PS loop (the best of
@@ -205,7 +220,7 @@ func BenchmarkGemmBF16Kernels(b *testing.B) {
 		}
 	}
 	peak := peakAMXLoop()
-	for _, s := range modelShapes {
+	for _, s := range append(modelShapes[:len(modelShapes):len(modelShapes)], netShapes...) {
 		ar, ac := stored(s.tA, s.m, s.k)
 		a := General{ar, ac, ac, randSlice(rng, ar*ac)}
 		bg := General{s.k, s.n, s.n, randSlice(rng, s.k*s.n)}
