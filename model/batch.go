@@ -384,11 +384,6 @@ func (b *Batch) check(seqs []*Sequence, tokens [][]int32) (err error) {
 // goroutines that have no sequence left.
 func (b *Batch) attend(l int, seqs []*Sequence, tokens [][]int32) {
 	W := min(parallel.Threads(), len(seqs))
-	// One goroutine does small steps alone: handing out sequences costs
-	// more than a decoding step's attention of a few sequences.
-	if W > 1 && len(b.tokens) < 4 {
-		W = 1
-	}
 	for len(b.workers) < W {
 		b.workers = append(b.workers, b.newWorker())
 	}

@@ -320,7 +320,7 @@ func BenchmarkBatchStep(b *testing.B) { batchStepBench(b, nn.FP32) }
 func BenchmarkBatchStepBF16(b *testing.B) { batchStepBench(b, nn.BF16) }
 
 func batchStepBench(b *testing.B, p nn.Precision) {
-	for _, S := range []int{1, 4, 16, 32} {
+	for _, S := range []int{1, 2, 4, 16, 32} {
 		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
 			m := mustNew(b, DefaultConfig())
 			if p == nn.BF16 {
