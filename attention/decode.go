@@ -161,10 +161,12 @@ func checkGroupedStep(op string, bh, bkv, h int, o, q, k, v *tensor.Tensor) int 
 }
 
 // stepWorkers returns how many goroutines a step of work floats deserves:
-// one below about 512k floats (2 MB). The heads of one sequence's step
-// (4 of 528×65 floats of prefix state by default) take a few µs, less
-// than handing half of them to a second goroutine costs: serial, a
-// sequence decodes 1.15-1.2× faster (BenchmarkDecode, B=1).
+// one per 4k floats (16 KB). The pool hands an item out in 0.1–0.2 µs,
+// less than a head's step costs: the 4 heads of the default model (528×65
+// floats of prefix state each) on 2 threads decode one sequence 1.3–1.5×
+// faster than on one goroutine, flash's at position 1024 1.5–1.9×
+// (BenchmarkDecode, B=1; with goroutines started per call, serial had
+// been faster, and the grain was 512k floats).
 func stepWorkers(items, work int) int {
-	return max(1, min(parallel.Threads(), items, work>>19))
+	return max(1, min(parallel.Threads(), items, work>>12))
 }
