@@ -238,6 +238,41 @@ func TestBatchThreads(t *testing.T) {
 	}
 }
 
+// TestDecodeThreads checks that one sequence decoding alone, whose heads
+// a step spreads over the pool (one goroutine per 4k floats of state or
+// cache), gives the same bits for every GOMAXPROCS of
+// parallel.TestThreads: the default model's four heads, and flash's
+// cache past 32 positions.
+func TestDecodeThreads(t *testing.T) {
+	for _, kind := range []string{"polysketch", "flash"} {
+		t.Run(kind, func(t *testing.T) {
+			m := mustNew(t, configFor(kind))
+			perturb(m, 5)
+			rng := rand.New(rand.NewPCG(4, 4))
+			tokens := randomTokens(rng, 48, m.Config().Vocab)
+			run := func(procs int) [][]float32 {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				s, err := m.NewSequence()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return stepAll(t, m.NewBatch(), []*Sequence{s}, [][]int32{tokens}, [][]int{{1}}, m.Config().Vocab)[0]
+			}
+			want := run(1)
+			for _, procs := range parallel.TestThreads[1:] {
+				got := run(procs)
+				for p := range want {
+					for j := range want[p] {
+						if math.Float32bits(got[p][j]) != math.Float32bits(want[p][j]) {
+							t.Fatalf("GOMAXPROCS=%d: logit %d after position %d is %v, with 1 thread %v", procs, j, p, got[p][j], want[p][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestBatchErrors(t *testing.T) {
 	c := tiny("flash")
 	m := mustNew(t, c)
