@@ -84,12 +84,12 @@ type sketchDecoder struct {
 
 	// The step's sketches and features of all bh heads, transposed as the
 	// sketch works: [rows × bh].
-	preQ, preK []float32 // [preW × bh]
-	mq, mk, tq []float32 // [ro × bh]
-	phiQ       []float32 // [F × bh]
-	mqr, mkr   []float32 // [bh × ro]: M(q), M(k) row-major
-	fq         []float32 // [bh × F]: φ(q) row-major
-	sks        sketchScratch
+	preQ, preK []float32     // [preW × bh]
+	mq, mk, tq []float32     // [ro × bh]
+	phiQ       []float32     // [F × bh]
+	mqr, mkr   []float32     // [bh × ro]: M(q), M(k) row-major
+	fq         []float32     // [bh × F]: φ(q) row-major
+	sks, sksK  sketchScratch // for q's sketch and k's, which may run at once
 
 	chunk  int            // positions of the Step in progress, when more than one
 	chunks []chunkScratch // per worker
@@ -97,6 +97,7 @@ type sketchDecoder struct {
 	o, q, k, v []float32 // the Step in progress
 	stepFn     func(w, i int)
 	chunkFn    func(w, i int)
+	sideFn     func(w, i int)
 }
 
 // chunkScratch is one worker's memory for Steps of several positions: the
@@ -151,7 +152,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 	d.mq, d.mk, d.tq = make([]float32, d.ro*bh), make([]float32, d.ro*bh), make([]float32, d.ro*bh)
 	d.phiQ, d.fq = make([]float32, d.F*bh), make([]float32, bh*d.F)
 	d.mqr, d.mkr = make([]float32, bh*d.ro), make([]float32, bh*d.ro)
-	d.sks = newScratch(proj, bh)
+	d.sks, d.sksK = newScratch(proj, bh), newScratch(proj, bh)
 	// Write the states once now: fresh memory faults its pages in at the
 	// first write, which would otherwise land on the step of the first
 	// fold, one spike per new sequence.
@@ -159,7 +160,7 @@ func newSketchDecoder(a *engine, B, H, h int) *sketchDecoder {
 		clear(x)
 	}
 	d.Reset()
-	d.stepFn, d.chunkFn = d.stepHead, d.chunkHead
+	d.stepFn, d.chunkFn, d.sideFn = d.stepHead, d.chunkHead, d.side
 	return d
 }
 
@@ -244,18 +245,29 @@ func (d *sketchDecoder) weigh(x []float32, i, p int, first bool) float32 {
 
 // step advances every head by the one position of d.q, d.k, d.v.
 func (d *sketchDecoder) step() {
-	bh, h, ro, F := d.bh, d.h, d.ro, d.F
-	// Sketches of every head's q and k, one product each, and the
-	// queries' features; the keys' features wait for the fold of their
-	// block.
-	d.proj.apply(blas.NewGeneral(bh, h, d.q), d.preQ, d.mq, &d.sks)
-	transposeInto(blas.NewGeneral(bh, F, d.fq), blas.NewGeneral(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
-	transposeInto(blas.NewGeneral(bh, ro, d.mqr), blas.NewGeneral(ro, bh, d.mq))
-	d.kproj.apply(blas.NewGeneral(bh, h, d.k), d.preK, d.mk, &d.sks)
-	transposeInto(blas.NewGeneral(bh, ro, d.mkr), blas.NewGeneral(ro, bh, d.mk))
+	bh := d.bh
+	// Sketches of every head's q and k, one product each, q's and k's on
+	// two goroutines where there are (a learned sketch's networks are
+	// most of a step of one sequence's attention).
+	parallel.Run(2, min(parallel.Threads(), 2), d.sideFn)
 	workers := stepWorkers(bh, bh*d.stateSize)
 	d.scratch(workers)
 	parallel.Run(bh, workers, d.stepFn)
+}
+
+// side computes the step's sketches of every head's q (i = 0), with the
+// queries' features, or of its k (i = 1); the keys' features wait for the
+// fold of their block.
+func (d *sketchDecoder) side(_, i int) {
+	bh, h, ro, F := d.bh, d.h, d.ro, d.F
+	if i == 0 {
+		d.proj.apply(blas.NewGeneral(bh, h, d.q), d.preQ, d.mq, &d.sks)
+		transposeInto(blas.NewGeneral(bh, F, d.fq), blas.NewGeneral(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
+		transposeInto(blas.NewGeneral(bh, ro, d.mqr), blas.NewGeneral(ro, bh, d.mq))
+		return
+	}
+	d.kproj.apply(blas.NewGeneral(bh, h, d.k), d.preK, d.mk, &d.sksK)
+	transposeInto(blas.NewGeneral(bh, ro, d.mkr), blas.NewGeneral(ro, bh, d.mk))
 }
 
 // scratch makes sure the first workers of d.chunks exist, with room for
