@@ -289,7 +289,7 @@ func (h gemmBF16) tilesParallel(threads int) {
 	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
-	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, itemsPerThread*threads)
+	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
 		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})

@@ -295,7 +295,7 @@ func (h gemmBF16) parallel(threads int) {
 		})
 		return
 	}
-	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), itemsPerThread*threads)
+	rb, cb := grid(mStr, nStr, kn.mr, nrBF16, ceilDiv(g.m, kn.mc), threads)
 	bf16Grid(threads, mStr, rb, nStr, cb, func(ws *bf16Workspace, r0, r1, s0, s1 int) {
 		g.item(ws, bp, r0, r1, s0, s1)
 	})

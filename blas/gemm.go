@@ -162,21 +162,21 @@ func (h gemm) parallel(threads int) {
 	mStr := ceilDiv(g.m, kn.mr)
 	want := itemsPerThread * threads
 	nc := min(kn.nc, max(kn.nr, bBudget/g.k/kn.nr*kn.nr))
-	rb, _ := grid(mStr, ceilDiv(min(nc, g.n), kn.nr), kn.mr, kn.nr, ceilDiv(g.m, kn.mc), want)
+	rb, _ := grid(mStr, ceilDiv(min(nc, g.n), kn.nr), kn.mr, kn.nr, ceilDiv(g.m, kn.mc), threads)
 	kBlocks := ceilDiv(g.k, kn.kc)
 	// A packed once, shared by the column chunks, when they are several
 	// and it fits: the packed block of the k block at pc starts at
 	// pc·mStr·mr, its strip s at s·mr·kb from there.
 	shareA := rb < want && mStr*kn.mr*g.k <= aBudget
 	if kBlocks > 1 && min(nc, g.n)*g.k > kBudget {
-		g.byK(threads, rb, want)
+		g.byK(threads, rb)
 		return
 	}
 	var ap []float32
 	for jc := 0; jc < g.n; jc += nc {
 		nb := min(nc, g.n-jc)
 		nStr := ceilDiv(nb, kn.nr)
-		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, want)
+		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, threads)
 		// The panel for the k block at pc starts at pc·nStr·nr.
 		ws.b = grow(ws.b, nStr*kn.nr*g.k)
 		bp := ws.b
@@ -241,7 +241,7 @@ func (h gemm) parallel(threads int) {
 // these products 13–20% slower than serial, byK as fast. Each element of
 // C sees the same kernel calls, in the same order, as in parallel and
 // serial.
-func (g *gemm) byK(threads, rb, want int) {
+func (g *gemm) byK(threads, rb int) {
 	kn := g.kn
 	ws := pool.Get().(*workspace)
 	defer pool.Put(ws)
@@ -250,8 +250,8 @@ func (g *gemm) byK(threads, rb, want int) {
 	for jc := 0; jc < g.n; jc += nc {
 		nb := min(nc, g.n-jc)
 		nStr := ceilDiv(nb, kn.nr)
-		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, want)
-		share := rb < want && cb > 1 && mStr*kn.mr*kn.kc <= aBudget
+		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, threads)
+		share := rb < itemsPerThread*threads && cb > 1 && mStr*kn.mr*kn.kc <= aBudget
 		ws.b = grow(ws.b, nStr*kn.nr*kn.kc)
 		if share {
 			ws.a = grow(ws.a, mStr*kn.mr*kn.kc)
@@ -296,16 +296,22 @@ func (g *gemm) byK(threads, rb, want int) {
 	}
 }
 
-// grid chooses how a parallel product splits C: into rb row blocks of
-// whole strips of mr rows (of mStr, at least rb0 blocks) by cb column
-// chunks of whole strips of nr columns (of nStr). It aims for want items,
-// and among the splits that reach it takes the one whose items are the
-// squarest, reading the fewest operand floats per multiply-add; with
-// fewer strips than want, every strip pair is an item.
-func grid(mStr, nStr, mr, nr, rb0, want int) (rb, cb int) {
+// grid chooses how a parallel product on threads goroutines splits C:
+// into rb row blocks of whole strips of mr rows (of mStr, at least rb0
+// blocks) by cb column chunks of whole strips of nr columns (of nStr). It
+// aims for itemsPerThread items a thread, and among the splits that reach
+// it takes the one whose items are the squarest, reading the fewest
+// operand floats per multiply-add; with fewer strips than that, every
+// strip pair is an item. When rb0 row blocks are already enough, their
+// number is rounded up to a multiple of threads, so that the last round
+// of items leaves no thread idle: 7 blocks on 2 threads, or 49 on 16,
+// had the product wait at its end for one block (a weight gradient of
+// 1024 rows ran 15% faster on 2 threads as 8 blocks than as 7).
+func grid(mStr, nStr, mr, nr, rb0, threads int) (rb, cb int) {
+	want := itemsPerThread * threads
 	rb0 = max(1, min(rb0, mStr))
 	if rb0 >= want {
-		return rb0, 1
+		return min(mStr, ceilDiv(rb0, threads)*threads), 1
 	}
 	rb, cb = mStr, nStr
 	best := 0.0
