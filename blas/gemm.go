@@ -302,27 +302,37 @@ func (g *gemm) byK(threads, rb int) {
 // aims for itemsPerThread items a thread, and among the splits that reach
 // it takes the one whose items are the squarest, reading the fewest
 // operand floats per multiply-add; with fewer strips than that, every
-// strip pair is an item. When rb0 row blocks are already enough, their
-// number is rounded up to a multiple of threads, so that the last round
-// of items leaves no thread idle: 7 blocks on 2 threads, or 49 on 16,
-// had the product wait at its end for one block (a weight gradient of
-// 1024 rows ran 15% faster on 2 threads as 8 blocks than as 7).
+// strip pair is an item. Items come in a multiple of threads where the
+// strips allow (row blocks rounded up when rb0 are already enough), so
+// that the last round of items leaves no thread idle: 7 blocks on 2
+// threads, or 49 on 16, had the product wait at its end for one block
+// (a weight gradient of 1024 rows ran 15% faster on 2 threads as 8
+// blocks than as 7).
 func grid(mStr, nStr, mr, nr, rb0, threads int) (rb, cb int) {
 	want := itemsPerThread * threads
 	rb0 = max(1, min(rb0, mStr))
 	if rb0 >= want {
 		return min(mStr, ceilDiv(rb0, threads)*threads), 1
 	}
+	// The best split whose items are a multiple of threads, else the
+	// best of all.
 	rb, cb = mStr, nStr
-	best := 0.0
+	even, best := false, 0.0
 	for r := rb0; r <= mStr; r++ {
 		c := min(nStr, ceilDiv(want, r))
 		if r*c < want {
 			continue
 		}
+		for m := c; m <= nStr; m++ {
+			if r*m%threads == 0 {
+				c = m
+				break
+			}
+		}
 		rows, cols := float64(ceilDiv(mStr, r)*mr), float64(ceilDiv(nStr, c)*nr)
-		if q := rows * cols / (rows + cols); q > best {
-			best, rb, cb = q, r, c
+		q := rows * cols / (rows + cols)
+		if e := r*c%threads == 0; e && !even || e == even && q > best {
+			even, best, rb, cb = e, q, r, c
 		}
 		if c == 1 {
 			break // more row blocks only make items smaller
