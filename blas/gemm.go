@@ -172,62 +172,23 @@ func (h gemm) parallel(threads int) {
 		g.byK(threads, rb)
 		return
 	}
-	var ap []float32
 	for jc := 0; jc < g.n; jc += nc {
-		nb := min(nc, g.n-jc)
-		nStr := ceilDiv(nb, kn.nr)
-		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, threads)
+		pn := panel{g: g, jc: jc, nb: min(nc, g.n-jc), mStr: mStr, rb: rb}
+		pn.nStr = ceilDiv(pn.nb, kn.nr)
+		_, pn.cb = grid(mStr, pn.nStr, kn.mr, kn.nr, rb, threads)
 		// The panel for the k block at pc starts at pc·nStr·nr.
-		ws.b = grow(ws.b, nStr*kn.nr*g.k)
-		bp := ws.b
-		groups := max(1, min(nStr, 4*threads/kBlocks))
-		aItems := 0
-		if jc == 0 && cb == 1 {
+		ws.b = grow(ws.b, pn.nStr*kn.nr*g.k)
+		pn.bp = ws.b
+		pn.groups = max(1, min(pn.nStr, 4*threads/kBlocks))
+		if jc == 0 && pn.cb == 1 {
 			shareA = false // the first panel is the widest: none has chunks
 		}
 		if shareA && jc == 0 {
 			ws.a = grow(ws.a, mStr*kn.mr*g.k)
-			ap, aItems = ws.a, rb*kBlocks
+			pn.packA = true
 		}
-		parallel.Run(kBlocks*groups+aItems, threads, func(_, i int) {
-			if i >= kBlocks*groups { // a row block of A for one k block
-				i -= kBlocks * groups
-				ib, pc := i/kBlocks, i%kBlocks*kn.kc
-				kb := min(kn.kc, g.k-pc)
-				s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-				g.packA(ap[pc*mStr*kn.mr+s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
-				return
-			}
-			pc := i / groups * kn.kc
-			gi := i % groups
-			kb := min(kn.kc, g.k-pc)
-			g.packB(bp[pc*nStr*kn.nr:], jc, nb, pc, kb, gi*nStr/groups, (gi+1)*nStr/groups)
-		})
-		shared := shareA
-		parallel.Run(rb*cb, threads, func(_, item int) {
-			ib, jb := item/cb, item%cb
-			s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-			ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
-			var wa *workspace
-			if !shared {
-				wa = pool.Get().(*workspace)
-			}
-			for pc := 0; pc < g.k; pc += kn.kc {
-				kb := min(kn.kc, g.k-pc)
-				var a []float32
-				if shared {
-					a = ap[pc*mStr*kn.mr+s0*kn.mr*kb:]
-				} else {
-					wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
-					g.packA(wa.a, ic, mb, pc, kb)
-					a = wa.a
-				}
-				g.macro(a, bp[pc*nStr*kn.nr:], ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
-			}
-			if wa != nil {
-				pool.Put(wa)
-			}
-		})
+		pn.ap, pn.shareA = ws.a, shareA
+		pn.run(threads, 0, g.k)
 	}
 }
 
@@ -248,52 +209,82 @@ func (g *gemm) byK(threads, rb int) {
 	mStr := ceilDiv(g.m, kn.mr)
 	nc := min(kn.nc, max(kn.nr, bBudget/kn.kc/kn.nr*kn.nr))
 	for jc := 0; jc < g.n; jc += nc {
-		nb := min(nc, g.n-jc)
-		nStr := ceilDiv(nb, kn.nr)
-		_, cb := grid(mStr, nStr, kn.mr, kn.nr, rb, threads)
-		share := rb < itemsPerThread*threads && cb > 1 && mStr*kn.mr*kn.kc <= aBudget
-		ws.b = grow(ws.b, nStr*kn.nr*kn.kc)
-		if share {
+		pn := panel{g: g, jc: jc, nb: min(nc, g.n-jc), mStr: mStr, rb: rb}
+		pn.nStr = ceilDiv(pn.nb, kn.nr)
+		_, pn.cb = grid(mStr, pn.nStr, kn.mr, kn.nr, rb, threads)
+		pn.shareA = rb < itemsPerThread*threads && pn.cb > 1 && mStr*kn.mr*kn.kc <= aBudget
+		pn.packA = pn.shareA
+		ws.b = grow(ws.b, pn.nStr*kn.nr*kn.kc)
+		if pn.shareA {
 			ws.a = grow(ws.a, mStr*kn.mr*kn.kc)
 		}
-		bp, ap := ws.b, ws.a
-		groups := max(1, min(nStr, 2*threads))
-		aItems := 0
-		if share {
-			aItems = rb
-		}
+		pn.bp, pn.ap = ws.b, ws.a
+		pn.groups = max(1, min(pn.nStr, 2*threads))
 		for pc := 0; pc < g.k; pc += kn.kc {
-			kb := min(kn.kc, g.k-pc)
-			parallel.Run(groups+aItems, threads, func(_, i int) {
-				if i >= groups {
-					ib := i - groups
-					s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-					g.packA(ap[s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
-					return
-				}
-				g.packB(bp, jc, nb, pc, kb, i*nStr/groups, (i+1)*nStr/groups)
-			})
-			parallel.Run(rb*cb, threads, func(_, item int) {
-				ib, jb := item/cb, item%cb
-				s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-				ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
-				var a []float32
-				var wa *workspace
-				if share {
-					a = ap[s0*kn.mr*kb:]
-				} else {
-					wa = pool.Get().(*workspace)
-					wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
-					g.packA(wa.a, ic, mb, pc, kb)
-					a = wa.a
-				}
-				g.macro(a, bp, ic, mb, jc, nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
-				if wa != nil {
-					pool.Put(wa)
-				}
-			})
+			pn.run(threads, pc, min(g.k, pc+kn.kc))
 		}
 	}
+}
+
+// panel is one panel of C's columns of a parallel product, split into rb
+// row blocks (of mStr strips) by cb column chunks (of nStr strips), with
+// the buffers its phases pack into: bp for B's k blocks, from the first
+// of the phase on, each split into groups items; ap for A's, where the
+// items share them (shareA) and the phase packs them (packA).
+type panel struct {
+	g             *gemm
+	jc, nb, nStr  int
+	mStr, rb, cb  int
+	groups        int
+	ap, bp        []float32
+	packA, shareA bool
+}
+
+// run packs the k blocks of [p0, p1) (B's, and A's with packA), then
+// multiplies them into every item's part of C, k block by k block: two
+// phases of the pool. The packed block of the k block at pc starts at
+// (pc−p0)·nStr·nr in bp and (pc−p0)·mStr·mr in ap, its strip s at s·nr·kb
+// (s·mr·kb) from there.
+func (pn *panel) run(threads, p0, p1 int) {
+	g, kn := pn.g, pn.g.kn
+	mStr, rb, cb, nStr := pn.mStr, pn.rb, pn.cb, pn.nStr
+	per := pn.groups
+	if pn.packA {
+		per += rb
+	}
+	parallel.Run(ceilDiv(p1-p0, kn.kc)*per, threads, func(_, i int) {
+		pc := p0 + i/per*kn.kc
+		kb := min(kn.kc, g.k-pc)
+		if i %= per; i >= pn.groups { // a row block of A
+			ib := i - pn.groups
+			s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
+			g.packA(pn.ap[(pc-p0)*mStr*kn.mr+s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
+			return
+		}
+		g.packB(pn.bp[(pc-p0)*nStr*kn.nr:], pn.jc, pn.nb, pc, kb, i*nStr/pn.groups, (i+1)*nStr/pn.groups)
+	})
+	parallel.Run(rb*cb, threads, func(_, item int) {
+		ib, jb := item/cb, item%cb
+		s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
+		ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
+		var wa *workspace
+		if !pn.shareA {
+			wa = pool.Get().(*workspace)
+			defer pool.Put(wa)
+		}
+		for pc := p0; pc < p1; pc += kn.kc {
+			kb := min(kn.kc, g.k-pc)
+			var a []float32
+			if pn.shareA {
+				a = pn.ap[(pc-p0)*mStr*kn.mr+s0*kn.mr*kb:]
+			} else {
+				wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
+				g.packA(wa.a, ic, mb, pc, kb)
+				a = wa.a
+			}
+			g.macro(a, pn.bp[(pc-p0)*nStr*kn.nr:], ic, mb, pn.jc, pn.nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
+		}
+	})
 }
 
 // grid chooses how a parallel product on threads goroutines splits C:
