@@ -221,10 +221,13 @@ func (g *gemm) streamTiles(j0, j1 int) {
 				kn.stream(w, rows, g.k, a, ars, aps, g.b[j:], g.ldb, g.c[i*g.ldc+j:], g.ldc, g.alpha, g.beta, accum)
 				continue
 			}
+			// Only C's columns [j, n) go into tmp: the others belong to
+			// the tile before, which another goroutine may be writing,
+			// and their sums here are thrown away.
 			jj := g.n - w
 			var tmp [maxTile]float32
 			for r := range rows {
-				copy(tmp[r*w:(r+1)*w], g.c[(i+r)*g.ldc+jj:])
+				copy(tmp[r*w+j-jj:(r+1)*w], g.c[(i+r)*g.ldc+j:(i+r)*g.ldc+g.n])
 			}
 			kn.stream(w, rows, g.k, a, ars, aps, g.b[jj:], g.ldb, tmp[:], w, g.alpha, g.beta, accum)
 			for r := range rows {
