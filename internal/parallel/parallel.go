@@ -221,8 +221,10 @@ func (p *pool) close(j *job) {
 
 // testHookDone, if set, runs in a goroutine of the pool between the
 // decrement that ends its part of a job and its acting on what the
-// decrement returned: tests widen that window with it.
-var testHookDone func()
+// decrement returned: tests widen that window with it. It is read in
+// that window, when the caller may already have returned and the test
+// reset it: hence an atomic.
+var testHookDone atomic.Pointer[func()]
 
 // sleep waits on done until the goroutines inside j are done, unless
 // none is left.
@@ -249,8 +251,8 @@ func (p *pool) loop(me *worker) {
 		if j, w, i := p.join(); j != nil {
 			j.work(w, i)
 			s := j.state.Add(-2)
-			if testHookDone != nil {
-				testHookDone()
+			if hook := testHookDone.Load(); hook != nil {
+				(*hook)()
 			}
 			if s == 1 { // the last one out, the caller asleep
 				j.done <- struct{}{}

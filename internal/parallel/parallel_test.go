@@ -116,12 +116,13 @@ func TestRunReturnsAfterItsItems(t *testing.T) {
 	// A goroutine of the pool pauses now and then between its decrement
 	// and acting on it, the window in which the caller may move on.
 	var hook atomic.Int32
-	testHookDone = func() {
+	pauseSome := func() {
 		if hook.Add(1)%7 == 0 {
 			time.Sleep(200 * time.Microsecond)
 		}
 	}
-	defer func() { testHookDone = nil }()
+	testHookDone.Store(&pauseSome)
+	defer testHookDone.Store(nil)
 	withProcs(4, func() {
 		var wg sync.WaitGroup
 		for g := range 4 {
