@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"os"
 	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -36,7 +35,7 @@ var avx512FMA = &bf16Kernel{name: "avx512fma", tileCode: "avx512fma", wideCode: 
 // avx512FMA.
 var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "amx", wideCode: "amx", mr: 1, mc: 1, tile: amxTile, wide: amxWide, wideRows: 1,
 	cvt: cvtBF16, inter: interBF16, pairRows: pairRowsBF16,
-	tiles: tilesAMX, packTiles: packTilesAMX, prefetch: prefetchAMX}
+	tiles: tilesAMX, packTiles: packTilesAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
 // first, by what was measured (docs/bf16.md): AMX tiles where the CPU
@@ -105,7 +104,7 @@ var amxConfig = func() (c [64]byte) {
 	return c
 }()
 
-func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch) {
+func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, cv *amxConvert) {
 	_ = a[chunks*chunkWords-1]
 	_ = b[(nstrips-1)*bs+chunks*chunkWords-1]
 	_ = tmp[amxBlock*nrBF16-1]
@@ -123,20 +122,13 @@ func tilesAMX(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c
 		_ = c[(rows-1)*ldc+(nstrips-1)*nrBF16+bits.OnesCount32(mask)-1]
 	}
 	if rows <= amxBlock/2 {
-		amxBF16Half(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode&^amxDirect, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
+		if cv.state[0] != 0 {
+			panic("blas: tilesAMX: a block of at most 16 rows converts no next block")
+		}
+		amxBF16Half(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode&^amxDirect, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], &cv.state)
 		return
 	}
-	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], (*[6]int)(pf))
-}
-
-// prefetchAMX sets pf to fetch rows rows of cols floats, stride floats
-// apart, from data[0] on, in segments of 512 bytes. The addresses are
-// only hints: a prefetch never faults, and data stays referenced by the
-// product for as long as the kernel runs.
-func prefetchAMX(pf *amxPrefetch, data []float32, rows, cols, stride int) {
-	start := int(uintptr(unsafe.Pointer(&data[0])))
-	segs := ceilDiv(4*cols, 512)
-	*pf = amxPrefetch{start, start, segs, segs, rows, 4 * stride}
+	amxBF16(&amxConfig[0], &a[0], &b[0], 4*bs, nstrips, chunks, accp, mode, &c[0], ldc, rows, alpha, beta, mask, &tmp[0], &cv.state)
 }
 
 // packTilesAMX is packTilesGo with assembly for the chunks wholly within

@@ -198,13 +198,13 @@ func BenchmarkTilesAMX(b *testing.B) {
 				acc := make([]float32, ns*1024)
 				c := make([]float32, 32*32*ns)
 				tmp := make([]float32, 1024)
-				var pf amxPrefetch
+				var cv amxConvert
 				b.Run(fmt.Sprintf("chunks=%d/strips=%d/%s", chunks, ns, m.name), func(b *testing.B) {
 					best, loop := time.Hour, time.Hour
 					for b.Loop() {
 						t0 := time.Now()
 						for range calls {
-							tilesAMX(a, bb, bs, ns, chunks, acc, m.mode, c, 32*ns, 32, 1, 0, colMask(32), tmp, &pf)
+							tilesAMX(a, bb, bs, ns, chunks, acc, m.mode, c, 32*ns, 32, 1, 0, colMask(32), tmp, &cv)
 						}
 						best = min(best, time.Since(t0)/calls)
 						t0 = time.Now()
@@ -290,9 +290,29 @@ func TestTDPBF16PS(t *testing.T) {
 		mask := colMask(cols)
 		tmp := make([]float32, amxBlock*nrBF16)
 		amxEmulated(a, b, bs, nstrips, chunks, wantAcc, mode, want, ldc, rows, alpha, beta, mask, tmp, nil)
-		var pf amxPrefetch
-		prefetchAMX(&pf, c, amxBlock, ldc, ldc) // anything: prefetching changes no result
-		tilesAMX(a, b, bs, nstrips, chunks, gotAcc, mode, got, ldc, rows, alpha, beta, mask, tmp, &pf)
+		// A next block for the kernel to convert (a block of more than
+		// 16 rows converts one): 32 rows of 1 to 6 chunks, from a matrix
+		// with more columns than that.
+		var cv amxConvert
+		var next, wantNext []uint32
+		if rows > amxBlock/2 {
+			cc := 1 + rng.IntN(6)
+			src := General{Rows: 40, Cols: 32*cc + 40, Stride: 32*cc + 45}
+			src.Data = randSlice(rng, src.Rows*src.Stride)
+			i0, c0 := rng.IntN(9), rng.IntN(2)
+			next, wantNext = make([]uint32, cc*chunkWords), make([]uint32, cc*chunkWords)
+			packTilesGo(NoTrans, src, src.Cols, i0, amxBlock, c0, c0+cc, wantNext)
+			cv.set(src, i0, c0, c0+cc, next)
+		}
+		tilesAMX(a, b, bs, nstrips, chunks, gotAcc, mode, got, ldc, rows, alpha, beta, mask, tmp, &cv)
+		if cv.state[0] != 0 {
+			t.Fatalf("case %d: the kernel returned with the next block of A unconverted", it)
+		}
+		for i := range next {
+			if next[i] != wantNext[i] {
+				t.Fatalf("case %d: the next block of A converted by the kernel: word %d (chunk %d) is %#08x, packTilesGo %#08x", it, i, i/chunkWords, next[i], wantNext[i])
+			}
+		}
 		what := fmt.Sprintf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, mode %#x, alpha %v, beta %v)", it, chunks, nstrips, rows, cols, mode, alpha, beta)
 		for i := range got {
 			g, w := got[i], want[i]

@@ -1,5 +1,7 @@
 package blas
 
+import "unsafe"
+
 // Products on a kernel with AMX tiles run through tiles, whatever their
 // rows: blocks of 32 rows of A by strips of packed B, each 32×32 block of
 // C in four tile registers (a block of at most 16 rows, as decoding's,
@@ -43,16 +45,39 @@ const (
 // columns under mask; amxDirect (alpha 1, beta 0, rows 32) lets the
 // kernel store whole strips' sums straight into C. A block of at most 16
 // rows reads and writes only the first 16 rows of a strip's sums in acc.
-// tmp is a 32×32 scratch. pf, where the kernel prefetches, says what it fetches for the
-// next call while it computes (see amxPrefetch).
-type tilesFunc func(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, pf *amxPrefetch)
+// tmp is a 32×32 scratch. cv, where it is set, is the next call's row
+// block of A for the kernel to convert while it computes (amxConvert).
+type tilesFunc func(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, cv *amxConvert)
 
-// amxPrefetch is the state of the kernel's prefetch of the rows of A
-// that the next call converts, in segments of 512 bytes, one per chunk
-// it multiplies: the next segment's address (0: none left), its row's
-// start, the segments left in the row and in each row, the rows left,
-// and the bytes between rows.
-type amxPrefetch [6]int
+// amxConvert is the conversion that a tiles call makes of the next
+// call's row block of A while its tiles multiply, from the float32 rows
+// of op(A) = A (32 rows, whole chunks) to bf16 pairs in tile order, as
+// packTiles would. A call finishes it before it returns.
+type amxConvert struct {
+	// state is the kernel's, addresses and counts: the next chunk's
+	// source (0: nothing left) and destination, the chunks left in the
+	// row, the chunks a row, the rows left, the bytes from row to row,
+	// and the current row's first source and destination (see the
+	// generator).
+	state [8]int
+	// What state converts, for tiles written in Go; the slices also keep
+	// the arrays that state addresses alive (Go does not move heap
+	// arrays, and these are: a's escapes into the kernels' function
+	// values, dst is a workspace's).
+	a          General
+	i0, c0, c1 int
+	dst        []uint32
+}
+
+// set sets cv to convert chunks [c0, c1) of rows [i0, i0+32) of a into
+// dst, chunk c0 first.
+func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32) {
+	_ = a.Data[(i0+amxBlock-1)*a.Stride+32*c1-1]
+	dst = dst[:(c1-c0)*chunkWords]
+	src := int(uintptr(unsafe.Pointer(&a.Data[i0*a.Stride+32*c0])))
+	d := int(uintptr(unsafe.Pointer(&dst[0])))
+	*cv = amxConvert{[8]int{src, d, c1 - c0, c1 - c0, amxBlock, 4 * a.Stride, src, d}, a, i0, c0, c1, dst}
+}
 
 // amxLimits are tileItem's budgets: chunks, the chunks of a k block (8
 // chunks of A's 32 rows are 16 KB, a third of L1, which leaves room for
@@ -91,6 +116,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 		nk = 1
 	}
 	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
+	ws.cv = amxConvert{}
 	t := tileCall{g: *g, ws: ws, bp: bp, chunks: chunks, nk: nk}
 	switch {
 	case g.beta != 0:
@@ -140,21 +166,41 @@ func (t *tileCall) strips(s0, s1, last int) {
 	}
 }
 
-// rows computes row block by row block.
+// rows computes row block by row block. Where the next block is 32 rows
+// of A as stored, k is whole chunks, and the kernel has the room, it
+// converts the next block while it multiplies the current one, into the
+// other of two buffers: four chunks of rows a chunk of its loop, so that
+// 8 strips convert a block in one call, and on rows of at least 8
+// chunks (1 KB), as the model's products (1.02–1.23× their speed on one
+// thread, BenchmarkGemmBF16Kernels); the sketch networks' products, of
+// few strips or short rows, ran slower so (0.5–0.9×).
 func (t *tileCall) rows(b0, b1 int) {
 	g, ws := &t.g, t.ws
 	ws.a = growWords(ws.a, t.chunks*chunkWords)
 	if t.nk > 1 {
 		ws.acc = growFloats(ws.acc, t.nstr*1024)
 	}
+	inKernel := g.tA == NoTrans && g.k%32 == 0 && g.k >= 256 && t.nstr >= 8 && b1-b0 > 1
+	if inKernel {
+		ws.next = growWords(ws.next, t.chunks*chunkWords)
+	}
+	converted := false // ws.a holds block blk already
 	for blk := b0; blk < b1; blk++ {
 		i0 := blk * amxBlock
 		rows := min(amxBlock, g.m-i0)
-		g.kn.packTiles(g.tA, g.a, g.k, i0, rows, 0, t.chunks, ws.a)
-		t.prefetch(blk+1, b1, 0, t.chunks)
+		if !converted {
+			g.kn.packTiles(g.tA, g.a, g.k, i0, rows, 0, t.chunks, ws.a)
+		}
+		converted = inKernel && blk+1 < b1 && i0+2*amxBlock <= g.m
 		for kb := 0; kb < t.nk; kb++ {
 			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
+			if converted {
+				ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next[c0*chunkWords:])
+			}
 			t.call(blk, rows, kb, c0, c1, ws.a[c0*chunkWords:], ws.acc)
+		}
+		if converted {
+			ws.a, ws.next = ws.next, ws.a
 		}
 	}
 }
@@ -172,41 +218,10 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 				i0 := blk * amxBlock
 				rows := min(amxBlock, g.m-i0)
 				g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, ws.a)
-				switch {
-				case blk+1 < ge:
-					t.prefetch(blk+1, b1, c0, c1)
-				case kb+1 < t.nk:
-					t.prefetch(gb, b1, (kb+1)*t.chunks/t.nk, (kb+2)*t.chunks/t.nk)
-				default:
-					t.prefetch(ge, b1, 0, t.chunks/t.nk)
-				}
 				acc := ws.acc[(blk-gb)*t.nstr*1024 : (blk-gb+1)*t.nstr*1024]
 				t.call(blk, rows, kb, c0, c1, ws.a, acc)
 			}
 		}
-	}
-}
-
-// prefetch sets the kernel to fetch, while it computes, the elements of
-// op(A) that the next packTiles converts: chunks [c0, c1) of row block
-// blk (none when blk is b1).
-func (t *tileCall) prefetch(blk, b1, c0, c1 int) {
-	pf := &t.ws.pf
-	pf[0] = 0
-	g := &t.g
-	if g.kn.prefetch == nil || blk >= b1 {
-		return
-	}
-	i0 := blk * amxBlock
-	rows := min(amxBlock, g.m-i0)
-	k0, k1 := 32*c0, min(g.k, 32*c1)
-	if k0 >= k1 {
-		return
-	}
-	if g.tA == NoTrans {
-		g.kn.prefetch(pf, g.a.Data[i0*g.a.Stride+k0:], rows, k1-k0, g.a.Stride)
-	} else {
-		g.kn.prefetch(pf, g.a.Data[k0*g.a.Stride+i0:], k1-k0, rows, g.a.Stride)
 	}
 }
 
@@ -227,7 +242,7 @@ func (t *tileCall) call(blk, rows, kb, c0, c1 int, a []uint32, acc []float32) {
 	ldc, sw := g.c.Stride, t.bp.stripWords()
 	i0 := blk * amxBlock
 	g.kn.tiles(a, t.bp.data[t.s0*sw+c0*chunkWords:], sw, t.nstr, c1-c0, acc, mode,
-		g.c.Data[i0*ldc+t.s0*nrBF16:], ldc, rows, g.alpha, g.beta, t.mask, t.ws.tmp, &t.ws.pf)
+		g.c.Data[i0*ldc+t.s0*nrBF16:], ldc, rows, g.alpha, g.beta, t.mask, t.ws.tmp, &t.ws.cv)
 }
 
 // packTilesGo sets dst, chunk by chunk in tile order, to the chunks [c0,

@@ -20,7 +20,11 @@ import (
 // instruction where the CPU has AMX; on CPUs without AMX it lets the
 // tile driver (packing, blocking, strides, masks) be tested with the
 // instruction's bits.
-func amxEmulated(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, _ *amxPrefetch) {
+func amxEmulated(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, cv *amxConvert) {
+	if cv != nil && cv.state[0] != 0 {
+		packTilesGo(NoTrans, cv.a, 32*cv.c1, cv.i0, amxBlock, cv.c0, cv.c1, cv.dst)
+		cv.state[0] = 0
+	}
 	for t := 0; t < nstrips; t++ {
 		strip := b[t*bs:]
 		for i := 0; i < amxBlock; i++ {

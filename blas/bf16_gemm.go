@@ -42,9 +42,6 @@ type bf16Kernel struct {
 	// B, and must add in the tiles' order.
 	tiles     tilesFunc
 	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
-	// prefetch, where not nil, sets pf to fetch rows rows of cols
-	// elements, stride apart, from data[0] on.
-	prefetch func(pf *amxPrefetch, data []float32, rows, cols, stride int)
 }
 
 // codeFor names the code that computes products of m rows: the tiles,
@@ -177,10 +174,11 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // in a steady state do not allocate.
 type bf16Workspace struct {
 	a, b, t  []uint32
+	next     []uint32 // the next row block of A, converted by the tiles kernel
 	e        []uint32 // A's pairs expanded (bf16Kernel.expand)
 	tmp, acc []float32
 	pb       PackedBF16
-	pf       amxPrefetch
+	cv       amxConvert
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}

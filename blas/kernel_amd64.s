@@ -13076,7 +13076,7 @@ fma_loop:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)
 // Requires: AVX, AVX512F, CMOV, MMX+
 TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI
@@ -13098,7 +13098,7 @@ TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	SHLQ         $0x02, DX
 	VBROADCASTSS alpha+88(FP), Z30
 	VBROADCASTSS beta+92(FP), Z31
-	MOVQ         pf+112(FP), R14
+	MOVQ         cv+112(FP), R14
 
 amx_strip:
 	MOVQ  mode+56(FP), BX
@@ -13301,31 +13301,196 @@ amx_chunk:
 amx_cdone:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
-	JZ         amx_nopf
-	PREFETCHT1 (R10)
-	PREFETCHT1 64(R10)
-	PREFETCHT1 128(R10)
-	PREFETCHT1 192(R10)
-	PREFETCHT1 256(R10)
-	PREFETCHT1 320(R10)
-	PREFETCHT1 384(R10)
-	PREFETCHT1 448(R10)
-	ADDQ       $0x00000200, R10
-	DECQ       16(R14)
-	JNZ        amx_pfnext
-	MOVQ       8(R14), R10
-	ADDQ       40(R14), R10
-	MOVQ       R10, 8(R14)
-	MOVQ       24(R14), R11
-	MOVQ       R11, 16(R14)
-	DECQ       32(R14)
-	JNZ        amx_pfnext
-	XORL       R10, R10
+	JZ         cv_done_loop0
+	VMOVUPS    (R10), Z1
+	VMOVUPS    64(R10), Z2
+	MOVQ       40(R14), R11
+	PREFETCHT0 (R10)(R11*2)
+	PREFETCHT0 64(R10)(R11*2)
 
-amx_pfnext:
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	MOVQ    8(R14), R11
+	VMOVUPS Z0, (R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    $0x00000800, R11
+	MOVQ    R11, 8(R14)
+	DECQ    16(R14)
+	JNZ     cv_same_loop0
+	MOVQ    48(R14), R10
+	ADDQ    40(R14), R10
+	MOVQ    R10, 48(R14)
+	MOVQ    56(R14), R11
+	ADDQ    $0x00000080, R11
+	DECQ    32(R14)
+	JZ      cv_end_loop0
+	CMPQ    32(R14), $0x10
+	JNE     cv_row_loop0
+	SUBQ    $0x000007c0, R11
+
+cv_row_loop0:
+	MOVQ R11, 56(R14)
+	MOVQ R11, 8(R14)
+	MOVQ 24(R14), R11
+	MOVQ R11, 16(R14)
+	JMP  cv_same_loop0
+
+cv_end_loop0:
+	XORL R10, R10
+
+cv_same_loop0:
 	MOVQ R10, (R14)
 
-amx_nopf:
+cv_done_loop0:
+	MOVQ       (R14), R10
+	TESTQ      R10, R10
+	JZ         cv_done_loop1
+	VMOVUPS    (R10), Z1
+	VMOVUPS    64(R10), Z2
+	MOVQ       40(R14), R11
+	PREFETCHT0 (R10)(R11*2)
+	PREFETCHT0 64(R10)(R11*2)
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	MOVQ    8(R14), R11
+	VMOVUPS Z0, (R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    $0x00000800, R11
+	MOVQ    R11, 8(R14)
+	DECQ    16(R14)
+	JNZ     cv_same_loop1
+	MOVQ    48(R14), R10
+	ADDQ    40(R14), R10
+	MOVQ    R10, 48(R14)
+	MOVQ    56(R14), R11
+	ADDQ    $0x00000080, R11
+	DECQ    32(R14)
+	JZ      cv_end_loop1
+	CMPQ    32(R14), $0x10
+	JNE     cv_row_loop1
+	SUBQ    $0x000007c0, R11
+
+cv_row_loop1:
+	MOVQ R11, 56(R14)
+	MOVQ R11, 8(R14)
+	MOVQ 24(R14), R11
+	MOVQ R11, 16(R14)
+	JMP  cv_same_loop1
+
+cv_end_loop1:
+	XORL R10, R10
+
+cv_same_loop1:
+	MOVQ R10, (R14)
+
+cv_done_loop1:
+	MOVQ       (R14), R10
+	TESTQ      R10, R10
+	JZ         cv_done_loop2
+	VMOVUPS    (R10), Z1
+	VMOVUPS    64(R10), Z2
+	MOVQ       40(R14), R11
+	PREFETCHT0 (R10)(R11*2)
+	PREFETCHT0 64(R10)(R11*2)
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	MOVQ    8(R14), R11
+	VMOVUPS Z0, (R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    $0x00000800, R11
+	MOVQ    R11, 8(R14)
+	DECQ    16(R14)
+	JNZ     cv_same_loop2
+	MOVQ    48(R14), R10
+	ADDQ    40(R14), R10
+	MOVQ    R10, 48(R14)
+	MOVQ    56(R14), R11
+	ADDQ    $0x00000080, R11
+	DECQ    32(R14)
+	JZ      cv_end_loop2
+	CMPQ    32(R14), $0x10
+	JNE     cv_row_loop2
+	SUBQ    $0x000007c0, R11
+
+cv_row_loop2:
+	MOVQ R11, 56(R14)
+	MOVQ R11, 8(R14)
+	MOVQ 24(R14), R11
+	MOVQ R11, 16(R14)
+	JMP  cv_same_loop2
+
+cv_end_loop2:
+	XORL R10, R10
+
+cv_same_loop2:
+	MOVQ R10, (R14)
+
+cv_done_loop2:
+	MOVQ       (R14), R10
+	TESTQ      R10, R10
+	JZ         cv_done_loop3
+	VMOVUPS    (R10), Z1
+	VMOVUPS    64(R10), Z2
+	MOVQ       40(R14), R11
+	PREFETCHT0 (R10)(R11*2)
+	PREFETCHT0 64(R10)(R11*2)
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	MOVQ    8(R14), R11
+	VMOVUPS Z0, (R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    $0x00000800, R11
+	MOVQ    R11, 8(R14)
+	DECQ    16(R14)
+	JNZ     cv_same_loop3
+	MOVQ    48(R14), R10
+	ADDQ    40(R14), R10
+	MOVQ    R10, 48(R14)
+	MOVQ    56(R14), R11
+	ADDQ    $0x00000080, R11
+	DECQ    32(R14)
+	JZ      cv_end_loop3
+	CMPQ    32(R14), $0x10
+	JNE     cv_row_loop3
+	SUBQ    $0x000007c0, R11
+
+cv_row_loop3:
+	MOVQ R11, 56(R14)
+	MOVQ R11, 8(R14)
+	MOVQ 24(R14), R11
+	MOVQ R11, 16(R14)
+	JMP  cv_same_loop3
+
+cv_end_loop3:
+	XORL R10, R10
+
+cv_same_loop3:
+	MOVQ R10, (R14)
+
+cv_done_loop3:
 	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
 	BYTE  $0xc4
 	BYTE  $0xe2
@@ -13516,10 +13681,62 @@ amx_next:
 	BYTE $0x78
 	BYTE $0x49
 	BYTE $0xc0
+
+cv_tail:
+	MOVQ       (R14), R10
+	TESTQ      R10, R10
+	JZ         cv_done_tail
+	VMOVUPS    (R10), Z1
+	VMOVUPS    64(R10), Z2
+	MOVQ       40(R14), R11
+	PREFETCHT0 (R10)(R11*2)
+	PREFETCHT0 64(R10)(R11*2)
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	MOVQ    8(R14), R11
+	VMOVUPS Z0, (R11)
+	ADDQ    $0x00000080, R10
+	ADDQ    $0x00000800, R11
+	MOVQ    R11, 8(R14)
+	DECQ    16(R14)
+	JNZ     cv_same_tail
+	MOVQ    48(R14), R10
+	ADDQ    40(R14), R10
+	MOVQ    R10, 48(R14)
+	MOVQ    56(R14), R11
+	ADDQ    $0x00000080, R11
+	DECQ    32(R14)
+	JZ      cv_end_tail
+	CMPQ    32(R14), $0x10
+	JNE     cv_row_tail
+	SUBQ    $0x000007c0, R11
+
+cv_row_tail:
+	MOVQ R11, 56(R14)
+	MOVQ R11, 8(R14)
+	MOVQ 24(R14), R11
+	MOVQ R11, 16(R14)
+	JMP  cv_same_tail
+
+cv_end_tail:
+	XORL R10, R10
+
+cv_same_tail:
+	MOVQ R10, (R14)
+
+cv_done_tail:
+	CMPQ (R14), $0x00
+	JNE  cv_tail
 	VZEROUPPER
 	RET
 
-// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, pf *[6]int)
+// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)
 // Requires: AVX, AVX512F
 TEXT ·amxBF16Half(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI
