@@ -15,8 +15,9 @@ import "unsafe"
 //
 // The tile unit multiplies faster than the caches deliver operands that
 // are reloaded from L2 for every tile: k is cut into blocks of at most
-// amxChunksMax chunks, so that a row block of A (one k block of it,
-// converted just before use) stays in L1 while the strips of B stream
+// amxLimits.chunks chunks, so that a row block of A (one k block of it,
+// converted just before use, or by the call before while its tiles
+// multiply: amxConvert) stays in L1 while the strips of B stream
 // from L2 past it, and the partial sums of C wait in a buffer between k
 // blocks (loading and storing them is exact: the bits do not change).
 
