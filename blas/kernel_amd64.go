@@ -149,7 +149,7 @@ func vfmaddLoop(n int)
 func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)
 
 // amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows
-// 16–31 are neither read nor written, and pf is not read; see package _asm.
+// 16–31 are neither read nor written, and cv is not read; see package _asm.
 //
 //go:noescape
 func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)

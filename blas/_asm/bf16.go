@@ -810,13 +810,14 @@ func amxBF16() {
 // latency of TDPBF16PS (with one strip, two sums wait on each other). An
 // element's sum is the same sequence of TDPBF16PS steps as in amxBF16, so
 // its bits are the same. acc holds each strip's sums as amxBF16's do, of
-// which only rows 0–15 are read and written; amxDirect is not taken; A's
-// next block is not prefetched (pf is not read).
+// which only rows 0–15 are read and written; amxDirect is not taken; no
+// next block of A is converted (cv is not read: a block of at most 16
+// rows is a product's last).
 func amxHalf() {
 	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[8]int)")
 	Pragma("noescape")
 	Doc("amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows",
-		"16–31 are neither read nor written, and pf is not read; see package _asm.")
+		"16–31 are neither read nor written, and cv is not read; see package _asm.")
 	r := amxPrologue()
 	aBase, aCur, strip, s128 := r.aBase, RSI, r.strip, r.s128
 	nstr, cptr, accp, mode, ldc := r.nstr, r.cptr, r.accp, r.mode, r.ldc
