@@ -3,6 +3,7 @@ package blas
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -228,10 +229,12 @@ func BenchmarkSgemv(b *testing.B) {
 }
 
 // BenchmarkSgemmSplit times, on each of modelShapes in float32, the
-// serial path against the parallel one run on one goroutine, taking
-// turns: what splitting a product into items costs by itself (packing
-// and cache use), apart from threads. Run it on one thread:
-// go test -run '^$' -bench SgemmSplit -cpu 1 ./blas
+// serial path, the parallel one run on one goroutine, and the parallel
+// one on GOMAXPROCS threads, taking turns: what splitting a product into
+// items costs by itself (packing and cache use), apart from threads, and
+// what the threads then gain ("threads-x", against serial). Run it on one
+// thread for the first, on more for the second:
+// go test -run '^$' -bench SgemmSplit -cpu 1,2 ./blas
 func BenchmarkSgemmSplit(b *testing.B) {
 	rng := rand.New(rand.NewPCG(12, 12))
 	for _, s := range modelShapes {
@@ -246,7 +249,8 @@ func BenchmarkSgemmSplit(b *testing.B) {
 		g := gemm{kn: active, tA: s.tA, tB: NoTrans, m: s.m, n: s.n, k: s.k, alpha: 1, a: a, lda: ac, b: bb, ldb: s.n, beta: beta, c: c, ldc: s.n}
 		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)
 		b.Run(fmt.Sprintf("%s/%c/%dx%dx%d", s.name, s.tA, s.m, s.k, s.n), func(b *testing.B) {
-			serial, split := time.Hour, time.Hour
+			threads := runtime.GOMAXPROCS(0)
+			serial, split, all := time.Hour, time.Hour, time.Hour
 			for b.Loop() {
 				t0 := time.Now()
 				g.serial()
@@ -254,9 +258,18 @@ func BenchmarkSgemmSplit(b *testing.B) {
 				t0 = time.Now()
 				g.parallel(1)
 				split = min(split, time.Since(t0))
+				if threads > 1 {
+					t0 = time.Now()
+					g.parallel(threads)
+					all = min(all, time.Since(t0))
+				}
 			}
 			b.ReportMetric(flops/serial.Seconds()/1e9, "serial-GFLOPS")
 			b.ReportMetric(flops/split.Seconds()/1e9, "split-GFLOPS")
+			if threads > 1 {
+				b.ReportMetric(flops/all.Seconds()/1e9, "threads-GFLOPS")
+				b.ReportMetric(serial.Seconds()/all.Seconds(), "threads-x")
+			}
 		})
 	}
 }

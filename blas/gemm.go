@@ -199,9 +199,10 @@ func (h gemm) parallel(threads int) {
 // item multiplies it into its part of C, so that what the items read was
 // packed just before and is still in the caches. Packing all of k first
 // left megabytes between packing and use: on one thread that path ran
-// these products 8–21% slower than serial, byK 1–3%. Each element of
-// C sees the same kernel calls, in the same order, as in parallel and
-// serial.
+// these products 8–21% slower than serial, byK 1–3%. The packing of the
+// next k block runs in the same phase as the products of this one (see
+// panel.stream). Each element of C sees the same kernel calls, in the
+// same order, as in parallel and serial.
 func (g *gemm) byK(ws *workspace, threads, rb int) {
 	kn := g.kn
 	mStr := ceilDiv(g.m, kn.mr)
@@ -212,15 +213,14 @@ func (g *gemm) byK(ws *workspace, threads, rb int) {
 		_, pn.cb = grid(mStr, pn.nStr, kn.mr, kn.nr, rb, threads)
 		pn.shareA = rb < itemsPerThread*threads && pn.cb > 1 && mStr*kn.mr*kn.kc <= aBudget
 		pn.packA = pn.shareA
-		ws.b = grow(ws.b, pn.nStr*kn.nr*kn.kc)
+		// Two k blocks' buffers: one multiplied while the next is packed.
+		ws.b = grow(ws.b, 2*pn.nStr*kn.nr*kn.kc)
 		if pn.shareA {
-			ws.a = grow(ws.a, mStr*kn.mr*kn.kc)
+			ws.a = grow(ws.a, 2*mStr*kn.mr*kn.kc)
 		}
 		pn.bp, pn.ap = ws.b, ws.a
 		pn.groups = max(1, min(pn.nStr, 2*threads))
-		for pc := 0; pc < g.k; pc += kn.kc {
-			pn.run(threads, pc, min(g.k, pc+kn.kc))
-		}
+		pn.stream(threads)
 	}
 }
 
@@ -238,51 +238,103 @@ type panel struct {
 	packA, shareA bool
 }
 
+// packItems returns the items of packing one k block: B's groups, then
+// A's row blocks with packA.
+func (pn *panel) packItems() int {
+	if pn.packA {
+		return pn.groups + pn.rb
+	}
+	return pn.groups
+}
+
+// pack runs packing item i of the k block at pc, into the block's
+// buffers at the offsets ao in ap and bo in bp.
+func (pn *panel) pack(i, pc, ao, bo int) {
+	g, kn := pn.g, pn.g.kn
+	kb := min(kn.kc, g.k-pc)
+	if i >= pn.groups { // a row block of A
+		ib := i - pn.groups
+		s0, s1 := ib*pn.mStr/pn.rb, (ib+1)*pn.mStr/pn.rb
+		g.packA(pn.ap[ao+s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
+		return
+	}
+	g.packB(pn.bp[bo:], pn.jc, pn.nb, pc, kb, i*pn.nStr/pn.groups, (i+1)*pn.nStr/pn.groups)
+}
+
+// multiply runs item of C over the k blocks from p0 to p1, whose packed
+// blocks follow one another from ao in ap and bo in bp (A's only with
+// shareA: else the item packs its own into a workspace).
+func (pn *panel) multiply(item, p0, p1, ao, bo int) {
+	g, kn := pn.g, pn.g.kn
+	ib, jb := item/pn.cb, item%pn.cb
+	s0, s1 := ib*pn.mStr/pn.rb, (ib+1)*pn.mStr/pn.rb
+	ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
+	var wa *workspace
+	if !pn.shareA {
+		wa = pool.Get().(*workspace)
+		defer pool.Put(wa)
+	}
+	for pc := p0; pc < p1; pc += kn.kc {
+		kb := min(kn.kc, g.k-pc)
+		var a []float32
+		if pn.shareA {
+			a = pn.ap[ao+(pc-p0)*pn.mStr*kn.mr+s0*kn.mr*kb:]
+		} else {
+			wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
+			g.packA(wa.a, ic, mb, pc, kb)
+			a = wa.a
+		}
+		g.macro(a, pn.bp[bo+(pc-p0)*pn.nStr*kn.nr:], ic, mb, pn.jc, pn.nb, jb*pn.nStr/pn.cb, (jb+1)*pn.nStr/pn.cb, pc, kb)
+	}
+}
+
 // run packs the k blocks of [p0, p1) (B's, and A's with packA), then
 // multiplies them into every item's part of C, k block by k block: two
 // phases of the pool. The packed block of the k block at pc starts at
 // (pc−p0)·nStr·nr in bp and (pc−p0)·mStr·mr in ap, its strip s at s·nr·kb
 // (s·mr·kb) from there.
 func (pn *panel) run(threads, p0, p1 int) {
+	kc := pn.g.kn.kc
+	per := pn.packItems()
+	parallel.Run(ceilDiv(p1-p0, kc)*per, threads, func(_, i int) {
+		b := i / per
+		pn.pack(i%per, p0+b*kc, b*pn.mStr*pn.g.kn.mr*kc, b*pn.nStr*pn.g.kn.nr*kc)
+	})
+	parallel.Run(pn.rb*pn.cb, threads, func(_, item int) {
+		pn.multiply(item, p0, p1, 0, 0)
+	})
+}
+
+// stream is run for all of k, one k block at a time, in two halves of
+// the buffers: the phase that multiplies block b (from one half) also
+// packs block b+1 (into the other), so that a product of K blocks is K+1
+// phases, not 2K, and each phase's items, the products first, the smaller
+// packing after them, even out the threads' ends. No item of a phase
+// writes what another reads: the packing writes the half that the
+// products of the phase before read.
+func (pn *panel) stream(threads int) {
 	g, kn := pn.g, pn.g.kn
-	mStr, rb, cb, nStr := pn.mStr, pn.rb, pn.cb, pn.nStr
-	per := pn.groups
-	if pn.packA {
-		per += rb
-	}
-	parallel.Run(ceilDiv(p1-p0, kn.kc)*per, threads, func(_, i int) {
-		pc := p0 + i/per*kn.kc
-		kb := min(kn.kc, g.k-pc)
-		if i %= per; i >= pn.groups { // a row block of A
-			ib := i - pn.groups
-			s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-			g.packA(pn.ap[(pc-p0)*mStr*kn.mr+s0*kn.mr*kb:], s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr, pc, kb)
-			return
+	blocks := ceilDiv(g.k, kn.kc)
+	packs, mults := pn.packItems(), pn.rb*pn.cb
+	aHalf, bHalf := pn.mStr*kn.mr*kn.kc, pn.nStr*kn.nr*kn.kc
+	for b := 0; b <= blocks; b++ {
+		nm, np := 0, 0
+		if b > 0 {
+			nm = mults
 		}
-		g.packB(pn.bp[(pc-p0)*nStr*kn.nr:], pn.jc, pn.nb, pc, kb, i*nStr/pn.groups, (i+1)*nStr/pn.groups)
-	})
-	parallel.Run(rb*cb, threads, func(_, item int) {
-		ib, jb := item/cb, item%cb
-		s0, s1 := ib*mStr/rb, (ib+1)*mStr/rb
-		ic, mb := s0*kn.mr, min(s1*kn.mr, g.m)-s0*kn.mr
-		var wa *workspace
-		if !pn.shareA {
-			wa = pool.Get().(*workspace)
-			defer pool.Put(wa)
+		if b < blocks {
+			np = packs
 		}
-		for pc := p0; pc < p1; pc += kn.kc {
-			kb := min(kn.kc, g.k-pc)
-			var a []float32
-			if pn.shareA {
-				a = pn.ap[(pc-p0)*mStr*kn.mr+s0*kn.mr*kb:]
-			} else {
-				wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
-				g.packA(wa.a, ic, mb, pc, kb)
-				a = wa.a
+		parallel.Run(nm+np, threads, func(_, i int) {
+			if i < nm {
+				pc := (b - 1) * kn.kc
+				h := (b - 1) % 2
+				pn.multiply(i, pc, min(g.k, pc+kn.kc), h*aHalf, h*bHalf)
+				return
 			}
-			g.macro(a, pn.bp[(pc-p0)*nStr*kn.nr:], ic, mb, pn.jc, pn.nb, jb*nStr/cb, (jb+1)*nStr/cb, pc, kb)
-		}
-	})
+			pn.pack(i-nm, b*kn.kc, b%2*aHalf, b%2*bHalf)
+		})
+	}
 }
 
 // grid chooses how a parallel product on threads goroutines splits C:
