@@ -125,6 +125,17 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 	case g.alpha == 1:
 		t.finish = amxDirect
 	}
+	if bp == nil {
+		// B converted k block by k block (see jitB): strip groups whose
+		// partial sums for all the rows fit, each by kBlocks in one
+		// group of rows.
+		per := max(1, min(nstr, amxLimits.accBytes/((b1-b0)*4096)))
+		for s := s0; s < s1; s += per {
+			t.strips(s, min(s1, s+per), s1)
+			t.kBlocks(b0, b1, b1-b0)
+		}
+		return
+	}
 	// Strips a group of rows holds, and row blocks a group of kBlocks.
 	ns := max(1, min(nstr, amxLimits.panelBytes/(chunks*2048)))
 	nb := max(1, min(b1-b0, amxLimits.accBytes/(nstr*4096)))
@@ -215,6 +226,9 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 		ge := min(b1, gb+group)
 		for kb := 0; kb < t.nk; kb++ {
 			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
+			if t.bp == nil {
+				t.packB(c0, c1)
+			}
 			for blk := gb; blk < ge; blk++ {
 				i0 := blk * amxBlock
 				rows := min(amxBlock, g.m-i0)
@@ -240,10 +254,55 @@ func (t *tileCall) call(blk, rows, kb, c0, c1 int, a []uint32, acc []float32) {
 	if rows < amxBlock {
 		mode &^= amxDirect
 	}
-	ldc, sw := g.c.Stride, t.bp.stripWords()
+	var b []uint32
+	var bs int
+	if t.bp != nil {
+		bs = t.bp.stripWords()
+		b = t.bp.data[t.s0*bs+c0*chunkWords:]
+	} else {
+		b, bs = t.ws.b, (c1-c0)*chunkWords // packB's
+	}
+	ldc := g.c.Stride
 	i0 := blk * amxBlock
-	g.kn.tiles(a, t.bp.data[t.s0*sw+c0*chunkWords:], sw, t.nstr, c1-c0, acc, mode,
+	g.kn.tiles(a, b, bs, t.nstr, c1-c0, acc, mode,
 		g.c.Data[i0*ldc+t.s0*nrBF16:], ldc, rows, g.alpha, g.beta, t.mask, t.ws.tmp, &t.ws.cv)
+}
+
+// packB converts chunks [c0, c1) of k of the strips the calls multiply
+// from op(B) = B into the workspace, strip after strip, as PackedBF16
+// lays out its strips for that part of k alone (see jitB).
+func (t *tileCall) packB(c0, c1 int) {
+	g, ws := &t.g, t.ws
+	k0, k1 := 32*c0, min(32*c1, g.k)
+	j0, j1 := t.s0*nrBF16, min((t.s0+t.nstr)*nrBF16, g.n)
+	ws.b = growWords(ws.b, t.nstr*(c1-c0)*chunkWords)
+	packStrips(g.kn, NoTrans, g.b.Slice(k0, k1, j0, j1), k1-k0, j1-j0, ws.b, 0, t.nstr, nil)
+}
+
+// traffic estimates the words a product moves converting its operands,
+// split into rb row parts by cb strip parts, with op(B) packed first
+// (jit false) or converted k block by k block by the tiles (jit, which
+// needs B a General as stored, and more than one k block). Packed first,
+// B is read (float32), written and read back for each group of rows
+// whose partial sums fit in L2; converted by the tiles it is read once
+// for each row part and its packed k block stays in L2, but A is
+// converted again for each group of strips whose partial sums fit. A is
+// read once for each strip part either way.
+func (g *gemmBF16) traffic(rb, cb int, jit bool) int {
+	blocks := ceilDiv(ceilDiv(g.m, amxBlock), rb)
+	strips := ceilDiv(ceilDiv(g.n, nrBF16), cb)
+	a, b := g.m*g.k*cb, g.n*g.k
+	if jit {
+		return a*ceilDiv(strips, max(1, amxLimits.accBytes/(blocks*4096))) + b*rb
+	}
+	return a + b*3/2 + b/2*rb*ceilDiv(blocks, max(1, amxLimits.accBytes/(strips*4096)))
+}
+
+// jitB reports whether the tiles can convert op(B) as they go: B a
+// General as stored (the weight gradients, xᵀ·dy, whose k is the tokens
+// of a step), more rows than decoding's, and more than one k block.
+func (g *gemmBF16) jitB() bool {
+	return g.bp == nil && g.tB == NoTrans && g.m > amxBlock/2 && pairsPadded(g.k)/16 > amxLimits.chunks
 }
 
 // packTilesGo sets dst, chunk by chunk in tile order, to the chunks [c0,
@@ -287,7 +346,11 @@ func tileRow(i int) int { return 32*(i%16) + 16*(i/16) }
 func (g *gemmBF16) runTiles(threads int) {
 	if threads < 2 || g.m*g.n*g.k < parallelMin {
 		ws := bf16Pool.Get().(*bf16Workspace)
-		g.tileItem(ws, g.packB(ws), 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
+		var bp *PackedBF16
+		if !g.jitB() || g.traffic(1, 1, true) >= g.traffic(1, 1, false) {
+			bp = g.packB(ws)
+		}
+		g.tileItem(ws, bp, 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
 		ws.pb = PackedBF16{}
 		bf16Pool.Put(ws)
 		return
@@ -300,12 +363,20 @@ func (g *gemmBF16) runTiles(threads int) {
 // the product to the heap.
 func (h gemmBF16) tilesParallel(threads int) {
 	g := &h
-	ws := bf16Pool.Get().(*bf16Workspace)
-	defer bf16Pool.Put(ws)
-	bp := g.packBParallel(ws, threads)
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
 	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, threads)
+	if _, jcb := grid(1, nStr, amxBlock, nrBF16, 1, threads); g.jitB() && jcb >= threads && g.traffic(1, jcb, true) < g.traffic(rb, cb, false) {
+		// Items of all the rows by strips, each converting its strips
+		// of B as it goes: none converts what another does.
+		bf16Grid(threads, blocks, 1, nStr, jcb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
+			g.tileItem(ws, nil, b0, b1, s0, s1)
+		})
+		return
+	}
+	ws := bf16Pool.Get().(*bf16Workspace)
+	defer bf16Pool.Put(ws)
+	bp := g.packBParallel(ws, threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
 		g.tileItem(ws, bp, b0, b1, s0, s1)
 	})
