@@ -102,6 +102,9 @@ var amxLimits = struct{ chunks, panelBytes, accBytes int }{8, 1 << 20, 768 << 10
 //     several groups B is read once for each.
 //
 // With one k block, and otherwise where it reads less again, the first.
+// With bp nil, B is converted as the tiles go (jitB): for each group of
+// strips whose partial sums for all the rows fit in L2, k block by k
+// block, B's block for those strips and then every row block's.
 func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 int) {
 	if s0 >= s1 || b0 >= b1 {
 		return
@@ -126,9 +129,6 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 		t.finish = amxDirect
 	}
 	if bp == nil {
-		// B converted k block by k block (see jitB): strip groups whose
-		// partial sums for all the rows fit, each by kBlocks in one
-		// group of rows.
 		per := max(1, min(nstr, amxLimits.accBytes/((b1-b0)*4096)))
 		for s := s0; s < s1; s += per {
 			t.strips(s, min(s1, s+per), s1)
