@@ -101,7 +101,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
 		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
-		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
 	R, rho := S, s
@@ -132,7 +132,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 			}
 		}
 		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
-		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}
 }

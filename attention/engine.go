@@ -871,7 +871,7 @@ func (a *engine) bwdQueries(w *engineWorker, hd, l int, pre, z, g []float32, wei
 			rs = w.cross[:rows]
 			vec.Mul(rs, gd, cs)
 		}
-		a.fm.lift.backward(dm, dphi, w.mq, w.tq, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mq, w.tq, ro, rows, false)
 		// The term ζ_l·gdᵀ of dφ(Q_l), ζ_l scaled per row, reaches M
 		// without forming it per row.
 		a.fm.lift.sharedBackward(dm, z[F*h:F*h+F], rs, w.mq, w.psi, w.aux, ro, rows)
@@ -939,7 +939,7 @@ func (a *engine) bwdKeys(w *engineWorker, hd, l int, pre, u []float32) {
 		if ks != nil {
 			scaleCols(dphi, dphi, ks, F, rows)
 		}
-		a.fm.lift.backward(dm, dphi, w.mk, w.tk, w.tmp, ro, rows, false)
+		a.fm.lift.backward(dm, dphi, w.mk, w.tk, ro, rows, false)
 		// The term 1·u_lᵀ of dφ(K_l), the same for every row (times ks),
 		// reaches M without forming it per row.
 		a.fm.lift.sharedBackward(dm, u[F*h:F*h+F], ks, w.mk, w.psi, w.aux, ro, rows)

@@ -128,7 +128,7 @@ type lift interface {
 	// backward pass reads.
 	apply(phi, mT, tilde []float32, r, n int) []float32
 	// backward computes dMᵀ (or with accumulate adds to it) from dΦᵀ.
-	backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool)
+	backward(dmT, dphiT, mT, tilde []float32, r, n int, accumulate bool)
 	// sharedBackward adds to dMᵀ ([r × n]) the gradient of a feature
 	// gradient u ([F]) scaled per row by s ([n], nil for 1): dΦ_i += s_i·u,
 	// with psi ([r × r]) and aux ([r × n]) as scratch.
@@ -158,8 +158,8 @@ func (tensored) apply(phi, mT, tilde []float32, r, n int) []float32 {
 	return phi
 }
 
-func (tensored) backward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool) {
-	selfTensorBackward(dmT, dphiT, mT, tilde, tmp, r, n, accumulate)
+func (tensored) backward(dmT, dphiT, mT, tilde []float32, r, n int, accumulate bool) {
+	selfTensorBackward(dmT, dphiT, mT, tilde, r, n, accumulate)
 }
 
 // sharedBackward: dMᵀ += Ψ(u)·Mᵀ∗s (see symmetricOf), r² work per row
@@ -218,7 +218,7 @@ func (entrywise) diagPow() int       { return 1 }
 
 func (entrywise) apply(_, mT, _ []float32, r, n int) []float32 { return mT[:r*n] }
 
-func (entrywise) backward(dmT, dphiT, _, _, _ []float32, r, n int, accumulate bool) {
+func (entrywise) backward(dmT, dphiT, _, _ []float32, r, n int, accumulate bool) {
 	if accumulate {
 		vec.Add(dmT[:r*n], dmT[:r*n], dphiT[:r*n])
 	} else {

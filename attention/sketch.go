@@ -457,45 +457,18 @@ func featureDim(r int) int { return r * (r + 1) / 2 }
 func selfTensor(phiT, mT, tilde []float32, r, n int) {
 	copy(tilde[:r*n], mT[:r*n])
 	vec.Scale(math.Sqrt2, tilde[:r*n])
-	f := 0
-	for c := 0; c < r; c++ {
-		mc := mT[c*n : (c+1)*n]
-		vec.Mul(phiT[f*n:(f+1)*n], mc, mc)
-		f++
-		for d := c + 1; d < r; d++ {
-			vec.Mul(phiT[f*n:(f+1)*n], mc, tilde[d*n:(d+1)*n])
-			f++
-		}
-	}
+	vec.SymOuter(phiT, mT, tilde, r, n)
 }
 
 // selfTensorBackward computes dMᵀ ([r × n]) from dΦᵀ, given Mᵀ and
-// tilde = √2·Mᵀ as selfTensor left it; tmp is scratch of n. With
-// accumulate it adds to dmT. For c < d, φ_cd = M_c·√2M_d gives
-// dM_c += √2M_d ∗ dφ_cd and dM_d += √2M_c ∗ dφ_cd; φ_cc = M_c² gives
-// dM_c += 2M_c ∗ dφ_cc.
-func selfTensorBackward(dmT, dphiT, mT, tilde, tmp []float32, r, n int, accumulate bool) {
+// tilde = √2·Mᵀ as selfTensor left it. With accumulate it adds to dmT.
+// For c < d, φ_cd = M_c·√2M_d gives dM_c += √2M_d ∗ dφ_cd and dM_d +=
+// √2M_c ∗ dφ_cd; φ_cc = M_c² gives dM_c += 2M_c ∗ dφ_cc.
+func selfTensorBackward(dmT, dphiT, mT, tilde []float32, r, n int, accumulate bool) {
 	if !accumulate {
 		clear(dmT[:r*n])
 	}
-	tmp = tmp[:n]
-	f := 0
-	for c := 0; c < r; c++ {
-		mc, tc := mT[c*n:(c+1)*n], tilde[c*n:(c+1)*n]
-		dc := dmT[c*n : (c+1)*n]
-		vec.Mul(tmp, mc, dphiT[f*n:(f+1)*n])
-		vec.Axpy(2, tmp, dc)
-		f++
-		for d := c + 1; d < r; d++ {
-			g := dphiT[f*n : (f+1)*n]
-			vec.Mul(tmp, tilde[d*n:(d+1)*n], g)
-			vec.Add(dc, dc, tmp)
-			dd := dmT[d*n : (d+1)*n]
-			vec.Mul(tmp, tc, g)
-			vec.Add(dd, dd, tmp)
-			f++
-		}
-	}
+	vec.SymOuterBackward(dmT, dphiT, mT, tilde, r, n)
 }
 
 // dims returns the input size, the output size and the rows of pre: a

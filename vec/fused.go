@@ -1,5 +1,7 @@
 package vec
 
+import "fmt"
+
 // Fused passes: each computes in one pass over memory what a sequence of
 // the functions above computes in several, with the bits of that
 // sequence on every path. The AVX-512 kernels share one exponential
@@ -184,4 +186,86 @@ func StandardizeDx(g, xhat []float32, rstd, a, b float32) {
 		hi := min(len(g), lo+chunk)
 		axpy(b, ones[:hi-lo], g[lo:hi])
 	}
+}
+
+// SymOuter sets phi, F = r(r+1)/2 rows of n, to the products of the r
+// rows of n of m (and of t) that a symmetric outer product of each column
+// with itself holds once: for c = 0…r−1 the row m_c∗m_c, then m_c∗t_d for
+// d = c+1…r−1, each rounded as Mul rounds it. With t = √2·m it is the
+// self-tensoring of attention's feature maps, φ = M^⊗2 with the repeated
+// entries folded into the √2; one call instead of F calls of Mul on short
+// rows, whose overhead was most of the time.
+func SymOuter(phi, m, t []float32, r, n int) {
+	checkSym("SymOuter", "phi", len(phi), "m", len(m), "t", len(t), r, n)
+	symOuter(phi, m, t, r, n)
+}
+
+// SymOuterBackward adds to dm ([r × n]) the gradient of SymOuter's phi,
+// given its gradient dphi ([F × n]): for c = 0…r−1, dm_c += 2·m_c∗dphi_cc,
+// then for each d = c+1…r−1 dm_c += t_d∗dphi_cd and dm_d += t_c∗dphi_cd,
+// in that order, with the bits of Mul, then Axpy(2, …) or Add.
+func SymOuterBackward(dm, dphi, m, t []float32, r, n int) {
+	checkSym("SymOuterBackward", "dphi", len(dphi), "m", len(m), "t", len(t), r, n)
+	if len(dm) < r*n {
+		panic(fmt.Sprintf("vec.SymOuterBackward: len(dm)=%d, want at least r·n = %d", len(dm), r*n))
+	}
+	symOuterBackward(dm, dphi, m, t, r, n)
+}
+
+// checkSym checks the lengths of SymOuter's arrays for r rows of n.
+func checkSym(fn, phi string, nphi int, m string, nm int, t string, nt int, r, n int) {
+	if r < 0 || n < 0 {
+		panic(fmt.Sprintf("vec.%s: r=%d, n=%d: want r, n ≥ 0", fn, r, n))
+	}
+	if f := r * (r + 1) / 2; nphi < f*n || nm < r*n || nt < r*n {
+		panic(fmt.Sprintf("vec.%s: len(%s)=%d, len(%s)=%d, len(%s)=%d: want at least F·n = %d, r·n = %d, r·n",
+			fn, phi, nphi, m, nm, t, nt, f*n, r*n))
+	}
+}
+
+// symOuterSeq and symOuterBackwardSeq are the sequences SymOuter and
+// SymOuterBackward stand for, on the kernels of the path in use; tmp holds
+// n floats.
+func symOuterSeq(phi, m, t []float32, r, n int) {
+	f := 0
+	for c := 0; c < r; c++ {
+		mc := m[c*n : (c+1)*n]
+		mul(phi[f*n:(f+1)*n], mc, mc)
+		f++
+		for d := c + 1; d < r; d++ {
+			mul(phi[f*n:(f+1)*n], mc, t[d*n:(d+1)*n])
+			f++
+		}
+	}
+}
+
+func symOuterBackwardSeq(dm, dphi, m, t, tmp []float32, r, n int) {
+	tmp = tmp[:n]
+	f := 0
+	for c := 0; c < r; c++ {
+		tc, dc := t[c*n:(c+1)*n], dm[c*n:(c+1)*n]
+		mul(tmp, m[c*n:(c+1)*n], dphi[f*n:(f+1)*n])
+		axpy(2, tmp, dc)
+		f++
+		for d := c + 1; d < r; d++ {
+			g := dphi[f*n : (f+1)*n]
+			mul(tmp, t[d*n:(d+1)*n], g)
+			add(dc, dc, tmp)
+			dd := dm[d*n : (d+1)*n]
+			mul(tmp, tc, g)
+			add(dd, dd, tmp)
+			f++
+		}
+	}
+}
+
+// symOuterBackwardBuf runs symOuterBackwardSeq with a scratch row of its
+// own, on the stack where rows are short (attention's blocks).
+func symOuterBackwardBuf(dm, dphi, m, t []float32, r, n int) {
+	var buf [256]float32
+	tmp := buf[:]
+	if n > len(buf) {
+		tmp = make([]float32, n)
+	}
+	symOuterBackwardSeq(dm, dphi, m, t, tmp, r, n)
 }

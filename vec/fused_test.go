@@ -213,6 +213,82 @@ func TestSwapAdd(t *testing.T) {
 	})
 }
 
+// TestSymOuter checks SymOuter and SymOuterBackward against the Mul, Add
+// and Axpy calls they replace, bit for bit, on each path, for rows of
+// every length and alignment (n) and several r, with NaNs, infinities and
+// signed zeros among the inputs, and that they write nothing past their
+// outputs.
+func TestSymOuter(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			for _, r := range []int{0, 1, 2, 5, 32} {
+				f := r * (r + 1) / 2
+				m, tt, dphi, dm := a.slice(r*n), a.slice(r*n), a.slice(f*n), a.slice(r*n)
+				fill(rng, m, -3, 3)
+				fill(rng, dphi, -3, 3)
+				fill(rng, dm, -3, 3)
+				if r*n > 3 {
+					m[1], m[2], dphi[3], dm[0] = nan, inf, ninf, float32(math.Copysign(0, -1))
+				}
+				if n > 1 {
+					// NaNs meet in column 1, m's, dm's and dphi's, whose
+					// payloads tell which operand an operation kept.
+					for c := range r {
+						m[c*n+1], dm[c*n+1] = nan, math.Float32frombits(0x7fc01234)
+					}
+					for i := range f {
+						dphi[i*n+1] = math.Float32frombits(0x7fc05678)
+					}
+				}
+				if n > 2 {
+					// And in column 2 dphi's off the diagonal, one
+					// payload a row, with dm's: each sum meets two NaNs
+					// of its own, and no product on the diagonal hides
+					// them.
+					i := 0
+					for c := range r {
+						i++ // (c, c)
+						for d := c + 1; d < r; d++ {
+							dphi[i*n+2] = math.Float32frombits(0x7fc00100 + uint32(i))
+							i++
+						}
+					}
+					for c := range r {
+						dm[c*n+2] = math.Float32frombits(0x7fc01234)
+					}
+				}
+				if n > 4 && r > 1 {
+					// In column 3 a NaN in m's first row meets dphi's
+					// of its pairs in the products for the rows after
+					// it, in column 4 one in m's last row those of the
+					// rows before it.
+					pair := func(c, d int) int { return c*r - c*(c-1)/2 + d - c }
+					m[3], m[(r-1)*n+4] = nan, nan
+					for d := 1; d < r; d++ {
+						dphi[pair(0, d)*n+3] = math.Float32frombits(0x7fc00200 + uint32(d))
+						dphi[pair(d-1, r-1)*n+4] = math.Float32frombits(0x7fc00300 + uint32(d))
+					}
+				}
+				copy(tt, m)
+				Scale(math.Sqrt2, tt)
+				phi := a.slice(f * n)
+				want := make([]float32, f*n)
+				symOuterSeq(want, m, tt, r, n)
+				SymOuter(phi, m, tt, r, n)
+				if !bitwiseSame(phi, want) {
+					t.Fatalf("r=%d: SymOuter %v, want %v", r, phi, want)
+				}
+				wantDm := append([]float32(nil), dm...)
+				symOuterBackwardSeq(wantDm, dphi, m, tt, make([]float32, n), r, n)
+				SymOuterBackward(dm, dphi, m, tt, r, n)
+				if !bitwiseSame(dm, wantDm) {
+					t.Fatalf("r=%d: SymOuterBackward %v, want %v", r, dm, wantDm)
+				}
+			}
+		})
+	})
+}
+
 // TestFusedPanics checks that lengths that do not fit panic naming the
 // function.
 func TestFusedPanics(t *testing.T) {
@@ -223,7 +299,12 @@ func TestFusedPanics(t *testing.T) {
 		"GELUMulBackward": func() {
 			GELUMulBackward(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 4))
 		},
-		"SwapAdd": func() { SwapAdd(make([]float32, 3), make([]float32, 2)) },
+		"SwapAdd":    func() { SwapAdd(make([]float32, 3), make([]float32, 2)) },
+		"SymOuter":   func() { SymOuter(make([]float32, 5), make([]float32, 4), make([]float32, 4), 2, 2) },
+		"SymOuter r": func() { SymOuter(nil, nil, nil, -1, 2) },
+		"SymOuterBackward": func() {
+			SymOuterBackward(make([]float32, 3), make([]float32, 6), make([]float32, 4), make([]float32, 4), 2, 2)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

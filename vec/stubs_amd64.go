@@ -149,6 +149,16 @@ func geluMulBackwardAVX512(da []float32, db []float32, a []float32, b []float32,
 //go:noescape
 func swapAddAVX512(run []float32, x []float32)
 
+// symOuterAVX512 computes SymOuter's rows with AVX-512F; phi, m and t hold F·n, r·n and r·n elements.
+//
+//go:noescape
+func symOuterAVX512(phi []float32, m []float32, t []float32, r int, n int)
+
+// symOuterBackwardAVX512 computes SymOuterBackward's sums with AVX-512F; dm, m and t hold r·n elements, dphi F·n.
+//
+//go:noescape
+func symOuterBackwardAVX512(dm []float32, dphi []float32, m []float32, t []float32, r int, n int)
+
 // swapAddAVX2 sets x[i], run[i] = run[i], run[i]+x[i] with AVX2; len(x) ≥ len(run).
 //
 //go:noescape

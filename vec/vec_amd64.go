@@ -221,6 +221,22 @@ func swapAdd(run, x []float32) {
 	}
 }
 
+func symOuter(phi, m, t []float32, r, n int) {
+	if use == implAVX512 {
+		symOuterAVX512(phi, m, t, r, n)
+		return
+	}
+	symOuterSeq(phi, m, t, r, n)
+}
+
+func symOuterBackward(dm, dphi, m, t []float32, r, n int) {
+	if use == implAVX512 {
+		symOuterBackwardAVX512(dm, dphi, m, t, r, n)
+		return
+	}
+	symOuterBackwardBuf(dm, dphi, m, t, r, n)
+}
+
 // standardizeFast runs Standardize's kernel, with a gain and a bias, and
 // reports whether there was one for the kernels in use.
 func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool {

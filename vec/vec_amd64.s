@@ -4424,6 +4424,142 @@ done:
 	VZEROUPPER
 	RET
 
+// func symOuterAVX512(phi []float32, m []float32, t []float32, r int, n int)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·symOuterAVX512(SB), NOSPLIT, $0-88
+	MOVQ n+80(FP), AX
+	SHLQ $0x02, AX
+	XORQ CX, CX
+
+chunk:
+	MOVQ    n+80(FP), DX
+	SUBQ    CX, DX
+	JLE     done
+	MOVQ    $0x00000010, BX
+	CMPQ    DX, BX
+	CMOVQGT BX, DX
+	MOVL    $0x0000ffff, BX
+	BZHIL   DX, BX, DX
+	KMOVW   DX, K1
+	MOVQ    phi_base+0(FP), DX
+	LEAQ    (DX)(CX*4), DX
+	MOVQ    m_base+24(FP), BX
+	LEAQ    (BX)(CX*4), BX
+	MOVQ    t_base+48(FP), SI
+	LEAQ    (SI)(CX*4), SI
+	MOVQ    r+72(FP), DI
+
+row:
+	TESTQ     DI, DI
+	JZ        rowsDone
+	VMOVUPS.Z (BX), K1, Z0
+	VMULPS    Z0, Z0, Z1
+	VMOVUPS   Z1, K1, (DX)
+	ADDQ      AX, DX
+	LEAQ      (SI)(AX*1), R8
+	MOVQ      DI, R9
+	DECQ      R9
+
+col:
+	TESTQ     R9, R9
+	JZ        colsDone
+	VMOVUPS.Z (R8), K1, Z1
+	VMULPS    Z1, Z0, Z1
+	VMOVUPS   Z1, K1, (DX)
+	ADDQ      AX, DX
+	ADDQ      AX, R8
+	DECQ      R9
+	JMP       col
+
+colsDone:
+	ADDQ AX, BX
+	ADDQ AX, SI
+	DECQ DI
+	JMP  row
+
+rowsDone:
+	ADDQ $0x00000010, CX
+	JMP  chunk
+
+done:
+	VZEROUPPER
+	RET
+
+// func symOuterBackwardAVX512(dm []float32, dphi []float32, m []float32, t []float32, r int, n int)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·symOuterBackwardAVX512(SB), NOSPLIT, $0-112
+	MOVQ         n+104(FP), AX
+	SHLQ         $0x02, AX
+	VBROADCASTSS two<>+0(SB), Z0
+	XORQ         CX, CX
+
+chunk:
+	MOVQ    n+104(FP), DX
+	SUBQ    CX, DX
+	JLE     done
+	MOVQ    $0x00000010, BX
+	CMPQ    DX, BX
+	CMOVQGT BX, DX
+	MOVL    $0x0000ffff, BX
+	BZHIL   DX, BX, DX
+	KMOVW   DX, K1
+	MOVQ    dphi_base+24(FP), DX
+	LEAQ    (DX)(CX*4), DX
+	MOVQ    m_base+48(FP), BX
+	LEAQ    (BX)(CX*4), BX
+	MOVQ    t_base+72(FP), SI
+	LEAQ    (SI)(CX*4), SI
+	MOVQ    dm_base+0(FP), DI
+	LEAQ    (DI)(CX*4), DI
+	MOVQ    r+96(FP), R8
+
+brow:
+	TESTQ       R8, R8
+	JZ          browsDone
+	VMOVUPS.Z   (DI), K1, Z1
+	VMOVUPS.Z   (BX), K1, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VMULPS      Z3, Z2, Z2
+	VFMADD213PS Z1, Z0, Z2
+	VMOVAPS     Z2, Z1
+	ADDQ        AX, DX
+	VMOVUPS.Z   (SI), K1, Z2
+	MOVQ        AX, R9
+	MOVQ        R8, R10
+	DECQ        R10
+
+bcol:
+	TESTQ     R10, R10
+	JZ        bcolsDone
+	VMOVUPS.Z (DX), K1, Z3
+	VMOVUPS.Z (SI)(R9*1), K1, Z4
+	VMULPS    Z3, Z4, Z4
+	VADDPS    Z4, Z1, Z1
+	VMOVUPS.Z (DI)(R9*1), K1, Z4
+	VMULPS    Z3, Z2, Z3
+	VADDPS    Z3, Z4, Z4
+	VMOVUPS   Z4, K1, (DI)(R9*1)
+	ADDQ      AX, DX
+	ADDQ      AX, R9
+	DECQ      R10
+	JMP       bcol
+
+bcolsDone:
+	VMOVUPS Z1, K1, (DI)
+	ADDQ    AX, DI
+	ADDQ    AX, BX
+	ADDQ    AX, SI
+	DECQ    R8
+	JMP     brow
+
+browsDone:
+	ADDQ $0x00000010, CX
+	JMP  chunk
+
+done:
+	VZEROUPPER
+	RET
+
 // func swapAddAVX2(run []float32, x []float32)
 // Requires: AVX, AVX2
 TEXT ·swapAddAVX2(SB), NOSPLIT, $0-48

@@ -45,6 +45,11 @@ func biasGELU(h, d, a, b []float32)              { biasGELUSeq(h, d, a, b) }
 func geluMul(dst, a, b []float32)                { geluMulSeq(dst, a, b) }
 func geluMulBackward(da, db, a, b, dy []float32) { geluMulBackwardSeq(da, db, a, b, dy) }
 func swapAdd(run, x []float32)                   { swapAddGeneric(run, x) }
+func symOuter(phi, m, t []float32, r, n int)     { symOuterSeq(phi, m, t, r, n) }
+
+func symOuterBackward(dm, dphi, m, t []float32, r, n int) {
+	symOuterBackwardBuf(dm, dphi, m, t, r, n)
+}
 
 // The fused row passes of Standardize have no kernels of their own here.
 func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool { return false }

@@ -52,6 +52,8 @@ func main() {
 	geluMul512()
 	geluMulBackward512()
 	swapAdd512()
+	symOuter512()
+	symOuterBackward512()
 	swapAdd()
 	standardize512()
 	standardizeGrads512()

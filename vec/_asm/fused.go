@@ -348,3 +348,143 @@ func standardizeDx512() {
 	VZEROUPPER()
 	RET()
 }
+
+// symChunks emits the loop of symOuter512 and symOuterBackward512 over
+// the columns of their rows, 16 at a time under a mask (the last chunk's
+// 1 to 16), calling body with the chunk's first column in jc (elements)
+// and its mask. It reads n from the arguments each time, as the bodies
+// do their arrays and r: they need every register else.
+func symChunks(body func(jc Register, k OpmaskVirtual)) {
+	jc := GP64()
+	XORQ(jc, jc)
+	Label("chunk")
+	cnt := Load(Param("n"), GP64())
+	SUBQ(jc, cnt)
+	JLE(LabelRef("done"))
+	sixteen := GP64()
+	MOVQ(U32(16), sixteen)
+	CMPQ(cnt, sixteen)
+	CMOVQGT(sixteen, cnt)
+	body(jc, mask512(cnt))
+	ADDQ(U32(16), jc)
+	JMP(LabelRef("chunk"))
+	Label("done")
+}
+
+// at returns a register holding the address of the chunk at column jc of
+// the array argument name.
+func at(name string, jc Register) Register {
+	p := Load(Param(name).Base(), GP64())
+	LEAQ(Mem{Base: p, Index: jc, Scale: 4}, p)
+	return p
+}
+
+// rowBytes returns a register holding the bytes of a row, 4n.
+func rowBytes() Register {
+	row := Load(Param("n"), GP64())
+	SHLQ(U8(2), row)
+	return row
+}
+
+// symOuter512 emits symOuterAVX512; see symOuterSeq in ../fused.go: the
+// same products, operands in the same order.
+func symOuter512() {
+	TEXT("symOuterAVX512", NOSPLIT, "func(phi, m, t []float32, r, n int)")
+	Pragma("noescape")
+	Doc("symOuterAVX512 computes SymOuter's rows with AVX-512F; phi, m and t hold F·n, r·n and r·n elements.")
+	row := rowBytes()
+	symChunks(func(jc Register, k OpmaskVirtual) {
+		pphi, pm, ptc := at("phi", jc), at("m", jc), at("t", jc)
+		c := Load(Param("r"), GP64()) // rows left, this one included
+		Label("row")
+		TESTQ(c, c)
+		JZ(LabelRef("rowsDone"))
+		mc, x := ZMM(), ZMM()
+		VMOVUPS_Z(Mem{Base: pm}, k, mc)
+		VMULPS(mc, mc, x)
+		VMOVUPS(x, k, Mem{Base: pphi})
+		ADDQ(row, pphi)
+		pt, left := GP64(), GP64()
+		LEAQ(Mem{Base: ptc, Index: row, Scale: 1}, pt)
+		MOVQ(c, left)
+		DECQ(left)
+		Label("col")
+		TESTQ(left, left)
+		JZ(LabelRef("colsDone"))
+		td := ZMM()
+		VMOVUPS_Z(Mem{Base: pt}, k, td)
+		VMULPS(td, mc, td) // Mul(phi_f, m_c, t_d)
+		VMOVUPS(td, k, Mem{Base: pphi})
+		ADDQ(row, pphi)
+		ADDQ(row, pt)
+		DECQ(left)
+		JMP(LabelRef("col"))
+		Label("colsDone")
+		ADDQ(row, pm)
+		ADDQ(row, ptc)
+		DECQ(c)
+		JMP(LabelRef("row"))
+		Label("rowsDone")
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// symOuterBackward512 emits symOuterBackwardAVX512; see
+// symOuterBackwardSeq in ../fused.go: the same operations, operands in
+// the same order (so that NaN payloads come out alike), dm_c kept in a
+// register while its row is done.
+func symOuterBackward512() {
+	TEXT("symOuterBackwardAVX512", NOSPLIT, "func(dm, dphi, m, t []float32, r, n int)")
+	Pragma("noescape")
+	Doc("symOuterBackwardAVX512 computes SymOuterBackward's sums with AVX-512F; dm, m and t hold r·n elements, dphi F·n.")
+	row := rowBytes()
+	two := ZMM()
+	VBROADCASTSS(splat("two", 2), two)
+	symChunks(func(jc Register, k OpmaskVirtual) {
+		pg, pm, ptc, pdc := at("dphi", jc), at("m", jc), at("t", jc), at("dm", jc)
+		c := Load(Param("r"), GP64())
+		Label("brow")
+		TESTQ(c, c)
+		JZ(LabelRef("browsDone"))
+		dc, tmp, tc, g := ZMM(), ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(Mem{Base: pdc}, k, dc)
+		VMOVUPS_Z(Mem{Base: pm}, k, tmp)
+		VMOVUPS_Z(Mem{Base: pg}, k, g)
+		VMULPS(g, tmp, tmp)       // Mul(tmp, m_c, dphi_cc)
+		VFMADD213PS(dc, two, tmp) // Axpy(2, tmp, dc): tmp = 2·tmp + dc
+		VMOVAPS(tmp, dc)
+		ADDQ(row, pg)
+		VMOVUPS_Z(Mem{Base: ptc}, k, tc)
+		off, left := GP64(), GP64()
+		MOVQ(row, off)
+		MOVQ(c, left)
+		DECQ(left)
+		Label("bcol")
+		TESTQ(left, left)
+		JZ(LabelRef("bcolsDone"))
+		gd, td, dd := ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(Mem{Base: pg}, k, gd)
+		VMOVUPS_Z(Mem{Base: ptc, Index: off, Scale: 1}, k, td)
+		VMULPS(gd, td, td) // Mul(tmp, t_d, g)
+		VADDPS(td, dc, dc) // Add(dc, dc, tmp)
+		VMOVUPS_Z(Mem{Base: pdc, Index: off, Scale: 1}, k, dd)
+		VMULPS(gd, tc, gd) // Mul(tmp, t_c, g)
+		VADDPS(gd, dd, dd) // Add(dd, dd, tmp)
+		VMOVUPS(dd, k, Mem{Base: pdc, Index: off, Scale: 1})
+		ADDQ(row, pg)
+		ADDQ(row, off)
+		DECQ(left)
+		JMP(LabelRef("bcol"))
+		Label("bcolsDone")
+		VMOVUPS(dc, k, Mem{Base: pdc})
+		ADDQ(row, pdc)
+		ADDQ(row, pm)
+		ADDQ(row, ptc)
+		DECQ(c)
+		JMP(LabelRef("brow"))
+		Label("browsDone")
+	})
+	VZEROUPPER()
+	RET()
+}
