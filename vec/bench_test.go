@@ -212,3 +212,36 @@ func BenchmarkSwapAdd(b *testing.B) {
 		return func() { SwapAdd(run, x) }
 	})
 }
+
+// BenchmarkSymOuter times SymOuter and SymOuterBackward on a block of
+// attention's sketches (r = 32 rows of 64 or 256 columns) on each path:
+// the AVX-512 kernels, and the Mul, Add and Axpy calls they stand for
+// (the other paths). go test -run '^$' -bench SymOuter -cpu 1 ./vec
+func BenchmarkSymOuter(b *testing.B) {
+	saved := use
+	defer func() { use = saved }()
+	const r = 32
+	f := r * (r + 1) / 2
+	for _, n := range []int{64, 256} {
+		rng := rand.New(rand.NewPCG(3, uint64(n)))
+		m, t := fill(rng, make([]float32, r*n), -2, 2), make([]float32, r*n)
+		phi, dphi, dm := make([]float32, f*n), fill(rng, make([]float32, f*n), -1, 1), make([]float32, r*n)
+		copy(t, m)
+		Scale(1.5, t)
+		for _, im := range impls() {
+			use = im
+			b.Run(fmt.Sprintf("forward/n=%d/%s", n, im), func(b *testing.B) {
+				use = im
+				for b.Loop() {
+					SymOuter(phi, m, t, r, n)
+				}
+			})
+			b.Run(fmt.Sprintf("backward/n=%d/%s", n, im), func(b *testing.B) {
+				use = im
+				for b.Loop() {
+					SymOuterBackward(dm, dphi, m, t, r, n)
+				}
+			})
+		}
+	}
+}

@@ -4430,58 +4430,77 @@ TEXT ·symOuterAVX512(SB), NOSPLIT, $0-88
 	MOVQ n+80(FP), AX
 	SHLQ $0x02, AX
 	XORQ CX, CX
-
-chunk:
-	MOVQ    n+80(FP), DX
-	SUBQ    CX, DX
-	JLE     done
-	MOVQ    $0x00000010, BX
-	CMPQ    DX, BX
-	CMOVQGT BX, DX
-	MOVL    $0x0000ffff, BX
-	BZHIL   DX, BX, DX
-	KMOVW   DX, K1
-	MOVQ    phi_base+0(FP), DX
-	LEAQ    (DX)(CX*4), DX
-	MOVQ    m_base+24(FP), BX
-	LEAQ    (BX)(CX*4), BX
-	MOVQ    t_base+48(FP), SI
-	LEAQ    (SI)(CX*4), SI
-	MOVQ    r+72(FP), DI
+	MOVQ phi_base+0(FP), DX
+	LEAQ (DX)(CX*4), DX
+	MOVQ m_base+24(FP), BX
+	LEAQ (BX)(CX*4), BX
+	MOVQ t_base+48(FP), SI
+	LEAQ (SI)(CX*4), SI
+	MOVQ r+72(FP), CX
 
 row:
-	TESTQ     DI, DI
-	JZ        rowsDone
-	VMOVUPS.Z (BX), K1, Z0
-	VMULPS    Z0, Z0, Z1
-	VMOVUPS   Z1, K1, (DX)
-	ADDQ      AX, DX
-	LEAQ      (SI)(AX*1), R8
-	MOVQ      DI, R9
-	DECQ      R9
+	TESTQ CX, CX
+	JZ    rowsDone
+	XORQ  DI, DI
+
+prod1:
+	MOVQ      n+80(FP), R8
+	SUBQ      DI, R8
+	JLE       prodDone2
+	MOVQ      $0x00000010, R9
+	CMPQ      R8, R9
+	CMOVQGT   R9, R8
+	MOVL      $0x0000ffff, R9
+	BZHIL     R8, R9, R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (BX)(DI*4), K1, Z0
+	VMOVUPS.Z (BX)(DI*4), K1, Z1
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (DX)(DI*4)
+	ADDQ      $0x00000010, DI
+	JMP       prod1
+
+prodDone2:
+	ADDQ AX, DX
+	LEAQ (SI)(AX*1), DI
+	MOVQ CX, R8
+	DECQ R8
 
 col:
-	TESTQ     R9, R9
-	JZ        colsDone
-	VMOVUPS.Z (R8), K1, Z1
-	VMULPS    Z1, Z0, Z1
-	VMOVUPS   Z1, K1, (DX)
-	ADDQ      AX, DX
-	ADDQ      AX, R8
-	DECQ      R9
-	JMP       col
+	TESTQ R8, R8
+	JZ    colsDone
+	XORQ  R9, R9
+
+prod3:
+	MOVQ      n+80(FP), R10
+	SUBQ      R9, R10
+	JLE       prodDone4
+	MOVQ      $0x00000010, R11
+	CMPQ      R10, R11
+	CMOVQGT   R11, R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R10
+	KMOVW     R10, K1
+	VMOVUPS.Z (BX)(R9*4), K1, Z0
+	VMOVUPS.Z (DI)(R9*4), K1, Z1
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (DX)(R9*4)
+	ADDQ      $0x00000010, R9
+	JMP       prod3
+
+prodDone4:
+	ADDQ AX, DX
+	ADDQ AX, DI
+	DECQ R8
+	JMP  col
 
 colsDone:
 	ADDQ AX, BX
 	ADDQ AX, SI
-	DECQ DI
+	DECQ CX
 	JMP  row
 
 rowsDone:
-	ADDQ $0x00000010, CX
-	JMP  chunk
-
-done:
 	VZEROUPPER
 	RET
 
@@ -4493,16 +4512,49 @@ TEXT ·symOuterBackwardAVX512(SB), NOSPLIT, $0-112
 	VBROADCASTSS two<>+0(SB), Z0
 	XORQ         CX, CX
 
-chunk:
+group:
 	MOVQ    n+104(FP), DX
 	SUBQ    CX, DX
 	JLE     done
+	MOVQ    DX, BX
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, SI
+	CMOVQGT SI, BX
+	MOVL    $0x0000ffff, SI
+	BZHIL   BX, SI, BX
+	KMOVW   BX, K1
+	SUBQ    $0x00000010, DX
+	XORQ    BX, BX
+	CMPQ    DX, BX
+	CMOVQLT BX, DX
+	MOVQ    DX, BX
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, SI
+	CMOVQGT SI, BX
+	MOVL    $0x0000ffff, SI
+	BZHIL   BX, SI, BX
+	KMOVW   BX, K2
+	SUBQ    $0x00000010, DX
+	XORQ    BX, BX
+	CMPQ    DX, BX
+	CMOVQLT BX, DX
+	MOVQ    DX, BX
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, SI
+	CMOVQGT SI, BX
+	MOVL    $0x0000ffff, SI
+	BZHIL   BX, SI, BX
+	KMOVW   BX, K3
+	SUBQ    $0x00000010, DX
+	XORQ    BX, BX
+	CMPQ    DX, BX
+	CMOVQLT BX, DX
 	MOVQ    $0x00000010, BX
 	CMPQ    DX, BX
 	CMOVQGT BX, DX
 	MOVL    $0x0000ffff, BX
 	BZHIL   DX, BX, DX
-	KMOVW   DX, K1
+	KMOVW   DX, K4
 	MOVQ    dphi_base+24(FP), DX
 	LEAQ    (DX)(CX*4), DX
 	MOVQ    m_base+48(FP), BX
@@ -4522,8 +4574,29 @@ brow:
 	VMULPS      Z3, Z2, Z2
 	VFMADD213PS Z1, Z0, Z2
 	VMOVAPS     Z2, Z1
-	ADDQ        AX, DX
 	VMOVUPS.Z   (SI), K1, Z2
+	VMOVUPS.Z   64(DI), K2, Z3
+	VMOVUPS.Z   64(BX), K2, Z4
+	VMOVUPS.Z   64(DX), K2, Z5
+	VMULPS      Z5, Z4, Z4
+	VFMADD213PS Z3, Z0, Z4
+	VMOVAPS     Z4, Z3
+	VMOVUPS.Z   64(SI), K2, Z4
+	VMOVUPS.Z   128(DI), K3, Z5
+	VMOVUPS.Z   128(BX), K3, Z6
+	VMOVUPS.Z   128(DX), K3, Z7
+	VMULPS      Z7, Z6, Z6
+	VFMADD213PS Z5, Z0, Z6
+	VMOVAPS     Z6, Z5
+	VMOVUPS.Z   128(SI), K3, Z6
+	VMOVUPS.Z   192(DI), K4, Z7
+	VMOVUPS.Z   192(BX), K4, Z8
+	VMOVUPS.Z   192(DX), K4, Z9
+	VMULPS      Z9, Z8, Z8
+	VFMADD213PS Z7, Z0, Z8
+	VMOVAPS     Z8, Z7
+	VMOVUPS.Z   192(SI), K4, Z8
+	ADDQ        AX, DX
 	MOVQ        AX, R9
 	MOVQ        R8, R10
 	DECQ        R10
@@ -4531,14 +4604,38 @@ brow:
 bcol:
 	TESTQ     R10, R10
 	JZ        bcolsDone
-	VMOVUPS.Z (DX), K1, Z3
-	VMOVUPS.Z (SI)(R9*1), K1, Z4
-	VMULPS    Z3, Z4, Z4
-	VADDPS    Z4, Z1, Z1
-	VMOVUPS.Z (DI)(R9*1), K1, Z4
-	VMULPS    Z3, Z2, Z3
-	VADDPS    Z3, Z4, Z4
-	VMOVUPS   Z4, K1, (DI)(R9*1)
+	VMOVUPS.Z (DX), K1, Z9
+	VMOVUPS.Z (SI)(R9*1), K1, Z10
+	VMULPS    Z9, Z10, Z10
+	VADDPS    Z10, Z1, Z1
+	VMOVUPS.Z (DI)(R9*1), K1, Z10
+	VMULPS    Z9, Z2, Z9
+	VADDPS    Z9, Z10, Z10
+	VMOVUPS   Z10, K1, (DI)(R9*1)
+	VMOVUPS.Z 64(DX), K2, Z9
+	VMOVUPS.Z 64(SI)(R9*1), K2, Z10
+	VMULPS    Z9, Z10, Z10
+	VADDPS    Z10, Z3, Z3
+	VMOVUPS.Z 64(DI)(R9*1), K2, Z10
+	VMULPS    Z9, Z4, Z9
+	VADDPS    Z9, Z10, Z10
+	VMOVUPS   Z10, K2, 64(DI)(R9*1)
+	VMOVUPS.Z 128(DX), K3, Z9
+	VMOVUPS.Z 128(SI)(R9*1), K3, Z10
+	VMULPS    Z9, Z10, Z10
+	VADDPS    Z10, Z5, Z5
+	VMOVUPS.Z 128(DI)(R9*1), K3, Z10
+	VMULPS    Z9, Z6, Z9
+	VADDPS    Z9, Z10, Z10
+	VMOVUPS   Z10, K3, 128(DI)(R9*1)
+	VMOVUPS.Z 192(DX), K4, Z9
+	VMOVUPS.Z 192(SI)(R9*1), K4, Z10
+	VMULPS    Z9, Z10, Z10
+	VADDPS    Z10, Z7, Z7
+	VMOVUPS.Z 192(DI)(R9*1), K4, Z10
+	VMULPS    Z9, Z8, Z9
+	VADDPS    Z9, Z10, Z10
+	VMOVUPS   Z10, K4, 192(DI)(R9*1)
 	ADDQ      AX, DX
 	ADDQ      AX, R9
 	DECQ      R10
@@ -4546,6 +4643,9 @@ bcol:
 
 bcolsDone:
 	VMOVUPS Z1, K1, (DI)
+	VMOVUPS Z3, K2, 64(DI)
+	VMOVUPS Z5, K3, 128(DI)
+	VMOVUPS Z7, K4, 192(DI)
 	ADDQ    AX, DI
 	ADDQ    AX, BX
 	ADDQ    AX, SI
@@ -4553,8 +4653,8 @@ bcolsDone:
 	JMP     brow
 
 browsDone:
-	ADDQ $0x00000010, CX
-	JMP  chunk
+	ADDQ $0x00000040, CX
+	JMP  group
 
 done:
 	VZEROUPPER
