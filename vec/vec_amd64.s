@@ -4429,17 +4429,13 @@ done:
 TEXT ·symOuterAVX512(SB), NOSPLIT, $0-88
 	MOVQ n+80(FP), AX
 	SHLQ $0x02, AX
-	XORQ CX, CX
-	MOVQ phi_base+0(FP), DX
-	LEAQ (DX)(CX*4), DX
-	MOVQ m_base+24(FP), BX
-	LEAQ (BX)(CX*4), BX
-	MOVQ t_base+48(FP), SI
-	LEAQ (SI)(CX*4), SI
-	MOVQ r+72(FP), CX
+	MOVQ phi_base+0(FP), CX
+	MOVQ m_base+24(FP), DX
+	MOVQ t_base+48(FP), BX
+	MOVQ r+72(FP), SI
 
 row:
-	TESTQ CX, CX
+	TESTQ SI, SI
 	JZ    rowsDone
 	XORQ  DI, DI
 
@@ -4453,17 +4449,17 @@ prod1:
 	MOVL      $0x0000ffff, R9
 	BZHIL     R8, R9, R8
 	KMOVW     R8, K1
-	VMOVUPS.Z (BX)(DI*4), K1, Z0
-	VMOVUPS.Z (BX)(DI*4), K1, Z1
+	VMOVUPS.Z (DX)(DI*4), K1, Z0
+	VMOVUPS.Z (DX)(DI*4), K1, Z1
 	VMULPS    Z1, Z0, Z0
-	VMOVUPS   Z0, K1, (DX)(DI*4)
+	VMOVUPS   Z0, K1, (CX)(DI*4)
 	ADDQ      $0x00000010, DI
 	JMP       prod1
 
 prodDone2:
-	ADDQ AX, DX
-	LEAQ (SI)(AX*1), DI
-	MOVQ CX, R8
+	ADDQ AX, CX
+	LEAQ (BX)(AX*1), DI
+	MOVQ SI, R8
 	DECQ R8
 
 col:
@@ -4481,23 +4477,23 @@ prod3:
 	MOVL      $0x0000ffff, R11
 	BZHIL     R10, R11, R10
 	KMOVW     R10, K1
-	VMOVUPS.Z (BX)(R9*4), K1, Z0
+	VMOVUPS.Z (DX)(R9*4), K1, Z0
 	VMOVUPS.Z (DI)(R9*4), K1, Z1
 	VMULPS    Z1, Z0, Z0
-	VMOVUPS   Z0, K1, (DX)(R9*4)
+	VMOVUPS   Z0, K1, (CX)(R9*4)
 	ADDQ      $0x00000010, R9
 	JMP       prod3
 
 prodDone4:
-	ADDQ AX, DX
+	ADDQ AX, CX
 	ADDQ AX, DI
 	DECQ R8
 	JMP  col
 
 colsDone:
+	ADDQ AX, DX
 	ADDQ AX, BX
-	ADDQ AX, SI
-	DECQ CX
+	DECQ SI
 	JMP  row
 
 rowsDone:

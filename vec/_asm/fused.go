@@ -410,9 +410,7 @@ func symOuter512() {
 	Pragma("noescape")
 	Doc("symOuterAVX512 computes SymOuter's rows with AVX-512F; phi, m and t hold F·n, r·n and r·n elements.")
 	row := rowBytes()
-	zero := GP64()
-	XORQ(zero, zero)
-	pphi, pm, ptc := at("phi", zero), at("m", zero), at("t", zero)
+	pphi, pm, ptc := Load(Param("phi").Base(), GP64()), Load(Param("m").Base(), GP64()), Load(Param("t").Base(), GP64())
 	c := Load(Param("r"), GP64()) // rows left, this one included
 	Label("row")
 	TESTQ(c, c)
