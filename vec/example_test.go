@@ -77,3 +77,25 @@ func ExampleBand() {
 	// Output:
 	// [2 3 5] 2 1.5
 }
+
+// The self-tensored features of two columns, (1, 3) and (2, 4): m_0²,
+// √2·m_0·m_1 and m_1², whose dot products are the squares of the
+// columns' (the first with itself: 1 + 18 + 81 = 10²); then the gradient
+// of their sum.
+func ExampleSymOuter() {
+	const r, n = 2, 2
+	m := []float32{1, 2, 3, 4} // row c holds coordinate c of each column
+	t := make([]float32, len(m))
+	copy(t, m)
+	vec.Scale(math.Sqrt2, t)
+	phi := make([]float32, r*(r+1)/2*n)
+	vec.SymOuter(phi, m, t, r, n)
+	fmt.Printf("%.4f\n", phi)
+	dphi := []float32{1, 1, 1, 1, 1, 1}
+	dm := make([]float32, r*n)
+	vec.SymOuterBackward(dm, dphi, m, t, r, n)
+	fmt.Printf("%.4f\n", dm)
+	// Output:
+	// [1.0000 4.0000 4.2426 11.3137 9.0000 16.0000]
+	// [6.2426 9.6569 7.4142 10.8284]
+}

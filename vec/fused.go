@@ -200,10 +200,11 @@ func SymOuter(phi, m, t []float32, r, n int) {
 	symOuter(phi, m, t, r, n)
 }
 
-// SymOuterBackward adds to dm ([r × n]) the gradient of SymOuter's phi,
-// given its gradient dphi ([F × n]): for c = 0…r−1, dm_c += 2·m_c∗dphi_cc,
-// then for each d = c+1…r−1 dm_c += t_d∗dphi_cd and dm_d += t_c∗dphi_cd,
-// in that order, with the bits of Mul, then Axpy(2, …) or Add.
+// SymOuterBackward adds to dm ([r × n]) the gradient with respect to m
+// of SymOuter's phi with t = √2·m, given its gradient dphi ([F × n]): for
+// c = 0…r−1, dm_c += 2·m_c∗dphi_cc, then for each d = c+1…r−1 dm_c +=
+// t_d∗dphi_cd and dm_d += t_c∗dphi_cd, in that order, with the bits of
+// Mul, then Axpy(2, …) or Add.
 func SymOuterBackward(dm, dphi, m, t []float32, r, n int) {
 	checkSym("SymOuterBackward", "dphi", len(dphi), "m", len(m), "t", len(t), r, n)
 	if len(dm) < r*n {
