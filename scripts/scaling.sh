@@ -50,20 +50,60 @@ bin=$tmp/polysketch
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $cores cores; $(grep -o -m1 -w amx_bf16 /proc/cpuinfo || echo 'no amx_bf16'); $(grep -o -m1 -w avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16')"
 echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $THREADS; $ROUNDS rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# train NAME ARGS…: bench train rounds over THREADS, then the summary.
+# train NAME ARGS…: bench train rounds over THREADS and, within each
+# round, over PRECISIONS (--precision P is added to ARGS), so that the
+# precisions compare in the same minute of the machine; then a summary per
+# precision, and with fp32 and bf16 both, bf16 against fp32 per round.
 train() {
 	name=$1
 	shift
-	out=$tmp/$name
-	: >"$out"
+	for p in $PRECISIONS; do
+		: >"$tmp/$name-$p"
+	done
 	for r in $(seq "$ROUNDS"); do
-		for t in $THREADS; do
-			GOMAXPROCS=$t flock "$lock" "$bin" bench train "$@" |
-				awk -v r="$r" -v t="$t" '$2 ~ /^[0-9]+$/ && NF >= 8 { print r, t, $5, $7, $8 }' >>"$out"
+		for p in $PRECISIONS; do
+			for t in $THREADS; do
+				GOMAXPROCS=$t flock "$lock" "$bin" bench train "$@" --precision "$p" |
+					awk -v r="$r" -v t="$t" '$2 ~ /^[0-9]+$/ && NF >= 8 { print r, t, $5, $7, $8 }' >>"$tmp/$name-$p"
+			done
 		done
 	done
+	for p in $PRECISIONS; do
+		summary "$name-$p" "$@" --precision "$p"
+	done
+	case " $PRECISIONS " in *" fp32 "*) ;; *) return ;; esac
+	case " $PRECISIONS " in
+	*" bf16 "*)
+		echo
+		echo "## $name: bf16 against fp32, tokens/s in the same round"
+		awk -v threads="$THREADS" '
+			FNR == NR { a[$1, $2] = $3; next }
+			{ b[$1, $2] = $3; rs[$1] = 1 }
+			END {
+				n = split(threads, order, " ")
+				for (i = 1; i <= n; i++) {
+					t = order[i]
+					first = 1
+					for (r in rs) {
+						x = a[r, t] > 0 ? b[r, t] / a[r, t] : 0
+						if (first || x < lo) lo = x
+						if (first || x > hi) hi = x
+						first = 0
+					}
+					printf "%-8s %5.2f–%.2f\n", t " thr", lo, hi
+				}
+			}' "$tmp/$name-fp32" "$tmp/$name-bf16"
+		;;
+	esac
+}
+
+# summary NAME ARGS…: the table of one precision's rounds in $tmp/NAME.
+summary() {
+	table=$1 # not name: sh has no locals, and train's name is still in use
+	shift
+	out=$tmp/$table
 	echo
-	echo "## $name: bench train $*"
+	echo "## $table: bench train $*"
 	echo "threads  tokens/s        speed-up vs 1   CPU s/step   CPU vs 1      spin s/step"
 	awk -v threads="$THREADS" '
 		{ tps[$1, $2] = $3; cpu[$1, $2] = $4; spin[$1, $2] = $5; rs[$1] = 1 }
@@ -138,9 +178,7 @@ for section in $SECTIONS; do
 		done
 		;;
 	train)
-		for p in $PRECISIONS; do
-			train "train-$p" --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 3 --precision "$p"
-		done
+		train train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 3
 		;;
 	serial)
 		for p in $PRECISIONS; do
@@ -164,9 +202,7 @@ for section in $SECTIONS; do
 	gpt2)
 		all=$THREADS
 		THREADS="1 $max"
-		for p in $PRECISIONS; do
-			train "gpt2-small-$p" --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2 --precision "$p"
-		done
+		train gpt2-small --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2
 		THREADS=$all
 		;;
 	*)
