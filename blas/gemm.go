@@ -188,7 +188,7 @@ func (h gemm) parallel(threads int) {
 			pn.packA = true
 		}
 		pn.ap, pn.shareA = ws.a, shareA
-		pn.run(threads, 0, g.k)
+		pn.run(threads)
 	}
 }
 
@@ -288,20 +288,19 @@ func (pn *panel) multiply(item, p0, p1, ao, bo int) {
 	}
 }
 
-// run packs the k blocks of [p0, p1) (B's, and A's with packA), then
-// multiplies them into every item's part of C, k block by k block: two
-// phases of the pool. The packed block of the k block at pc starts at
-// (pc−p0)·nStr·nr in bp and (pc−p0)·mStr·mr in ap, its strip s at s·nr·kb
-// (s·mr·kb) from there.
-func (pn *panel) run(threads, p0, p1 int) {
-	kc := pn.g.kn.kc
+// run packs every k block (B's, and A's with packA), then multiplies
+// them into every item's part of C, k block by k block: two phases of
+// the pool. The packed block of the k block at pc starts at pc·nStr·nr in
+// bp and pc·mStr·mr in ap, its strip s at s·nr·kb (s·mr·kb) from there.
+func (pn *panel) run(threads int) {
+	g, kn := pn.g, pn.g.kn
 	per := pn.packItems()
-	parallel.Run(ceilDiv(p1-p0, kc)*per, threads, func(_, i int) {
-		b := i / per
-		pn.pack(i%per, p0+b*kc, b*pn.mStr*pn.g.kn.mr*kc, b*pn.nStr*pn.g.kn.nr*kc)
+	parallel.Run(ceilDiv(g.k, kn.kc)*per, threads, func(_, i int) {
+		pc := i / per * kn.kc
+		pn.pack(i%per, pc, pc*pn.mStr*kn.mr, pc*pn.nStr*kn.nr)
 	})
 	parallel.Run(pn.rb*pn.cb, threads, func(_, item int) {
-		pn.multiply(item, p0, p1, 0, 0)
+		pn.multiply(item, 0, g.k, 0, 0)
 	})
 }
 
