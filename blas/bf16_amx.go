@@ -88,6 +88,11 @@ func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32) {
 // small, so that small products take every path.
 var amxLimits = struct{ chunks, panelBytes, accBytes int }{8, 1 << 20, 768 << 10}
 
+// accFit returns how many strips (row blocks) may share the partial sums
+// held between k blocks (amxLimits.accBytes) with n row blocks (strips):
+// a strip of a row block holds 4096 bytes of them. At least 1.
+func accFit(n int) int { return max(1, amxLimits.accBytes/(n*4096)) }
+
 // tileItem computes row blocks [b0, b1) by strips [s0, s1) of C with
 // tiles, in one of two orders:
 //
@@ -129,7 +134,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 		t.finish = amxDirect
 	}
 	if bp == nil {
-		per := max(1, min(nstr, amxLimits.accBytes/((b1-b0)*4096)))
+		per := min(nstr, accFit(b1-b0))
 		for s := s0; s < s1; s += per {
 			t.strips(s, min(s1, s+per), s1)
 			t.kBlocks(b0, b1, b1-b0)
@@ -138,7 +143,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 	}
 	// Strips a group of rows holds, and row blocks a group of kBlocks.
 	ns := max(1, min(nstr, amxLimits.panelBytes/(chunks*2048)))
-	nb := max(1, min(b1-b0, amxLimits.accBytes/(nstr*4096)))
+	nb := min(b1-b0, accFit(nstr))
 	// What each reads again: A's rows, converted once more for each more
 	// strip group; B's strips, once more for each more row group.
 	againA := (ceilDiv(nstr, ns) - 1) * (b1 - b0) * amxBlock * g.k * 4
@@ -293,16 +298,19 @@ func (g *gemmBF16) traffic(rb, cb int, jit bool) int {
 	strips := ceilDiv(ceilDiv(g.n, nrBF16), cb)
 	a, b := g.m*g.k*cb, g.n*g.k
 	if jit {
-		return a*ceilDiv(strips, max(1, amxLimits.accBytes/(blocks*4096))) + b*rb
+		return a*ceilDiv(strips, accFit(blocks)) + b*rb
 	}
-	return a + b*3/2 + b/2*rb*ceilDiv(blocks, max(1, amxLimits.accBytes/(strips*4096)))
+	return a + b*3/2 + b/2*rb*ceilDiv(blocks, accFit(strips))
 }
 
-// jitB reports whether the tiles can convert op(B) as they go: B a
-// General as stored (the weight gradients, xᵀ·dy, whose k is the tokens
-// of a step), more rows than decoding's, and more than one k block.
-func (g *gemmBF16) jitB() bool {
-	return g.bp == nil && g.tB == NoTrans && g.m > amxBlock/2 && pairsPadded(g.k)/16 > amxLimits.chunks
+// jitB reports whether the tiles should convert op(B) as they go, in jcb
+// strip parts of all the rows, rather than pack it first and split C
+// into rb×cb parts: where they can (B a General as stored, as the weight
+// gradients' dy, more rows than decoding's, more than one k block) and
+// that moves fewer words (traffic).
+func (g *gemmBF16) jitB(rb, cb, jcb int) bool {
+	return g.bp == nil && g.tB == NoTrans && g.m > amxBlock/2 && pairsPadded(g.k)/16 > amxLimits.chunks &&
+		g.traffic(1, jcb, true) < g.traffic(rb, cb, false)
 }
 
 // packTilesGo sets dst, chunk by chunk in tile order, to the chunks [c0,
@@ -347,7 +355,7 @@ func (g *gemmBF16) runTiles(threads int) {
 	if threads < 2 || g.m*g.n*g.k < parallelMin {
 		ws := bf16Pool.Get().(*bf16Workspace)
 		var bp *PackedBF16
-		if !g.jitB() || g.traffic(1, 1, true) >= g.traffic(1, 1, false) {
+		if !g.jitB(1, 1, 1) {
 			bp = g.packB(ws)
 		}
 		g.tileItem(ws, bp, 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
@@ -366,7 +374,7 @@ func (h gemmBF16) tilesParallel(threads int) {
 	nStr := ceilDiv(g.n, nrBF16)
 	blocks := ceilDiv(g.m, amxBlock)
 	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, threads)
-	if _, jcb := grid(1, nStr, amxBlock, nrBF16, 1, threads); g.jitB() && jcb >= threads && g.traffic(1, jcb, true) < g.traffic(rb, cb, false) {
+	if _, jcb := grid(1, nStr, amxBlock, nrBF16, 1, threads); jcb >= threads && g.jitB(rb, cb, jcb) {
 		// Items of all the rows by strips, each converting its strips
 		// of B as it goes: none converts what another does.
 		bf16Grid(threads, blocks, 1, nStr, jcb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
