@@ -72,29 +72,26 @@ train() {
 		summary "$name-$p" "$@" --precision "$p"
 	done
 	case " $PRECISIONS " in *" fp32 "*) ;; *) return ;; esac
-	case " $PRECISIONS " in
-	*" bf16 "*)
-		echo
-		echo "## $name: bf16 against fp32, tokens/s in the same round"
-		awk -v threads="$THREADS" '
-			FNR == NR { a[$1, $2] = $3; next }
-			{ b[$1, $2] = $3; rs[$1] = 1 }
-			END {
-				n = split(threads, order, " ")
-				for (i = 1; i <= n; i++) {
-					t = order[i]
-					first = 1
-					for (r in rs) {
-						x = a[r, t] > 0 ? b[r, t] / a[r, t] : 0
-						if (first || x < lo) lo = x
-						if (first || x > hi) hi = x
-						first = 0
-					}
-					printf "%-8s %5.2f–%.2f\n", t " thr", lo, hi
+	case " $PRECISIONS " in *" bf16 "*) ;; *) return ;; esac
+	echo
+	echo "## $name: bf16 against fp32, tokens/s in the same round"
+	awk -v threads="$THREADS" '
+		FNR == NR { a[$1, $2] = $3; next }
+		{ b[$1, $2] = $3; rs[$1] = 1 }
+		END {
+			n = split(threads, order, " ")
+			for (i = 1; i <= n; i++) {
+				t = order[i]
+				first = 1
+				for (r in rs) {
+					x = a[r, t] > 0 ? b[r, t] / a[r, t] : 0
+					if (first || x < lo) lo = x
+					if (first || x > hi) hi = x
+					first = 0
 				}
-			}' "$tmp/$name-fp32" "$tmp/$name-bf16"
-		;;
-	esac
+				printf "%-8s %5.2f–%.2f\n", t " thr", lo, hi
+			}
+		}' "$tmp/$name-fp32" "$tmp/$name-bf16"
 }
 
 # summary NAME ARGS…: the table of one precision's rounds in $tmp/NAME.
