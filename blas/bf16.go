@@ -46,6 +46,14 @@ func toBF16(f float32) BF16 {
 	return BF16((u + 0x7fff + u>>16&1) >> 16)
 }
 
+// roundGo sets dst[i] to src[i] rounded to bf16, as a float32.
+func roundGo(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		dst[i] = toBF16(f).Float32()
+	}
+}
+
 // pairBF16 returns the bf16 pair (lo, hi) as one 32-bit word, lo in the
 // low half: the order VDPBF16PS and TDPBF16PS read pairs of k in.
 func pairBF16(lo, hi float32) uint32 {
@@ -141,18 +149,24 @@ const rowBlockBF16 = 32
 // wide) that are computed each by the same arithmetic as the row alone.
 // A server batching single tokens of different requests multiplies at
 // most this many rows at a time, so that a request's bits do not depend
-// on its neighbours. Every kernel computes any number of rows alike (the
-// AMX kernel adds in the tiles' order for every product, of one row too),
-// so the bound only keeps a step's groups small.
-func RowBlockBF16(n int) int { return rowBlockBF16 }
+// on its neighbours. The kernels with bf16 instructions compute any
+// number of rows alike (the AMX kernel adds in the tiles' order for every
+// product, of one row too), so for them the bound only keeps a step's
+// groups small; the sgemm kernel's is Sgemm's, RowBlock(n).
+func RowBlockBF16(n int) int {
+	if activeBF16.sgemm {
+		return RowBlock(n)
+	}
+	return rowBlockBF16
+}
 
 // KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",
-// "avx512bf16" or "go" (see KernelBF16For for the code each shape runs).
+// "avx512bf16", "sgemm" or "go" (see KernelBF16For for the code each shape runs).
 func KernelBF16() string { return activeBF16.name }
 
 // KernelBF16For names the code that computes a bf16 product of m rows, n
 // columns and inner dimension k with the kernel in use: "amx" (AMX
 // tiles), "avx512fma" (float32 FMAs on the pairs' halves), "avx512bf16"
-// (VDPBF16PS) or "go". The choice depends on the shape and the CPU only,
+// (VDPBF16PS), "sgemm" (Sgemm on operands rounded to bf16) or "go". The choice depends on the shape and the CPU only,
 // never on timings, so that results are reproducible.
 func KernelBF16For(m, n, k int) string { return activeBF16.codeFor(m) }

@@ -38,23 +38,26 @@ var amxBF16Kernel = &bf16Kernel{name: "amx", tileCode: "amx", wideCode: "amx", m
 	tiles: tilesAMX, packTiles: packTilesAMX}
 
 // asmBF16Kernels lists the bf16 assembly kernels this CPU runs, fastest
-// first, by what was measured (docs/bf16.md): AMX tiles where the CPU
-// has them (Intel); otherwise, on AMD cores, whose VDPBF16PS multiplies
-// twice as fast as their float32 FMAs, avx512bf16; on Intel cores, where
-// it has one port to the FMAs' two, avx512fma. All but the tiles give
-// the same bits, so the order changes speed only.
-func asmBF16Kernels() []*bf16Kernel {
+// first, by what was measured (docs/bf16.md), and how many of the first
+// multiply faster than float32 products (bf16Kernels puts sgemm after
+// them): AMX tiles where the CPU has them (Intel); otherwise, on AMD
+// cores, whose VDPBF16PS multiplies twice as fast as their float32 FMAs,
+// avx512bf16; on Intel cores, where it has one port to the FMAs' two,
+// avx512fma, which does as many FMAs as float32 and expands A's pairs
+// besides. All but the tiles give the same bits, so the order changes
+// speed only.
+func asmBF16Kernels() (ks []*bf16Kernel, fast int) {
 	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BW || !cpu.X86.HasAVX512BF16 {
-		return nil
+		return nil, 0
 	}
-	ks := []*bf16Kernel{avx512FMA, avx512BF16}
+	ks = []*bf16Kernel{avx512FMA, avx512BF16}
 	if isAMD() {
-		ks = []*bf16Kernel{avx512BF16, avx512FMA}
+		ks, fast = []*bf16Kernel{avx512BF16, avx512FMA}, 1
 	}
 	if cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amxPermitted() {
-		ks = append([]*bf16Kernel{amxBF16Kernel}, ks...)
+		ks, fast = append([]*bf16Kernel{amxBF16Kernel}, ks...), fast+1
 	}
-	return ks
+	return ks, fast
 }
 
 // isAMD reports whether the CPU's vendor is AMD ("AuthenticAMD", or
@@ -235,6 +238,20 @@ func cvtBF16(dst []uint32, src []float32) {
 		cvtBF16AVX512(&dst[0], &src[0], n)
 	}
 	cvtGo(dst[16*n:], src[32*n:])
+}
+
+// roundBF16s sets dst[i] to src[i] rounded to bf16 (toBF16), as a
+// float32; dst may be src.
+func roundBF16s(dst, src []float32) {
+	n := 0
+	if cpu.X86.HasAVX512F {
+		n = len(src) / 16
+		if n > 0 {
+			_ = dst[16*n-1]
+			roundBF16AVX512(&dst[0], &src[0], n)
+		}
+	}
+	roundGo(dst[16*n:], src[16*n:])
 }
 
 func pairRowsBF16(dst []uint32, r0, r1 []float32, strips, stride int) {

@@ -42,6 +42,8 @@ type bf16Kernel struct {
 	// B, and must add in the tiles' order.
 	tiles     tilesFunc
 	packTiles func(t Transpose, a General, k, i0, rows, c0, c1 int, dst []uint32)
+	// sgemm, where set, is all the kernel is: see sgemmBF16.
+	sgemm bool
 }
 
 // codeFor names the code that computes products of m rows: the tiles,
@@ -81,9 +83,24 @@ func chooseBF16() *bf16Kernel {
 	return ks[0]
 }
 
-// bf16Kernels lists the bf16 kernels this CPU runs, fastest first.
+// sgemmBF16 computes bf16 products with the float32 kernels of Sgemm, on
+// operands rounded to bf16 as they are packed (gemm.roundA, roundB) and
+// on weights rounded once (PackedBF16.f32): the bf16 values, multiplied
+// and added in float32 by Sgemm's order of addition. Products of bf16
+// values are exact in float32, so it differs from the other kernels only
+// in that order and in not flushing sums below 2⁻¹²⁶: the same values up
+// to rounding, not the same bits. It is for the CPUs whose bf16
+// instructions multiply no faster than float32 FMAs (Intel's without
+// AMX) or that have none.
+var sgemmBF16 = &bf16Kernel{name: "sgemm", tileCode: "sgemm", sgemm: true}
+
+// bf16Kernels lists the bf16 kernels this CPU runs, fastest first: the
+// assembly kernels that multiply faster than float32, sgemm, the other
+// assembly kernels, go.
 func bf16Kernels() []*bf16Kernel {
-	return append(asmBF16Kernels(), goBF16)
+	asm, fast := asmBF16Kernels()
+	ks := append(append(asm[:fast:fast], sgemmBF16), asm[fast:]...)
+	return append(ks, goBF16)
 }
 
 func bf16Names(ks []*bf16Kernel) string {
@@ -159,8 +176,14 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 		if tB != NoTrans {
 			panic(fmt.Sprintf("blas: %s: tB=%c with a packed b: the transpose is applied when packing, pass NoTrans", fn, tB))
 		}
-		g.bp = b
 		bk, bn = b.k, b.n
+		if b.f32.Data != nil && !g.kn.sgemm {
+			// Rounded for sgemm (the kernel in use when it was packed):
+			// packed again as any B, rounding nothing more.
+			g.b, g.tB = b.f32, b.t
+			break
+		}
+		g.bp = b
 	default:
 		panic(fmt.Sprintf("blas: %s: b is nil", fn))
 	}
@@ -209,6 +232,10 @@ func (g *gemmBF16) trivial() bool {
 // element's k sum runs in one tile call whatever the split, so the split
 // changes no bits. Small products use fewer threads (see smallThreads).
 func (g *gemmBF16) run(threads int) {
+	if g.kn.sgemm {
+		g.sgemm(threads)
+		return
+	}
 	if g.trivial() {
 		return
 	}
@@ -230,6 +257,28 @@ func (g *gemmBF16) run(threads int) {
 	g.item(ws, g.packB(ws), 0, ceilDiv(g.m, g.kn.mr), 0, ceilDiv(g.n, nrBF16))
 	ws.pb = PackedBF16{}
 	bf16Pool.Put(ws)
+}
+
+// sgemm computes g as Sgemm does, with the operands rounded to bf16: A
+// as it is packed, B likewise or, packed, from its rounded copy.
+func (g *gemmBF16) sgemm(threads int) {
+	h := gemm{kn: active, tA: g.tA, tB: g.tB, m: g.m, n: g.n, k: g.k, alpha: g.alpha, a: g.a.Data, lda: g.a.Stride,
+		b: g.b.Data, ldb: g.b.Stride, beta: g.beta, c: g.c.Data, ldc: g.c.Stride, roundA: true, roundB: true}
+	var ws *workspace
+	switch {
+	case g.bp != nil && g.bp.f32.Data != nil:
+		h.tB, h.b, h.ldb, h.roundB = g.bp.t, g.bp.f32.Data, g.bp.f32.Stride, false
+	case g.bp != nil:
+		// Packed in pairs for another kernel (the one in use then).
+		ws = pool.Get().(*workspace)
+		ws.rb = grow(ws.rb, g.k*g.n)
+		b := g.bp.unpack(ws.rb)
+		h.tB, h.b, h.ldb, h.roundB = g.bp.t, b.Data, b.Stride, false
+	}
+	h.run(threads)
+	if ws != nil {
+		pool.Put(ws)
+	}
 }
 
 // wideTiles reports whether a kernel with tiles computes g with its wide

@@ -1,6 +1,9 @@
 package blas
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // nrBF16 is the width of the column strips op(B) is packed in: two
 // AVX-512 vectors of 16 float32 sums, or two AMX tiles of 16 columns.
@@ -17,9 +20,14 @@ const nrBF16 = 32
 // b[2p+1][j]) as 32-bit words, the low half from the even row ("VNNI"
 // order): a k-pair of 16 columns is one AVX-512 vector, and 16 pairs of
 // them one AMX tile.
+//
+// For the sgemm kernel it holds instead the bf16 values as float32, b as
+// stored (t says how to take it), which Sgemm packs as it packs any B.
 type PackedBF16 struct {
 	k, n int
-	data []uint32 // strip s, pair p, column j at s·stripWords() + p·32 + j
+	data []uint32  // strip s, pair p, column j at s·stripWords() + p·32 + j
+	f32  General   // b rounded to bf16, for the sgemm kernel
+	t    Transpose // op(B) = op(b) of PackBF16
 }
 
 // PackBF16 returns op(b) packed in bf16, each element rounded to nearest
@@ -28,7 +36,7 @@ func PackBF16(t Transpose, b General) *PackedBF16 {
 	checkTrans("PackBF16", "t", t)
 	b.check("PackBF16", "b")
 	k, n := stored(t, b.Rows, b.Cols)
-	p := &PackedBF16{k: k, n: n, data: make([]uint32, packedWords(k, n))}
+	p := &PackedBF16{k: k, n: n}
 	p.fill(t, b)
 	return p
 }
@@ -52,14 +60,51 @@ func (p *PackedBF16) Rows() int { return p.k }
 func (p *PackedBF16) Cols() int { return p.n }
 
 // Bytes returns the memory p's storage takes.
-func (p *PackedBF16) Bytes() int { return 4 * len(p.data) }
+func (p *PackedBF16) Bytes() int { return 4 * (len(p.data) + len(p.f32.Data)) }
 
-// fill packs op(b) into p.data.
+// fill packs op(b) into p's storage for the kernel in use, allocating it
+// on the first call.
 func (p *PackedBF16) fill(t Transpose, b General) {
+	p.t = t
+	if activeBF16.sgemm {
+		if p.f32.Data == nil {
+			p.f32 = General{b.Rows, b.Cols, b.Cols, make([]float32, b.Rows*b.Cols)}
+		}
+		p.data = nil
+		roundRows(p.f32.Data, b.Data, b.Stride, b.Rows, b.Cols)
+		return
+	}
+	if p.data == nil {
+		p.data = make([]uint32, packedWords(p.k, p.n))
+	}
+	p.f32 = General{}
 	ws := bf16Pool.Get().(*bf16Workspace)
 	ws.a = growWords(ws.a, ceilDiv(p.k, 2))
 	packStrips(activeBF16, t, b, p.k, p.n, p.data, 0, ceilDiv(p.n, nrBF16), ws.a)
 	bf16Pool.Put(ws)
+}
+
+// unpack returns op(B) from p's pairs in dst, b as it was stored when
+// packed (p.t says how to take it), so that Sgemm takes the path it takes
+// for that b.
+func (p *PackedBF16) unpack(dst []float32) General {
+	sw := p.stripWords()
+	r, c := stored(p.t, p.k, p.n)
+	for i := 0; i < p.k; i++ {
+		for j := 0; j < p.n; j++ {
+			w := p.data[j/nrBF16*sw+i/2*nrBF16+j%nrBF16]
+			if i%2 == 0 {
+				w <<= 16
+			}
+			x := math.Float32frombits(w & 0xffff0000)
+			if p.t == Trans {
+				dst[j*c+i] = x
+			} else {
+				dst[i*c+j] = x
+			}
+		}
+	}
+	return General{r, c, c, dst[:r*c]}
 }
 
 // pairsPadded returns the pairs a strip holds for k rows: ceil(k/2)

@@ -297,6 +297,7 @@ func TestPackedBF16(t *testing.T) {
 						t.Fatalf("%v: updated word %d = %#x, packed afresh %#x", p, i, pb.data[i], fresh.data[i])
 					}
 				}
+				sameBits(t, p.String()+" updated sgemm copy", pb.f32.Data, fresh.f32.Data)
 				got := General{c.Rows, c.Cols, c.Stride, append([]float32(nil), p.c...)}
 				GemmBF16(p.tA, NoTrans, p.alpha, a, pb, p.beta, got)
 				sameBits(t, p.String()+" packed B", got.Data, want.Data)
@@ -453,7 +454,7 @@ func TestGemmBF16BadInput(t *testing.T) {
 
 func TestKernelBF16(t *testing.T) {
 	switch KernelBF16() {
-	case "go", "avx512fma", "avx512bf16", "amx":
+	case "go", "sgemm", "avx512fma", "avx512bf16", "amx":
 	default:
 		t.Errorf("KernelBF16() = %q", KernelBF16())
 	}
@@ -461,6 +462,7 @@ func TestKernelBF16(t *testing.T) {
 	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
 	want := map[string][3]string{ // 1 row, RowBlockBF16 rows, one more
 		"go":         {"go", "go", "go"},
+		"sgemm":      {"sgemm", "sgemm", "sgemm"},
 		"avx512bf16": {"avx512bf16", "avx512bf16", "avx512bf16"},
 		"avx512fma":  {"avx512bf16", "avx512fma", "avx512fma"},
 		"amx":        {"amx", "amx", "amx"},
@@ -544,7 +546,8 @@ func eachAgreeCase(t *testing.T, ks []*bf16Kernel, maxExp int, f func(p *problem
 // values; TestBF16SpecialValues checks what they share.
 func TestBF16KernelsAgree(t *testing.T) {
 	emu := emulatedTiles()
-	ks := append([]*bf16Kernel{goBF16, emu}, asmBF16Kernels()...)
+	asm, _ := asmBF16Kernels()
+	ks := append([]*bf16Kernel{goBF16, emu}, asm...)
 	var want, wantTiles []float32
 	eachAgreeCase(t, ks, 70, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
 		if _, general := bop.(General); general {
@@ -564,12 +567,13 @@ func TestBF16KernelsAgree(t *testing.T) {
 	})
 }
 
-// TestBF16SpecialValues checks that all kernels, on tiles and off,
-// agree on which elements of C are NaN, +Inf, -Inf or finite when no
+// TestBF16SpecialValues checks that all kernels, on tiles, off and
+// sgemm, agree on which elements of C are NaN, +Inf, -Inf or finite when no
 // partial sum overflows: NaN and Inf operands, Inf·0 and Inf−Inf then
 // decide alike in any order of addition.
 func TestBF16SpecialValues(t *testing.T) {
-	ks := append([]*bf16Kernel{goBF16, emulatedTiles()}, asmBF16Kernels()...)
+	asm, _ := asmBF16Kernels()
+	ks := append([]*bf16Kernel{goBF16, emulatedTiles(), sgemmBF16}, asm...)
 	class := func(x float32) string {
 		switch {
 		case x != x:
@@ -604,7 +608,7 @@ func TestBF16SpecialValues(t *testing.T) {
 	}
 }
 
-// TestBF16TinySums checks that every kernel flushes sums below 2⁻¹²⁶ to
+// TestBF16TinySums checks that every kernel but sgemm flushes sums below 2⁻¹²⁶ to
 // zero at every step, as the instructions do, decoding's wide codes too:
 // products of about 2⁻¹⁴⁰, so that every partial sum is tiny, give zeros
 // of the signs their kernel's order of addition gives them (the portable
@@ -632,6 +636,9 @@ func TestBF16TinySums(t *testing.T) {
 		}
 		want, wantTiles := run(goBF16, b), run(emu, b)
 		for _, kn := range bf16Kernels() {
+			if kn.sgemm {
+				continue // Sgemm does not flush (TestGemmBF16Sgemm checks its bits)
+			}
 			for _, bop := range []Operand{b, pb} {
 				got := run(kn, bop)
 				ref := want
@@ -645,6 +652,106 @@ func TestBF16TinySums(t *testing.T) {
 					}
 				}
 				sameBits(t, what, got, ref)
+			}
+		}
+	}
+}
+
+// TestRoundBF16s checks the rounding of the sgemm kernel's operands
+// (assembly where the CPU has it) against toBF16, element by element, on
+// every run length up to 70 and random bits, with each kind of special
+// value and the carries of rounding (ties both ways, up to Inf) placed
+// among them, in place and not.
+func TestRoundBF16s(t *testing.T) {
+	rng := rand.New(rand.NewPCG(79, 80))
+	edges := []uint32{0, 0x80000000, 1, 0x807fffff, 0x00800000, 0x7f7fffff, 0xff7f8000, 0x7f800000, 0xff800000,
+		0x7f800001, 0xffc00000, 0x7fbfffff, 0x3f808000, 0x3f818000, 0x3f80ffff, 0xbf7fffff, 0x7f7f7fff}
+	for n := 0; n <= 70; n++ {
+		for rep := 0; rep < 20; rep++ {
+			src := make([]float32, n)
+			for i := range src {
+				u := rng.Uint32()
+				if rng.IntN(3) == 0 {
+					u = edges[rng.IntN(len(edges))]
+				}
+				src[i] = math.Float32frombits(u)
+			}
+			dst := make([]float32, n)
+			roundBF16s(dst, src)
+			inPlace := append([]float32(nil), src...)
+			roundBF16s(inPlace, inPlace)
+			for i, x := range src {
+				want := uint32(toBF16(x)) << 16
+				for _, got := range []float32{dst[i], inPlace[i]} {
+					if math.Float32bits(got) != want {
+						t.Fatalf("n=%d: roundBF16s(%#08x) = %#08x, want %#08x", n, math.Float32bits(x), math.Float32bits(got), want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGemmBF16Sgemm checks that the sgemm kernel gives, bit for bit,
+// Sgemm's product of the operands rounded to bf16 beforehand by toBF16,
+// on every path of Sgemm: packed (serial, split, by k), and the small
+// forms of few rows, few columns and narrow B, with B as a General and
+// packed, operands with NaNs, Infs, denormals and overflowing products.
+func TestGemmBF16Sgemm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	activeBF16 = sgemmBF16
+	round := func(s []float32) []float32 {
+		r := make([]float32, len(s))
+		for i, x := range s {
+			r[i] = roundBF16(x)
+		}
+		return r
+	}
+	shapes := append(append([][3]int(nil), agreeShapes...),
+		[3]int{300, 4, 64}, [3]int{500, 64, 200}, [3]int{8, 700, 300}, [3]int{64, 300, 2000}, [3]int{400, 96, 96})
+	for _, sh := range shapes {
+		for _, tr := range transposes {
+			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
+				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
+				wildBF16(rng, p.a, 70)
+				wildBF16(rng, p.b, 70)
+				a, b, c := p.views()
+				want := append([]float32(nil), c.Data...)
+				Sgemm(p.tA, p.tB, p.alpha, General{a.Rows, a.Cols, a.Stride, round(a.Data)}, General{b.Rows, b.Cols, b.Stride, round(b.Data)}, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+				for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
+					tB := p.tB
+					if _, ok := bop.(*PackedBF16); ok {
+						tB = NoTrans
+					}
+					got := append([]float32(nil), c.Data...)
+					GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
+					sameBits(t, fmt.Sprintf("%v (%T)", p, bop), got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestPackedBF16OtherKernel checks that a B packed while one kernel was
+// in use gives, with another, the bits of the same B as a General: the
+// sgemm kernel's rounded copy and the others' pairs read across.
+func TestPackedBF16OtherKernel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(83, 84))
+	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
+	for _, sh := range bf16Shapes {
+		for _, tr := range transposes {
+			p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], 1, 0.5, 1)
+			a, b, c := p.views()
+			for _, pair := range [][2]*bf16Kernel{{goBF16, sgemmBF16}, {sgemmBF16, goBF16}} {
+				activeBF16 = pair[0]
+				pb := PackBF16(p.tB, b)
+				activeBF16 = pair[1]
+				want := append([]float32(nil), c.Data...)
+				GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+				got := append([]float32(nil), c.Data...)
+				GemmBF16(p.tA, NoTrans, p.alpha, a, pb, p.beta, General{c.Rows, c.Cols, c.Stride, got})
+				sameBits(t, fmt.Sprintf("%v packed for %s, used by %s", p, pair[0].name, pair[1].name), got, want)
 			}
 		}
 	}

@@ -21,12 +21,17 @@ type gemm struct {
 	beta   float32
 	c      []float32
 	ldc    int
+	// roundA and roundB round op(A) and op(B) to bf16 as they are packed
+	// (or copied, by the paths that do not pack): the sgemm kernel of
+	// GemmBF16.
+	roundA, roundB bool
 }
 
 // workspace holds packing buffers; pooled so that steady-state calls do
 // not allocate.
 type workspace struct {
-	a, b []float32
+	a, b   []float32
+	ra, rb []float32 // the operands rounded to bf16, for the paths that do not pack
 }
 
 var pool = sync.Pool{New: func() any { return new(workspace) }}

@@ -124,6 +124,12 @@ func expandPairsAVX512(dst *uint32, src *uint32, blocks int)
 //go:noescape
 func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
 
+// roundBF16AVX512 sets dst[i] to src[i] rounded to bf16 as toBF16 does, as a
+// float32, for i < 16·blocks; dst may be src.
+//
+//go:noescape
+func roundBF16AVX512(dst *float32, src *float32, blocks int)
+
 // pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])
 // rounded by VCVTNE2PS2BF16, for s < strips, j < 32.
 //

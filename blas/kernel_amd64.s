@@ -12671,6 +12671,48 @@ cvt_done:
 	VZEROUPPER
 	RET
 
+DATA bf16round<>+0(SB)/4, $0x00000001
+DATA bf16round<>+4(SB)/4, $0x00007fff
+DATA bf16round<>+8(SB)/4, $0x7fffffff
+DATA bf16round<>+12(SB)/4, $0x7f800000
+DATA bf16round<>+16(SB)/4, $0x00400000
+DATA bf16round<>+20(SB)/4, $0x80000000
+GLOBL bf16round<>(SB), RODATA|NOPTR, $24
+
+// func roundBF16AVX512(dst *float32, src *float32, blocks int)
+// Requires: AVX, AVX512F
+TEXT ·roundBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  blocks+16(FP), DX
+	TESTQ DX, DX
+	JZ    round_done
+
+round_loop:
+	VMOVDQU32      (CX), Z0
+	VPSRLD         $0x10, Z0, Z1
+	VPANDD.BCST    bf16round<>+0(SB), Z1, Z1
+	VPADDD.BCST    bf16round<>+4(SB), Z1, Z1
+	VPADDD         Z0, Z1, Z1
+	VPANDD.BCST    bf16hi<>+0(SB), Z1, Z1
+	VPANDD.BCST    bf16round<>+8(SB), Z0, Z2
+	VPCMPUD.BCST   $0x06, bf16round<>+12(SB), Z2, K1
+	VPORD.BCST     bf16round<>+16(SB), Z0, Z3
+	VPANDD.BCST    bf16hi<>+0(SB), Z3, Z3
+	VMOVDQA32      Z3, K1, Z1
+	VPTESTNMD.BCST bf16round<>+12(SB), Z0, K2
+	VPANDD.BCST    bf16round<>+20(SB), Z0, Z4
+	VMOVDQA32      Z4, K2, Z1
+	VMOVDQU32      Z1, (AX)
+	ADDQ           $0x40, CX
+	ADDQ           $0x40, AX
+	DECQ           DX
+	JNZ            round_loop
+
+round_done:
+	VZEROUPPER
+	RET
+
 DATA bf16interleave<>+0(SB)/2, $0x0000
 DATA bf16interleave<>+2(SB)/2, $0x0010
 DATA bf16interleave<>+4(SB)/2, $0x0001

@@ -24,6 +24,9 @@ func (g *gemm) packA(dst []float32, ic, mb, pc, kb int) {
 			// op(A)[i, p] = a[i·lda + p]: a transpose.
 			packGather(d, mr, g.a[i0*g.lda+pc:], g.lda, rows, kb, g.kn.asm != 0)
 		}
+		if g.roundA {
+			roundBF16s(d, d) // while the strip is in L1
+		}
 	}
 }
 
@@ -41,6 +44,9 @@ func (g *gemm) packB(dst []float32, jc, nb, pc, kb, s0, s1 int) {
 			packCopy(d, nr, g.b[pc*g.ldb+j0:], g.ldb, cols, kb)
 		} else {
 			packGather(d, nr, g.b[j0*g.ldb+pc:], g.ldb, cols, kb, g.kn.asm != 0)
+		}
+		if g.roundB {
+			roundBF16s(d, d)
 		}
 	}
 }

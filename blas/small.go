@@ -91,24 +91,35 @@ func (g *gemm) small(threads int) bool {
 	}
 	var ws *workspace
 	h := *g
+	if g.roundA || g.roundB {
+		// These paths read the operands where they lie: round copies.
+		ws = pool.Get().(*workspace)
+		h.roundCopies(ws)
+	}
 	switch {
 	case f == dotRows && g.tA == Trans:
 		// Copy op(A), m×k, to rows of its own: a small transpose.
-		ws = pool.Get().(*workspace)
+		if ws == nil {
+			ws = pool.Get().(*workspace)
+		}
 		ws.a = grow(ws.a, g.m*g.k)
-		gatherRows(ws.a, g.a, g.lda, g.m, g.k)
+		gatherRows(ws.a, h.a, h.lda, g.m, g.k)
 		h.tA, h.a, h.lda = NoTrans, ws.a, g.k
 	case f == streamTall && g.tB == Trans:
 		// Copy op(B), k×n, to rows of its own: a small transpose.
-		ws = pool.Get().(*workspace)
+		if ws == nil {
+			ws = pool.Get().(*workspace)
+		}
 		ws.b = grow(ws.b, g.k*g.n)
-		gatherRows(ws.b, g.b, g.ldb, g.k, g.n)
+		gatherRows(ws.b, h.b, h.ldb, g.k, g.n)
 		h.tB, h.b, h.ldb = NoTrans, ws.b, g.n
 	case f == dotColumns && g.tB == NoTrans:
 		// Copy op(B)ᵀ, n×k, likewise.
-		ws = pool.Get().(*workspace)
+		if ws == nil {
+			ws = pool.Get().(*workspace)
+		}
 		ws.b = grow(ws.b, g.n*g.k)
-		gatherRows(ws.b, g.b, g.ldb, g.n, g.k)
+		gatherRows(ws.b, h.b, h.ldb, g.n, g.k)
 		h.tB, h.b, h.ldb = Trans, ws.b, g.k
 	}
 	long, tile := g.n, g.kn.sw
@@ -138,6 +149,31 @@ func (g *gemm) small(threads int) bool {
 		pool.Put(ws)
 	}
 	return true
+}
+
+// roundCopies points g's operands to be rounded at copies of them, as
+// stored, rounded to bf16 in ws.ra and ws.rb, and clears the flags.
+func (g *gemm) roundCopies(ws *workspace) {
+	if g.roundA {
+		r, c := stored(g.tA, g.m, g.k)
+		ws.ra = grow(ws.ra, r*c)
+		roundRows(ws.ra, g.a, g.lda, r, c)
+		g.a, g.lda, g.roundA = ws.ra, c, false
+	}
+	if g.roundB {
+		r, c := stored(g.tB, g.k, g.n)
+		ws.rb = grow(ws.rb, r*c)
+		roundRows(ws.rb, g.b, g.ldb, r, c)
+		g.b, g.ldb, g.roundB = ws.rb, c, false
+	}
+}
+
+// roundRows sets dst[i·cols+j] to src[i·ld+j] rounded to bf16, for i <
+// rows, j < cols.
+func roundRows(dst, src []float32, ld, rows, cols int) {
+	for i := 0; i < rows; i++ {
+		roundBF16s(dst[i*cols:(i+1)*cols], src[i*ld:i*ld+cols])
+	}
 }
 
 // smallParallel splits h's long side (C's columns, or rows for

@@ -36,6 +36,7 @@ func bf16Kernels() {
 	bf16Stream("tileFMAAVX512", 1, 13, true)
 	expandPairs()
 	cvtBF16()
+	roundBF16()
 	interleaveBF16()
 	peakLoops()
 	amxBF16()
@@ -381,6 +382,53 @@ func cvtBF16() {
 	DECQ(n)
 	JNZ(LabelRef("cvt_loop"))
 	Label("cvt_done")
+	VZEROUPPER()
+	RET()
+}
+
+// roundBF16 generates the rounding of float32 values to the bf16 values
+// nearest them, kept as float32 (toBF16, for the sgemm kernel's
+// operands), with AVX-512F integer operations alone, so that CPUs without
+// bf16 instructions run it too.
+func roundBF16() {
+	consts := GLOBL("bf16round", RODATA|NOPTR)
+	for i, v := range []uint32{1, 0x7fff, 0x7fffffff, 0x7f800000, 0x400000, 0x80000000} {
+		DATA(4*i, U32(v))
+	}
+	one, half, abs, exp, quiet, sign := consts, consts.Offset(4), consts.Offset(8), consts.Offset(12), consts.Offset(16), consts.Offset(20)
+	TEXT("roundBF16AVX512", NOSPLIT, "func(dst, src *float32, blocks int)")
+	Pragma("noescape")
+	Doc("roundBF16AVX512 sets dst[i] to src[i] rounded to bf16 as toBF16 does, as a",
+		"float32, for i < 16·blocks; dst may be src.")
+	dst := Load(Param("dst"), RAX)
+	src := Load(Param("src"), RCX)
+	n := Load(Param("blocks"), RDX)
+	TESTQ(n, n)
+	JZ(LabelRef("round_done"))
+	Label("round_loop")
+	VMOVDQU32(Mem{Base: src}, Z0)
+	// To nearest even: add 0x7fff and the lowest kept bit, drop the rest.
+	VPSRLD(U8(16), Z0, Z1)
+	VPANDD_BCST(one, Z1, Z1)
+	VPADDD_BCST(half, Z1, Z1)
+	VPADDD(Z0, Z1, Z1)
+	VPANDD_BCST(hiMask, Z1, Z1)
+	// NaNs (|u| > Inf's bits) keep their top bits, made quiet.
+	VPANDD_BCST(abs, Z0, Z2)
+	VPCMPUD_BCST(U8(6), exp, Z2, K1)
+	VPORD_BCST(quiet, Z0, Z3)
+	VPANDD_BCST(hiMask, Z3, Z3)
+	VMOVDQA32(Z3, K1, Z1)
+	// Zeros and denormals (exponent 0) become zeros of their sign.
+	VPTESTNMD_BCST(exp, Z0, K2)
+	VPANDD_BCST(sign, Z0, Z4)
+	VMOVDQA32(Z4, K2, Z1)
+	VMOVDQU32(Z1, Mem{Base: dst})
+	ADDQ(U8(64), src)
+	ADDQ(U8(64), dst)
+	DECQ(n)
+	JNZ(LabelRef("round_loop"))
+	Label("round_done")
 	VZEROUPPER()
 	RET()
 }
