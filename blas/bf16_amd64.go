@@ -242,13 +242,29 @@ func cvtBF16(dst []uint32, src []float32) {
 
 // roundBF16s sets dst[i] to src[i] rounded to bf16 (toBF16), as a
 // float32; dst may be src.
-func roundBF16s(dst, src []float32) {
+func roundBF16s(dst, src []float32) { roundBlocks(roundAsm, dst, src) }
+
+// roundAsm is the fastest rounding of blocks of 16 floats this CPU runs,
+// or nil.
+var roundAsm = func() func(dst, src *float32, blocks int) {
+	switch {
+	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16:
+		return roundBF16CVT
+	case cpu.X86.HasAVX512F:
+		return roundBF16AVX512
+	}
+	return nil
+}()
+
+// roundBlocks is roundBF16s by asm on the whole blocks of 16 and roundGo
+// on the rest.
+func roundBlocks(asm func(dst, src *float32, blocks int), dst, src []float32) {
 	n := 0
-	if cpu.X86.HasAVX512F {
+	if asm != nil {
 		n = len(src) / 16
 		if n > 0 {
 			_ = dst[16*n-1]
-			roundBF16AVX512(&dst[0], &src[0], n)
+			asm(&dst[0], &src[0], n)
 		}
 	}
 	roundGo(dst[16*n:], src[16*n:])

@@ -366,3 +366,15 @@ func TestCPUVendor(t *testing.T) {
 		t.Errorf("isAMD() = %v on %q", isAMD(), want)
 	}
 }
+
+// roundings lists the roundings of roundBF16s this CPU runs.
+func roundings() map[string]func(dst, src []float32) {
+	rs := map[string]func(dst, src []float32){"roundBF16s": roundBF16s}
+	if cpu.X86.HasAVX512F {
+		rs["roundBF16AVX512"] = func(dst, src []float32) { roundBlocks(roundBF16AVX512, dst, src) }
+	}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		rs["roundBF16CVT"] = func(dst, src []float32) { roundBlocks(roundBF16CVT, dst, src) }
+	}
+	return rs
+}

@@ -99,6 +99,13 @@ func BenchmarkGemvBF16(b *testing.B) {
 		for _, kn := range bf16Kernels() {
 			b.Run(fmt.Sprintf("bf16-%s/%s", kn.name, mode), func(b *testing.B) {
 				activeBF16 = kn
+				for i, m := range mats {
+					mats[i].p = PackBF16(NoTrans, General{m.k, m.n, m.n, m.w}) // in the kernel's form
+				}
+				size := 2 // bytes a weight
+				if kn.sgemm {
+					size = 4 // float32 values rounded to bf16
+				}
 				for b.Loop() {
 					for _, m := range mats {
 						xv, yv := General{1, m.k, m.k, x}, General{1, m.n, m.n, y}
@@ -109,7 +116,7 @@ func BenchmarkGemvBF16(b *testing.B) {
 						}
 					}
 				}
-				b.ReportMetric(2*float64(weights)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				b.ReportMetric(float64(size*weights)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
 		}
 	}
@@ -225,10 +232,6 @@ func BenchmarkGemmBF16Kernels(b *testing.B) {
 		a := General{ar, ac, ac, randSlice(rng, ar*ac)}
 		bg := General{s.k, s.n, s.n, randSlice(rng, s.k*s.n)}
 		c := General{s.m, s.n, s.n, make([]float32, s.m*s.n)}
-		var bop Operand = bg
-		if s.packed {
-			bop = PackBF16(NoTrans, bg)
-		}
 		beta := float32(0)
 		if !s.packed {
 			beta = 1
@@ -236,6 +239,11 @@ func BenchmarkGemmBF16Kernels(b *testing.B) {
 		runs := []func(){func() { Sgemm(s.tA, NoTrans, 1, a, bg, beta, c) }}
 		names := []string{"fp32"}
 		for _, kn := range kernels {
+			var bop Operand = bg
+			if s.packed {
+				activeBF16 = kn // B packed for the kernel, as a model's weights are
+				bop = PackBF16(NoTrans, bg)
+			}
 			runs = append(runs, func() { activeBF16 = kn; GemmBF16(s.tA, NoTrans, 1, a, bop, beta, c) })
 			names = append(names, kn.name)
 		}
@@ -261,6 +269,21 @@ func BenchmarkGemmBF16Kernels(b *testing.B) {
 					peakGFLOPS := peakAMXFlops / best[len(runs)-1].Seconds() / 1e9
 					b.ReportMetric(100*flops/best[i].Seconds()/1e9/peakGFLOPS, "amx-peak-%")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkRoundBF16s measures the rounding of the sgemm kernel's
+// operands, in place, on a run that stays in L1 and one in L2.
+func BenchmarkRoundBF16s(b *testing.B) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	for _, n := range []int{4096, 65536} {
+		s := randSlice(rng, n)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.SetBytes(int64(4 * n))
+			for b.Loop() {
+				roundBF16s(s, s)
 			}
 		})
 	}

@@ -17,7 +17,7 @@ import (
 // syntax>" followed by its BYTE lines.
 func TestEncodings(t *testing.T) {
 	want, order := encodedInstructions(t, "kernel_amd64.s")
-	for _, mn := range []string{"vdpbf16ps", "vcvtne2ps2bf16", "tdpbf16ps", "tileloadd", "tilestored", "ldtilecfg", "tilezero", "tilerelease"} {
+	for _, mn := range []string{"vdpbf16ps", "vcvtne2ps2bf16", "vcvtneps2bf16", "tdpbf16ps", "tileloadd", "tilestored", "ldtilecfg", "tilezero", "tilerelease"} {
 		found := false
 		for _, ins := range order {
 			found = found || strings.Fields(ins)[0] == mn

@@ -8,3 +8,8 @@ const peakAMXFlops = 0
 
 // peakAMXLoop returns nil: no AMX without amd64 assembly.
 func peakAMXLoop() func() { return nil }
+
+// roundings lists roundBF16s, which has no assembly here.
+func roundings() map[string]func(dst, src []float32) {
+	return map[string]func(dst, src []float32){"roundBF16s": roundBF16s}
+}

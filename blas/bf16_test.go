@@ -174,6 +174,17 @@ func (p *problem) checkBF16(t *testing.T, got []float32) {
 	}
 }
 
+// opB returns op(B) as a General of its own, k×n.
+func (p *problem) opB() General {
+	b := General{p.k, p.n, max(1, p.n), make([]float32, p.k*p.n)}
+	for i := 0; i < p.k; i++ {
+		for j := 0; j < p.n; j++ {
+			b.Data[i*p.n+j] = p.at(p.b, p.tB, p.ldb, i, j)
+		}
+	}
+	return b
+}
+
 // at returns op(x)[i, j] for an operand stored with leading dimension ld.
 func (p *problem) at(x []float32, tr Transpose, ld, i, j int) float32 {
 	if tr == Trans {
@@ -261,7 +272,7 @@ func TestGemmBF16Trivial(t *testing.T) {
 }
 
 // TestPackedBF16 checks that a packed B gives the bits of the same B
-// given as a General, and that Update repacks in place, without
+// given as a General (with the sgemm kernel, of op(B) as a General), and that Update repacks in place, without
 // allocating, to what PackBF16 makes of the new values.
 func TestPackedBF16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(65, 66))
@@ -300,6 +311,11 @@ func TestPackedBF16(t *testing.T) {
 				sameBits(t, p.String()+" updated sgemm copy", pb.f32.Data, fresh.f32.Data)
 				got := General{c.Rows, c.Cols, c.Stride, append([]float32(nil), p.c...)}
 				GemmBF16(p.tA, NoTrans, p.alpha, a, pb, p.beta, got)
+				if activeBF16.sgemm {
+					// Sgemm takes a transposed B by other paths than op(B).
+					want.Data = append(want.Data[:0], p.c...)
+					GemmBF16(p.tA, NoTrans, p.alpha, a, p.opB(), p.beta, want)
+				}
 				sameBits(t, p.String()+" packed B", got.Data, want.Data)
 			}
 		}
@@ -332,19 +348,19 @@ func TestGemmBF16Determinism(t *testing.T) {
 				a, b, c0 := p.views()
 				c := c0
 				c.Data = append([]float32(nil), p.c...)
-				GemmBF16Serial(p.tA, p.tB, p.alpha, a, b, p.beta, c)
-				want := c.Data
 				pb := PackBF16(p.tB, b)
-				for _, procs := range parallel.TestThreads {
-					runtime.GOMAXPROCS(procs)
-					for _, bo := range []Operand{b, pb} {
-						tB := p.tB
-						if bo == Operand(pb) {
-							tB = NoTrans
-						}
+				for i, bo := range []Operand{b, pb} {
+					tB := p.tB
+					if bo == Operand(pb) {
+						tB = NoTrans
+					}
+					want := append([]float32(nil), p.c...)
+					GemmBF16Serial(p.tA, tB, p.alpha, a, bo, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+					for _, procs := range parallel.TestThreads {
+						runtime.GOMAXPROCS(procs)
 						c.Data = append([]float32(nil), p.c...)
 						GemmBF16(p.tA, tB, p.alpha, a, bo, p.beta, c)
-						sameBits(t, fmt.Sprintf("%v GOMAXPROCS=%d packed=%t", p, procs, bo == Operand(pb)), c.Data, want)
+						sameBits(t, fmt.Sprintf("%v GOMAXPROCS=%d packed=%t", p, procs, i == 1), c.Data, want)
 					}
 				}
 			}
@@ -657,8 +673,8 @@ func TestBF16TinySums(t *testing.T) {
 	}
 }
 
-// TestRoundBF16s checks the rounding of the sgemm kernel's operands
-// (assembly where the CPU has it) against toBF16, element by element, on
+// TestRoundBF16s checks the roundings of the sgemm kernel's operands
+// (each this CPU runs, see roundings) against toBF16, element by element, on
 // every run length up to 70 and random bits, with each kind of special
 // value and the carries of rounding (ties both ways, up to Inf) placed
 // among them, in place and not.
@@ -676,15 +692,17 @@ func TestRoundBF16s(t *testing.T) {
 				}
 				src[i] = math.Float32frombits(u)
 			}
-			dst := make([]float32, n)
-			roundBF16s(dst, src)
-			inPlace := append([]float32(nil), src...)
-			roundBF16s(inPlace, inPlace)
-			for i, x := range src {
-				want := uint32(toBF16(x)) << 16
-				for _, got := range []float32{dst[i], inPlace[i]} {
-					if math.Float32bits(got) != want {
-						t.Fatalf("n=%d: roundBF16s(%#08x) = %#08x, want %#08x", n, math.Float32bits(x), math.Float32bits(got), want)
+			for name, round := range roundings() {
+				dst := make([]float32, n)
+				round(dst, src)
+				inPlace := append([]float32(nil), src...)
+				round(inPlace, inPlace)
+				for i, x := range src {
+					want := uint32(toBF16(x)) << 16
+					for _, got := range []float32{dst[i], inPlace[i]} {
+						if math.Float32bits(got) != want {
+							t.Fatalf("n=%d: %s(%#08x) = %#08x, want %#08x", n, name, math.Float32bits(x), math.Float32bits(got), want)
+						}
 					}
 				}
 			}
@@ -717,12 +735,16 @@ func TestGemmBF16Sgemm(t *testing.T) {
 				wildBF16(rng, p.a, 70)
 				wildBF16(rng, p.b, 70)
 				a, b, c := p.views()
+				ra := General{a.Rows, a.Cols, a.Stride, round(a.Data)}
 				want := append([]float32(nil), c.Data...)
-				Sgemm(p.tA, p.tB, p.alpha, General{a.Rows, a.Cols, a.Stride, round(a.Data)}, General{b.Rows, b.Cols, b.Stride, round(b.Data)}, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+				Sgemm(p.tA, p.tB, p.alpha, ra, General{b.Rows, b.Cols, b.Stride, round(b.Data)}, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+				op := p.opB()
+				wantPacked := append([]float32(nil), c.Data...)
+				Sgemm(p.tA, NoTrans, p.alpha, ra, General{op.Rows, op.Cols, op.Stride, round(op.Data)}, p.beta, General{c.Rows, c.Cols, c.Stride, wantPacked})
 				for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
 					tB := p.tB
 					if _, ok := bop.(*PackedBF16); ok {
-						tB = NoTrans
+						tB, want = NoTrans, wantPacked // packed: op(B) as stored
 					}
 					got := append([]float32(nil), c.Data...)
 					GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
@@ -734,7 +756,7 @@ func TestGemmBF16Sgemm(t *testing.T) {
 }
 
 // TestPackedBF16OtherKernel checks that a B packed while one kernel was
-// in use gives, with another, the bits of the same B as a General: the
+// in use gives, with another, the bits of op(B) as a General: the
 // sgemm kernel's rounded copy and the others' pairs read across.
 func TestPackedBF16OtherKernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(83, 84))
@@ -748,7 +770,7 @@ func TestPackedBF16OtherKernel(t *testing.T) {
 				pb := PackBF16(p.tB, b)
 				activeBF16 = pair[1]
 				want := append([]float32(nil), c.Data...)
-				GemmBF16(p.tA, p.tB, p.alpha, a, b, p.beta, General{c.Rows, c.Cols, c.Stride, want})
+				GemmBF16(p.tA, NoTrans, p.alpha, a, p.opB(), p.beta, General{c.Rows, c.Cols, c.Stride, want})
 				got := append([]float32(nil), c.Data...)
 				GemmBF16(p.tA, NoTrans, p.alpha, a, pb, p.beta, General{c.Rows, c.Cols, c.Stride, got})
 				sameBits(t, fmt.Sprintf("%v packed for %s, used by %s", p, pair[0].name, pair[1].name), got, want)

@@ -12713,6 +12713,37 @@ round_done:
 	VZEROUPPER
 	RET
 
+// func roundBF16CVT(dst *float32, src *float32, blocks int)
+// Requires: AVX, AVX512F
+TEXT ·roundBF16CVT(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  blocks+16(FP), DX
+	TESTQ DX, DX
+	JZ    cvt16_done
+
+cvt16_loop:
+	VMOVUPS (CX), Z0
+
+	// bf16enc: vcvtneps2bf16 ymm1, zmm0
+	BYTE      $0x62
+	BYTE      $0xf2
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xc8
+	VPMOVZXWD Y1, Z1
+	VPSLLD    $0x10, Z1, Z1
+	VMOVUPS   Z1, (AX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x40, AX
+	DECQ      DX
+	JNZ       cvt16_loop
+
+cvt16_done:
+	VZEROUPPER
+	RET
+
 DATA bf16interleave<>+0(SB)/2, $0x0000
 DATA bf16interleave<>+2(SB)/2, $0x0010
 DATA bf16interleave<>+4(SB)/2, $0x0001

@@ -75,6 +75,13 @@ func vcvtne2ps2bf16(dst, src1, src2 reg.Register) {
 	emit(fmt.Sprintf("vcvtne2ps2bf16 %s, %s, %s", zname(d), zname(s1), zname(s2)), evexZZZ(3, 0x72, d, s1, s2))
 }
 
+// vcvtneps2bf16 emits VCVTNEPS2BF16 dst (ymm), src (zmm): the 16 floats of
+// src rounded to bf16 as VCVTNE2PS2BF16 rounds them.
+func vcvtneps2bf16(dst, src reg.Register) {
+	d, s := num(dst), num(src)
+	emit(fmt.Sprintf("vcvtneps2bf16 ymm%d, %s", d, zname(s)), evexZZZ(2, 0x72, d, 0, s))
+}
+
 var gpName = []string{"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
 
 // sib returns the ModRM (mod 00, rm = SIB) and SIB bytes for [base +
