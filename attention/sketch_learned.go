@@ -537,9 +537,15 @@ func (a *engine) Params() []*nn.Param {
 // SetPrecision makes the products of a learned sketch's networks, and
 // the state products of its engine's backward pass (blockStateGrads),
 // bf16 or fp32 (see Rounder); the other feature maps have no dense
-// layers, and their products stay float32.
+// layers, and their products stay float32. These products are small, and
+// take bf16 for speed alone (docs/bf16.md): so only where bf16 multiplies
+// faster than float32 (blas.FasterBF16). Elsewhere rounding their
+// operands would cost time for nothing, and they stay float32.
 func (a *engine) SetPrecision(p nn.Precision) {
 	if a.sk != nil && a.sk.net != nil {
+		if p == nn.BF16 && !blas.FasterBF16() {
+			p = nn.FP32
+		}
 		a.sk.net.setPrecision(p)
 		a.bf16 = 0
 		if p == nn.BF16 {

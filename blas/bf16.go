@@ -164,6 +164,21 @@ func RowBlockBF16(n int) int {
 // "avx512bf16", "sgemm" or "go" (see KernelBF16For for the code each shape runs).
 func KernelBF16() string { return activeBF16.name }
 
+// FasterBF16 reports whether the bf16 kernel in use multiplies faster
+// than float32 products: AMX tiles, or VDPBF16PS on AMD cores. The others
+// take bf16 for its rounding, not its speed (sgemm rounds the operands
+// and multiplies in float32), so callers with products that may be
+// float32 or bf16 for speed alone keep them float32 there.
+func FasterBF16() bool {
+	asm, fast := asmBF16Kernels()
+	for _, k := range asm[:fast] {
+		if k == activeBF16 {
+			return true
+		}
+	}
+	return false
+}
+
 // KernelBF16For names the code that computes a bf16 product of m rows, n
 // columns and inner dimension k with the kernel in use: "amx" (AMX
 // tiles), "avx512fma" (float32 FMAs on the pairs' halves), "avx512bf16"

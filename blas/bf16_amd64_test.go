@@ -378,3 +378,6 @@ func roundings() map[string]func(dst, src []float32) {
 	}
 	return rs
 }
+
+// isAMDForTest is isAMD, for the portable tests.
+func isAMDForTest() bool { return isAMD() }

@@ -13,3 +13,6 @@ func peakAMXLoop() func() { return nil }
 func roundings() map[string]func(dst, src []float32) {
 	return map[string]func(dst, src []float32){"roundBF16s": roundBF16s}
 }
+
+// isAMDForTest is false: the vendor is read on amd64 assembly builds only.
+func isAMDForTest() bool { return false }

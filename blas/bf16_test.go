@@ -485,6 +485,10 @@ func TestKernelBF16(t *testing.T) {
 	}
 	for _, kn := range bf16Kernels() {
 		activeBF16 = kn
+		// Faster than float32: AMX tiles, and VDPBF16PS on AMD alone.
+		if got, want := FasterBF16(), kn.name == "amx" || kn.name == "avx512bf16" && isAMDForTest(); got != want {
+			t.Errorf("%s: FasterBF16() = %t, want %t", kn.name, got, want)
+		}
 		for i, m := range []int{1, rowBlockBF16, rowBlockBF16 + 1} {
 			if got := KernelBF16For(m, 256, 256); got != want[kn.name][i] {
 				t.Errorf("%s: KernelBF16For(%d, 256, 256) = %q, want %q", kn.name, m, got, want[kn.name][i])
