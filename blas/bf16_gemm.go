@@ -180,7 +180,7 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 		if b.f32.Data != nil && !g.kn.sgemm {
 			// Rounded for sgemm (the kernel in use when it was packed):
 			// packed again as any B, rounding nothing more.
-			g.b, g.tB = b.f32, NoTrans
+			g.b, g.tB = b.f32, b.t
 			break
 		}
 		g.bp = b
@@ -267,13 +267,13 @@ func (g *gemmBF16) sgemm(threads int) {
 	var ws *workspace
 	switch {
 	case g.bp != nil && g.bp.f32.Data != nil:
-		h.tB, h.b, h.ldb, h.roundB = NoTrans, g.bp.f32.Data, g.bp.f32.Stride, false
+		h.tB, h.b, h.ldb, h.roundB = g.bp.t, g.bp.f32.Data, g.bp.f32.Stride, false
 	case g.bp != nil:
 		// Packed in pairs for another kernel (the one in use then).
 		ws = pool.Get().(*workspace)
 		ws.rb = grow(ws.rb, g.k*g.n)
-		g.bp.unpack(ws.rb)
-		h.tB, h.b, h.ldb, h.roundB = NoTrans, ws.rb, g.n, false
+		b := g.bp.unpack(ws.rb)
+		h.tB, h.b, h.ldb, h.roundB = g.bp.t, b.Data, b.Stride, false
 	}
 	h.run(threads)
 	if ws != nil {

@@ -3,6 +3,8 @@ package blas
 import (
 	"fmt"
 	"math"
+
+	"github.com/polysketch/polysketch/internal/parallel"
 )
 
 // nrBF16 is the width of the column strips op(B) is packed in: two
@@ -21,16 +23,13 @@ const nrBF16 = 32
 // order): a k-pair of 16 columns is one AVX-512 vector, and 16 pairs of
 // them one AMX tile.
 //
-// For the sgemm kernel it holds instead op(B)'s bf16 values as float32,
-// k×n as a General, which Sgemm packs as it packs any B (or reads in
-// place, for few rows): op(B) = Wᵀ is transposed once here, as float32
-// layers keep a copy of Wᵀ, not on every product. So a packed B gives
-// the bits of op(B) given as a General (NoTrans), which with the sgemm
-// kernel may differ in last bits from B given as a General to transpose.
+// For the sgemm kernel it holds instead the bf16 values as float32, b as
+// stored (t says how to take it), which Sgemm packs as it packs any B.
 type PackedBF16 struct {
 	k, n int
-	data []uint32 // strip s, pair p, column j at s·stripWords() + p·32 + j
-	f32  General  // op(B) rounded to bf16, for the sgemm kernel
+	data []uint32  // strip s, pair p, column j at s·stripWords() + p·32 + j
+	f32  General   // b rounded to bf16, for the sgemm kernel
+	t    Transpose // op(B) = op(b) of PackBF16
 }
 
 // PackBF16 returns op(b) packed in bf16, each element rounded to nearest
@@ -68,17 +67,23 @@ func (p *PackedBF16) Bytes() int { return 4 * (len(p.data) + len(p.f32.Data)) }
 // fill packs op(b) into p's storage for the kernel in use, allocating it
 // on the first call.
 func (p *PackedBF16) fill(t Transpose, b General) {
+	p.t = t
 	if activeBF16.sgemm {
 		if p.f32.Data == nil {
-			p.f32 = General{p.k, p.n, p.n, make([]float32, p.k*p.n)}
+			p.f32 = General{b.Rows, b.Cols, b.Cols, make([]float32, b.Rows*b.Cols)}
 		}
 		p.data = nil
-		if t == Trans {
-			gatherRows(p.f32.Data, b.Data, b.Stride, p.k, p.n)
-			roundBF16s(p.f32.Data, p.f32.Data)
+		// Once a step per weight, bound by memory: split by rows.
+		rows, cols, threads := b.Rows, b.Cols, parallel.Threads()
+		if threads == 1 || rows*cols < 1<<18 {
+			roundRows(p.f32.Data, b.Data, b.Stride, rows, cols)
 			return
 		}
-		roundRows(p.f32.Data, b.Data, b.Stride, p.k, p.n)
+		parts := min(rows, 4*threads)
+		parallel.Run(parts, threads, func(_, i int) {
+			r0, r1 := i*rows/parts, (i+1)*rows/parts
+			roundRows(p.f32.Data[r0*cols:], b.Data[r0*b.Stride:], b.Stride, r1-r0, cols)
+		})
 		return
 	}
 	if p.data == nil {
@@ -91,18 +96,27 @@ func (p *PackedBF16) fill(t Transpose, b General) {
 	bf16Pool.Put(ws)
 }
 
-// unpack sets dst[i·n+j] to op(B)[i, j] from p's pairs.
-func (p *PackedBF16) unpack(dst []float32) {
+// unpack returns op(B) from p's pairs in dst, b as it was stored when
+// packed (p.t says how to take it), so that Sgemm takes the path it takes
+// for that b.
+func (p *PackedBF16) unpack(dst []float32) General {
 	sw := p.stripWords()
+	r, c := stored(p.t, p.k, p.n)
 	for i := 0; i < p.k; i++ {
 		for j := 0; j < p.n; j++ {
 			w := p.data[j/nrBF16*sw+i/2*nrBF16+j%nrBF16]
 			if i%2 == 0 {
 				w <<= 16
 			}
-			dst[i*p.n+j] = math.Float32frombits(w & 0xffff0000)
+			x := math.Float32frombits(w & 0xffff0000)
+			if p.t == Trans {
+				dst[j*c+i] = x
+			} else {
+				dst[i*c+j] = x
+			}
 		}
 	}
+	return General{r, c, c, dst[:r*c]}
 }
 
 // pairsPadded returns the pairs a strip holds for k rows: ceil(k/2)
