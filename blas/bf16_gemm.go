@@ -62,7 +62,7 @@ func (kn *bf16Kernel) codeFor(m int) string {
 var goBF16 = &bf16Kernel{name: "go", tileCode: "go", mr: 4, mc: 64, tile: tileGo, cvt: cvtGo, inter: interGo, packTiles: packTilesGo}
 
 // activeBF16 is the kernel GemmBF16 uses: the fastest this CPU runs, or
-// the one named by POLYSKETCH_BF16_KERNEL (go, avx512bf16, avx512fma, amx) when
+// the one named by POLYSKETCH_BF16_KERNEL (go, sgemm, avx512bf16, avx512fma, amx) when
 // this CPU runs it; POLYSKETCH_NOASM=1 means go. Tests set it to each of
 // bf16Kernels() in turn.
 var activeBF16 = chooseBF16()

@@ -503,9 +503,12 @@ func wildBF16(rng *rand.Rand, s []float32, maxExp int) {
 
 // agreeShapes are bf16Shapes and some that take more than one AMX chunk
 // and strip, of more than RowBlockBF16 rows, and one row by whole groups
-// of 4 strips (AMX's wide code), whole chunks of k and a partial last one.
+// of 4 strips (AMX's wide code), whole chunks of k and a partial last one;
+// and the shapes of Sgemm's paths that the sgemm kernel takes: few
+// columns, narrow B, few rows, split by k.
 var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100},
-	[3]int{1, 256, 512}, [3]int{1, 384, 101})
+	[3]int{1, 256, 512}, [3]int{1, 384, 101},
+	[3]int{300, 4, 64}, [3]int{500, 64, 200}, [3]int{8, 700, 300}, [3]int{64, 300, 2000}, [3]int{400, 96, 96}) // Sgemm's paths
 
 // eachAgreeCase runs f on the products of TestBF16KernelsAgree and
 // TestBF16SpecialValues: C computed by each kernel of ks in turn, with B
@@ -700,44 +703,24 @@ func TestRoundBF16s(t *testing.T) {
 
 // TestGemmBF16Sgemm checks that the sgemm kernel gives, bit for bit,
 // Sgemm's product of the operands rounded to bf16 beforehand by toBF16,
-// on every path of Sgemm: packed (serial, split, by k), and the small
-// forms of few rows, few columns and narrow B, with B as a General and
-// packed, operands with NaNs, Infs, denormals and overflowing products.
+// on every path of Sgemm (agreeShapes take the packed one, serial, split
+// and by k, and the forms of few rows, few columns and narrow B), with B
+// as a General and packed, operands with NaNs, Infs, denormals and
+// overflowing products.
 func TestGemmBF16Sgemm(t *testing.T) {
-	rng := rand.New(rand.NewPCG(81, 82))
-	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	activeBF16 = sgemmBF16
-	round := func(s []float32) []float32 {
-		r := make([]float32, len(s))
-		for i, x := range s {
+	round := func(g General) General {
+		r := make([]float32, len(g.Data))
+		for i, x := range g.Data {
 			r[i] = roundBF16(x)
 		}
-		return r
+		return General{g.Rows, g.Cols, g.Stride, r}
 	}
-	shapes := append(append([][3]int(nil), agreeShapes...),
-		[3]int{300, 4, 64}, [3]int{500, 64, 200}, [3]int{8, 700, 300}, [3]int{64, 300, 2000}, [3]int{400, 96, 96})
-	for _, sh := range shapes {
-		for _, tr := range transposes {
-			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
-				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
-				wildBF16(rng, p.a, 70)
-				wildBF16(rng, p.b, 70)
-				a, b, c := p.views()
-				ra := General{a.Rows, a.Cols, a.Stride, round(a.Data)}
-				want := append([]float32(nil), c.Data...)
-				Sgemm(p.tA, p.tB, p.alpha, ra, General{b.Rows, b.Cols, b.Stride, round(b.Data)}, p.beta, General{c.Rows, c.Cols, c.Stride, want})
-				for _, bop := range []Operand{b, PackBF16(p.tB, b)} {
-					tB := p.tB
-					if _, ok := bop.(*PackedBF16); ok {
-						tB = NoTrans
-					}
-					got := append([]float32(nil), c.Data...)
-					GemmBF16(p.tA, tB, p.alpha, a, bop, p.beta, General{c.Rows, c.Cols, c.Stride, got})
-					sameBits(t, fmt.Sprintf("%v (%T)", p, bop), got, want)
-				}
-			}
-		}
-	}
+	eachAgreeCase(t, []*bf16Kernel{sgemmBF16}, 70, func(p *problem, _ *bf16Kernel, bop Operand, got []float32) {
+		a, b, c := p.views()
+		want := append([]float32(nil), c.Data...)
+		Sgemm(p.tA, p.tB, p.alpha, round(a), round(b), p.beta, General{c.Rows, c.Cols, c.Stride, want})
+		sameBits(t, fmt.Sprintf("%v (%T)", p, bop), got, want)
+	})
 }
 
 // TestPackedBF16OtherKernel checks that a B packed while one kernel was

@@ -52,7 +52,7 @@ func benchGEMM(args []string, stdout io.Writer) error {
 	reps := fs.Int("reps", 5, "repetitions per case and implementation; the best counts")
 	pause := fs.Duration("pause", 100*time.Millisecond, "idle time before each measurement when comparing implementations (OpenBLAS's threads spin for a while after a call and would slow the next one)")
 	casesFlag := fs.String("cases", gemmCases, "comma-separated products, each m×k×n written `MxKxN`")
-	bf16 := fs.Bool("bf16", blas.KernelBF16() != "go", "also time bf16 products (default: when the CPU has bf16 instructions; the portable bf16 kernel is far slower than float32)")
+	bf16 := fs.Bool("bf16", blas.KernelBF16() != "go", "also time bf16 products (default: unless the bf16 kernel is the portable one, far slower than float32)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func benchGEMM(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%s: %s\n", impl.name, impl.detail)
 		}
 		if !*bf16 {
-			fmt.Fprintf(stdout, "bf16: not timed: the bf16 kernel in use is the portable one (no bf16 instructions on this CPU, or POLYSKETCH_NOASM or POLYSKETCH_BF16_KERNEL chose it), far slower than float32; --bf16 times it\n")
+			fmt.Fprintf(stdout, "bf16: not timed: the bf16 kernel in use is the portable one (POLYSKETCH_NOASM, POLYSKETCH_BF16_KERNEL or a purego build chose it), far slower than float32; --bf16 times it\n")
 		}
 		fmt.Fprintf(stdout, "threads: %d, best of %d × ≥%v\n\n", *threads, *reps, *minTime)
 		fmt.Fprintf(stdout, "%16s", "m×k×n")

@@ -37,11 +37,11 @@ func (f precisionFlag) Set(s string) error {
 	return nil
 }
 
-// warnPrecision writes one line to w when p is bf16 and the CPU has no
-// bf16 instructions, so that the products run on the portable Go path.
+// warnPrecision writes one line to w when p is bf16 and the products run
+// on the portable Go kernel, far slower than any other.
 func warnPrecision(w io.Writer, p nn.Precision) {
 	if p == nn.BF16 && blas.KernelBF16() == "go" {
-		fmt.Fprintln(w, "polysketch: warning: no bf16 instructions in use (AMX-BF16 or AVX512_BF16; or POLYSKETCH_NOASM=1): --precision bf16 runs on the portable Go path, slower than fp32")
+		fmt.Fprintln(w, "polysketch: warning: the portable bf16 kernel is in use (POLYSKETCH_NOASM=1, POLYSKETCH_BF16_KERNEL=go or a purego build): --precision bf16 runs on the portable Go path, slower than fp32")
 	}
 }
 
