@@ -503,22 +503,23 @@ func wildBF16(rng *rand.Rand, s []float32, maxExp int) {
 
 // agreeShapes are bf16Shapes and some that take more than one AMX chunk
 // and strip, of more than RowBlockBF16 rows, and one row by whole groups
-// of 4 strips (AMX's wide code), whole chunks of k and a partial last one;
-// and the shapes of Sgemm's paths that the sgemm kernel takes: few
-// columns, narrow B, few rows, split by k.
+// of 4 strips (AMX's wide code), whole chunks of k and a partial last one.
 var agreeShapes = append(bf16Shapes, [3]int{3, 512, 100}, [3]int{2, 257, 64}, [3]int{40, 300, 77}, [3]int{70, 65, 100},
-	[3]int{1, 256, 512}, [3]int{1, 384, 101},
-	[3]int{300, 4, 64}, [3]int{500, 64, 200}, [3]int{8, 700, 300}, [3]int{64, 300, 2000}, [3]int{400, 96, 96}) // Sgemm's paths
+	[3]int{1, 256, 512}, [3]int{1, 384, 101})
 
-// eachAgreeCase runs f on the products of TestBF16KernelsAgree and
-// TestBF16SpecialValues: C computed by each kernel of ks in turn, with B
-// as a General and then packed, on operands made by wildBF16 up to
-// 2^maxExp.
-func eachAgreeCase(t *testing.T, ks []*bf16Kernel, maxExp int, f func(p *problem, kn *bf16Kernel, bop Operand, got []float32)) {
+// sgemmShapes take the paths of Sgemm that agreeShapes do not: few
+// columns, narrow B, few rows, split by k.
+var sgemmShapes = [][3]int{{300, 4, 64}, {500, 64, 200}, {8, 700, 300}, {64, 300, 2000}, {400, 96, 96}}
+
+// eachAgreeCase runs f on the products of TestBF16KernelsAgree,
+// TestBF16SpecialValues and TestGemmBF16Sgemm: C of each shape computed
+// by each kernel of ks in turn, with B as a General and then packed, on
+// operands made by wildBF16 up to 2^maxExp.
+func eachAgreeCase(t *testing.T, shapes [][3]int, ks []*bf16Kernel, maxExp int, f func(p *problem, kn *bf16Kernel, bop Operand, got []float32)) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(73, 74))
 	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
-	for _, sh := range agreeShapes {
+	for _, sh := range shapes {
 		for _, tr := range transposes {
 			for _, ab := range [][2]float32{{1, 0}, {-0.75, 1.5}} {
 				p := newProblem(rng, tr[0], tr[1], sh[0], sh[1], sh[2], ab[0], ab[1], 1)
@@ -556,7 +557,7 @@ func TestBF16KernelsAgree(t *testing.T) {
 	asm, _ := asmBF16Kernels()
 	ks := append([]*bf16Kernel{goBF16, emu}, asm...)
 	var want, wantTiles []float32
-	eachAgreeCase(t, ks, 70, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+	eachAgreeCase(t, agreeShapes, ks, 70, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
 		if _, general := bop.(General); general {
 			switch kn {
 			case goBF16:
@@ -594,7 +595,7 @@ func TestBF16SpecialValues(t *testing.T) {
 	}
 	var want []float32
 	specials := 0
-	eachAgreeCase(t, ks, 50, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
+	eachAgreeCase(t, agreeShapes, ks, 50, func(p *problem, kn *bf16Kernel, bop Operand, got []float32) {
 		if _, general := bop.(General); general && kn == goBF16 {
 			want = got
 			for _, x := range got {
@@ -703,8 +704,9 @@ func TestRoundBF16s(t *testing.T) {
 
 // TestGemmBF16Sgemm checks that the sgemm kernel gives, bit for bit,
 // Sgemm's product of the operands rounded to bf16 beforehand by toBF16,
-// on every path of Sgemm (agreeShapes take the packed one, serial, split
-// and by k, and the forms of few rows, few columns and narrow B), with B
+// on every path of Sgemm (agreeShapes and sgemmShapes take the packed
+// one, serial, split and by k, and the forms of few rows, few columns and
+// narrow B), with B
 // as a General and packed, operands with NaNs, Infs, denormals and
 // overflowing products.
 func TestGemmBF16Sgemm(t *testing.T) {
@@ -715,7 +717,7 @@ func TestGemmBF16Sgemm(t *testing.T) {
 		}
 		return General{g.Rows, g.Cols, g.Stride, r}
 	}
-	eachAgreeCase(t, []*bf16Kernel{sgemmBF16}, 70, func(p *problem, _ *bf16Kernel, bop Operand, got []float32) {
+	eachAgreeCase(t, append(agreeShapes[:len(agreeShapes):len(agreeShapes)], sgemmShapes...), []*bf16Kernel{sgemmBF16}, 70, func(p *problem, _ *bf16Kernel, bop Operand, got []float32) {
 		a, b, c := p.views()
 		want := append([]float32(nil), c.Data...)
 		Sgemm(p.tA, p.tB, p.alpha, round(a), round(b), p.beta, General{c.Rows, c.Cols, c.Stride, want})
