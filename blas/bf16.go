@@ -161,7 +161,8 @@ func RowBlockBF16(n int) int {
 }
 
 // KernelBF16 names the bf16 kernel in use: "amx", "avx512fma",
-// "avx512bf16", "sgemm" or "go" (see KernelBF16For for the code each shape runs).
+// "avx512bf16", "sgemm" or "go" (see KernelBF16For for the code each
+// shape runs).
 func KernelBF16() string { return activeBF16.name }
 
 // FasterBF16 reports whether the bf16 kernel in use multiplies faster
@@ -182,6 +183,7 @@ func FasterBF16() bool {
 // KernelBF16For names the code that computes a bf16 product of m rows, n
 // columns and inner dimension k with the kernel in use: "amx" (AMX
 // tiles), "avx512fma" (float32 FMAs on the pairs' halves), "avx512bf16"
-// (VDPBF16PS), "sgemm" (Sgemm on operands rounded to bf16) or "go". The choice depends on the shape and the CPU only,
-// never on timings, so that results are reproducible.
+// (VDPBF16PS), "sgemm" (Sgemm on operands rounded to bf16) or "go". The
+// choice depends on the shape and the CPU only, never on timings, so that
+// results are reproducible.
 func KernelBF16For(m, n, k int) string { return activeBF16.codeFor(m) }

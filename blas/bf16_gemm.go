@@ -262,8 +262,8 @@ func (g *gemmBF16) run(threads int) {
 // sgemm computes g as Sgemm does, with the operands rounded to bf16: A
 // as it is packed, B likewise or, packed, from its rounded copy.
 func (g *gemmBF16) sgemm(threads int) {
-	h := gemm{kn: active, tA: g.tA, tB: g.tB, m: g.m, n: g.n, k: g.k, alpha: g.alpha, a: g.a.Data, lda: g.a.Stride,
-		b: g.b.Data, ldb: g.b.Stride, beta: g.beta, c: g.c.Data, ldc: g.c.Stride, roundA: true, roundB: true}
+	h := newGemm(g.tA, g.tB, g.m, g.n, g.k, g.alpha, g.a, g.b, g.beta, g.c)
+	h.roundA, h.roundB = true, true
 	var ws *workspace
 	switch {
 	case g.bp != nil && g.bp.f32.Data != nil:

@@ -57,8 +57,14 @@ const (
 // read. Bad shapes or short views panic with a message naming them.
 func Sgemm(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
 	m, n, k := checkGemm("Sgemm", tA, tB, a, b, c)
-	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
+	g := newGemm(tA, tB, m, n, k, alpha, a, b, beta, c)
 	g.run(parallel.Threads())
+}
+
+// newGemm returns the product of checked views, op(A) m×k by op(B) k×n
+// into C, on the kernel in use.
+func newGemm(tA, tB Transpose, m, n, k int, alpha float32, a, b General, beta float32, c General) gemm {
+	return gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
 }
 
 // SgemmSerial is Sgemm on the calling goroutine alone, for callers that
@@ -66,7 +72,7 @@ func Sgemm(tA, tB Transpose, alpha float32, a, b General, beta float32, c Genera
 // (packing buffers are pooled) and gives the same bits as Sgemm.
 func SgemmSerial(tA, tB Transpose, alpha float32, a, b General, beta float32, c General) {
 	m, n, k := checkGemm("SgemmSerial", tA, tB, a, b, c)
-	g := gemm{kn: active, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, a: a.Data, lda: a.Stride, b: b.Data, ldb: b.Stride, beta: beta, c: c.Data, ldc: c.Stride}
+	g := newGemm(tA, tB, m, n, k, alpha, a, b, beta, c)
 	g.serial()
 }
 
