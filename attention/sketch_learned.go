@@ -446,15 +446,9 @@ func (s *learned) backward(dx blas.General, accumulate bool, x blas.General, c i
 // nn.Linear.ApplyGELU), which is all backward needs of them.
 func (f *sketchNet) forward(x blas.General, a netActs, k kept, grad bool) {
 	in, hid, rows := f.in, f.l1.Out, x.Rows
-	g, b := f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data
-	for i := 0; i < rows; i++ {
-		a.m0[i], a.s0[i] = vec.LayerNorm(a.u0[i*in:(i+1)*in], x.Data[i*x.Stride:i*x.Stride+in], g, b, f.ln1.Eps)
-	}
+	vec.LayerNormRows(a.u0, x.Data, x.Stride, f.ln1.Gain.Value.Data, f.ln1.Bias.Value.Data, a.m0[:rows], a.s0[:rows], f.ln1.Eps)
 	f.l1.ApplyGELU(blas.NewGeneral(rows, hid, a.a1), blas.NewGeneral(rows, hid, a.h1), blas.NewGeneral(rows, in, a.u0), grad)
-	g, b = f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data
-	for i := 0; i < rows; i++ {
-		a.m1[i], a.s1[i] = vec.LayerNorm(a.u1[i*hid:(i+1)*hid], a.h1[i*hid:(i+1)*hid], g, b, f.ln2.Eps)
-	}
+	vec.LayerNormRows(a.u1, a.h1, hid, f.ln2.Gain.Value.Data, f.ln2.Bias.Value.Data, a.m1[:rows], a.s1[:rows], f.ln2.Eps)
 	r := f.l2.Out
 	if !k.load {
 		f.l2.Apply(blas.NewGeneral(rows, r, a.a2), blas.NewGeneral(rows, hid, a.u1))
@@ -483,22 +477,17 @@ func (f *sketchNet) backward(dx blas.General, accumulate bool, x blas.General, d
 	// u1 = LN2(h1), h1 = GELU(a1)
 	dh1 := tB
 	clear(dh1)
-	gain := f.ln2.Gain.Value.Data
-	for i := 0; i < rows; i++ {
-		vec.LayerNormBackward(dh1[i*hid:(i+1)*hid], g.g2, g.b2, a.h1[i*hid:(i+1)*hid], gain, du1[i*hid:(i+1)*hid], a.m1[i], a.s1[i])
-	}
+	vec.LayerNormBackwardRows(dh1, hid, g.g2, g.b2, a.h1, hid, f.ln2.Gain.Value.Data, du1, a.m1[:rows], a.s1[:rows])
 	vec.Mul(dh1, dh1, a.a1) // a1 holds GELU'(a1)
 	// a1 = u0·W1 + b1, u0 = LN1(x)
 	du0 := tX
 	f.l1.ApplyBackward(blas.NewGeneral(rows, in, du0), blas.NewGeneral(rows, hid, dh1), blas.NewGeneral(rows, in, a.u0), blas.NewGeneral(hid, in, f.wT[0]), blas.NewGeneral(in, hid, g.w1), g.c1)
-	gain = f.ln1.Gain.Value.Data
-	for i := 0; i < rows; i++ {
-		d := dx.Data[i*dx.Stride : i*dx.Stride+in]
-		if !accumulate {
-			clear(d)
+	if !accumulate {
+		for i := 0; i < rows; i++ {
+			clear(dx.Data[i*dx.Stride : i*dx.Stride+in])
 		}
-		vec.LayerNormBackward(d, g.g1, g.b1, x.Data[i*x.Stride:i*x.Stride+in], gain, du0[i*in:(i+1)*in], a.m0[i], a.s0[i])
 	}
+	vec.LayerNormBackwardRows(dx.Data, dx.Stride, g.g1, g.b1, x.Data, x.Stride, f.ln1.Gain.Value.Data, du0, a.m0[:rows], a.s0[:rows])
 }
 
 // apply computes Mᵀ ([r × n]) for the n rows of x chunk by chunk, for

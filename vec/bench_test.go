@@ -164,6 +164,43 @@ func BenchmarkLayerNorm(b *testing.B) {
 	})
 }
 
+// BenchmarkLayerNormRows runs LayerNormRows and LayerNormBackwardRows on
+// a chunk of the learned sketch networks' rows (64 rows of 64 and of 256
+// floats); on the avx2 path that is LayerNorm and LayerNormBackward row
+// by row.
+func BenchmarkLayerNormRows(b *testing.B) {
+	saved := use
+	defer func() { use = saved }()
+	const rows = 64
+	for _, pass := range []string{"forward", "backward"} {
+		for _, n := range []int{64, 256} {
+			for _, im := range []impl{implAVX512, implAVX2, implGo} {
+				if !slices.Contains(impls(), im) {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/n=%d/%s", pass, n, im), func(b *testing.B) {
+					use = im
+					rng := rand.New(rand.NewPCG(1, uint64(n)))
+					x, y := fill(rng, make([]float32, rows*n), -1, 3), make([]float32, rows*n)
+					g, bias := fill(rng, make([]float32, n), 0.5, 1.5), fill(rng, make([]float32, n), -1, 1)
+					mean, rstd := make([]float32, rows), make([]float32, rows)
+					LayerNormRows(y, x, n, g, bias, mean, rstd, 1e-5)
+					dy := fill(rng, make([]float32, rows*n), -1, 1)
+					dg, db := make([]float32, n), make([]float32, n)
+					for b.Loop() {
+						if pass == "forward" {
+							LayerNormRows(y, x, n, g, bias, mean, rstd, 1e-5)
+						} else {
+							LayerNormBackwardRows(y, n, dg, db, x, n, g, dy, mean, rstd)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
+				})
+			}
+		}
+	}
+}
+
 func BenchmarkLayerNormBackward(b *testing.B) {
 	bench(b, 36, func(n int, rng *rand.Rand) func() {
 		x, g, dy := fill(rng, make([]float32, n), -1, 3), fill(rng, make([]float32, n), 0.5, 1.5), fill(rng, make([]float32, n), -1, 1)

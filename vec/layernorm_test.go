@@ -1,8 +1,10 @@
 package vec
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,6 +49,62 @@ func TestLayerNorm(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// TestLayerNormRows checks LayerNormRows bit for bit against LayerNorm row
+// by row on each path: widths its kernel takes (multiples of 32) and
+// others, rows apart and in place, with rows of specials: NaNs of two
+// payloads, infinities, huge and subnormal values, constant rows.
+func TestLayerNormRows(t *testing.T) {
+	specials := []float32{inf, ninf, nan, math.Float32frombits(0x7fc0abcd), 1e30, -3e38, 1e-40, 0, float32(math.Copysign(0, -1))}
+	paths(t, func(t *testing.T) {
+		for _, n := range []int{32, 64, 96, 256, 7, 100} {
+			for _, pad := range []int{0, 3} {
+				t.Run(fmt.Sprintf("n=%d/ldx=%d", n, n+pad), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(pad)))
+					const rows = 12
+					ldx := n + pad
+					x := fill(rng, make([]float32, (rows-1)*ldx+n), -3, 5)
+					for i := 0; i < n; i++ {
+						x[2*ldx+i] = 0.75 // a constant row: variance 0
+						x[3*ldx+i] *= 1e-39 // subnormal
+					}
+					if n >= 64 { // two NaNs meet in a lane of the sums
+						x[ldx+1], x[ldx+33] = nan, math.Float32frombits(0x7fc0abcd)
+					}
+					for r := 4; r < rows; r++ { // a special or two a row
+						x[r*ldx+rng.IntN(n)] = specials[(r-4)%len(specials)]
+						x[r*ldx+rng.IntN(n)] = specials[rng.IntN(len(specials))]
+					}
+					g, b := fill(rng, make([]float32, n), 0.5, 1.5), fill(rng, make([]float32, n), -1, 1)
+					dst := make([]float32, rows*n)
+					mean, rstd := make([]float32, rows), make([]float32, rows)
+					LayerNormRows(dst, x, ldx, g, b, mean, rstd, lnEps)
+					want := make([]float32, n)
+					for r := range rows {
+						wm, ws := LayerNorm(want, x[r*ldx:r*ldx+n], g, b, lnEps)
+						if !same(mean[r], wm) || !same(rstd[r], ws) {
+							t.Fatalf("row %d: mean, rstd = %g (%#x), %g (%#x); LayerNorm gives %g (%#x), %g (%#x)", r,
+								mean[r], math.Float32bits(mean[r]), rstd[r], math.Float32bits(rstd[r]), wm, math.Float32bits(wm), ws, math.Float32bits(ws))
+						}
+						for i, w := range want {
+							if got := dst[r*n+i]; !same(got, w) {
+								t.Fatalf("row %d, element %d: %g (%#x); LayerNorm gives %g (%#x)", r, i, got, math.Float32bits(got), w, math.Float32bits(w))
+							}
+						}
+					}
+					if pad == 0 { // in place
+						LayerNormRows(x, x, ldx, g, b, mean, rstd, lnEps)
+						for i := range dst {
+							if !same(x[i], dst[i]) {
+								t.Fatalf("in place: element %d = %g, want %g", i, x[i], dst[i])
+							}
+						}
+					}
+				})
+			}
+		}
 	})
 }
 
@@ -103,6 +161,54 @@ func TestLayerNormBackward(t *testing.T) {
 
 // TestLayerNormBackwardFiniteDiff checks LayerNormBackward against central
 // differences of LayerNorm itself: the loss is Σ w[i]·LayerNorm(x)[i].
+// TestLayerNormBackwardRows checks LayerNormBackwardRows bit for bit
+// against LayerNormBackward row by row on each path, widths its kernel
+// takes (multiples of 16) and others, rows apart, with specials among x
+// and dy and gradients accumulated on nonzero ones.
+func TestLayerNormBackwardRows(t *testing.T) {
+	specials := []float32{inf, ninf, nan, math.Float32frombits(0x7fc0abcd), 1e30, -3e38, 1e-40, 0}
+	paths(t, func(t *testing.T) {
+		for _, n := range []int{16, 64, 80, 256, 7, 40} {
+			for _, pad := range []int{0, 5} {
+				t.Run(fmt.Sprintf("n=%d/pad=%d", n, pad), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(pad)))
+					const rows = 12
+					ldx, lddx := n+pad, n+2*pad
+					x := fill(rng, make([]float32, (rows-1)*ldx+n), -3, 5)
+					dy := fill(rng, make([]float32, rows*n), -1, 1)
+					for r := 6; r < rows; r++ {
+						x[r*ldx+rng.IntN(n)] = specials[(r-6)%len(specials)]
+						dy[r*n+rng.IntN(n)] = specials[rng.IntN(len(specials))]
+					}
+					if n >= 32 { // two NaNs meet in a lane of the sums
+						dy[5*n+1], dy[5*n+17] = nan, math.Float32frombits(0x7fc0abcd)
+					}
+					g, b := fill(rng, make([]float32, n), 0.5, 1.5), fill(rng, make([]float32, n), -1, 1)
+					mean, rstd := make([]float32, rows), make([]float32, rows)
+					LayerNormRows(make([]float32, rows*n), x, ldx, g, b, mean, rstd, lnEps)
+					dx := fill(rng, make([]float32, (rows-1)*lddx+n), -1, 1)
+					dg, db := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -1, 1)
+					wdx, wdg, wdb := slices.Clone(dx), slices.Clone(dg), slices.Clone(db)
+					LayerNormBackwardRows(dx, lddx, dg, db, x, ldx, g, dy, mean, rstd)
+					for r := range rows {
+						LayerNormBackward(wdx[r*lddx:r*lddx+n], wdg, wdb, x[r*ldx:r*ldx+n], g, dy[r*n:(r+1)*n], mean[r], rstd[r])
+					}
+					for _, o := range []struct {
+						name      string
+						got, want []float32
+					}{{"dx", dx, wdx}, {"dgain", dg, wdg}, {"dbias", db, wdb}} {
+						for i := range o.want {
+							if !same(o.got[i], o.want[i]) {
+								t.Fatalf("%s[%d] = %g (%#x); LayerNormBackward gives %g (%#x)", o.name, i, o.got[i], math.Float32bits(o.got[i]), o.want[i], math.Float32bits(o.want[i]))
+							}
+						}
+					}
+				})
+			}
+		}
+	})
+}
+
 func TestLayerNormBackwardFiniteDiff(t *testing.T) {
 	paths(t, func(t *testing.T) {
 		for _, n := range []int{1, 2, 7, 9, 33} {
@@ -157,6 +263,9 @@ func TestLayerNormPanics(t *testing.T) {
 		msg string
 	}{
 		{func() { LayerNorm(a, a, a, b, 1e-5) }, "vec.LayerNorm: length mismatch: len(dst)=3, len(x)=3, len(gain)=3, len(bias)=4"},
+		{func() { LayerNormRows(a, a, 3, a, a, a[:1], a[:2], 1e-5) }, "vec.LayerNormRows: length mismatch: len(dst)=3, len(x)=3, ldx=3, len(gain)=3, len(bias)=3, len(mean)=1, len(rstd)=2"},
+		{func() { LayerNormRows(a, b, 2, a, a, a[:1], a[:1], 1e-5) }, "ldx=2"},
+		{func() { LayerNormBackwardRows(a, 3, a, b, a, 3, a, a, a[:1], a[:1]) }, "vec.LayerNormBackwardRows: length mismatch: len(dx)=3, lddx=3, len(dgain)=3, len(dbias)=4"},
 		{func() { LayerNormBackward(a, a, a, a, b, a, 0, 1) }, "vec.LayerNormBackward: length mismatch: len(dx)=3, len(dgain)=3, len(dbias)=3, len(x)=3, len(gain)=4, len(dy)=3"},
 	} {
 		func() {

@@ -178,3 +178,13 @@ func standardizeGradsAVX512(dgain []float32, dbias []float32, g []float32, dy []
 //
 //go:noescape
 func standardizeDxAVX512(g []float32, xhat []float32, rstd float32, a float32, b float32)
+
+// layerNormRowsAVX512 sets row i of dst (len(gain) floats from dst[i·len(gain)]) to LayerNorm of row i of x (from x[i·ldx]), mean[i] and rstd[i] to its mean and 1/σ, for i < len(mean), with AVX-512F; len(gain) is a positive multiple of 32.
+//
+//go:noescape
+func layerNormRowsAVX512(dst []float32, x []float32, ldx int, gain []float32, bias []float32, mean []float32, rstd []float32, eps float32)
+
+// layerNormBackwardRowsAVX512 adds to row i of dx (from dx[i·lddx]), dgain and dbias the gradients of LayerNorm of row i of x (from x[i·ldx]) for row i of dy (len(gain) floats from dy[i·len(gain)]), given mean[i] and rstd[i], for i < len(mean), with AVX-512F; len(gain) is a positive multiple of 16.
+//
+//go:noescape
+func layerNormBackwardRowsAVX512(dx []float32, lddx int, dgain []float32, dbias []float32, x []float32, ldx int, gain []float32, dy []float32, mean []float32, rstd []float32)

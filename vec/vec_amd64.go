@@ -247,6 +247,27 @@ func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool 
 	return true
 }
 
+// layerNormRowsFast runs LayerNormRows's kernel and reports whether there
+// was one for the kernels in use and a row of len(gain) floats.
+func layerNormRowsFast(dst, x []float32, ldx int, gain, bias, mean, rstd []float32, eps float32) bool {
+	if use != implAVX512 || len(gain)%32 != 0 {
+		return false
+	}
+	layerNormRowsAVX512(dst, x, ldx, gain, bias, mean, rstd, eps)
+	return true
+}
+
+// layerNormBackwardRowsFast runs LayerNormBackwardRows's kernel and
+// reports whether there was one for the kernels in use and a row of
+// len(gain) floats.
+func layerNormBackwardRowsFast(dx []float32, lddx int, dgain, dbias, x []float32, ldx int, gain, dy, mean, rstd []float32) bool {
+	if use != implAVX512 || len(gain)%16 != 0 {
+		return false
+	}
+	layerNormBackwardRowsAVX512(dx, lddx, dgain, dbias, x, ldx, gain, dy, mean, rstd)
+	return true
+}
+
 func standardizeGradsFast(dgain, dbias, g, dy, xhat, gain []float32) bool {
 	if use != implAVX512 {
 		return false

@@ -4960,3 +4960,231 @@ tail:
 done:
 	VZEROUPPER
 	RET
+
+// func layerNormRowsAVX512(dst []float32, x []float32, ldx int, gain []float32, bias []float32, mean []float32, rstd []float32, eps float32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·layerNormRowsAVX512(SB), NOSPLIT, $0-156
+	MOVQ       dst_base+0(FP), AX
+	MOVQ       x_base+24(FP), CX
+	MOVQ       gain_base+56(FP), DX
+	MOVQ       bias_base+80(FP), BX
+	MOVQ       mean_base+104(FP), SI
+	MOVQ       rstd_base+128(FP), DI
+	MOVQ       gain_len+64(FP), R8
+	MOVQ       mean_len+112(FP), R9
+	MOVQ       ldx+48(FP), R10
+	SHLQ       $0x02, R10
+	VCVTSI2SSQ R8, X0, X0
+	SHLQ       $0x02, R8
+	VMOVSS     eps+152(FP), X1
+	VCVTSS2SD  X1, X1, X1
+	MOVQ       $0x3ff0000000000000, R11
+	VMOVQ      R11, X2
+	VXORPS     X3, X3, X3
+
+row:
+	TESTQ  R9, R9
+	JZ     done
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	XORQ   R11, R11
+
+sum:
+	VADDPS        (CX)(R11*1), Z4, Z4
+	VADDPS        64(CX)(R11*1), Z5, Z5
+	ADDQ          $0x80, R11
+	CMPQ          R11, R8
+	JB            sum
+	VEXTRACTF64X4 $0x01, Z4, Y6
+	VADDPS        Y6, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y6
+	VADDPS        Y6, Y5, Y5
+	VADDPS        Y5, Y4, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VADDPS        X5, X4, X4
+	VMOVHLPS      X4, X4, X5
+	VADDPS        X5, X4, X4
+	VMOVSHDUP     X4, X5
+	VADDSS        X5, X4, X4
+	VDIVSS        X0, X4, X4
+	VBROADCASTSS  X4, Z5
+	VXORPS        Z6, Z6, Z6
+	VXORPS        Z8, Z8, Z8
+	VXORPS        Z9, Z9, Z9
+	VXORPS        Z10, Z10, Z10
+	XORQ          R11, R11
+
+dev:
+	VMOVUPS       (CX)(R11*1), Z11
+	VSUBPS        Z5, Z11, Z11
+	VADDPS        Z11, Z6, Z6
+	VFMADD231PS   Z11, Z11, Z9
+	VMOVUPS       64(CX)(R11*1), Z11
+	VSUBPS        Z5, Z11, Z11
+	VADDPS        Z11, Z8, Z8
+	VFMADD231PS   Z11, Z11, Z10
+	ADDQ          $0x80, R11
+	CMPQ          R11, R8
+	JB            dev
+	VEXTRACTF64X4 $0x01, Z6, Y5
+	VADDPS        Y5, Y6, Y5
+	VEXTRACTF64X4 $0x01, Z8, Y6
+	VADDPS        Y6, Y8, Y6
+	VADDPS        Y6, Y5, Y5
+	VEXTRACTF128  $0x01, Y5, X6
+	VADDPS        X6, X5, X5
+	VMOVHLPS      X5, X5, X6
+	VADDPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VADDSS        X6, X5, X5
+	VEXTRACTF64X4 $0x01, Z9, Y6
+	VADDPS        Y6, Y9, Y6
+	VEXTRACTF64X4 $0x01, Z10, Y8
+	VADDPS        Y8, Y10, Y8
+	VADDPS        Y8, Y6, Y6
+	VEXTRACTF128  $0x01, Y6, X8
+	VADDPS        X8, X6, X6
+	VMOVHLPS      X6, X6, X8
+	VADDPS        X8, X6, X6
+	VMOVSHDUP     X6, X8
+	VADDSS        X8, X6, X6
+	VMULSS        X5, X5, X8
+	VDIVSS        X0, X8, X8
+	VSUBSS        X8, X6, X8
+	VDIVSS        X0, X8, X8
+	VMAXSS        X8, X3, X8
+	VDIVSS        X0, X5, X5
+	VADDSS        X5, X4, X5
+	VMOVSS        X5, (SI)
+	VCVTSS2SD     X8, X7, X7
+	VADDSD        X1, X7, X7
+	VSQRTSD       X7, X7, X7
+	VDIVSD        X7, X2, X7
+	VCVTSD2SS     X7, X7, X7
+	VMOVSS        X7, (DI)
+	VBROADCASTSS  X5, Z4
+	VBROADCASTSS  X7, Z5
+	XORQ          R11, R11
+
+norm:
+	VMOVUPS     (CX)(R11*1), Z6
+	VSUBPS      Z4, Z6, Z6
+	VMULPS      Z5, Z6, Z6
+	VMOVUPS     (DX)(R11*1), Z8
+	VFMADD213PS (BX)(R11*1), Z8, Z6
+	VMOVUPS     Z6, (AX)(R11*1)
+	VMOVUPS     64(CX)(R11*1), Z6
+	VSUBPS      Z4, Z6, Z6
+	VMULPS      Z5, Z6, Z6
+	VMOVUPS     64(DX)(R11*1), Z8
+	VFMADD213PS 64(BX)(R11*1), Z8, Z6
+	VMOVUPS     Z6, 64(AX)(R11*1)
+	ADDQ        $0x80, R11
+	CMPQ        R11, R8
+	JB          norm
+	ADDQ        R10, CX
+	ADDQ        R8, AX
+	ADDQ        $0x04, SI
+	ADDQ        $0x04, DI
+	DECQ        R9
+	JMP         row
+
+done:
+	VZEROUPPER
+	RET
+
+// func layerNormBackwardRowsAVX512(dx []float32, lddx int, dgain []float32, dbias []float32, x []float32, ldx int, gain []float32, dy []float32, mean []float32, rstd []float32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·layerNormBackwardRowsAVX512(SB), NOSPLIT, $0-208
+	MOVQ       dx_base+0(FP), AX
+	MOVQ       dgain_base+32(FP), CX
+	MOVQ       dbias_base+56(FP), DX
+	MOVQ       x_base+80(FP), BX
+	MOVQ       gain_base+112(FP), SI
+	MOVQ       dy_base+136(FP), DI
+	MOVQ       mean_base+160(FP), R8
+	MOVQ       rstd_base+184(FP), R9
+	MOVQ       gain_len+120(FP), R10
+	MOVQ       mean_len+168(FP), R11
+	MOVQ       lddx+24(FP), R12
+	SHLQ       $0x02, R12
+	MOVQ       ldx+104(FP), R13
+	SHLQ       $0x02, R13
+	VCVTSI2SSQ R10, X0, X0
+	SHLQ       $0x02, R10
+
+row:
+	TESTQ        R11, R11
+	JZ           done
+	VBROADCASTSS (R8), Z1
+	VBROADCASTSS (R9), Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	XORQ         R14, R14
+
+reduce:
+	VMOVUPS       (BX)(R14*1), Z5
+	VSUBPS        Z1, Z5, Z5
+	VMULPS        Z2, Z5, Z5
+	VMOVUPS       (DI)(R14*1), Z6
+	VMOVUPS       (CX)(R14*1), Z7
+	VFMADD231PS   Z5, Z6, Z7
+	VMOVUPS       Z7, (CX)(R14*1)
+	VMOVUPS       (DX)(R14*1), Z7
+	VADDPS        Z6, Z7, Z7
+	VMOVUPS       Z7, (DX)(R14*1)
+	VMOVUPS       (SI)(R14*1), Z7
+	VMULPS        Z7, Z6, Z6
+	VADDPS        Z6, Z3, Z3
+	VFMADD231PS   Z5, Z6, Z4
+	ADDQ          $0x40, R14
+	CMPQ          R14, R10
+	JB            reduce
+	VEXTRACTF64X4 $0x01, Z3, Y5
+	VADDPS        Y5, Y3, Y3
+	VEXTRACTF128  $0x01, Y3, X5
+	VADDPS        X5, X3, X3
+	VMOVHLPS      X3, X3, X5
+	VADDPS        X5, X3, X3
+	VMOVSHDUP     X3, X5
+	VADDSS        X5, X3, X3
+	VDIVSS        X0, X3, X3
+	VBROADCASTSS  X3, Z3
+	VEXTRACTF64X4 $0x01, Z4, Y5
+	VADDPS        Y5, Y4, Y4
+	VEXTRACTF128  $0x01, Y4, X5
+	VADDPS        X5, X4, X4
+	VMOVHLPS      X4, X4, X5
+	VADDPS        X5, X4, X4
+	VMOVSHDUP     X4, X5
+	VADDSS        X5, X4, X4
+	VDIVSS        X0, X4, X4
+	VBROADCASTSS  X4, Z4
+	XORQ          R14, R14
+
+dx:
+	VMOVUPS      (BX)(R14*1), Z5
+	VSUBPS       Z1, Z5, Z5
+	VMULPS       Z2, Z5, Z5
+	VMOVUPS      (DI)(R14*1), Z6
+	VMOVUPS      (SI)(R14*1), Z7
+	VMULPS       Z7, Z6, Z6
+	VSUBPS       Z3, Z6, Z6
+	VFNMADD231PS Z4, Z5, Z6
+	VMOVUPS      (AX)(R14*1), Z7
+	VFMADD231PS  Z2, Z6, Z7
+	VMOVUPS      Z7, (AX)(R14*1)
+	ADDQ         $0x40, R14
+	CMPQ         R14, R10
+	JB           dx
+	ADDQ         R12, AX
+	ADDQ         R13, BX
+	ADDQ         R10, DI
+	ADDQ         $0x04, R8
+	ADDQ         $0x04, R9
+	DECQ         R11
+	JMP          row
+
+done:
+	VZEROUPPER
+	RET

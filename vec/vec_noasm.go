@@ -52,6 +52,12 @@ func symOuterBackward(dm, dphi, m, t []float32, r, n int) {
 }
 
 // The fused row passes of Standardize have no kernels of their own here.
+func layerNormRowsFast(dst, x []float32, ldx int, gain, bias, mean, rstd []float32, eps float32) bool {
+	return false
+}
+func layerNormBackwardRowsFast(dx []float32, lddx int, dgain, dbias, x []float32, ldx int, gain, dy, mean, rstd []float32) bool {
+	return false
+}
 func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool { return false }
 func standardizeGradsFast(dgain, dbias, g, dy, xhat, gain []float32) bool       { return false }
 func standardizeDxFast(g, xhat []float32, rstd, a, b float32) bool              { return false }

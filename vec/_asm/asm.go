@@ -58,6 +58,8 @@ func main() {
 	standardize512()
 	standardizeGrads512()
 	standardizeDx512()
+	layerNormRows512()
+	layerNormBackwardRows512()
 
 	Generate()
 }
