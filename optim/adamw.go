@@ -9,6 +9,7 @@ import (
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/nn"
 	"github.com/polysketch/polysketch/tensor"
+	"github.com/polysketch/polysketch/vec"
 )
 
 // Config holds the hyperparameters of AdamW other than the learning rate,
@@ -105,12 +106,7 @@ func (o *AdamW) Update(lr float64) {
 		if !p.Decay {
 			d = 0
 		}
-		for j, gj := range g {
-			mj := b1*m[j] + (1-b1)*gj
-			vj := b2*v[j] + (1-b2)*gj*gj
-			m[j], v[j] = mj, vj
-			w[j] -= stepSize*mj/(float32(math.Sqrt(float64(vj)))*invBias2+eps) + d*w[j]
-		}
+		vec.AdamW(w, g, m, v, b1, b2, stepSize, invBias2, eps, d)
 	})
 }
 

@@ -68,11 +68,7 @@ func GradNorm(params []*nn.Param) float64 {
 	partial := make([]float64, len(cs))
 	parallel.For(len(cs), func(i int) {
 		c := cs[i]
-		var s float64
-		for _, g := range params[c.p].Grad.Data[c.lo:c.hi] {
-			s += float64(g) * float64(g)
-		}
-		partial[i] = s
+		partial[i] = vec.SumSquares(params[c.p].Grad.Data[c.lo:c.hi])
 	})
 	var s float64
 	for _, v := range partial {

@@ -67,7 +67,7 @@ func TestLayerNormRows(t *testing.T) {
 					ldx := n + pad
 					x := fill(rng, make([]float32, (rows-1)*ldx+n), -3, 5)
 					for i := 0; i < n; i++ {
-						x[2*ldx+i] = 0.75 // a constant row: variance 0
+						x[2*ldx+i] = 0.75   // a constant row: variance 0
 						x[3*ldx+i] *= 1e-39 // subnormal
 					}
 					if n >= 64 { // two NaNs meet in a lane of the sums

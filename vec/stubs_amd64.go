@@ -188,3 +188,13 @@ func layerNormRowsAVX512(dst []float32, x []float32, ldx int, gain []float32, bi
 //
 //go:noescape
 func layerNormBackwardRowsAVX512(dx []float32, lddx int, dgain []float32, dbias []float32, x []float32, ldx int, gain []float32, dy []float32, mean []float32, rstd []float32)
+
+// sumSquaresAVX512 returns Σ x[i]² in float64, in SumSquares's order, with AVX-512F.
+//
+//go:noescape
+func sumSquaresAVX512(x []float32) float64
+
+// adamWAVX512 is adamWGeneric with AVX-512F; g, m and v are at least as long as w.
+//
+//go:noescape
+func adamWAVX512(w []float32, g []float32, m []float32, v []float32, b1 float32, c1 float32, b2 float32, c2 float32, step float32, invBias2 float32, eps float32, decay float32)

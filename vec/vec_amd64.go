@@ -283,3 +283,18 @@ func standardizeDxFast(g, xhat []float32, rstd, a, b float32) bool {
 	standardizeDxAVX512(g, xhat, rstd, a, b)
 	return true
 }
+
+func sumSquares(x []float32) float64 {
+	if use == implAVX512 {
+		return sumSquaresAVX512(x)
+	}
+	return sumSquaresGeneric(x)
+}
+
+func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay float32) {
+	if use == implAVX512 {
+		adamWAVX512(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
+		return
+	}
+	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
+}

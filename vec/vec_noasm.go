@@ -61,3 +61,9 @@ func layerNormBackwardRowsFast(dx []float32, lddx int, dgain, dbias, x []float32
 func standardizeFast(y, xhat, x, gain, bias []float32, mean, rstd float32) bool { return false }
 func standardizeGradsFast(dgain, dbias, g, dy, xhat, gain []float32) bool       { return false }
 func standardizeDxFast(g, xhat []float32, rstd, a, b float32) bool              { return false }
+
+func sumSquares(x []float32) float64 { return sumSquaresGeneric(x) }
+
+func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay float32) {
+	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
+}

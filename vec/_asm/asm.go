@@ -60,6 +60,8 @@ func main() {
 	standardizeDx512()
 	layerNormRows512()
 	layerNormBackwardRows512()
+	sumSquares512()
+	adamW512()
 
 	Generate()
 }
