@@ -1,6 +1,10 @@
 package blas
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/polysketch/polysketch/internal/parallel"
+)
 
 // Products on a kernel with AMX tiles run through tiles, whatever their
 // rows: blocks of 32 rows of A by strips of packed B, each 32×32 block of
@@ -84,9 +88,10 @@ func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32) {
 // chunks of A's 32 rows are 16 KB, a third of L1, which leaves room for
 // B's lines on their way); panelBytes, the bytes of B's strips (all of k)
 // that each row block multiplies in turn, so that they stay in L2 for the
-// next; accBytes, the partial sums held between k blocks. Tests make them
-// small, so that small products take every path.
-var amxLimits = struct{ chunks, panelBytes, accBytes int }{8, 1 << 20, 768 << 10}
+// next; accBytes, the partial sums held between k blocks; aBytes, the
+// largest A converted whole before the tiles convert B (see packA). Tests
+// make them small, so that small products take every path.
+var amxLimits = struct{ chunks, panelBytes, accBytes, aBytes int }{8, 1 << 20, 768 << 10, 32 << 20}
 
 // accFit returns how many strips (row blocks) may share the partial sums
 // held between k blocks (amxLimits.accBytes) with n row blocks (strips):
@@ -110,7 +115,7 @@ func accFit(n int) int { return max(1, amxLimits.accBytes/(n*4096)) }
 // With bp nil, B is converted as the tiles go (jitB): for each group of
 // strips whose partial sums for all the rows fit in L2, k block by k
 // block, B's block for those strips and then every row block's.
-func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 int) {
+func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, ap []uint32, b0, b1, s0, s1 int) {
 	if s0 >= s1 || b0 >= b1 {
 		return
 	}
@@ -126,7 +131,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, b0, b1, s0, s1 in
 	}
 	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
 	ws.cv = amxConvert{}
-	t := tileCall{g: *g, ws: ws, bp: bp, chunks: chunks, nk: nk}
+	t := tileCall{g: *g, ws: ws, bp: bp, ap: ap, chunks: chunks, nk: nk}
 	switch {
 	case g.beta != 0:
 		t.finish = amxBeta
@@ -167,7 +172,8 @@ type tileCall struct {
 	g          gemmBF16
 	ws         *bf16Workspace
 	bp         *PackedBF16
-	s0, nstr   int // the strips multiplied
+	ap         []uint32 // A converted whole (packA), or nil
+	s0, nstr   int      // the strips multiplied
 	chunks, nk int
 	finish     int // the mode bits that finish C
 	mask       uint32
@@ -237,9 +243,14 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 			for blk := gb; blk < ge; blk++ {
 				i0 := blk * amxBlock
 				rows := min(amxBlock, g.m-i0)
-				g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, ws.a)
+				a := ws.a
+				if t.ap != nil {
+					a = t.ap[(blk*t.chunks+c0)*chunkWords:]
+				} else {
+					g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, a)
+				}
 				acc := ws.acc[(blk-gb)*t.nstr*1024 : (blk-gb+1)*t.nstr*1024]
-				t.call(blk, rows, kb, c0, c1, ws.a, acc)
+				t.call(blk, rows, kb, c0, c1, a, acc)
 			}
 		}
 	}
@@ -355,15 +366,57 @@ func (g *gemmBF16) runTiles(threads int) {
 	if threads < 2 || g.m*g.n*g.k < parallelMin {
 		ws := bf16Pool.Get().(*bf16Workspace)
 		var bp *PackedBF16
-		if !g.jitB(1, 1, 1) {
+		var ap []uint32
+		if g.jitB(1, 1, 1) {
+			ap = g.packA(ws, 1, 1)
+		} else {
 			bp = g.packB(ws)
 		}
-		g.tileItem(ws, bp, 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
+		g.tileItem(ws, bp, ap, 0, ceilDiv(g.m, amxBlock), 0, ceilDiv(g.n, nrBF16))
 		ws.pb = PackedBF16{}
 		bf16Pool.Put(ws)
 		return
 	}
 	g.tilesParallel(threads)
+}
+
+// packA converts all of op(A) to bf16 in tile order into ws.ap, row
+// block by row block (chunks whole), on up to threads goroutines, for
+// tiles that convert B as they go in parts of parts strips, and returns
+// it; or nil where A would be converted only once anyway, or is larger
+// than amxLimits.aBytes. Such tiles convert A's k blocks for each group
+// of strips whose partial sums fit in L2 (tileItem): for a weight
+// gradient of many columns, again and again (24 times for a GPT-2-small
+// GLU's, 768×4096 by 6144 columns), each time reading A's float32 across
+// its rows (op(A) = xᵀ). Converted once, A's tiles are read as they are.
+func (g *gemmBF16) packA(ws *bf16Workspace, parts, threads int) []uint32 {
+	blocks := ceilDiv(g.m, amxBlock)
+	chunks := pairsPadded(g.k) / 16
+	if parts*ceilDiv(ceilDiv(ceilDiv(g.n, nrBF16), parts), accFit(blocks)) < 2 || blocks*chunks*chunkWords*4 > amxLimits.aBytes {
+		return nil
+	}
+	ws.ap = growWords(ws.ap, blocks*chunks*chunkWords)
+	if threads < 2 {
+		for blk := range blocks {
+			g.packABlock(ws.ap, blk, chunks)
+		}
+	} else {
+		g.packAParallel(ws.ap, blocks, chunks, threads)
+	}
+	return ws.ap
+}
+
+// packABlock converts row block blk of op(A), chunks chunks, into its
+// place in ap.
+func (g *gemmBF16) packABlock(ap []uint32, blk, chunks int) {
+	i0 := blk * amxBlock
+	g.kn.packTiles(g.tA, g.a, g.k, i0, min(amxBlock, g.m-i0), 0, chunks, ap[blk*chunks*chunkWords:])
+}
+
+// packAParallel is packA's conversion on up to threads goroutines (a
+// value receiver, so that only this path moves the product to the heap).
+func (h gemmBF16) packAParallel(ap []uint32, blocks, chunks, threads int) {
+	parallel.Run(blocks, threads, func(_, blk int) { h.packABlock(ap, blk, chunks) })
 }
 
 // tilesParallel is runTiles on more than one goroutine. It works on a
@@ -377,8 +430,13 @@ func (h gemmBF16) tilesParallel(threads int) {
 	if _, jcb := grid(1, nStr, amxBlock, nrBF16, 1, threads); jcb >= threads && g.jitB(rb, cb, jcb) {
 		// Items of all the rows by strips, each converting its strips
 		// of B as it goes: none converts what another does.
+		// A converted once for all of them where they would each
+		// convert it.
+		ws := bf16Pool.Get().(*bf16Workspace)
+		defer bf16Pool.Put(ws)
+		ap := g.packA(ws, jcb, threads)
 		bf16Grid(threads, blocks, 1, nStr, jcb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
-			g.tileItem(ws, nil, b0, b1, s0, s1)
+			g.tileItem(ws, nil, ap, b0, b1, s0, s1)
 		})
 		return
 	}
@@ -386,7 +444,7 @@ func (h gemmBF16) tilesParallel(threads int) {
 	defer bf16Pool.Put(ws)
 	bp := g.packBParallel(ws, threads)
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
-		g.tileItem(ws, bp, b0, b1, s0, s1)
+		g.tileItem(ws, bp, nil, b0, b1, s0, s1)
 	})
 }
 

@@ -112,13 +112,14 @@ func TestGemmBF16Tiles(t *testing.T) {
 	}
 	defer func(k *bf16Kernel) { activeBF16 = k }(activeBF16)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	defer func(l struct{ chunks, panelBytes, accBytes int }) { amxLimits = l }(amxLimits)
-	limits := []struct{ chunks, panelBytes, accBytes int }{
+	defer func(l struct{ chunks, panelBytes, accBytes, aBytes int }) { amxLimits = l }(amxLimits)
+	limits := []struct{ chunks, panelBytes, accBytes, aBytes int }{
 		amxLimits,
-		{1, 1 << 20, 1 << 20},  // k blocks of one chunk, one group
-		{2, 64 << 10, 4 << 10}, // strip groups: rows first
-		{1, 2 << 10, 12 << 10}, // row groups: k blocks first
-		{3, 1 << 20, 8 << 10},  // k blocks first, ragged k blocks
+		{1, 1 << 20, 1 << 20, 1 << 20},  // k blocks of one chunk, one group
+		{2, 64 << 10, 4 << 10, 1 << 20}, // strip groups: rows first; B converted by the tiles, A whole first
+		{2, 64 << 10, 4 << 10, 0},       // the same, A converted for each strip group
+		{1, 2 << 10, 12 << 10, 1 << 20}, // row groups: k blocks first
+		{3, 1 << 20, 8 << 10, 1 << 20},  // k blocks first, ragged k blocks
 	}
 	rng := rand.New(rand.NewPCG(75, 76))
 	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {64, 48, 70}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}, {97, 160, 200}}

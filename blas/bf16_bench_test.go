@@ -178,7 +178,10 @@ type modelShape struct {
 // forward (x·W, B a packed weight), the input gradient (dy·Wᵀ, the packed
 // transpose) and the weight gradient (xᵀ·dy, both operands activations,
 // accumulated into it: beta 1); the untied logits are the 256×256 ones,
-// and so are the tied logits' (Embedding.Logits and its backward).
+// and so are the tied logits' (Embedding.Logits and its backward). The
+// gpt2 ones are the weight gradients of the GPT-2-small shape (d = 768,
+// 4096 tokens a step: bench train --shape gpt2-small), whose many
+// columns make the tiles convert B as they go and A once (gemmBF16.packA).
 var modelShapes = []modelShape{
 	{"square", NoTrans, 1024, 1024, 1024, true},
 	{"qkv", NoTrans, 8192, 256, 768, true},
@@ -192,6 +195,9 @@ var modelShapes = []modelShape{
 	{"dw-proj,logits", Trans, 256, 8192, 256, false},
 	{"dw-glu-in", Trans, 256, 8192, 2048, false},
 	{"dw-glu-out", Trans, 1024, 8192, 256, false},
+	{"gpt2-dw-qkv", Trans, 768, 4096, 2304, false},
+	{"gpt2-dw-glu-in", Trans, 768, 4096, 6144, false},
+	{"gpt2-dw-glu-out", Trans, 3072, 4096, 768, false},
 }
 
 // netShapes are the products of the default model's learned sketch

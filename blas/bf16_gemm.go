@@ -197,6 +197,7 @@ func newGemmBF16(fn string, tA, tB Transpose, alpha float32, a, b Operand, beta 
 // in a steady state do not allocate.
 type bf16Workspace struct {
 	a, b, t  []uint32
+	ap       []uint32 // all of A, converted before the tiles (gemmBF16.packA)
 	next     []uint32 // the next row block of A, converted by the tiles kernel
 	e        []uint32 // A's pairs expanded (bf16Kernel.expand)
 	tmp, acc []float32

@@ -282,3 +282,18 @@ func BenchmarkSymOuter(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkSumSquares(b *testing.B) {
+	benchImpls(b, []impl{implAVX512, implGo}, 4, func(n int, rng *rand.Rand) func() {
+		x := fill(rng, make([]float32, n), -1, 1)
+		return func() { sink = float32(SumSquares(x)) }
+	})
+}
+
+func BenchmarkAdamW(b *testing.B) {
+	benchImpls(b, []impl{implAVX512, implGo}, 28, func(n int, rng *rand.Rand) func() {
+		w, g := fill(rng, make([]float32, n), -1, 1), fill(rng, make([]float32, n), -0.1, 0.1)
+		m, v := fill(rng, make([]float32, n), -0.01, 0.01), fill(rng, make([]float32, n), 0, 1e-4)
+		return func() { AdamW(w, g, m, v, 0.9, 0.95, 1e-3, 3, 1e-8, 1e-4) }
+	})
+}
