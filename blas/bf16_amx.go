@@ -429,9 +429,8 @@ func (h gemmBF16) tilesParallel(threads int) {
 	rb, cb := grid(blocks, nStr, amxBlock, nrBF16, 1, threads)
 	if _, jcb := grid(1, nStr, amxBlock, nrBF16, 1, threads); jcb >= threads && g.jitB(rb, cb, jcb) {
 		// Items of all the rows by strips, each converting its strips
-		// of B as it goes: none converts what another does.
-		// A converted once for all of them where they would each
-		// convert it.
+		// of B as it goes, none what another does; A converted once for
+		// all of them, where it fits, not by each.
 		ws := bf16Pool.Get().(*bf16Workspace)
 		defer bf16Pool.Put(ws)
 		ap := g.packA(ws, jcb, threads)
