@@ -6,6 +6,30 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
+// fold512 returns lanes 0–7 plus lanes 8–15 of z: the sum of the two
+// 8-lane sums the AVX2 kernels keep where these keep one of 16 lanes.
+func fold512(z VecVirtual) VecVirtual {
+	hi, lo := YMM(), YMM()
+	VEXTRACTF64X4(U8(1), z, hi)
+	VADDPS(hi, z.AsY(), lo)
+	return lo
+}
+
+// eachRow emits a loop that runs body for each of rows rows, then next,
+// which moves the pointers to the next row; and the function's end.
+func eachRow(rows Register, body, next func()) {
+	Label("row")
+	TESTQ(rows, rows)
+	JZ(LabelRef("done"))
+	body()
+	next()
+	DECQ(rows)
+	JMP(LabelRef("row"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // layerNormRows512 emits layerNormRowsAVX512: LayerNorm on each of many
 // rows in one call, for rows too short for the calls of MeanVar and
 // normAffine to be cheap beside their work (the learned sketch's networks
@@ -14,7 +38,7 @@ import (
 // 8-lane sums of sumAVX2 and sumDevAVX2 are two 16-lane ones here (lanes
 // 0–7 and 8–15 of the first are the first two), folded in their order; the
 // scalar steps are MeanVar's and LayerNorm's, one instruction each; the
-// last pass is normAffineAVX2's, each instruction in the form of its.
+// last pass is normAffineAVX2's, instruction for instruction.
 func layerNormRows512() {
 	TEXT("layerNormRowsAVX512", NOSPLIT, "func(dst, x []float32, ldx int, gain, bias, mean, rstd []float32, eps float32)")
 	Pragma("noescape")
@@ -38,15 +62,19 @@ func layerNormRows512() {
 	zero := XMM()
 	VXORPS(zero, zero, zero)
 	i := GP64()
+	eachRow(rows, func() { layerNormRow(x, dst, gain, bias, mean, rstd, n, i, nf, eps, oneD, zero) }, func() {
+		ADDQ(ldx, x.Base)
+		ADDQ(n, dst.Base)
+		ADDQ(U8(4), mean.Base)
+		ADDQ(U8(4), rstd.Base)
+	})
+}
+
+// layerNormRow emits layerNormRows512's work on one row.
+func layerNormRow(x, dst, gain, bias, mean, rstd Mem, n, i Register, nf, eps, oneD, zero VecVirtual) {
 	at := func(base Mem, disp int) Mem { return Mem{Base: base.Base, Index: i, Scale: 1, Disp: disp} }
-	fold := func(z VecVirtual) VecVirtual { // lanes 0–7 + lanes 8–15
-		hi, lo := YMM(), YMM()
-		VEXTRACTF64X4(U8(1), z, hi)
-		VADDPS(hi, z.AsY(), lo)
-		return lo
-	}
 	reduce := func(a, b VecVirtual) VecVirtual {
-		fa, fb := fold(a), fold(b)
+		fa, fb := fold512(a), fold512(b)
 		VADDPS(fb, fa, fa)
 		return hsum(fa)
 	}
@@ -57,10 +85,6 @@ func layerNormRows512() {
 		}
 		return zs
 	}
-
-	Label("row")
-	TESTQ(rows, rows)
-	JZ(LabelRef("done"))
 
 	// sumAVX2.
 	s := zeros(2)
@@ -130,17 +154,6 @@ func layerNormRows512() {
 	ADDQ(U8(128), i)
 	CMPQ(i, n)
 	JB(LabelRef("norm"))
-
-	ADDQ(ldx, x.Base)
-	ADDQ(n, dst.Base)
-	ADDQ(U8(4), mean.Base)
-	ADDQ(U8(4), rstd.Base)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-
-	Label("done")
-	VZEROUPPER()
-	RET()
 }
 
 // layerNormBackwardRows512 emits layerNormBackwardRowsAVX512:
@@ -165,11 +178,18 @@ func layerNormBackwardRows512() {
 	VCVTSI2SSQ(n, nf, nf)
 	SHLQ(U8(2), n) // bytes a row
 	i := GP64()
-	at := func(base Mem) Mem { return Mem{Base: base.Base, Index: i, Scale: 1} }
+	eachRow(rows, func() { layerNormBackwardRow(dx, dgain, dbias, x, gain, dy, mean, rstd, n, i, nf) }, func() {
+		ADDQ(lddx, dx.Base)
+		ADDQ(ldx, x.Base)
+		ADDQ(n, dy.Base)
+		ADDQ(U8(4), mean.Base)
+		ADDQ(U8(4), rstd.Base)
+	})
+}
 
-	Label("row")
-	TESTQ(rows, rows)
-	JZ(LabelRef("done"))
+// layerNormBackwardRow emits layerNormBackwardRows512's work on one row.
+func layerNormBackwardRow(dx, dgain, dbias, x, gain, dy, mean, rstd Mem, n, i Register, nf VecVirtual) {
+	at := func(base Mem) Mem { return Mem{Base: base.Base, Index: i, Scale: 1} }
 	zmu, zrs := ZMM(), ZMM()
 	VBROADCASTSS(mean, zmu)
 	VBROADCASTSS(rstd, zrs)
@@ -199,17 +219,11 @@ func layerNormBackwardRows512() {
 	ADDQ(U8(64), i)
 	CMPQ(i, n)
 	JB(LabelRef("reduce"))
-	fold := func(z VecVirtual) VecVirtual {
-		hi, lo := YMM(), YMM()
-		VEXTRACTF64X4(U8(1), z, hi)
-		VADDPS(hi, z.AsY(), lo)
-		return hsum(lo)
-	}
 	a, b := ZMM(), ZMM()
-	sa := fold(sg)
+	sa := hsum(fold512(sg))
 	VDIVSS(nf, sa, sa)
 	VBROADCASTSS(sa, a)
-	sb := fold(sgx)
+	sb := hsum(fold512(sgx))
 	VDIVSS(nf, sb, sb)
 	VBROADCASTSS(sb, b)
 
@@ -231,16 +245,4 @@ func layerNormBackwardRows512() {
 	ADDQ(U8(64), i)
 	CMPQ(i, n)
 	JB(LabelRef("dx"))
-
-	ADDQ(lddx, dx.Base)
-	ADDQ(ldx, x.Base)
-	ADDQ(n, dy.Base)
-	ADDQ(U8(4), mean.Base)
-	ADDQ(U8(4), rstd.Base)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-
-	Label("done")
-	VZEROUPPER()
-	RET()
 }
