@@ -73,7 +73,7 @@ func (l *LayerNorm) Forward(y, x *tensor.Tensor) {
 	d := l.Dim
 	rows := rowsOf("LayerNorm.Forward", "x", x, d)
 	checkRows("LayerNorm.Forward", "y", y, rows, d)
-	l.ForwardRows(y, func(r int) []float32 { return x.Data[r*d : (r+1)*d] })
+	l.forwardRows(y, func(r int) []float32 { return x.Data[r*d : (r+1)*d] }, false)
 }
 
 // ForwardRows is Forward for an input whose rows lie apart, such as the
@@ -82,6 +82,20 @@ func (l *LayerNorm) Forward(y, x *tensor.Tensor) {
 // gives the bits of Forward, copying the input once, as Forward does
 // anyway.
 func (l *LayerNorm) ForwardRows(y *tensor.Tensor, x func(r int) []float32) {
+	l.forwardRows(y, x, true)
+}
+
+// rowsAhead is how many rows ahead ForwardRows and BackwardRows prefetch
+// rows that lie apart: the hardware prefetchers do not follow rows
+// kilobytes apart, and a row's lines come from L3 or memory in about the
+// time that the LayerNorm of a few rows takes. BenchmarkLayerNormHeads (q
+// heads of 64 in rows of 768), forward and backward on one thread: 169–202
+// ns a row without, 124–140 with (2, 8 and 16 rows ahead alike), 88–95
+// for contiguous rows.
+const rowsAhead = 4
+
+// forwardRows is ForwardRows, prefetching the rows of x ahead if apart.
+func (l *LayerNorm) forwardRows(y *tensor.Tensor, x func(r int) []float32, apart bool) {
 	d := l.Dim
 	rows := rowsOf("LayerNorm.ForwardRows", "y", y, d)
 	l.rows = rows
@@ -89,6 +103,9 @@ func (l *LayerNorm) ForwardRows(y *tensor.Tensor, x func(r int) []float32) {
 	l.rstd = tensor.Grow(l.rstd, rows)
 	forRows(rows, d, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
+			if apart && r+rowsAhead < hi {
+				vec.Prefetch(x(r + rowsAhead)[:d])
+			}
 			xr, xh, yr := x(r)[:d], l.xhat[r*d:(r+1)*d], y.Data[r*d:(r+1)*d]
 			mean, variance := vec.MeanVar(xr)
 			rs := float32(1 / math.Sqrt(float64(variance)+float64(l.Eps)))
@@ -105,17 +122,22 @@ func (l *LayerNorm) Backward(dx, dy *tensor.Tensor) {
 	d, rows := l.Dim, l.rows
 	checkRows("LayerNorm.Backward", "dy", dy, rows, d)
 	if dx == nil {
-		l.BackwardRows(nil, dy)
+		l.backwardRows(nil, dy, false)
 		return
 	}
 	checkRows("LayerNorm.Backward", "dx", dx, rows, d)
-	l.BackwardRows(func(r int) []float32 { return dx.Data[r*d : (r+1)*d] }, dy)
+	l.backwardRows(func(r int) []float32 { return dx.Data[r*d : (r+1)*d] }, dy, false)
 }
 
 // BackwardRows is Backward for an input gradient whose rows lie apart:
 // row r of dx is dx(r), Dim elements (dx nil: none). dx(r) may be row r
 // of dy. It gives the bits of Backward.
 func (l *LayerNorm) BackwardRows(dx func(r int) []float32, dy *tensor.Tensor) {
+	l.backwardRows(dx, dy, true)
+}
+
+// backwardRows is BackwardRows, prefetching the rows of dx ahead if apart.
+func (l *LayerNorm) backwardRows(dx func(r int) []float32, dy *tensor.Tensor, apart bool) {
 	d, rows := l.Dim, l.rows
 	checkRows("LayerNorm.BackwardRows", "dy", dy, rows, d)
 	if dx == nil && l.Gain == nil {
@@ -135,8 +157,12 @@ func (l *LayerNorm) BackwardRows(dx func(r int) []float32, dy *tensor.Tensor) {
 		if l.Bias == nil {
 			pb = nil
 		}
-		for r := b * reduceRows; r < min((b+1)*reduceRows, rows); r++ {
+		end := min((b+1)*reduceRows, rows)
+		for r := b * reduceRows; r < end; r++ {
 			dyr, xh := dy.Data[r*d:(r+1)*d], l.xhat[r*d:(r+1)*d]
+			if apart && dx != nil && r+rowsAhead < end {
+				vec.Prefetch(dx(r + rowsAhead)[:d])
+			}
 			if dx == nil {
 				vec.StandardizeGrads(pg, pb, nil, dyr, xh, nil)
 				continue

@@ -298,3 +298,9 @@ func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay floa
 	}
 	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
 }
+
+func prefetch(x []float32) {
+	if len(x) > 0 {
+		prefetchLines(x)
+	}
+}

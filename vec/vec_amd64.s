@@ -5392,3 +5392,17 @@ tail:
 done:
 	VZEROUPPER
 	RET
+
+// func prefetchLines(x []float32)
+// Requires: MMX+
+TEXT ·prefetchLines(SB), NOSPLIT, $0-24
+	MOVQ x_base+0(FP), AX
+	MOVQ x_len+8(FP), CX
+	LEAQ (AX)(CX*4), CX
+
+line:
+	PREFETCHT0 (AX)
+	ADDQ       $0x40, AX
+	CMPQ       AX, CX
+	JB         line
+	RET

@@ -67,3 +67,5 @@ func sumSquares(x []float32) float64 { return sumSquaresGeneric(x) }
 func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay float32) {
 	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
 }
+
+func prefetch(x []float32) {}

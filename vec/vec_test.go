@@ -1056,3 +1056,20 @@ func TestSiLUBackward(t *testing.T) {
 		}, 10), abs, xs)
 	})
 }
+
+// TestPrefetch checks that Prefetch takes any slice, empty or ending at
+// the end of its array, on every path, and changes nothing.
+func TestPrefetch(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		cases(t, func(t *testing.T, n int, a *arena, rng *rand.Rand) {
+			x := fill(rng, a.slice(n), -1, 1)
+			want := append([]float32(nil), x...)
+			Prefetch(x)
+			for i := range x {
+				if !same(x[i], want[i]) {
+					t.Fatalf("Prefetch changed element %d: %g, was %g", i, x[i], want[i])
+				}
+			}
+		})
+	})
+}

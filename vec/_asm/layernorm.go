@@ -246,3 +246,20 @@ func layerNormBackwardRow(dx, dgain, dbias, x, gain, dy, mean, rstd Mem, n, i Re
 	CMPQ(i, n)
 	JB(LabelRef("dx"))
 }
+
+// prefetchLines emits prefetchLines: PREFETCHT0 for each 64-byte line that
+// x touches.
+func prefetchLines() {
+	TEXT("prefetchLines", NOSPLIT, "func(x []float32)")
+	Pragma("noescape")
+	Doc("prefetchLines fetches the cache lines of x toward L1 (PREFETCHT0); len(x) > 0.")
+	p := Load(Param("x").Base(), GP64())
+	end := Load(Param("x").Len(), GP64())
+	LEAQ(Mem{Base: p, Index: end, Scale: 4}, end)
+	Label("line")
+	PREFETCHT0(Mem{Base: p})
+	ADDQ(U8(64), p)
+	CMPQ(p, end)
+	JB(LabelRef("line"))
+	RET()
+}
