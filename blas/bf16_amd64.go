@@ -270,11 +270,10 @@ func roundBlocks(asm func(dst, src *float32, blocks int), dst, src []float32) {
 	roundGo(dst[16*n:], src[16*n:])
 }
 
-func pairRowsBF16(dst []uint32, r0, r1 []float32, strips, stride int) {
-	_ = dst[(strips-1)*stride+nrBF16-1]
-	_ = r0[nrBF16*strips-1]
-	_ = r1[nrBF16*strips-1]
-	pairRowsAVX512(&dst[0], &r0[0], &r1[0], strips, stride)
+func pairRowsBF16(dst []uint32, b []float32, ldb, pairs, strips, stride int) {
+	_ = dst[(pairs-1)*nrBF16+(strips-1)*stride+nrBF16-1]
+	_ = b[(2*pairs-1)*ldb+nrBF16*strips-1]
+	pairRowsAVX512(&dst[0], &b[0], ldb, pairs, strips, stride)
 }
 
 func interBF16(dst []uint32, r0, r1 []float32) {

@@ -294,3 +294,21 @@ func BenchmarkRoundBF16s(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPackStrips measures the packing of a float32 B (k×n as stored)
+// into bf16 strips, as a weight gradient packs dy: the sketch networks'
+// chunks of 64 rows, an attention block's, and a whole step's.
+func BenchmarkPackStrips(b *testing.B) {
+	rng := rand.New(rand.NewPCG(14, 14))
+	for _, s := range []struct{ k, n int }{{64, 32}, {64, 64}, {64, 256}, {8192, 256}} {
+		bg := General{s.k, s.n, s.n, randSlice(rng, s.k*s.n)}
+		dst := make([]uint32, packedWords(s.k, s.n))
+		strips := ceilDiv(s.n, nrBF16)
+		b.Run(fmt.Sprintf("%dx%d", s.k, s.n), func(b *testing.B) {
+			b.SetBytes(int64(4 * s.k * s.n))
+			for b.Loop() {
+				packStrips(activeBF16, NoTrans, bg, s.k, s.n, dst, 0, strips, nil)
+			}
+		})
+	}
+}

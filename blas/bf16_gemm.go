@@ -29,9 +29,10 @@ type bf16Kernel struct {
 	// dst[j] to the pair (r0[j], r1[j]). Both round as toBF16.
 	cvt   func(dst []uint32, src []float32)
 	inter func(dst []uint32, r0, r1 []float32)
-	// pairRows, where not nil, is inter for strips whole strips of 32
-	// columns, stride words apart in dst: one call per pair row of B.
-	pairRows func(dst []uint32, r0, r1 []float32, strips, stride int)
+	// pairRows, where not nil, is inter for the row pairs (2p, 2p+1) of
+	// b (ldb apart) for p < pairs, into pair rows p (nrBF16 words apart)
+	// of strips whole strips of 32 columns, stride words apart in dst.
+	pairRows func(dst []uint32, b []float32, ldb, pairs, strips, stride int)
 	// expand, where not nil, sets dst[2i], dst[2i+1] to the float32 bits
 	// of the high and the low half of src[i]: tile reads A's pairs so
 	// expanded, at twice the strides (wide reads them as they are).

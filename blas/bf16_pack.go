@@ -146,7 +146,14 @@ func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, 
 		// order, as the prefetchers like (strip by strip, each strip's
 		// reads jump a row apart and wait on memory).
 		j0, j1 := s0*nrBF16, min(s1*nrBF16, n)
-		for p := 0; p < kp; p++ {
+		full := 0 // whole strips, whose pairs pairRows packs in one call
+		if kn.pairRows != nil && k > 1 {
+			full = max(0, min(s1, n/nrBF16)-s0)
+		}
+		if full > 0 {
+			kn.pairRows(dst[s0*sw:], b.Data[j0:], b.Stride, k/2, full, sw)
+		}
+		for p := 0; p < kp && (s0+full < s1 || k%2 == 1); p++ {
 			r0 := b.Data[2*p*b.Stride+j0 : 2*p*b.Stride+j1]
 			if 2*p+1 == k {
 				for j, x := range r0 {
@@ -155,12 +162,7 @@ func packStrips(kn *bf16Kernel, t Transpose, b General, k, n int, dst []uint32, 
 				continue
 			}
 			r1 := b.Data[(2*p+1)*b.Stride+j0 : (2*p+1)*b.Stride+j1]
-			s := s0
-			if full := min(s1, n/nrBF16) - s0; kn.pairRows != nil && full > 0 {
-				kn.pairRows(dst[s0*sw+p*nrBF16:], r0, r1, full, sw)
-				s += full
-			}
-			for ; s < s1; s++ {
+			for s := s0 + full; s < s1; s++ {
 				lo, hi := (s-s0)*nrBF16, min((s-s0+1)*nrBF16, j1-j0)
 				kn.inter(dst[s*sw+p*nrBF16:s*sw+p*nrBF16+hi-lo], r0[lo:hi], r1[lo:hi])
 			}

@@ -136,11 +136,11 @@ func roundBF16AVX512(dst *float32, src *float32, blocks int)
 //go:noescape
 func roundBF16CVT(dst *float32, src *float32, blocks int)
 
-// pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])
-// rounded by VCVTNE2PS2BF16, for s < strips, j < 32.
+// pairRowsAVX512 sets dst[p·32 + s·stride + j] to the bf16 pair (b[2p·ldb + 32s + j],
+// b[(2p+1)·ldb + 32s + j]) rounded by VCVTNE2PS2BF16, for p < pairs, s < strips, j < 32.
 //
 //go:noescape
-func pairRowsAVX512(dst *uint32, r0 *float32, r1 *float32, strips int, stride int)
+func pairRowsAVX512(dst *uint32, b *float32, ldb int, pairs int, strips int, stride int)
 
 // interleaveBF16AVX512 sets dst[j] to the bf16 pair (r0[j], r1[j]) rounded by
 // VCVTNE2PS2BF16, for j < 16·blocks.

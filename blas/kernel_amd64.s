@@ -12778,22 +12778,31 @@ DATA bf16interleave<>+60(SB)/2, $0x000f
 DATA bf16interleave<>+62(SB)/2, $0x001f
 GLOBL bf16interleave<>(SB), RODATA|NOPTR, $64
 
-// func pairRowsAVX512(dst *uint32, r0 *float32, r1 *float32, strips int, stride int)
+// func pairRowsAVX512(dst *uint32, b *float32, ldb int, pairs int, strips int, stride int)
 // Requires: AVX, AVX512BW, AVX512F
-TEXT ·pairRowsAVX512(SB), NOSPLIT, $0-40
+TEXT ·pairRowsAVX512(SB), NOSPLIT, $0-48
 	MOVQ    dst+0(FP), AX
-	MOVQ    r0+8(FP), CX
-	MOVQ    r1+16(FP), DX
-	MOVQ    strips+24(FP), BX
-	MOVQ    stride+32(FP), SI
+	MOVQ    b+8(FP), CX
+	MOVQ    ldb+16(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    pairs+24(FP), BX
+	MOVQ    stride+40(FP), SI
 	SHLQ    $0x02, SI
 	VMOVUPS bf16interleave<>+0(SB), Z7
 	TESTQ   BX, BX
 	JZ      pairrows_done
 
-pairrows_loop:
-	VMOVUPS (CX), Z1
-	VMOVUPS (DX), Z2
+pairrows_pair:
+	MOVQ  CX, R8
+	LEAQ  (CX)(DX*1), R9
+	MOVQ  AX, R10
+	MOVQ  strips+32(FP), R11
+	TESTQ R11, R11
+	JZ    pairrows_next
+
+pairrows_strip:
+	VMOVUPS (R8), Z1
+	VMOVUPS (R9), Z2
 
 	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
 	BYTE    $0x62
@@ -12803,9 +12812,9 @@ pairrows_loop:
 	BYTE    $0x72
 	BYTE    $0xc1
 	VPERMW  Z0, Z7, Z0
-	VMOVUPS Z0, (AX)
-	VMOVUPS 64(CX), Z1
-	VMOVUPS 64(DX), Z2
+	VMOVUPS Z0, (R10)
+	VMOVUPS 64(R8), Z1
+	VMOVUPS 64(R9), Z2
 
 	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
 	BYTE    $0x62
@@ -12815,12 +12824,18 @@ pairrows_loop:
 	BYTE    $0x72
 	BYTE    $0xc1
 	VPERMW  Z0, Z7, Z0
-	VMOVUPS Z0, 64(AX)
-	ADDQ    $0x00000080, CX
-	ADDQ    $0x00000080, DX
-	ADDQ    SI, AX
-	DECQ    BX
-	JNZ     pairrows_loop
+	VMOVUPS Z0, 64(R10)
+	ADDQ    $0x00000080, R8
+	ADDQ    $0x00000080, R9
+	ADDQ    SI, R10
+	DECQ    R11
+	JNZ     pairrows_strip
+
+pairrows_next:
+	LEAQ (CX)(DX*2), CX
+	ADDQ $0x00000080, AX
+	DECQ BX
+	JNZ  pairrows_pair
 
 pairrows_done:
 	VZEROUPPER

@@ -494,36 +494,52 @@ func expandPairs() {
 	RET()
 }
 
-// pairRows generates the packing of two rows of B (2p and 2p+1) into the
-// pair row p of every strip: what interleaveBF16 does for one strip, for
-// many in one call, so that packing a wide B costs one call per pair.
+// pairRows generates the packing of B's row pairs (2p and 2p+1) into the
+// pair rows p of every strip: what interleaveBF16 does for one strip, for
+// many pairs and strips in one call, so that packing B costs one call
+// (a call per pair row cost more than the packing on the sketch networks'
+// 64-row operands).
 func pairRows() {
-	TEXT("pairRowsAVX512", NOSPLIT, "func(dst *uint32, r0, r1 *float32, strips, stride int)")
+	TEXT("pairRowsAVX512", NOSPLIT, "func(dst *uint32, b *float32, ldb, pairs, strips, stride int)")
 	Pragma("noescape")
-	Doc("pairRowsAVX512 sets dst[s·stride + j] to the bf16 pair (r0[32s + j], r1[32s + j])",
-		"rounded by VCVTNE2PS2BF16, for s < strips, j < 32.")
+	Doc("pairRowsAVX512 sets dst[p·32 + s·stride + j] to the bf16 pair (b[2p·ldb + 32s + j],",
+		"b[(2p+1)·ldb + 32s + j]) rounded by VCVTNE2PS2BF16, for p < pairs, s < strips, j < 32.")
 	dst := Load(Param("dst"), RAX)
-	r0 := Load(Param("r0"), RCX)
-	r1 := Load(Param("r1"), RDX)
-	n := Load(Param("strips"), RBX)
+	b := Load(Param("b"), RCX)
+	ldb := Load(Param("ldb"), RDX)
+	SHLQ(U8(2), ldb)
+	pairs := Load(Param("pairs"), RBX)
 	stride := Load(Param("stride"), RSI)
 	SHLQ(U8(2), stride)
 	VMOVUPS(interleaveIdx, Z7)
-	TESTQ(n, n)
+	TESTQ(pairs, pairs)
 	JZ(LabelRef("pairrows_done"))
-	Label("pairrows_loop")
+	Label("pairrows_pair")
+	r0, r1, d, n := R8, R9, R10, R11
+	MOVQ(b, r0)
+	LEAQ(Mem{Base: b, Index: ldb, Scale: 1}, r1)
+	MOVQ(dst, d)
+	Load(Param("strips"), n)
+	TESTQ(n, n)
+	JZ(LabelRef("pairrows_next"))
+	Label("pairrows_strip")
 	for h := 0; h < 2; h++ {
 		VMOVUPS(Mem{Base: r0, Disp: 64 * h}, Z1)
 		VMOVUPS(Mem{Base: r1, Disp: 64 * h}, Z2)
 		vcvtne2ps2bf16(Z0, Z2, Z1)
 		VPERMW(Z0, Z7, Z0)
-		VMOVUPS(Z0, Mem{Base: dst, Disp: 64 * h})
+		VMOVUPS(Z0, Mem{Base: d, Disp: 64 * h})
 	}
 	ADDQ(U32(128), r0)
 	ADDQ(U32(128), r1)
-	ADDQ(stride, dst)
+	ADDQ(stride, d)
 	DECQ(n)
-	JNZ(LabelRef("pairrows_loop"))
+	JNZ(LabelRef("pairrows_strip"))
+	Label("pairrows_next")
+	LEAQ(Mem{Base: b, Index: ldb, Scale: 2}, b)
+	ADDQ(U32(128), dst)
+	DECQ(pairs)
+	JNZ(LabelRef("pairrows_pair"))
 	Label("pairrows_done")
 	VZEROUPPER()
 	RET()
