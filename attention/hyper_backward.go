@@ -237,11 +237,11 @@ func (a *hyperAttn) reduceItem(_, item int) {
 	rows := min(b, N-i0)
 	lo, hi := (bh*N+i0)*h, (bh*N+i0+rows)*h
 	dk, dv := c.dk[lo:hi], c.dv[lo:hi]
+	stride, more := c.B*c.H*N*h, c.groups-1 // between the groups' partial sums
 	if !a.approx(N) {
-		for g := 1; g < c.groups; g++ {
-			at := ((g-1)*c.B*c.H)*N*h + lo
-			vec.Add(dk, dk, a.dkp[at:at+rows*h])
-			vec.Add(dv, dv, a.dvp[at:at+rows*h])
+		if more > 0 {
+			vec.AddRows(dk, a.dkp[lo:], stride, more)
+			vec.AddRows(dv, a.dvp[lo:], stride, more)
 		}
 		return
 	}
@@ -252,10 +252,9 @@ func (a *hyperAttn) reduceItem(_, item int) {
 		at := (bh*N + int(p)) * h
 		copy(d, a.dkp[at:at+h])
 		copy(e, a.dvp[at:at+h])
-		for g := 1; g < c.groups; g++ {
-			at += c.B * c.H * N * h
-			vec.Add(d, d, a.dkp[at:at+h])
-			vec.Add(e, e, a.dvp[at:at+h])
+		if more > 0 {
+			vec.AddRows(d, a.dkp[at+stride:], stride, more)
+			vec.AddRows(e, a.dvp[at+stride:], stride, more)
 		}
 	}
 	if a.cfg.Sampling == SampleVNorm {

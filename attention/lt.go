@@ -78,9 +78,7 @@ func suffixScan(states blas.General, run []float32) {
 func sumStates(dst []float32, states blas.General) {
 	d := dst[:states.Cols]
 	clear(d)
-	for l := 0; l < states.Rows; l++ {
-		vec.Add(d, d, states.Data[l*states.Stride:l*states.Stride+states.Cols])
-	}
+	vec.AddRows(d, states.Data, states.Stride, states.Rows)
 }
 
 // stateCols returns elements [lo, hi) of the t states in st (state l at

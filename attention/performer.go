@@ -253,9 +253,7 @@ func (f *favor) backward(dx blas.General, accumulate bool, dmT, pre []float32, s
 	blas.SgemmSerial(blas.Trans, blas.NoTrans, scale, blas.NewGeneral(m, n, db), blas.NewGeneral(m, h, f.w), beta, dx)
 	sum := scr.buf[:n]
 	clear(sum)
-	for k := 0; k < m; k++ {
-		vec.Add(sum, sum, db[k*n:(k+1)*n])
-	}
+	vec.AddRows(sum, db, n, m)
 	xt := pre[m*n : (m+h)*n]
 	for i, si := range sum {
 		row := dx.Data[i*dx.Stride : i*dx.Stride+h]

@@ -118,10 +118,7 @@ func (b *perBlock) backwardEnd() {
 	off := 0
 	for _, p := range b.tp.params() {
 		g := p.Grad.Data
-		for slot := 0; slot < L.bh*L.t; slot++ {
-			at := slot*b.tp.paramSize() + off
-			vec.Add(g, g, b.pslots[at:at+len(g)])
-		}
+		vec.AddRows(g, b.pslots[off:], b.tp.paramSize(), L.bh*L.t)
 		off += len(p.Grad.Data)
 	}
 }

@@ -696,8 +696,5 @@ func (s *netPass) reduceItem(_ *engineWorker, i int) {
 	net := s.net
 	sg := net.segs[i]
 	dst := net.params[sg.p].Grad.Data[sg.lo:sg.hi]
-	for g := 0; g < s.e.L.groups; g++ {
-		at := g*net.size + sg.off
-		vec.Add(dst, dst, s.pgrad[at+sg.lo:at+sg.hi])
-	}
+	vec.AddRows(dst, s.pgrad[sg.off+sg.lo:], net.size, s.e.L.groups)
 }

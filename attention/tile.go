@@ -408,8 +408,7 @@ func (t *tiled) reduceItem(_, item int) {
 	n := c.N * c.h
 	lo, hi := bh*n+i0*c.h, bh*n+(i0+rows)*c.h
 	dq := c.dq[lo:hi]
-	for g := 1; g < c.groups; g++ {
-		at := (bh*(c.groups-1)+g-1)*n + i0*c.h
-		vec.Add(dq, dq, t.dqs[at:at+rows*c.h])
+	if c.groups > 1 {
+		vec.AddRows(dq, t.dqs[bh*(c.groups-1)*n+i0*c.h:], n, c.groups-1)
 	}
 }

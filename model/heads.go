@@ -49,9 +49,8 @@ func fromHeads(dst blas.General, src *tensor.Tensor) {
 			row := dst.Data[at : at+h]
 			first := (b*H + j*g) * N
 			copy(row, src.Data[(first+n)*h:(first+n+1)*h])
-			for i := 1; i < g; i++ {
-				k := (first + i*N + n) * h
-				vec.Add(row, row, src.Data[k:k+h])
+			if g > 1 {
+				vec.AddRows(row, src.Data[(first+N+n)*h:], N*h, g-1)
 			}
 		}
 	})

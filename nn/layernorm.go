@@ -176,14 +176,11 @@ func (l *LayerNorm) backwardRows(dx func(r int) []float32, dy *tensor.Tensor, ap
 			vec.StandardizeDx(g, xh, rs, -rs*m2, -rs*m1)
 		}
 	})
-	for b := range nb {
-		s := l.scratch[b*2*d : (b+1)*2*d]
-		if l.Gain != nil {
-			vec.Add(l.Gain.Grad.Data, l.Gain.Grad.Data, s[:d])
-		}
-		if l.Bias != nil {
-			vec.Add(l.Bias.Grad.Data, l.Bias.Grad.Data, s[d:2*d])
-		}
+	if l.Gain != nil {
+		vec.AddRows(l.Gain.Grad.Data, l.scratch, 2*d, nb)
+	}
+	if l.Bias != nil {
+		vec.AddRows(l.Bias.Grad.Data, l.scratch[d:], 2*d, nb)
 	}
 }
 

@@ -180,9 +180,7 @@ func (l *Linear) ApplyBackward(dx, dy, x, wT, dw blas.General, db []float32) {
 		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, x, dy, 1, dw)
 	}
 	if l.Bias != nil {
-		for i := 0; i < dy.Rows; i++ {
-			vec.Add(db, db, dy.Data[i*dy.Stride:i*dy.Stride+l.Out])
-		}
+		vec.AddRows(db, dy.Data, dy.Stride, dy.Rows)
 	}
 	if l.BF16 != nil {
 		blas.GemmBF16Serial(blas.NoTrans, blas.NoTrans, 1, dy, l.BF16.form("Linear.ApplyBackward", blas.Trans), 0, dx)

@@ -92,7 +92,5 @@ func (l *RMSNorm) Backward(dx, dy *tensor.Tensor) {
 			vec.Axpy(-rs*m, xh, g)
 		}
 	})
-	for b := range nb {
-		vec.Add(l.Gain.Grad.Data, l.Gain.Grad.Data, l.scratch[b*2*d:b*2*d+d])
-	}
+	vec.AddRows(l.Gain.Grad.Data, l.scratch, 2*d, nb)
 }

@@ -71,13 +71,9 @@ func addColSums(dst, m []float32, rows, cols int, partial []float32) []float32 {
 		p := partial[b*cols : (b+1)*cols]
 		lo, hi := b*reduceRows, min((b+1)*reduceRows, rows)
 		copy(p, m[lo*cols:(lo+1)*cols])
-		for r := lo + 1; r < hi; r++ {
-			vec.Add(p, p, m[r*cols:(r+1)*cols])
-		}
+		vec.AddRows(p, m[(lo+1)*cols:], cols, hi-lo-1)
 	})
-	for b := range nb {
-		vec.Add(dst, dst, partial[b*cols:(b+1)*cols])
-	}
+	vec.AddRows(dst, partial, cols, nb)
 	return partial
 }
 

@@ -72,3 +72,64 @@ func TestAdamW(t *testing.T) {
 		})
 	})
 }
+
+// TestAddRows checks each path bit for bit against Add(dst, dst, row) row
+// by row (NaN payloads included: two NaNs meet in a column) and the
+// finite results against float32 sums in row order, over widths with
+// every tail, strides wider than the rows, and one row.
+func TestAddRows(t *testing.T) {
+	nan2 := math.Float32frombits(0x7fc0abcd)
+	specials := []float32{inf, ninf, nan, nan2, 3e38, -3e38, 1e-40, float32(math.Copysign(0, -1))}
+	paths(t, func(t *testing.T) {
+		for _, n := range []int{1, 15, 16, 17, 100, 127, 128, 129, 256, 300} {
+			for _, rows := range []int{1, 3, 64} {
+				for _, pad := range []int{0, 5} {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(rows*8+pad)))
+					ld := n + pad
+					m := fill(rng, make([]float32, (rows-1)*ld+n), -2, 2)
+					dst := fill(rng, make([]float32, n), -1, 1)
+					for i := 0; i < rows && n > 4; i++ {
+						m[i*ld+rng.IntN(n)] = specials[rng.IntN(len(specials))]
+					}
+					if n > 3 {
+						dst[3], m[3] = nan2, nan // two payloads meet
+					}
+					want, ref := append([]float32(nil), dst...), append([]float32(nil), dst...)
+					for i := range rows {
+						row := m[i*ld : i*ld+n]
+						Add(want, want, row)
+						for j, v := range row {
+							ref[j] += v
+						}
+					}
+					AddRows(dst, m, ld, rows)
+					for j := range dst {
+						if !same(dst[j], want[j]) {
+							t.Fatalf("n=%d rows=%d ld=%d: element %d = %g (%#x), Add row by row gives %g (%#x)", n, rows, ld, j, dst[j], math.Float32bits(dst[j]), want[j], math.Float32bits(want[j]))
+						}
+						if ref[j] == ref[j] && !same(dst[j], ref[j]) {
+							t.Fatalf("n=%d rows=%d ld=%d: element %d = %g, the sum in row order %g", n, rows, ld, j, dst[j], ref[j])
+						}
+					}
+				}
+			}
+		}
+	})
+	// No rows, or rows of nothing: nothing read or written.
+	AddRows(nil, nil, 0, 5)
+	dst := []float32{1, 2}
+	AddRows(dst, nil, 2, 0)
+	if dst[0] != 1 || dst[1] != 2 {
+		t.Errorf("AddRows with no rows changed dst to %v", dst)
+	}
+	for _, tt := range []struct{ m, ld, rows int }{{3, 2, 2}, {4, 1, 2}, {4, 2, -1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("AddRows(len(dst)=2, len(m)=%d, ld=%d, rows=%d) did not panic", tt.m, tt.ld, tt.rows)
+				}
+			}()
+			AddRows(make([]float32, 2), make([]float32, tt.m), tt.ld, tt.rows)
+		}()
+	}
+}

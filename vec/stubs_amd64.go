@@ -199,6 +199,11 @@ func sumSquaresAVX512(x []float32) float64
 //go:noescape
 func adamWAVX512(w []float32, g []float32, m []float32, v []float32, b1 float32, c1 float32, b2 float32, c2 float32, step float32, invBias2 float32, eps float32, decay float32)
 
+// addRowsAVX512 adds rows ≥ 1 rows of m, ld floats apart, to dst in order with AVX-512F.
+//
+//go:noescape
+func addRowsAVX512(dst []float32, m []float32, ld int, rows int)
+
 // prefetchLines fetches the cache lines of x toward L1 (PREFETCHT0); len(x) > 0.
 //
 //go:noescape

@@ -64,6 +64,28 @@ func Add(dst, a, b []float32) {
 	add(dst, a, b)
 }
 
+// AddRows adds rows rows of m, ld floats apart and len(dst) long, to dst
+// in order: the bits of Add(dst, dst, row) for row 0, 1, … in turn, with
+// dst's elements held in registers rather than read and written a row at
+// a time. It is for sums over the rows of a matrix (a bias gradient, the
+// partial sums of a reduction), whose rows are often too short for a call
+// each to pay.
+func AddRows(dst, m []float32, ld, rows int) {
+	n := len(dst)
+	if rows < 0 || rows > 0 && (ld < n || len(m) < (rows-1)*ld+n) {
+		panic(sprintf("vec.AddRows: length mismatch: len(dst)=%d, len(m)=%d, ld=%d, rows=%d: want rows ≥ 0, ld ≥ len(dst), len(m) ≥ (rows−1)·ld+len(dst)", n, len(m), ld, rows))
+	}
+	if rows == 0 || n == 0 {
+		return
+	}
+	if addRowsFast(dst, m, ld, rows) {
+		return
+	}
+	for i := range rows {
+		add(dst, dst, m[i*ld:i*ld+n])
+	}
+}
+
 // Sum returns Σ x[i].
 func Sum(x []float32) float32 {
 	return sum(x)

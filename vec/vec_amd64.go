@@ -299,6 +299,16 @@ func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay floa
 	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
 }
 
+// addRowsFast runs AddRows's kernel and reports whether there was one
+// for the kernels in use.
+func addRowsFast(dst, m []float32, ld, rows int) bool {
+	if use != implAVX512 {
+		return false
+	}
+	addRowsAVX512(dst, m, ld, rows)
+	return true
+}
+
 func prefetch(x []float32) {
 	if len(x) > 0 {
 		prefetchLines(x)

@@ -5393,6 +5393,94 @@ done:
 	VZEROUPPER
 	RET
 
+// func addRowsAVX512(dst []float32, m []float32, ld int, rows int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·addRowsAVX512(SB), NOSPLIT, $0-64
+	MOVQ dst_base+0(FP), AX
+	MOVQ m_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+	MOVQ ld+48(FP), BX
+	SHLQ $0x02, BX
+	MOVQ rows+56(FP), SI
+
+loopN:
+	CMPQ    DX, $0x00000080
+	JB      loop1
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	MOVQ    CX, DI
+	MOVQ    SI, R8
+
+rows8:
+	VADDPS  (DI), Z0, Z0
+	VADDPS  64(DI), Z1, Z1
+	VADDPS  128(DI), Z2, Z2
+	VADDPS  192(DI), Z3, Z3
+	VADDPS  256(DI), Z4, Z4
+	VADDPS  320(DI), Z5, Z5
+	VADDPS  384(DI), Z6, Z6
+	VADDPS  448(DI), Z7, Z7
+	ADDQ    BX, DI
+	DECQ    R8
+	JNZ     rows8
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	ADDQ    $0x00000200, AX
+	ADDQ    $0x00000200, CX
+	SUBQ    $0x00000080, DX
+	JMP     loopN
+
+loop1:
+	CMPQ    DX, $0x00000010
+	JB      tail
+	VMOVUPS (AX), Z0
+	MOVQ    CX, DI
+	MOVQ    SI, R8
+
+rows1:
+	VADDPS  (DI), Z0, Z0
+	ADDQ    BX, DI
+	DECQ    R8
+	JNZ     rows1
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, DX
+	JMP     loop1
+
+tail:
+	TESTQ     DX, DX
+	JZ        done
+	MOVL      $0x0000ffff, DI
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (AX), K1, Z0
+	MOVQ      SI, DX
+
+rowsTail:
+	VMOVUPS.Z (CX), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	ADDQ      BX, CX
+	DECQ      DX
+	JNZ       rowsTail
+	VMOVUPS   Z0, K1, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
 // func prefetchLines(x []float32)
 // Requires: MMX+
 TEXT ·prefetchLines(SB), NOSPLIT, $0-24

@@ -68,4 +68,6 @@ func adamW(w, g, m, v []float32, b1, c1, b2, c2, step, invBias2, eps, decay floa
 	adamWGeneric(w, g, m, v, b1, c1, b2, c2, step, invBias2, eps, decay)
 }
 
+func addRowsFast(dst, m []float32, ld, rows int) bool { return false }
+
 func prefetch(x []float32) {}

@@ -62,6 +62,7 @@ func main() {
 	layerNormBackwardRows512()
 	sumSquares512()
 	adamW512()
+	addRows512()
 	prefetchLines()
 
 	Generate()

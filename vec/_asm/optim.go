@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -131,6 +133,54 @@ func adamW512() {
 		}
 	}, func(k OpmaskVirtual) {
 		step(func(src Mem, dst VecVirtual) { VMOVUPS_Z(src, k, dst) }, func(src VecVirtual, dst Mem) { VMOVUPS(src, k, dst) }, 0)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// addRows512 emits addRowsAVX512, AddRows: dst's columns in blocks of 8
+// vectors (then 1, then 1 to 15 floats under a mask), each block held in
+// registers while the rows are added to it in order, as Add(dst, dst, row)
+// adds them (the same operand order, so NaN payloads agree too).
+func addRows512() {
+	TEXT("addRowsAVX512", NOSPLIT, "func(dst, m []float32, ld, rows int)")
+	Pragma("noescape")
+	Doc("addRowsAVX512 adds rows ≥ 1 rows of m, ld floats apart, to dst in order with AVX-512F.")
+	dst, m := ptr("dst"), ptr("m")
+	n := Load(Param("dst").Len(), GP64())
+	ld := Load(Param("ld"), GP64())
+	SHLQ(U8(2), ld)
+	rows := Load(Param("rows"), GP64())
+	// block adds the rows to k vectors of dst at the current pointers,
+	// loaded and stored by load and store.
+	block := func(id string, k int, load func(Mem, VecVirtual), store func(VecVirtual, Mem), add func(Mem, VecVirtual)) {
+		acc := zregs(k)
+		for j := range acc {
+			load(dst.Offset(64*j), acc[j])
+		}
+		p, r := GP64(), GP64()
+		MOVQ(m.Base, p)
+		MOVQ(rows, r)
+		Label("rows" + id)
+		for j := range acc {
+			add(Mem{Base: p, Disp: 64 * j}, acc[j])
+		}
+		ADDQ(ld, p)
+		DECQ(r)
+		JNZ(LabelRef("rows" + id))
+		for j := range acc {
+			store(acc[j], dst.Offset(64*j))
+		}
+	}
+	full := func(src Mem, dst VecVirtual) { VMOVUPS(src, dst) }
+	loop512(n, bases(dst, m), 8, func(k int) {
+		block(fmt.Sprint(k), k, full, func(src VecVirtual, dst Mem) { VMOVUPS(src, dst) }, func(row Mem, a VecVirtual) { VADDPS(row, a, a) })
+	}, func(k OpmaskVirtual) {
+		block("Tail", 1, func(src Mem, dst VecVirtual) { VMOVUPS_Z(src, k, dst) }, func(src VecVirtual, dst Mem) { VMOVUPS(src, k, dst) }, func(row Mem, a VecVirtual) {
+			t := ZMM()
+			VMOVUPS_Z(row, k, t)
+			VADDPS(t, a, a)
+		})
 	})
 	VZEROUPPER()
 	RET()
