@@ -28,9 +28,9 @@ func (a *engine) cumsumFeatures(w *engineWorker, hd, l int) {
 	_, rows := L.plan.span(l)
 	F := L.F
 	a.sketchKeys(w, hd, l, w.preK)
-	transposeInto(blas.NewGeneral(rows, F, w.fk), blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)))
+	blas.Copy(blas.Trans, blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mk, w.tk, L.ro, rows)), blas.NewGeneral(rows, F, w.fk))
 	a.skApply(w, false, hd, l, w.preQ, w.mq)
-	transposeInto(blas.NewGeneral(rows, F, w.fq), blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)))
+	blas.Copy(blas.Trans, blas.NewGeneral(F, rows, a.fm.lift.apply(w.phi[:F*rows], w.mq, w.tq, L.ro, rows)), blas.NewGeneral(rows, F, w.fq))
 }
 
 // cumsumDen returns the denominator for the weights' sum x.
@@ -100,7 +100,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 			vec.Axpy(gd, s, dfq)
 			a.den[hd*L.n+lo+i], a.gd[hd*L.n+lo+i] = den, gd
 		}
-		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
+		blas.Copy(blas.Trans, blas.NewGeneral(rows, F, w.df), blas.NewGeneral(F, rows, w.dphi))
 		a.fm.lift.backward(w.dmq, w.dphi, w.mq, w.tq, ro, rows, false)
 		a.skBackward(w, false, hd, l, false, w.dmq, w.preQ)
 	}
@@ -131,7 +131,7 @@ func (a *engine) cumsumBackward(w *engineWorker, hd int) {
 				dfk[f] = ks * (vec.Dot(R[f*h:(f+1)*h], vi) + rho[f])
 			}
 		}
-		transposeInto(blas.NewGeneral(F, rows, w.dphi), blas.NewGeneral(rows, F, w.df))
+		blas.Copy(blas.Trans, blas.NewGeneral(rows, F, w.df), blas.NewGeneral(F, rows, w.dphi))
 		a.fm.lift.backward(w.dmk, w.dphi, w.mk, w.tk, ro, rows, false)
 		a.skBackward(w, true, hd, l, false, w.dmk, w.preK)
 	}

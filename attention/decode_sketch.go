@@ -262,12 +262,12 @@ func (d *sketchDecoder) side(_, i int) {
 	bh, h, ro, F := d.bh, d.h, d.ro, d.F
 	if i == 0 {
 		d.proj.apply(blas.NewGeneral(bh, h, d.q), d.preQ, d.mq, &d.sks)
-		transposeInto(blas.NewGeneral(bh, F, d.fq), blas.NewGeneral(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)))
-		transposeInto(blas.NewGeneral(bh, ro, d.mqr), blas.NewGeneral(ro, bh, d.mq))
+		blas.Copy(blas.Trans, blas.NewGeneral(F, bh, d.fm.lift.apply(d.phiQ, d.mq, d.tq, ro, bh)), blas.NewGeneral(bh, F, d.fq))
+		blas.Copy(blas.Trans, blas.NewGeneral(ro, bh, d.mq), blas.NewGeneral(bh, ro, d.mqr))
 		return
 	}
 	d.kproj.apply(blas.NewGeneral(bh, h, d.k), d.preK, d.mk, &d.sksK)
-	transposeInto(blas.NewGeneral(bh, ro, d.mkr), blas.NewGeneral(ro, bh, d.mk))
+	blas.Copy(blas.Trans, blas.NewGeneral(ro, bh, d.mk), blas.NewGeneral(bh, ro, d.mkr))
 }
 
 // scratch makes sure the first workers of d.chunks exist, with room for
@@ -382,7 +382,7 @@ func (d *sketchDecoder) foldAt(i int) int {
 func (d *sketchDecoder) fold(c *chunkScratch, i int) {
 	h, F, b, ro := d.h, d.F, d.b, d.ro
 	prefix := d.prefix[i*d.stateSize : (i+1)*d.stateSize]
-	transposeInto(blas.NewGeneral(ro, b, c.fm), blas.NewGeneral(b, ro, d.pm[i*b*ro:(i+1)*b*ro]))
+	blas.Copy(blas.Trans, blas.NewGeneral(b, ro, d.pm[i*b*ro:(i+1)*b*ro]), blas.NewGeneral(ro, b, c.fm))
 	phiK := d.fm.lift.apply(c.fphi, c.fm, c.ftilde, ro, b)
 	blas.SgemmSerial(blas.NoTrans, blas.NoTrans, 1, blas.NewGeneral(F, b, phiK), blas.NewGeneral(b, h, d.pv[i*b*h:(i+1)*b*h]), 1, blas.NewGeneral(F, h, prefix))
 	zeta := prefix[F*h:]

@@ -58,7 +58,7 @@ func (eluMap) floats() int                         { return 0 }
 func (m eluMap) apply(x blas.General, pre, mT []float32, _ *sketchScratch) {
 	n := x.Rows
 	pre = pre[:m.h*n]
-	transposeInto(blas.NewGeneral(m.h, n, mT), x)
+	blas.Copy(blas.Trans, x, blas.NewGeneral(m.h, n, mT))
 	vec.Exp(pre, mT[:m.h*n]) // +Inf where x is large, replaced below
 	for i, x := range mT[:m.h*n] {
 		if x > 0 {

@@ -182,8 +182,8 @@ func (tensored) sharedBackward(dmT, u, s, mT, psi, aux []float32, r, n int) {
 // diagScores multiplies row-major copies of the projections (w.mqr, w.mkr),
 // which diagBackward reuses.
 func (tensored) diagScores(w *engineWorker, s []float32, rows, r int) {
-	transposeInto(blas.NewGeneral(rows, r, w.mqr), blas.NewGeneral(r, rows, w.mq))
-	transposeInto(blas.NewGeneral(rows, r, w.mkr), blas.NewGeneral(r, rows, w.mk))
+	blas.Copy(blas.Trans, blas.NewGeneral(r, rows, w.mq), blas.NewGeneral(rows, r, w.mqr))
+	blas.Copy(blas.Trans, blas.NewGeneral(r, rows, w.mk), blas.NewGeneral(rows, r, w.mkr))
 	lowerABt(blas.NewGeneral(rows, rows, s), blas.NewGeneral(rows, r, w.mqr), blas.NewGeneral(rows, r, w.mkr))
 }
 

@@ -98,7 +98,7 @@ func TestLowerKernels(t *testing.T) {
 					got := g.got
 					if tr { // back to row-major
 						got = make([]float32, n*k)
-						transposeInto(blas.NewGeneral(n, k, got), blas.NewGeneral(k, n, g.got))
+						blas.Copy(blas.Trans, blas.NewGeneral(k, n, g.got), blas.NewGeneral(n, k, got))
 					}
 					if err, scale := maxErr(got, g.want); err > 1e-5*scale {
 						t.Errorf("transposed=%v: %s: max error %.3g (scale %.3g)", tr, g.name, err, scale)

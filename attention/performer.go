@@ -208,7 +208,7 @@ func (f *favor) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 	scale := float32(math.Pow(float64(h), -0.25))
 	b, xt, s := pre[:m*n], pre[m*n:(m+h)*n], pre[(m+h)*n:(m+h+1)*n]
 	blas.SgemmSerial(blas.NoTrans, blas.Trans, scale, blas.NewGeneral(m, h, f.w), x, 0, blas.NewGeneral(m, n, b))
-	transposeInto(blas.NewGeneral(h, n, xt), x)
+	blas.Copy(blas.Trans, x, blas.NewGeneral(h, n, xt))
 	vec.Scale(scale, xt)
 	half, tmp := scr.buf[:n], scr.a[:n]
 	clear(half)

@@ -211,7 +211,7 @@ func (s *sketch) apply(x blas.General, pre, mT []float32, scr *sketchScratch) {
 	}
 	n := x.Rows
 	if s.degree == 1 {
-		transposeInto(blas.NewGeneral(s.in, n, mT), x)
+		blas.Copy(blas.Trans, x, blas.NewGeneral(s.in, n, mT))
 		return
 	}
 	r := s.r
@@ -267,7 +267,7 @@ func (s *sketch) output(x blas.General, pre, mT []float32) {
 	}
 	n := x.Rows
 	if s.degree == 1 {
-		transposeInto(blas.NewGeneral(s.in, n, mT), x)
+		blas.Copy(blas.Trans, x, blas.NewGeneral(s.in, n, mT))
 		return
 	}
 	top := &s.levels[len(s.levels)-1]
@@ -398,29 +398,6 @@ func fwht(buf []float32, pad, n int) {
 	}
 }
 
-// transposeInto writes xᵀ into dst: x is n×c, dst c×n.
-func transposeInto(dst, x blas.General) {
-	n, c := x.Rows, x.Cols
-	if dst.Rows != c || dst.Cols != n {
-		panic(fmt.Sprintf("attention: transposeInto a %d×%d matrix from a %d×%d one", dst.Rows, dst.Cols, n, c))
-	}
-	// In tiles, so that the writes, a column of dst per row of x, stay in
-	// a few cache lines.
-	const tile = 16
-	xd, xs, dd, ds := x.Data, x.Stride, dst.Data, dst.Stride
-	for i0 := 0; i0 < n; i0 += tile {
-		i1 := min(i0+tile, n)
-		for t0 := 0; t0 < c; t0 += tile {
-			t1 := min(t0+tile, c)
-			for i := i0; i < i1; i++ {
-				for t, v := range xd[i*xs+t0 : i*xs+t1] {
-					dd[(t0+t)*ds+i] = v
-				}
-			}
-		}
-	}
-}
-
 // transposeAdd writes (or with accumulate adds) srcᵀ into dst: src is
 // c×n, dst n×c.
 func transposeAdd(dst, src blas.General, accumulate bool) {
@@ -428,17 +405,15 @@ func transposeAdd(dst, src blas.General, accumulate bool) {
 	if src.Rows != c || src.Cols != n {
 		panic(fmt.Sprintf("attention: transposeAdd into a %d×%d matrix from a %d×%d one", n, c, src.Rows, src.Cols))
 	}
+	if !accumulate {
+		blas.Copy(blas.Trans, src, dst)
+		return
+	}
 	sd, ss := src.Data, src.Stride
 	for i := 0; i < n; i++ {
 		row := dst.Data[i*dst.Stride : i*dst.Stride+c]
-		if accumulate {
-			for t := range row {
-				row[t] += sd[t*ss+i]
-			}
-		} else {
-			for t := range row {
-				row[t] = sd[t*ss+i]
-			}
+		for t := range row {
+			row[t] += sd[t*ss+i]
 		}
 	}
 }

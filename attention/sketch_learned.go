@@ -219,7 +219,7 @@ func (s *learned) transposeWeights() {
 		for _, f := range nets {
 			for i, l := range f.linears() {
 				if l.BF16 == nil {
-					transposeInto(blas.NewGeneral(l.Out, l.In, f.wT[i]), blas.NewGeneral(l.In, l.Out, l.Weight.Value.Data))
+					blas.Copy(blas.Trans, blas.NewGeneral(l.In, l.Out, l.Weight.Value.Data), blas.NewGeneral(l.Out, l.In, f.wT[i]))
 				}
 			}
 		}
@@ -618,7 +618,7 @@ func (s *netPass) apply(_ *engineWorker, key bool, hd, l int, _, mT []float32) {
 		m = s.ms[1]
 	}
 	at := (hd*L.n + lo) * L.ro
-	transposeInto(blas.NewGeneral(L.ro, rows, mT), blas.NewGeneral(rows, L.ro, m[at:at+rows*L.ro]))
+	blas.Copy(blas.Trans, blas.NewGeneral(rows, L.ro, m[at:at+rows*L.ro]), blas.NewGeneral(L.ro, rows, mT))
 }
 
 func (s *netPass) output(w *engineWorker, key bool, hd, l int, pre, mT []float32) {
@@ -637,7 +637,7 @@ func (s *netPass) backward(_ *engineWorker, key bool, hd, l int, _ bool, dmT, _ 
 	if dmT == nil {
 		clear(dm)
 	} else {
-		transposeAdd(blas.NewGeneral(rows, L.ro, dm), blas.NewGeneral(L.ro, rows, dmT), false)
+		blas.Copy(blas.Trans, blas.NewGeneral(L.ro, rows, dmT), blas.NewGeneral(rows, L.ro, dm))
 	}
 }
 

@@ -16,7 +16,7 @@ func sketchRows(s *sketch, x []float32, n int) []float32 {
 	scr := s.newScratch(n)
 	s.apply(blas.NewGeneral(n, s.in, x), pre, mT, &scr)
 	m := make([]float32, n*s.out)
-	transposeInto(blas.NewGeneral(n, s.out, m), blas.NewGeneral(s.out, n, mT))
+	blas.Copy(blas.Trans, blas.NewGeneral(s.out, n, mT), blas.NewGeneral(n, s.out, m))
 	return m
 }
 
@@ -104,7 +104,7 @@ func featureError(s *sketch, Q, K []float32, n, p int) float64 {
 		phiT := make([]float32, F*n)
 		selfTensor(phiT, mT, tilde, s.out, n)
 		out := make([]float32, n*F)
-		transposeInto(blas.NewGeneral(n, F, out), blas.NewGeneral(F, n, phiT))
+		blas.Copy(blas.Trans, blas.NewGeneral(F, n, phiT), blas.NewGeneral(n, F, out))
 		return out
 	}
 	pq, pk := phi(Q), phi(K)

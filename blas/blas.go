@@ -111,6 +111,30 @@ func SgemmBatched(tA, tB Transpose, batch int, alpha float32, a, b Strided, beta
 	}
 }
 
+// Copy sets b = op(a): a copy of a (t = NoTrans) or its transpose (Trans,
+// b a.Cols×a.Rows), through the register transposes of the packing code
+// where the CPU has them. Elements between b's columns and its Stride are
+// left as they are; a and b must not overlap. Bad shapes panic with a
+// message naming them.
+func Copy(t Transpose, a, b General) {
+	checkTrans("Copy", "t", t)
+	a.check("Copy", "a")
+	b.check("Copy", "b")
+	if r, c := stored(t, b.Rows, b.Cols); a.Rows != r || a.Cols != c {
+		panic(fmt.Sprintf("blas: Copy(%c): a is %d×%d, b %d×%d: want b %d×%d", t, a.Rows, a.Cols, b.Rows, b.Cols, r, c))
+	}
+	if a.Rows == 0 || a.Cols == 0 {
+		return
+	}
+	if t == NoTrans {
+		for i := range a.Rows {
+			copy(b.Data[i*b.Stride:i*b.Stride+b.Cols], a.Data[i*a.Stride:i*a.Stride+a.Cols])
+		}
+		return
+	}
+	transposeRows(b.Data, b.Stride, a.Data, a.Stride, a.Rows, a.Cols, active.asm != 0)
+}
+
 // need is the number of elements a rows×cols matrix with leading
 // dimension ld spans.
 func need(rows, cols, ld int) int {

@@ -121,13 +121,26 @@ func move16(d, s unsafe.Pointer, off uintptr) {
 }
 
 // packGather sets dst[p·w + i] = src[i·ld + p] for i < n and 0 for
-// n ≤ i < w, for p < kb: a transpose of n rows of kb elements. With simd
-// (assembly kernels only) strips of 8 rows or more go through 8×8 register
-// transposes, the last group of 8 overlapping the one before when n is not
-// a multiple of 8 (strips of 4 to 7 rows likewise through 4×8 ones); k
-// steps past the last multiple of 8 go one by one.
+// n ≤ i < w, for p < kb: a transpose of n rows of kb elements (see
+// transposeRows).
 func packGather(dst []float32, w int, src []float32, ld, n, kb int, simd bool) {
-	_ = dst[kb*w-1]
+	transposeRows(dst, w, src, ld, n, kb, simd)
+	if n < w {
+		for p := 0; p < kb; p++ {
+			clear(dst[p*w+n : p*w+w])
+		}
+	}
+}
+
+// transposeRows sets dst[p·w + i] = src[i·ld + p] for i < n, p < kb: a
+// transpose of n rows of kb elements, leaving the rest of dst's rows (w
+// apart) as they are. With simd (assembly kernels only) strips of 8 rows
+// or more go through 8×8 register transposes, the last group of 8
+// overlapping the one before when n is not a multiple of 8 (strips of 4
+// to 7 rows likewise through 4×8 ones); k steps past the last multiple of
+// 8 go one by one.
+func transposeRows(dst []float32, w int, src []float32, ld, n, kb int, simd bool) {
+	_ = dst[(kb-1)*w+n-1]
 	_ = src[(n-1)*ld+kb-1]
 	d0, s0 := unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0])
 	dstep := 4 * w
@@ -154,11 +167,6 @@ func packGather(dst []float32, w int, src []float32, ld, n, kb int, simd bool) {
 			for p := range kb - p0 {
 				*(*float32)(unsafe.Add(d, p*dstep)) = *(*float32)(unsafe.Add(s, 4*p))
 			}
-		}
-	}
-	if n < w {
-		for p := 0; p < kb; p++ {
-			clear(dst[p*w+n : p*w+w])
 		}
 	}
 }
