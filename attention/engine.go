@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/polysketch/polysketch/blas"
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 	"github.com/polysketch/polysketch/tensor"
 	"github.com/polysketch/polysketch/vec"
@@ -312,7 +313,7 @@ func (a *engine) setup(q *tensor.Tensor) {
 	}
 	size := a.carve(&a.L, a.proj, a.src, nil)
 	if cap(a.mem) < size {
-		a.mem = make([]float32, size) // exactly what Workspace reports
+		a.mem = hugepage.Make[float32](size) // exactly what Workspace reports
 	}
 	a.carve(&a.L, a.proj, a.src, a.mem)
 	a.pool.active = a.L.workers

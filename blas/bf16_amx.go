@@ -129,7 +129,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, ap []uint32, b0, 
 		// one call, 495–499 in blocks of 8 chunks).
 		nk = 1
 	}
-	ws.tmp = growFloats(ws.tmp, amxBlock*nrBF16)
+	ws.tmp = grow(ws.tmp, amxBlock*nrBF16)
 	ws.cv = amxConvert{}
 	t := tileCall{g: *g, ws: ws, bp: bp, ap: ap, chunks: chunks, nk: nk}
 	switch {
@@ -201,7 +201,7 @@ func (t *tileCall) rows(b0, b1 int) {
 	g, ws := &t.g, t.ws
 	ws.a = growWords(ws.a, t.chunks*chunkWords)
 	if t.nk > 1 {
-		ws.acc = growFloats(ws.acc, t.nstr*1024)
+		ws.acc = grow(ws.acc, t.nstr*1024)
 	}
 	inKernel := g.tA == NoTrans && g.k%32 == 0 && g.k >= 256 && t.nstr >= 8 && b1-b0 > 1
 	if inKernel {
@@ -231,7 +231,7 @@ func (t *tileCall) rows(b0, b1 int) {
 // kBlocks computes k block by k block, for groups of group row blocks.
 func (t *tileCall) kBlocks(b0, b1, group int) {
 	g, ws := &t.g, t.ws
-	ws.acc = growFloats(ws.acc, group*t.nstr*1024)
+	ws.acc = grow(ws.acc, group*t.nstr*1024)
 	ws.a = growWords(ws.a, ceilDiv(t.chunks, t.nk)*chunkWords)
 	for gb := b0; gb < b1; gb += group {
 		ge := min(b1, gb+group)
@@ -449,10 +449,3 @@ func (h gemmBF16) tilesParallel(threads int) {
 
 // colMask has bit j set for each of the first cols ≤ 32 columns.
 func colMask(cols int) uint32 { return uint32(1<<cols - 1) }
-
-func growFloats(buf []float32, n int) []float32 {
-	if cap(buf) < n {
-		return make([]float32, n)
-	}
-	return buf[:n]
-}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -210,7 +211,7 @@ var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
 
 func growWords(buf []uint32, n int) []uint32 {
 	if cap(buf) < n {
-		return make([]uint32, n)
+		return hugepage.Make[uint32](n)
 	}
 	return buf[:n]
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -70,7 +71,7 @@ func (p *PackedBF16) fill(t Transpose, b General) {
 	p.t = t
 	if activeBF16.sgemm {
 		if p.f32.Data == nil {
-			p.f32 = General{b.Rows, b.Cols, b.Cols, make([]float32, b.Rows*b.Cols)}
+			p.f32 = General{b.Rows, b.Cols, b.Cols, hugepage.Make[float32](b.Rows * b.Cols)}
 		}
 		p.data = nil
 		// Once a step per weight, bound by memory: split by rows.
@@ -87,7 +88,7 @@ func (p *PackedBF16) fill(t Transpose, b General) {
 		return
 	}
 	if p.data == nil {
-		p.data = make([]uint32, packedWords(p.k, p.n))
+		p.data = hugepage.Make[uint32](packedWords(p.k, p.n))
 	}
 	p.f32 = General{}
 	ws := bf16Pool.Get().(*bf16Workspace)

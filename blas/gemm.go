@@ -3,6 +3,7 @@ package blas
 import (
 	"sync"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -40,7 +41,7 @@ var pool = sync.Pool{New: func() any { return new(workspace) }}
 // small.
 func grow(buf []float32, n int) []float32 {
 	if cap(buf) < n {
-		return make([]float32, n)
+		return hugepage.Make[float32](n)
 	}
 	return buf[:n]
 }

@@ -6,6 +6,7 @@ package tensor
 import (
 	"fmt"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/vec"
 )
 
@@ -19,7 +20,7 @@ type Tensor struct {
 // New returns a zeroed tensor of the given shape.
 func New(shape ...int) *Tensor {
 	n := volume(shape)
-	return &Tensor{Shape: append([]int(nil), shape...), Data: make([]float32, n)}
+	return &Tensor{Shape: append([]int(nil), shape...), Data: hugepage.Make[float32](n)}
 }
 
 // From wraps data as a tensor of the given shape without copying.
@@ -121,7 +122,7 @@ func Grow(buf []float32, n int) []float32 {
 	if cap(buf) >= n {
 		return buf[:n]
 	}
-	return make([]float32, n)
+	return hugepage.Make[float32](n)
 }
 
 // Zero sets every element to 0.
