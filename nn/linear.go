@@ -180,6 +180,9 @@ func (l *Linear) ApplyBackward(dx, dy, x, wT, dw blas.General, db []float32) {
 		blas.SgemmSerial(blas.Trans, blas.NoTrans, 1, x, dy, 1, dw)
 	}
 	if l.Bias != nil {
+		if len(db) != l.Out {
+			panic(fmt.Sprintf("nn.Linear.ApplyBackward: len(db)=%d for a layer of %d outputs", len(db), l.Out))
+		}
 		vec.AddRows(db, dy.Data, dy.Stride, dy.Rows)
 	}
 	if l.BF16 != nil {
