@@ -15,6 +15,13 @@ func fold512(z VecVirtual) VecVirtual {
 	return lo
 }
 
+// zfull loads a whole 16-lane vector at the address given, for xhat.
+var zfull = access{load: func(m Mem) VecVirtual {
+	r := ZMM()
+	VMOVUPS(m, r)
+	return r
+}}
+
 // eachRow emits a loop that runs body for each of rows rows, then next,
 // which moves the pointers to the next row; and the function's end.
 func eachRow(rows Register, body, next func()) {
@@ -143,10 +150,7 @@ func layerNormRow(x, dst, gain, bias, mean, rstd Mem, n, i Register, nf, eps, on
 	XORQ(i, i)
 	Label("norm")
 	for j := 0; j < 2; j++ {
-		t, g := ZMM(), ZMM()
-		VMOVUPS(at(x, 64*j), t)
-		VSUBPS(zm, t, t)
-		VMULPS(zr, t, t)
+		t, g := xhat(zfull, at(x, 64*j), zm, zr), ZMM()
 		VMOVUPS(at(gain, 64*j), g)
 		VFMADD213PS(at(bias, 64*j), g, t)
 		VMOVUPS(t, at(dst, 64*j))
@@ -201,10 +205,7 @@ func layerNormBackwardRow(dx, dgain, dbias, x, gain, dy, mean, rstd Mem, n, i Re
 	VXORPS(sgx, sgx, sgx)
 	XORQ(i, i)
 	Label("reduce")
-	xh, d, t := ZMM(), ZMM(), ZMM()
-	VMOVUPS(at(x), xh)
-	VSUBPS(zmu, xh, xh)
-	VMULPS(zrs, xh, xh)
+	xh, d, t := xhat(zfull, at(x), zmu, zrs), ZMM(), ZMM()
 	VMOVUPS(at(dy), d)
 	VMOVUPS(at(dgain), t)
 	VFMADD231PS(xh, d, t)
@@ -230,10 +231,7 @@ func layerNormBackwardRow(dx, dgain, dbias, x, gain, dy, mean, rstd Mem, n, i Re
 	// layerNormDxAVX2: dx += (dy·gain − a − x̂·b)·rstd.
 	XORQ(i, i)
 	Label("dx")
-	xh2, g, u := ZMM(), ZMM(), ZMM()
-	VMOVUPS(at(x), xh2)
-	VSUBPS(zmu, xh2, xh2)
-	VMULPS(zrs, xh2, xh2)
+	xh2, g, u := xhat(zfull, at(x), zmu, zrs), ZMM(), ZMM()
 	VMOVUPS(at(dy), g)
 	VMOVUPS(at(gain), u)
 	VMULPS(u, g, g)
