@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -209,13 +208,6 @@ type bf16Workspace struct {
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Workspace) }}
 
-func growWords(buf []uint32, n int) []uint32 {
-	if cap(buf) < n {
-		return hugepage.Make[uint32](n)
-	}
-	return buf[:n]
-}
-
 // trivial does the products with nothing to multiply (as gemm.trivial)
 // and reports whether it did.
 func (g *gemmBF16) trivial() bool {
@@ -296,9 +288,9 @@ func (g *gemmBF16) packB(ws *bf16Workspace) *PackedBF16 {
 	if g.bp != nil {
 		return g.bp
 	}
-	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	ws.b = grow(ws.b, packedWords(g.k, g.n))
 	ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
-	ws.t = growWords(ws.t, ceilDiv(g.k, 2))
+	ws.t = grow(ws.t, ceilDiv(g.k, 2))
 	packStrips(g.kn, g.tB, g.b, g.k, g.n, ws.pb.data, 0, ceilDiv(g.n, nrBF16), ws.t)
 	return &ws.pb
 }
@@ -312,11 +304,11 @@ func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
 	if g.bp != nil || groups < 2 || g.k*g.n < 1<<16 { // small: not worth waking the others
 		return g.packB(ws)
 	}
-	ws.b = growWords(ws.b, packedWords(g.k, g.n))
+	ws.b = grow(ws.b, packedWords(g.k, g.n))
 	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
 	parallel.Run(groups, threads, func(_, i int) {
 		wt := bf16Pool.Get().(*bf16Workspace)
-		wt.t = growWords(wt.t, ceilDiv(g.k, 2))
+		wt.t = grow(wt.t, ceilDiv(g.k, 2))
 		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
 		bf16Pool.Put(wt)
 	})
@@ -376,7 +368,7 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 		re := min(r1, rs+per)
 		i0 := rs * mr
 		mb := min(re*mr, g.m) - i0
-		ws.a = growWords(ws.a, packAWords(g.k, mb))
+		ws.a = grow(ws.a, packAWords(g.k, mb))
 		ars, aps := packA(kn, g.tA, g.a, g.k, i0, mb, ws.a)
 		s := s0
 		if kn.wide != nil && mb <= kn.wideRows {
@@ -386,7 +378,7 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 		}
 		a := ws.a
 		if kn.expand != nil && s < s1 {
-			ws.e = growWords(ws.e, 2*len(ws.a))
+			ws.e = grow(ws.e, 2*len(ws.a))
 			kn.expand(ws.e, ws.a)
 			a, ars, aps = ws.e, 2*ars, 2*aps
 		}

@@ -38,10 +38,10 @@ type workspace struct {
 var pool = sync.Pool{New: func() any { return new(workspace) }}
 
 // grow returns buf resized to n elements, reallocating only when it is too
-// small.
-func grow(buf []float32, n int) []float32 {
+// small: the workspaces of float32 and of packed bf16 operands alike.
+func grow[T any](buf []T, n int) []T {
 	if cap(buf) < n {
-		return hugepage.Make[float32](n)
+		return hugepage.Make[T](n)
 	}
 	return buf[:n]
 }
