@@ -101,26 +101,93 @@ const spinFor = 50 * time.Microsecond
 
 // A job is one call of Run in progress.
 type job struct {
-	fn    func(w, i int)
-	fn1   func(i int)
-	n     int64
-	width int
-	slots int          // goroutines admitted (under pool.mu), the caller included
-	next  atomic.Int64 // the next item to hand out
-	// state is twice the goroutines of the pool admitted and not yet
-	// done, plus 1 while the caller sleeps on done until they are. One
-	// word, so that a goroutine's decrement is its last touch of the job
-	// unless it is the last one out and must wake the caller: with the
-	// count and the flag apart, a goroutine could read the flag after its
-	// decrement had let the caller recycle the job, and wake the job's
-	// next caller too early (a step hung so under qemu in .ci/run).
+	fn  func(w, i int)
+	fn1 func(i int)
+	// n is the items, next the next item to hand out. n is atomic
+	// because a goroutine that found the job before it was recycled may
+	// still look at it (and fail to join: see admit).
+	n, next atomic.Int64
+	// state is one word, so that joining, leaving and closing the job are
+	// each one atomic step that no lock orders: the goroutines of the
+	// pool join a phase without taking pool.mu, which 15 of them did at
+	// once on 16 cores, each phase, in a queue the phase's caller had to
+	// wait in to close it. Its fields:
+	//
+	//	bit 0        the caller sleeps on done until the admitted are done
+	//	bit 1        closed: no goroutine may join
+	//	bits 2–31    goroutines admitted and not yet done
+	//	bits 32–47   goroutines admitted since the job opened
+	//	bits 48–62   how many may be admitted (width − 1)
+	//
+	// A goroutine's departure is its last touch of the job unless it is
+	// the last one out and must wake the caller: with the count and the
+	// flag apart, a goroutine could read the flag after its decrement had
+	// let the caller recycle the job, and wake the job's next caller too
+	// early (a step hung so under qemu in .ci/run).
 	state atomic.Int64
 	done  chan struct{}
 	// wakes is how many parked goroutines the job still wants woken
-	// (under pool.mu): the caller wakes wakeFanout, and each goroutine
-	// it admits wakes as many more, so that waking many costs the
-	// caller little and takes a few wake-ups' time, not one per thread.
-	wakes int
+	// (changed under pool.mu): the caller wakes wakeFanout, and each
+	// goroutine admitted wakes as many more, so that waking many costs
+	// the caller little and takes a few wake-ups' time, not one per
+	// thread. Atomic so that joining reads it without the lock.
+	wakes atomic.Int32
+}
+
+// The fields of job.state.
+const (
+	asleep      = 1
+	closed      = 2
+	activeOne   = 4
+	activeMask  = 1<<32 - activeOne
+	admitShift  = 32
+	admitMask   = 1<<16 - 1
+	limitShift  = 48
+	maxAdmitted = 1<<15 - 1 // widths beyond are capped (GOMAXPROCS of 32768)
+)
+
+// admit admits the calling goroutine to j, if it is open, has room and
+// has items left, and hands it an item: it returns the goroutine's index
+// in j and the item, or ok false. Taking the item here, not after waking
+// others, keeps a goroutine that the OS preempts while it wakes them from
+// holding up a phase whose items others have done: the caller waits for
+// the goroutines admitted, and each holds an item.
+func (j *job) admit() (w int, i int64, ok bool) {
+	for {
+		s := j.state.Load()
+		admitted := s >> admitShift & admitMask
+		if s&closed != 0 || admitted >= s>>limitShift || j.next.Load() >= j.n.Load() {
+			return 0, 0, false
+		}
+		// The swap makes the fields publish wrote before it opened the
+		// job (fn, n) visible here, and fails if the job closed (or was
+		// recycled) since the load.
+		if j.state.CompareAndSwap(s, s+1<<admitShift+activeOne) {
+			w = int(admitted) + 1
+			break
+		}
+	}
+	if i := j.next.Add(1) - 1; i < j.n.Load() {
+		return w, i, true
+	}
+	j.leave() // admitted, but the others took the last items
+	return 0, 0, false
+}
+
+// leave ends an admitted goroutine's part of j, waking the caller if it
+// sleeps and this was the last one out.
+func (j *job) leave() {
+	s := j.state.Add(-activeOne)
+	if hook := testHookDone.Load(); hook != nil {
+		(*hook)()
+	}
+	if s&activeMask == 0 && s&asleep != 0 {
+		j.done <- struct{}{}
+		// The caller is now runnable on this goroutine's processor,
+		// where it would wait for this goroutine's next yield (up to a
+		// spin's length) if every other processor spins: let it run.
+		runtime.Gosched()
+	}
 }
 
 // wakeFanout is how many parked goroutines the caller of a phase, and
@@ -130,7 +197,8 @@ const wakeFanout = 2
 // work runs item i of j, if i is one, and then the next items of j until
 // none is left to hand out.
 func (j *job) work(w int, i int64) {
-	for ; i < j.n; i = j.next.Add(1) - 1 {
+	n := j.n.Load()
+	for ; i < n; i = j.next.Add(1) - 1 {
 		if j.fn != nil {
 			j.fn(w, int(i))
 		} else {
@@ -142,9 +210,11 @@ func (j *job) work(w int, i int64) {
 // pool is the set of worker goroutines.
 type pool struct {
 	mu      sync.Mutex
-	jobs    []*job    // open to new goroutines, newest last
-	free    []*job    // done, for reuse
-	parked  []*worker // waiting on their wake channel
+	jobs    []*job              // open to new goroutines, newest last
+	newest  atomic.Pointer[job] // jobs' last, which idle goroutines try first without mu
+	open    atomic.Int32        // len(jobs)
+	free    []*job              // done, for reuse
+	parked  []*worker           // waiting on their wake channel
 	started int
 	// gen counts publications (written under mu): an idle goroutine
 	// spins until it changes.
@@ -167,15 +237,19 @@ func (p *pool) publish(n, width int, fn func(w, i int), fn1 func(i int)) *job {
 	} else {
 		j = &job{done: make(chan struct{}, 1)}
 	}
-	j.fn, j.fn1, j.n, j.width, j.slots = fn, fn1, int64(n), width, 1
+	j.fn, j.fn1 = fn, fn1
+	j.n.Store(int64(n))
 	j.next.Store(1)
+	j.wakes.Store(int32(max(0, width-1-int(p.spinning.Load()))))
+	j.state.Store(int64(min(width-1, maxAdmitted)) << limitShift) // open: last, after the fields it publishes
 	p.jobs = append(p.jobs, j)
+	p.newest.Store(j)
+	p.open.Store(int32(len(p.jobs)))
 	p.gen.Add(1)
 	for p.started < width-1 {
 		p.started++
 		go p.loop(&worker{wake: make(chan struct{}, 1)})
 	}
-	j.wakes = max(0, width-1-int(p.spinning.Load()))
 	var wake [wakeFanout]*worker
 	k := p.popParked(j, wake[:])
 	p.mu.Unlock()
@@ -189,7 +263,8 @@ func (p *pool) publish(n, width int, fn func(w, i int), fn1 func(i int)) *job {
 // withdraws j from the goroutines looking for work, waits until those
 // that joined it are done, and recycles it.
 func (p *pool) close(j *job) {
-	j.next.Store(j.n) // a panicking caller leaves items: hand out no more
+	j.next.Store(j.n.Load()) // a panicking caller leaves items: hand out no more
+	j.state.Or(closed)
 	p.mu.Lock()
 	for i, o := range p.jobs {
 		if o == j {
@@ -197,13 +272,25 @@ func (p *pool) close(j *job) {
 			break
 		}
 	}
-	j.wakes = 0
+	var last *job
+	if k := len(p.jobs); k > 0 {
+		last = p.jobs[k-1]
+	}
+	p.newest.Store(last)
+	p.open.Store(int32(len(p.jobs)))
+	j.wakes.Store(0)
 	p.mu.Unlock()
 	// No goroutine joins j now; wait for those inside, spinning first:
-	// they are finishing an item each.
-	if j.state.Load() != 0 {
+	// they are finishing an item each, or leaving one they were admitted
+	// to as the last item went, which takes a few hints' time: the first
+	// turns are of one hint.
+	if j.state.Load()&activeMask != 0 {
 		c := startSpin()
-		for spins := 0; j.state.Load() != 0; spins++ {
+		for spins := 0; j.state.Load()&activeMask != 0; spins++ {
+			if spins < quickTurns {
+				pause(1)
+				continue
+			}
 			if spins%clockEvery == clockEvery-1 && c.expired() {
 				stats.sleeps.Add(1)
 				j.sleep()
@@ -231,12 +318,11 @@ var testHookDone atomic.Pointer[func()]
 func (j *job) sleep() {
 	for {
 		s := j.state.Load()
-		if s == 0 {
+		if s&activeMask == 0 {
 			return
 		}
-		if j.state.CompareAndSwap(s, s|1) {
+		if j.state.CompareAndSwap(s, s|asleep) {
 			<-j.done // the last one out saw the flag and wakes us
-			j.state.Store(0)
 			return
 		}
 	}
@@ -250,13 +336,7 @@ func (p *pool) loop(me *worker) {
 		gen := p.gen.Load()
 		if j, w, i := p.join(); j != nil {
 			j.work(w, i)
-			s := j.state.Add(-2)
-			if hook := testHookDone.Load(); hook != nil {
-				(*hook)()
-			}
-			if s == 1 { // the last one out, the caller asleep
-				j.done <- struct{}{}
-			}
+			j.leave()
 			continue
 		}
 		if p.spin(gen) {
@@ -276,28 +356,25 @@ func (p *pool) loop(me *worker) {
 
 // join admits the calling goroutine to the newest open job with items
 // left and room for one more, returning it, the goroutine's index in it
-// and the first item it takes, or nil. Taking the item here, not after
-// waking others, keeps a goroutine that the OS preempts while it wakes
-// them from holding up a phase whose items others have done: the caller
-// waits for the goroutines admitted, and each holds an item. join wakes
-// more parked goroutines for the job if it wants them.
+// and the first item it takes, or nil; and wakes more parked goroutines
+// for the job if it wants them. The newest job is tried without the lock:
+// phases mostly run one at a time.
 func (p *pool) join() (*job, int, int64) {
+	if j := p.newest.Load(); j != nil {
+		if w, i, ok := j.admit(); ok {
+			p.wakeFor(j)
+			return j, w, i
+		}
+	}
+	if p.open.Load() < 2 {
+		return nil, 0, 0
+	}
 	p.mu.Lock()
 	for k := len(p.jobs) - 1; k >= 0; k-- {
 		j := p.jobs[k]
-		if j.slots >= j.width || j.next.Load() >= j.n {
-			continue
-		}
-		if i := j.next.Add(1) - 1; i < j.n {
-			w := j.slots
-			j.slots++
-			j.state.Add(2)
-			var wake [wakeFanout]*worker
-			n := p.popParked(j, wake[:])
+		if w, i, ok := j.admit(); ok {
 			p.mu.Unlock()
-			for _, o := range wake[:n] {
-				o.wake <- struct{}{}
-			}
+			p.wakeFor(j)
 			return j, w, i
 		}
 	}
@@ -305,16 +382,31 @@ func (p *pool) join() (*job, int, int64) {
 	return nil, 0, 0
 }
 
+// wakeFor wakes up to wakeFanout parked goroutines for j, if it wants
+// them.
+func (p *pool) wakeFor(j *job) {
+	if j.wakes.Load() <= 0 {
+		return
+	}
+	var wake [wakeFanout]*worker
+	p.mu.Lock()
+	n := p.popParked(j, wake[:])
+	p.mu.Unlock()
+	for _, o := range wake[:n] {
+		o.wake <- struct{}{}
+	}
+}
+
 // popParked takes up to len(dst) parked goroutines that j still wants
 // woken into dst, and returns how many; the caller holds p.mu and wakes
 // them after releasing it.
 func (p *pool) popParked(j *job, dst []*worker) int {
-	n := min(len(dst), j.wakes, len(p.parked))
+	n := min(len(dst), int(j.wakes.Load()), len(p.parked))
 	for i := range n {
 		dst[i] = p.parked[len(p.parked)-1-i]
 	}
 	p.parked = p.parked[:len(p.parked)-n]
-	j.wakes -= n
+	j.wakes.Add(int32(-n))
 	return n
 }
 
@@ -374,8 +466,11 @@ func (c *spinClock) expired() bool {
 // turn (as this pool first did) held up, on 16 cores, the ones that
 // worked, and a third of a decoding step's CPU time went to that lock.
 // Measured on 16 cores of a Xeon (docs/benchmarks.md), a batch of 16
-// sequences decoded 1.6-1.7× as fast with these hints as with a yield a
-// turn, one sequence 1.15-1.25×, training the same within noise.
+// sequences decoded 1.6-1.7× as fast with 16 hints a turn and a yield
+// every 16 turns as with a yield a turn; then with a yield every 64 turns
+// (on that Xeon about one a spin, whose turns take about 1 µs) and a
+// yield to a caller woken by the last goroutine out (job.leave), one
+// sequence 1.4× as fast again, 16 1.05-1.1×.
 func (c *spinClock) wait(spins int) {
 	if spins%yieldEvery == yieldEvery-1 {
 		runtime.Gosched()
@@ -385,13 +480,14 @@ func (c *spinClock) wait(spins int) {
 }
 
 // pauses is the spin-wait hints of one turn (0.1-1 µs: PAUSE takes
-// 10-140 cycles, by CPU), yieldEvery the turns between yields, and
-// clockEvery the turns between looks at the clock, a few µs, inside
-// offCPU.
+// 10-140 cycles, by CPU), yieldEvery the turns between yields, clockEvery
+// the turns between looks at the clock, a few µs, inside offCPU, and
+// quickTurns the turns of one hint that a phase's caller takes first.
 const (
 	pauses     = 16
-	yieldEvery = 16
+	yieldEvery = 64
 	clockEvery = 8
+	quickTurns = 32
 )
 
 // stop adds the spin's time on a processor to Stats.
