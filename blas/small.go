@@ -33,12 +33,15 @@ import "github.com/polysketch/polysketch/internal/parallel"
 
 // wideGrain is the size of B, in floats, that a product by the wide
 // kernel (decoding: one or two rows, bound by reading B) gives each
-// thread (64 KB): below it a second thread costs more in handing out and
+// thread (128 KB): below it another thread costs more in handing out and
 // in sharing the cache than it saves. At 1 << 16 the default model's
 // bf16 products (256×256, 256×768) ran on one thread; at 1 << 14 one
-// sequence of it decodes 1.3× faster on 2 threads (BatchStepBF16 S=1),
-// and SmolLM2-135M's larger products are unchanged.
-const wideGrain = 1 << 14
+// sequence of it decoded 1.3× faster on 2 threads (BatchStepBF16 S=1),
+// and SmolLM2-135M's larger products were unchanged; on 16 cores of a
+// Xeon, 1 << 15 (8 threads for the 256×2048 product, not 16) decoded one
+// sequence 1.03-1.3× faster than 1 << 14 and 16 the same, and on 2
+// threads both the same (docs/benchmarks.md).
+const wideGrain = 1 << 15
 
 // smallThreads returns how many of threads a product that reads size
 // floats of B, bound by reading them, should use: one per wideGrain.
