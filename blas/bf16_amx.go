@@ -112,6 +112,7 @@ func accFit(n int) int { return max(1, amxLimits.accBytes/(n*4096)) }
 //     several groups B is read once for each.
 //
 // With one k block, and otherwise where it reads less again, the first.
+// With ap set, A's blocks are read from it, converted already (packA).
 // With bp nil, B is converted as the tiles go (jitB): for each group of
 // strips whose partial sums for all the rows fit in L2, k block by k
 // block, B's block for those strips and then every row block's.
@@ -207,12 +208,16 @@ func (t *tileCall) rows(b0, b1 int) {
 	if inKernel {
 		ws.next = grow(ws.next, t.chunks*chunkWords)
 	}
+	inKernel = inKernel && t.ap == nil
 	converted := false // ws.a holds block blk already
 	for blk := b0; blk < b1; blk++ {
 		i0 := blk * amxBlock
 		rows := min(amxBlock, g.m-i0)
-		if !converted {
-			g.kn.packTiles(g.tA, g.a, g.k, i0, rows, 0, t.chunks, ws.a)
+		a := ws.a
+		if t.ap != nil {
+			a = t.ap[blk*t.chunks*chunkWords:]
+		} else if !converted {
+			g.kn.packTiles(g.tA, g.a, g.k, i0, rows, 0, t.chunks, a)
 		}
 		converted = inKernel && blk+1 < b1 && i0+2*amxBlock <= g.m
 		for kb := 0; kb < t.nk; kb++ {
@@ -220,7 +225,7 @@ func (t *tileCall) rows(b0, b1 int) {
 			if converted {
 				ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next[c0*chunkWords:])
 			}
-			t.call(blk, rows, kb, c0, c1, ws.a[c0*chunkWords:], ws.acc)
+			t.call(blk, rows, kb, c0, c1, a[c0*chunkWords:], ws.acc)
 		}
 		if converted {
 			ws.a, ws.next = ws.next, ws.a
@@ -442,8 +447,16 @@ func (h gemmBF16) tilesParallel(threads int) {
 	ws := bf16Pool.Get().(*bf16Workspace)
 	defer bf16Pool.Put(ws)
 	bp := g.packBParallel(ws, threads)
+	// Items split by strips too would each convert their rows of A: A
+	// converted once for all of them instead, where it fits. (On 16
+	// cores, items converting the weight gradients' A = xᵀ across its
+	// rows took 5× the time one thread does.)
+	var ap []uint32
+	if cb > 1 {
+		ap = g.packA(ws, cb, threads)
+	}
 	bf16Grid(threads, blocks, rb, nStr, cb, func(ws *bf16Workspace, b0, b1, s0, s1 int) {
-		g.tileItem(ws, bp, nil, b0, b1, s0, s1)
+		g.tileItem(ws, bp, ap, b0, b1, s0, s1)
 	})
 }
 
