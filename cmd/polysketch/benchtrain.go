@@ -57,7 +57,9 @@ the goroutines of the parallel runtime spent spinning on a processor,
 waiting for work or for each other.
 
 --phases W adds, for each case, one more step at GOMAXPROCS=1 with every
-parallel phase split as for W threads, and reports the share of that
+parallel phase split as for W threads, and reports its time against the
+timed steps' (work that splitting adds, such as operands converted once
+per item, shows there, apart from any waiting), the share of that
 step's time spent outside parallel phases (the serial part, which W
 threads cannot shorten), the speedup on W threads that Amdahl's law then
 allows phase by phase, and the phases themselves: where each is called
@@ -77,12 +79,14 @@ type benchTrainRow struct {
 	PeakBytes    *int64   `json:"peak_bytes"`
 	CPUSeconds   *float64 `json:"cpu_seconds,omitempty"`
 	SpinSeconds  *float64 `json:"spin_seconds,omitempty"`
-	// With --phases: the serial share of a step at GOMAXPROCS=1, the
-	// speedup Amdahl's law allows on that many threads, and the phases.
-	SerialShare *float64     `json:"serial_share,omitempty"`
-	Bound       *float64     `json:"amdahl_speedup,omitempty"`
-	Phases      []benchPhase `json:"phases,omitempty"`
-	note        string
+	// With --phases: the time of a step at GOMAXPROCS=1 split as for
+	// that many threads, its serial share, the speedup Amdahl's law
+	// allows on that many threads, and the phases.
+	SplitSeconds *float64     `json:"split_seconds,omitempty"`
+	SerialShare  *float64     `json:"serial_share,omitempty"`
+	Bound        *float64     `json:"amdahl_speedup,omitempty"`
+	Phases       []benchPhase `json:"phases,omitempty"`
+	note         string
 }
 
 // benchPhase is one parallel phase of a profiled step (see --phases).
@@ -253,8 +257,8 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 	if err != nil || r.SerialShare == nil {
 		return err
 	}
-	fmt.Fprintf(w, "  one step at GOMAXPROCS=1 split for %d threads: %.1f%% serial; Amdahl's law allows %.1f× on %d threads\n",
-		cfg.phases, 100**r.SerialShare, *r.Bound, cfg.phases)
+	fmt.Fprintf(w, "  one step at GOMAXPROCS=1 split for %d threads: %.3f s (%.2f× the step above); %.1f%% serial; Amdahl's law allows %.1f× on %d threads\n",
+		cfg.phases, *r.SplitSeconds, *r.SplitSeconds / *r.Seconds, 100**r.SerialShare, *r.Bound, cfg.phases)
 	fmt.Fprintf(w, "  %7s %6s %11s  %s\n", "time", "calls", "items/call", "phase")
 	for _, p := range r.Phases {
 		items := fmt.Sprint(p.MinItems)
@@ -372,14 +376,19 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 // cfg.phases threads and adds what it found to r (see --phases).
 func (cfg *benchTrainConfig) profile(r *benchTrainRow, step func()) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	step() // the buffers of the new split
+	// A step sizes the buffers of the new split first: the split is the
+	// profile's (parallel.Threads returns its width only while it runs),
+	// so the step runs under one too.
+	parallel.StartProfile(cfg.phases)
+	step()
+	parallel.StopProfile()
 	parallel.StartProfile(cfg.phases)
 	step()
 	rep := parallel.StopProfile()
 	total := rep.Total.Seconds()
 	share := rep.Serial().Seconds() / total
 	bound := total / rep.Bound(cfg.phases).Seconds()
-	r.SerialShare, r.Bound = &share, &bound
+	r.SplitSeconds, r.SerialShare, r.Bound = &total, &share, &bound
 	for _, p := range rep.Phases {
 		r.Phases = append(r.Phases, benchPhase{Site: p.Site, Calls: p.Calls, MinItems: p.MinItems, MaxItems: p.MaxItems,
 			Share: p.Time.Seconds() / total, Serial: p.Serial == p.Time, Nested: p.Nested})

@@ -64,6 +64,9 @@ func TestBenchTrainPhases(t *testing.T) {
 	if r.CPUSeconds == nil || *r.CPUSeconds <= 0 || r.SpinSeconds == nil || *r.SpinSeconds < 0 {
 		t.Errorf("CPU %v s, spin %v s per step", r.CPUSeconds, r.SpinSeconds)
 	}
+	if r.SplitSeconds == nil || *r.SplitSeconds <= 0 {
+		t.Errorf("split step %v s", r.SplitSeconds)
+	}
 	if r.SerialShare == nil || *r.SerialShare < 0 || *r.SerialShare >= 1 || r.Bound == nil || *r.Bound < 1 || *r.Bound > 4 {
 		t.Fatalf("serial share %v, Amdahl speed-up %v on 4 threads: want a share in [0, 1) and a speed-up in [1, 4]", r.SerialShare, r.Bound)
 	}
