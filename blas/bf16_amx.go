@@ -200,15 +200,16 @@ func (t *tileCall) strips(s0, s1, last int) {
 // few strips or short rows, ran slower so (0.5–0.9×).
 func (t *tileCall) rows(b0, b1 int) {
 	g, ws := &t.g, t.ws
-	ws.a = grow(ws.a, t.chunks*chunkWords)
+	if t.ap == nil {
+		ws.a = grow(ws.a, t.chunks*chunkWords)
+	}
 	if t.nk > 1 {
 		ws.acc = grow(ws.acc, t.nstr*1024)
 	}
-	inKernel := g.tA == NoTrans && g.k%32 == 0 && g.k >= 256 && t.nstr >= 8 && b1-b0 > 1
+	inKernel := t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && g.k >= 256 && t.nstr >= 8 && b1-b0 > 1
 	if inKernel {
 		ws.next = grow(ws.next, t.chunks*chunkWords)
 	}
-	inKernel = inKernel && t.ap == nil
 	converted := false // ws.a holds block blk already
 	for blk := b0; blk < b1; blk++ {
 		i0 := blk * amxBlock
