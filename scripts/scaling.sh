@@ -23,7 +23,15 @@
 # GOMAXPROCS=1, split for the most threads), decode (BenchmarkBatchStep
 # of ./model, S = 1 and 16 sequences), gpt2 (bench train at the
 # GPT-2-small shape: 12 layers, d 768, 12 heads of 64, 4096 tokens a step,
-# which need about 9 GiB; 8192 would need 17), on one thread and the most.
+# which need about 9 GiB; 8192 would need 17), on one thread and the most;
+# kernels (one thread: the bare FMA, VDPBF16PS and TDPBF16PS loops, the
+# tile kernel alone, and Sgemm against each bf16 kernel at a square and
+# three of the default model's shapes; not in the default SECTIONS).
+#
+# On a machine without Go (a lent server), build the binaries here and
+# name them: POLYSKETCH (go build ./cmd/polysketch), MODEL_TEST (go test
+# -c ./model, for decode) and BLAS_TEST (go test -c ./blas, for kernels);
+# control, which builds its loops with Go, is then skipped.
 set -eu
 
 cores=$(getconf _NPROCESSORS_ONLN)
@@ -44,8 +52,21 @@ lock=/tmp/bench.lock
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/polysketch" ./cmd/polysketch
-bin=$tmp/polysketch
+bin=${POLYSKETCH:-}
+if [ -z "$bin" ]; then
+	go build -o "$tmp/polysketch" ./cmd/polysketch
+	bin=$tmp/polysketch
+fi
+
+# testbin VAR PKG: the test binary of PKG, VAR's if set, else built here.
+testbin() {
+	eval "t=\${$1:-}"
+	if [ -z "$t" ]; then
+		t=$tmp/$(basename "$2").test
+		go test -c -o "$t" "$2"
+	fi
+	echo "$t"
+}
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $cores cores; $(grep -o -m1 -w amx_bf16 /proc/cpuinfo || echo 'no amx_bf16'); $(grep -o -m1 -w avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16')"
 echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $THREADS; $ROUNDS rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -132,6 +153,11 @@ summary() {
 for section in $SECTIONS; do
 	case $section in
 	control)
+		if ! command -v go >/dev/null; then
+			echo
+			echo "## control: skipped (no go here to build its loops)"
+			continue
+		fi
 		mkdir -p "$tmp/burn"
 		cat >"$tmp/burn/main.go" <<-'EOF'
 			package main
@@ -185,13 +211,13 @@ for section in $SECTIONS; do
 		done
 		;;
 	decode)
-		go test -c -o "$tmp/model.test" ./model
+		mt=$(testbin MODEL_TEST ./model)
 		echo
 		echo "## decode: go test -run '^\$' -bench 'BatchStep(BF16)?/S=(1|16)\$' -benchtime 2s ./model, tokens/s"
 		for r in $(seq "$ROUNDS"); do
 			for t in $THREADS; do
 				printf 'round %s threads %-3s' "$r" "$t"
-				GOMAXPROCS=$t flock "$lock" "$tmp/model.test" -test.run '^$' -test.bench 'BatchStep(BF16)?/S=(1|16)$' -test.benchtime 2s |
+				GOMAXPROCS=$t flock "$lock" "$mt" -test.run '^$' -test.bench 'BatchStep(BF16)?/S=(1|16)$' -test.benchtime 2s |
 					awk '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); sub(/^BenchmarkBatchStep/, "", $1); printf "  %s %s", $1, $5 } END { print "" }'
 			done
 		done
@@ -202,8 +228,15 @@ for section in $SECTIONS; do
 		train gpt2-small --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2
 		THREADS=$all
 		;;
+	kernels)
+		bt=$(testbin BLAS_TEST ./blas)
+		echo
+		echo "## kernels, one thread: go test -run '^\$' -bench 'Peak|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -benchtime 4x ./blas"
+		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench 'Peak|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -test.benchtime 4x |
+			grep -E '^Benchmark'
+		;;
 	*)
-		echo "scaling.sh: unknown section $section (train, serial, decode, gpt2)" >&2
+		echo "scaling.sh: unknown section $section (control, train, serial, decode, gpt2, kernels)" >&2
 		exit 2
 		;;
 	esac
