@@ -3,6 +3,7 @@ package blas
 import (
 	"unsafe"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -130,7 +131,7 @@ func (g *gemmBF16) tileItem(ws *bf16Workspace, bp *PackedBF16, ap []uint32, b0, 
 		// one call, 495–499 in blocks of 8 chunks).
 		nk = 1
 	}
-	ws.tmp = grow(ws.tmp, amxBlock*nrBF16)
+	ws.tmp = hugepage.Grow(ws.tmp, amxBlock*nrBF16)
 	ws.cv = amxConvert{}
 	t := tileCall{g: *g, ws: ws, bp: bp, ap: ap, chunks: chunks, nk: nk}
 	switch {
@@ -201,14 +202,14 @@ func (t *tileCall) strips(s0, s1, last int) {
 func (t *tileCall) rows(b0, b1 int) {
 	g, ws := &t.g, t.ws
 	if t.ap == nil {
-		ws.a = grow(ws.a, t.chunks*chunkWords)
+		ws.a = hugepage.Grow(ws.a, t.chunks*chunkWords)
 	}
 	if t.nk > 1 {
-		ws.acc = grow(ws.acc, t.nstr*1024)
+		ws.acc = hugepage.Grow(ws.acc, t.nstr*1024)
 	}
 	inKernel := t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && g.k >= 256 && t.nstr >= 8 && b1-b0 > 1
 	if inKernel {
-		ws.next = grow(ws.next, t.chunks*chunkWords)
+		ws.next = hugepage.Grow(ws.next, t.chunks*chunkWords)
 	}
 	converted := false // ws.a holds block blk already
 	for blk := b0; blk < b1; blk++ {
@@ -237,8 +238,8 @@ func (t *tileCall) rows(b0, b1 int) {
 // kBlocks computes k block by k block, for groups of group row blocks.
 func (t *tileCall) kBlocks(b0, b1, group int) {
 	g, ws := &t.g, t.ws
-	ws.acc = grow(ws.acc, group*t.nstr*1024)
-	ws.a = grow(ws.a, ceilDiv(t.chunks, t.nk)*chunkWords)
+	ws.acc = hugepage.Grow(ws.acc, group*t.nstr*1024)
+	ws.a = hugepage.Grow(ws.a, ceilDiv(t.chunks, t.nk)*chunkWords)
 	for gb := b0; gb < b1; gb += group {
 		ge := min(b1, gb+group)
 		for kb := 0; kb < t.nk; kb++ {
@@ -297,7 +298,7 @@ func (t *tileCall) packB(c0, c1 int) {
 	g, ws := &t.g, t.ws
 	k0, k1 := 32*c0, min(32*c1, g.k)
 	j0, j1 := t.s0*nrBF16, min((t.s0+t.nstr)*nrBF16, g.n)
-	ws.b = grow(ws.b, t.nstr*(c1-c0)*chunkWords)
+	ws.b = hugepage.Grow(ws.b, t.nstr*(c1-c0)*chunkWords)
 	packStrips(g.kn, NoTrans, g.b.Slice(k0, k1, j0, j1), k1-k0, j1-j0, ws.b, 0, t.nstr, nil)
 }
 
@@ -401,7 +402,7 @@ func (g *gemmBF16) packA(ws *bf16Workspace, parts, threads int) []uint32 {
 	if parts*ceilDiv(ceilDiv(ceilDiv(g.n, nrBF16), parts), accFit(blocks)) < 2 || blocks*chunks*chunkWords*4 > amxLimits.aBytes {
 		return nil
 	}
-	ws.ap = grow(ws.ap, blocks*chunks*chunkWords)
+	ws.ap = hugepage.Grow(ws.ap, blocks*chunks*chunkWords)
 	if threads < 2 {
 		for blk := range blocks {
 			g.packABlock(ws.ap, blk, chunks)

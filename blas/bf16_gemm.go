@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/polysketch/polysketch/internal/hugepage"
 	"github.com/polysketch/polysketch/internal/parallel"
 )
 
@@ -266,7 +267,7 @@ func (g *gemmBF16) sgemm(threads int) {
 	case g.bp != nil:
 		// Packed in pairs for another kernel (the one in use then).
 		ws = pool.Get().(*workspace)
-		ws.rb = grow(ws.rb, g.k*g.n)
+		ws.rb = hugepage.Grow(ws.rb, g.k*g.n)
 		b := g.bp.unpack(ws.rb)
 		h.tB, h.b, h.ldb, h.roundB = g.bp.t, b.Data, b.Stride, false
 	}
@@ -288,9 +289,9 @@ func (g *gemmBF16) packB(ws *bf16Workspace) *PackedBF16 {
 	if g.bp != nil {
 		return g.bp
 	}
-	ws.b = grow(ws.b, packedWords(g.k, g.n))
+	ws.b = hugepage.Grow(ws.b, packedWords(g.k, g.n))
 	ws.pb = PackedBF16{k: g.k, n: g.n, data: ws.b}
-	ws.t = grow(ws.t, ceilDiv(g.k, 2))
+	ws.t = hugepage.Grow(ws.t, ceilDiv(g.k, 2))
 	packStrips(g.kn, g.tB, g.b, g.k, g.n, ws.pb.data, 0, ceilDiv(g.n, nrBF16), ws.t)
 	return &ws.pb
 }
@@ -304,11 +305,11 @@ func (h gemmBF16) packBParallel(ws *bf16Workspace, threads int) *PackedBF16 {
 	if g.bp != nil || groups < 2 || g.k*g.n < 1<<16 { // small: not worth waking the others
 		return g.packB(ws)
 	}
-	ws.b = grow(ws.b, packedWords(g.k, g.n))
+	ws.b = hugepage.Grow(ws.b, packedWords(g.k, g.n))
 	bp := &PackedBF16{k: g.k, n: g.n, data: ws.b}
 	parallel.Run(groups, threads, func(_, i int) {
 		wt := bf16Pool.Get().(*bf16Workspace)
-		wt.t = grow(wt.t, ceilDiv(g.k, 2))
+		wt.t = hugepage.Grow(wt.t, ceilDiv(g.k, 2))
 		packStrips(g.kn, g.tB, g.b, g.k, g.n, bp.data, i*nStr/groups, (i+1)*nStr/groups, wt.t)
 		bf16Pool.Put(wt)
 	})
@@ -368,7 +369,7 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 		re := min(r1, rs+per)
 		i0 := rs * mr
 		mb := min(re*mr, g.m) - i0
-		ws.a = grow(ws.a, packAWords(g.k, mb))
+		ws.a = hugepage.Grow(ws.a, packAWords(g.k, mb))
 		ars, aps := packA(kn, g.tA, g.a, g.k, i0, mb, ws.a)
 		s := s0
 		if kn.wide != nil && mb <= kn.wideRows {
@@ -378,7 +379,7 @@ func (g *gemmBF16) item(ws *bf16Workspace, bp *PackedBF16, r0, r1, s0, s1 int) {
 		}
 		a := ws.a
 		if kn.expand != nil && s < s1 {
-			ws.e = grow(ws.e, 2*len(ws.a))
+			ws.e = hugepage.Grow(ws.e, 2*len(ws.a))
 			kn.expand(ws.e, ws.a)
 			a, ars, aps = ws.e, 2*ars, 2*aps
 		}

@@ -92,7 +92,7 @@ func (p *PackedBF16) fill(t Transpose, b General) {
 	}
 	p.f32 = General{}
 	ws := bf16Pool.Get().(*bf16Workspace)
-	ws.a = grow(ws.a, ceilDiv(p.k, 2))
+	ws.a = hugepage.Grow(ws.a, ceilDiv(p.k, 2))
 	packStrips(activeBF16, t, b, p.k, p.n, p.data, 0, ceilDiv(p.n, nrBF16), ws.a)
 	bf16Pool.Put(ws)
 }

@@ -37,15 +37,6 @@ type workspace struct {
 
 var pool = sync.Pool{New: func() any { return new(workspace) }}
 
-// grow returns buf resized to n elements, reallocating only when it is too
-// small: the workspaces of float32 and of packed bf16 operands alike.
-func grow[T any](buf []T, n int) []T {
-	if cap(buf) < n {
-		return hugepage.Make[T](n)
-	}
-	return buf[:n]
-}
-
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // trivial does the products that need no multiplication (empty C, or
@@ -101,11 +92,11 @@ func (g *gemm) serial() {
 		nStr := ceilDiv(nb, kn.nr)
 		for pc := 0; pc < g.k; pc += kn.kc {
 			kb := min(kn.kc, g.k-pc)
-			ws.b = grow(ws.b, nStr*kn.nr*kb)
+			ws.b = hugepage.Grow(ws.b, nStr*kn.nr*kb)
 			g.packB(ws.b, jc, nb, pc, kb, 0, nStr)
 			for ic := 0; ic < g.m; ic += kn.mc {
 				mb := min(kn.mc, g.m-ic)
-				ws.a = grow(ws.a, ceilDiv(mb, kn.mr)*kn.mr*kb)
+				ws.a = hugepage.Grow(ws.a, ceilDiv(mb, kn.mr)*kn.mr*kb)
 				g.packA(ws.a, ic, mb, pc, kb)
 				g.macro(ws.a, ws.b, ic, mb, jc, nb, 0, nStr, pc, kb)
 			}
@@ -183,14 +174,14 @@ func (h gemm) parallel(threads int) {
 		pn.nStr = ceilDiv(pn.nb, kn.nr)
 		_, pn.cb = grid(mStr, pn.nStr, kn.mr, kn.nr, rb, threads)
 		// The panel for the k block at pc starts at pc·nStr·nr.
-		ws.b = grow(ws.b, pn.nStr*kn.nr*g.k)
+		ws.b = hugepage.Grow(ws.b, pn.nStr*kn.nr*g.k)
 		pn.bp = ws.b
 		pn.groups = max(1, min(pn.nStr, 4*threads/kBlocks))
 		if jc == 0 && pn.cb == 1 {
 			shareA = false // the first panel is the widest: none has chunks
 		}
 		if shareA && jc == 0 {
-			ws.a = grow(ws.a, mStr*kn.mr*g.k)
+			ws.a = hugepage.Grow(ws.a, mStr*kn.mr*g.k)
 			pn.packA = true
 		}
 		pn.ap, pn.shareA = ws.a, shareA
@@ -220,9 +211,9 @@ func (g *gemm) byK(ws *workspace, threads, rb int) {
 		pn.shareA = rb < itemsPerThread*threads && pn.cb > 1 && mStr*kn.mr*kn.kc <= aBudget
 		pn.packA = pn.shareA
 		// Two k blocks' buffers: one multiplied while the next is packed.
-		ws.b = grow(ws.b, 2*pn.nStr*kn.nr*kn.kc)
+		ws.b = hugepage.Grow(ws.b, 2*pn.nStr*kn.nr*kn.kc)
 		if pn.shareA {
-			ws.a = grow(ws.a, 2*mStr*kn.mr*kn.kc)
+			ws.a = hugepage.Grow(ws.a, 2*mStr*kn.mr*kn.kc)
 		}
 		pn.bp, pn.ap = ws.b, ws.a
 		pn.groups = max(1, min(pn.nStr, 2*threads))
@@ -286,7 +277,7 @@ func (pn *panel) multiply(item, p0, p1, ao, bo int) {
 		if pn.shareA {
 			a = pn.ap[ao+(pc-p0)*pn.mStr*kn.mr+s0*kn.mr*kb:]
 		} else {
-			wa.a = grow(wa.a, (s1-s0)*kn.mr*kb)
+			wa.a = hugepage.Grow(wa.a, (s1-s0)*kn.mr*kb)
 			g.packA(wa.a, ic, mb, pc, kb)
 			a = wa.a
 		}

@@ -1,6 +1,9 @@
 package blas
 
-import "github.com/polysketch/polysketch/internal/parallel"
+import (
+	"github.com/polysketch/polysketch/internal/hugepage"
+	"github.com/polysketch/polysketch/internal/parallel"
+)
 
 // Products with few rows of C, as in decoding a token or a few through a
 // weight matrix, or with few columns. Packing op(B) copies all of it for
@@ -105,7 +108,7 @@ func (g *gemm) small(threads int) bool {
 		if ws == nil {
 			ws = pool.Get().(*workspace)
 		}
-		ws.a = grow(ws.a, g.m*g.k)
+		ws.a = hugepage.Grow(ws.a, g.m*g.k)
 		gatherRows(ws.a, h.a, h.lda, g.m, g.k)
 		h.tA, h.a, h.lda = NoTrans, ws.a, g.k
 	case f == streamTall && g.tB == Trans:
@@ -113,7 +116,7 @@ func (g *gemm) small(threads int) bool {
 		if ws == nil {
 			ws = pool.Get().(*workspace)
 		}
-		ws.b = grow(ws.b, g.k*g.n)
+		ws.b = hugepage.Grow(ws.b, g.k*g.n)
 		gatherRows(ws.b, h.b, h.ldb, g.k, g.n)
 		h.tB, h.b, h.ldb = NoTrans, ws.b, g.n
 	case f == dotColumns && g.tB == NoTrans:
@@ -121,7 +124,7 @@ func (g *gemm) small(threads int) bool {
 		if ws == nil {
 			ws = pool.Get().(*workspace)
 		}
-		ws.b = grow(ws.b, g.n*g.k)
+		ws.b = hugepage.Grow(ws.b, g.n*g.k)
 		gatherRows(ws.b, h.b, h.ldb, g.n, g.k)
 		h.tB, h.b, h.ldb = Trans, ws.b, g.k
 	}
@@ -159,13 +162,13 @@ func (g *gemm) small(threads int) bool {
 func (g *gemm) roundCopies(ws *workspace) {
 	if g.roundA {
 		r, c := stored(g.tA, g.m, g.k)
-		ws.ra = grow(ws.ra, r*c)
+		ws.ra = hugepage.Grow(ws.ra, r*c)
 		roundRows(ws.ra, g.a, g.lda, r, c)
 		g.a, g.lda, g.roundA = ws.ra, c, false
 	}
 	if g.roundB {
 		r, c := stored(g.tB, g.k, g.n)
-		ws.rb = grow(ws.rb, r*c)
+		ws.rb = hugepage.Grow(ws.rb, r*c)
 		roundRows(ws.rb, g.b, g.ldb, r, c)
 		g.b, g.ldb, g.roundB = ws.rb, c, false
 	}

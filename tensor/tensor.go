@@ -119,10 +119,7 @@ func (t *Tensor) Resize(shape ...int) {
 // reports it holds (attention's Workspace) is what it allocates; callers
 // that grow step by step grow geometrically themselves.
 func Grow(buf []float32, n int) []float32 {
-	if cap(buf) >= n {
-		return buf[:n]
-	}
-	return hugepage.Make[float32](n)
+	return hugepage.Grow(buf, n)
 }
 
 // Zero sets every element to 0.

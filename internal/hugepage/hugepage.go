@@ -44,6 +44,16 @@ func Make[T any](n int) []T {
 	return s
 }
 
+// Grow returns buf resliced to length n, or, when its capacity is too
+// small, a new buffer of exactly n elements from Make (buf's contents are
+// not copied): the workspaces that hot loops reuse.
+func Grow[T any](buf []T, n int) []T {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return Make[T](n)
+}
+
 // span returns the huge pages [lo, hi) that the n bytes at p touch.
 func span(p, n uintptr) (lo, hi uintptr) {
 	return p &^ (size - 1), (p + n + size - 1) &^ (size - 1)

@@ -83,3 +83,22 @@ func vmFlags(p uintptr) (string, error) {
 	}
 	return "", fmt.Errorf("no mapping in /proc/self/smaps holds %#x", p)
 }
+
+// TestGrow checks that Grow reslices a buffer with room and otherwise
+// makes one of exactly n elements.
+func TestGrow(t *testing.T) {
+	buf := make([]float32, 4, 10)
+	for _, tc := range []struct {
+		n       int
+		reuse   bool
+		wantCap int
+	}{{0, true, 10}, {7, true, 10}, {10, true, 10}, {11, false, 11}, {1 << 20, false, 1 << 20}} {
+		got := Grow(buf, tc.n)
+		if len(got) != tc.n || cap(got) != tc.wantCap {
+			t.Errorf("Grow(len 4 cap 10, %d): len %d cap %d, want len %d cap %d", tc.n, len(got), cap(got), tc.n, tc.wantCap)
+		}
+		if same := cap(got) > 0 && unsafe.SliceData(got) == unsafe.SliceData(buf); same != tc.reuse {
+			t.Errorf("Grow(len 4 cap 10, %d): reused the buffer %t, want %t", tc.n, same, tc.reuse)
+		}
+	}
+}
