@@ -7,7 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,6 +163,65 @@ func BenchmarkPeakAMX(b *testing.B) {
 		tdpbf16psLoop(&amxConfig[0], 1000)
 	}
 	b.ReportMetric(4*1000*16*16*32*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+}
+
+// BenchmarkPeakCores runs the bare loops of BenchmarkPeak and
+// BenchmarkPeakAMX on one goroutine and then on GOMAXPROCS at once, and
+// reports the rate of all of them together (GFLOPS) and, as core-%, what
+// each core keeps of the rate it reaches alone: below 100 where a server
+// lowers its clock with more cores busy, the ceiling of any speedup on
+// them, whatever the software does.
+//
+//	go test -run '^$' -bench PeakCores -cpu 16 ./blas
+func BenchmarkPeakCores(b *testing.B) {
+	loops := []struct {
+		name  string
+		flops float64 // one call's
+		run   func()
+	}{{"vfmadd231ps", 24 * 1000 * 32, func() { vfmaddLoop(1000) }}}
+	if f := peakAMXLoop(); f != nil {
+		loops = append(loops, struct {
+			name  string
+			flops float64
+			run   func()
+		}{"tdpbf16ps", peakAMXFlops, f})
+	}
+	// rate times calls calls of run on each of p goroutines, the best of
+	// five, and returns the flops a second of all of them.
+	rate := func(run func(), flops float64, p, calls int) float64 {
+		best := time.Hour
+		for range 5 {
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range p {
+				wg.Go(func() {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					<-start
+					for range calls {
+						run()
+					}
+				})
+			}
+			t0 := time.Now()
+			close(start)
+			wg.Wait()
+			best = min(best, time.Since(t0))
+		}
+		return flops * float64(p*calls) / best.Seconds()
+	}
+	for _, l := range loops {
+		b.Run(l.name, func(b *testing.B) {
+			p := runtime.GOMAXPROCS(0)
+			var one, all float64
+			for b.Loop() {
+				one = rate(l.run, l.flops, 1, 2000)
+				all = rate(l.run, l.flops, p, 2000)
+			}
+			b.ReportMetric(all/1e9, "GFLOPS")
+			b.ReportMetric(100*all/(float64(p)*one), "core-%")
+		})
+	}
 }
 
 // BenchmarkTilesAMX times the tile kernel alone (tilesAMX), operands

@@ -26,7 +26,9 @@
 # which need about 9 GiB; 8192 would need 17), on one thread and the most;
 # kernels (one thread: the bare FMA, VDPBF16PS and TDPBF16PS loops, the
 # tile kernel alone, and Sgemm against each bf16 kernel at a square and
-# three of the default model's shapes; not in the default SECTIONS).
+# three of the default model's shapes; then the bare loops on all the
+# threads at once, for the clock a busy server keeps; not in the default
+# SECTIONS).
 #
 # On a machine without Go (a lent server), build the binaries here and
 # name them: POLYSKETCH (go build ./cmd/polysketch), MODEL_TEST (go test
@@ -231,8 +233,12 @@ for section in $SECTIONS; do
 	kernels)
 		bt=$(testbin BLAS_TEST ./blas)
 		echo
-		echo "## kernels, one thread: go test -run '^\$' -bench 'Peak|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -benchtime 4x ./blas"
-		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench 'Peak|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -test.benchtime 4x |
+		echo "## kernels, one thread: go test -run '^\$' -bench '^Peak(AMX)?$|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -benchtime 4x ./blas"
+		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench '^Peak(AMX)?$|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -test.benchtime 4x |
+			grep -E '^Benchmark'
+		echo
+		echo "## the bare loops on 1 and on $max threads at once: go test -run '^\$' -bench PeakCores -cpu $max ./blas (core-%: what each core keeps of its rate alone)"
+		GOMAXPROCS=$max flock "$lock" "$bt" -test.run '^$' -test.bench PeakCores -test.cpu "$max" -test.benchtime 1x |
 			grep -E '^Benchmark'
 		;;
 	*)
