@@ -15,9 +15,13 @@
 # and of the CPU time per step relative to one thread's (the work must
 # not grow with threads: at most 1.1×).
 #
-# Sections (SECTIONS, default all): control (independent busy loops on 1
-# and on the most threads: their time should not grow with threads; if it
-# does, the machine is not quiet and no ratio below means anything),
+# Sections (SECTIONS, default all): control (the bare FMA and TDPBF16PS
+# loops on n threads at once against one alone, for each n: a server
+# lowers its clock as more cores work, and n times what each core keeps
+# is the ceiling of any speed-up on n threads; then independent scalar
+# busy loops on 1 and on the most threads: their time should not grow
+# with threads; if it does, the machine is not quiet and no ratio below
+# means anything),
 # train (bench train, default model,
 # N = 1024, 8192 tokens a step), serial (the serial share of one step at
 # GOMAXPROCS=1, split for the most threads), decode (BenchmarkBatchStep
@@ -26,14 +30,13 @@
 # which need about 9 GiB; 8192 would need 17), on one thread and the most;
 # kernels (one thread: the bare FMA, VDPBF16PS and TDPBF16PS loops, the
 # tile kernel alone, and Sgemm against each bf16 kernel at a square and
-# three of the default model's shapes; then the bare loops on all the
-# threads at once, for the clock a busy server keeps; not in the default
-# SECTIONS).
+# three of the default model's shapes; not in the default SECTIONS).
 #
 # On a machine without Go (a lent server), build the binaries here and
 # name them: POLYSKETCH (go build ./cmd/polysketch), MODEL_TEST (go test
-# -c ./model, for decode) and BLAS_TEST (go test -c ./blas, for kernels);
-# control, which builds its loops with Go, is then skipped.
+# -c ./model, for decode) and BLAS_TEST (go test -c ./blas, for control
+# and kernels); control's busy loops, which it builds with Go, are then
+# skipped.
 set -eu
 
 cores=$(getconf _NPROCESSORS_ONLN)
@@ -155,9 +158,17 @@ summary() {
 for section in $SECTIONS; do
 	case $section in
 	control)
+		bt=$(testbin BLAS_TEST ./blas)
+		echo
+		echo "## control: the bare vector loops on n threads at once against one alone: go test -run '^\$' -bench PeakCores -cpu n ./blas"
+		echo "## (core-%: what each core keeps of its rate alone; n × core-% is the most any compute-bound code can speed up on n threads here)"
+		for t in $THREADS; do
+			GOMAXPROCS=$t flock "$lock" "$bt" -test.run '^$' -test.bench PeakCores -test.cpu "$t" -test.benchtime 1x |
+				awk -v t="$t" '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); sub(/^BenchmarkPeakCores\//, "", $1); printf "threads %-3s %-12s %9s GFLOPS  core-%% %6s  ceiling %.1f×\n", t, $1, $5, $7, t * $7 / 100 }'
+		done
 		if ! command -v go >/dev/null; then
 			echo
-			echo "## control: skipped (no go here to build its loops)"
+			echo "## control: busy loops skipped (no go here to build them)"
 			continue
 		fi
 		mkdir -p "$tmp/burn"
@@ -233,12 +244,9 @@ for section in $SECTIONS; do
 	kernels)
 		bt=$(testbin BLAS_TEST ./blas)
 		echo
-		echo "## kernels, one thread: go test -run '^\$' -bench '^Peak(AMX)?$|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -benchtime 4x ./blas"
-		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench '^Peak(AMX)?$|TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -test.benchtime 4x |
-			grep -E '^Benchmark'
-		echo
-		echo "## the bare loops on 1 and on $max threads at once: go test -run '^\$' -bench PeakCores -cpu $max ./blas (core-%: what each core keeps of its rate alone)"
-		GOMAXPROCS=$max flock "$lock" "$bt" -test.run '^$' -test.bench PeakCores -test.cpu "$max" -test.benchtime 1x |
+		echo "## kernels, one thread: go test -run '^\$' -bench '^BenchmarkPeak(AMX)?$' ./blas; then -bench 'TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -benchtime 4x"
+		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench '^BenchmarkPeak(AMX)?$' -test.benchtime 0.5s | grep -E '^Benchmark'
+		GOMAXPROCS=1 flock "$lock" "$bt" -test.run '^$' -test.bench 'TilesAMX/chunks=8/strips=16/|GemmBF16Kernels/^(square|qkv|glu-in|dw-glu-in)$/' -test.benchtime 4x |
 			grep -E '^Benchmark'
 		;;
 	*)
