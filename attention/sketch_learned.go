@@ -69,17 +69,18 @@ import (
 // one of netGroups partial sums: group g takes chunks g, g+netGroups, …
 // in order, and the partial sums are added to the gradients in group
 // order, so that no sum depends on GOMAXPROCS. The groups are the items
-// of the backward pass, a third of a training step's time: 128 of them
-// keep 16 to 64 threads busy within 11% of even (32 would leave half of
-// 64 idle and a third of 48), at a partial sum of the parameters' size
-// each (about 0.9 MB for degree 4, r = 32, h = 64: 115 MB, one buffer for
-// all layers; adding them up takes 0.1% of a step).
+// of the backward pass, a third of a training step's time: 32 keep 16
+// threads busy, at a partial sum of the parameters' size each (about
+// 0.9 MB for degree 4, r = 32, h = 64), which each item clears and the
+// reduction reads. 128 groups measured the same on 16 cores and 1–3%
+// slower on one thread (docs/benchmarks.md); past 32 threads the pass
+// leaves threads idle.
 
 const (
 	learnedSketch SketchKind = "learned" // internal: newSketch builds the networks of Algorithm 2
 	netWiden                 = 8         // the hidden layers are 8r, r, 8r wide
 	netChunk                 = 64        // rows per chunk of the network passes: their activations (12 KB a row at h = 64, r = 32) stay in L2, and the products keep more than RowBlockBF16 rows (AMX tiles)
-	netGroups                = 128       // partial sums of the parameter gradients: items of the backward pass
+	netGroups                = 32        // partial sums of the parameter gradients: items of the backward pass
 	netSegment               = 4096      // floats per item of the gradient reduction
 )
 

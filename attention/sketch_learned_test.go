@@ -443,7 +443,7 @@ func requireAllEqual(t *testing.T, m *engine, a, b []*tensor.Tensor) {
 }
 
 // TestLearnedDeterministic runs shapes with several chunks per group
-// (B·H·N = 8400 rows of q and of k: 132 chunks of netChunk rows in
+// (B·H·N = 4200 rows of q and of k: 66 chunks of netChunk rows in
 // netGroups groups, the last chunk shorter) at every GOMAXPROCS of
 // parallel.TestThreads: outputs and all gradients must be bitwise equal.
 func TestLearnedDeterministic(t *testing.T) {
@@ -451,7 +451,7 @@ func TestLearnedDeterministic(t *testing.T) {
 	for _, c := range learnedCases {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(10, 11))
-			q, k, v := randTensor(rng, 0.7, 2, 3, 1400, 6), randTensor(rng, 0.7, 2, 3, 1400, 6), randTensor(rng, 1, 2, 3, 1400, 6)
+			q, k, v := randTensor(rng, 0.7, 2, 3, 700, 6), randTensor(rng, 0.7, 2, 3, 700, 6), randTensor(rng, 1, 2, 3, 700, 6)
 			runtime.GOMAXPROCS(1)
 			m1 := newLearnedMech(t, c, 6)
 			g1 := learnedGradients(m1, q, k, v)
@@ -459,7 +459,7 @@ func TestLearnedDeterministic(t *testing.T) {
 				runtime.GOMAXPROCS(procs)
 				m2 := newLearnedMech(t, c, 6)
 				g2 := learnedGradients(m2, q, k, v)
-				if m2.L.workers < 2 || m2.L.groups != netGroups || m2.L.chunks <= netGroups || 8400%m2.L.chunk == 0 {
+				if m2.L.workers < 2 || m2.L.groups != netGroups || m2.L.chunks <= netGroups || 4200%m2.L.chunk == 0 {
 					t.Fatalf("layout %+v at GOMAXPROCS=%d: want several workers, %d groups of several chunks, the last shorter", m2.L, procs, netGroups)
 				}
 				requireAllEqual(t, m1, g1, g2)
