@@ -174,17 +174,14 @@ func BenchmarkPeakAMX(b *testing.B) {
 //
 //	go test -run '^$' -bench PeakCores -cpu 16 ./blas
 func BenchmarkPeakCores(b *testing.B) {
-	loops := []struct {
+	type loop struct {
 		name  string
 		flops float64 // one call's
 		run   func()
-	}{{"vfmadd231ps", 24 * 1000 * 32, func() { vfmaddLoop(1000) }}}
+	}
+	loops := []loop{{"vfmadd231ps", 24 * 1000 * 32, func() { vfmaddLoop(1000) }}}
 	if f := peakAMXLoop(); f != nil {
-		loops = append(loops, struct {
-			name  string
-			flops float64
-			run   func()
-		}{"tdpbf16ps", peakAMXFlops, f})
+		loops = append(loops, loop{"tdpbf16ps", peakAMXFlops, f})
 	}
 	// rate times calls calls of run on each of p goroutines, the best of
 	// five, and returns the flops a second of all of them.
