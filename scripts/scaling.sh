@@ -33,7 +33,8 @@
 # three of the default model's shapes; not in the default SECTIONS).
 #
 # On a machine without Go (a lent server), build the binaries here and
-# name them: POLYSKETCH (go build ./cmd/polysketch), MODEL_TEST (go test
+# name them: POLYSKETCH (go build -buildvcs=true ./cmd/polysketch: its
+# version names the commit it was built from), MODEL_TEST (go test
 # -c ./model, for decode) and BLAS_TEST (go test -c ./blas, for control
 # and kernels); control's busy loops, which it builds with Go, are then
 # skipped.
@@ -59,7 +60,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin=${POLYSKETCH:-}
 if [ -z "$bin" ]; then
-	go build -o "$tmp/polysketch" ./cmd/polysketch
+	go build -buildvcs=true -o "$tmp/polysketch" ./cmd/polysketch
 	bin=$tmp/polysketch
 fi
 
@@ -74,7 +75,7 @@ testbin() {
 }
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $cores cores; $(grep -o -m1 -w amx_bf16 /proc/cpuinfo || echo 'no amx_bf16'); $(grep -o -m1 -w avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16')"
-echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); threads $THREADS; $ROUNDS rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $("$bin" version 2>/dev/null | head -n 1); threads $THREADS; $ROUNDS rounds; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # train NAME ARGS…: bench train rounds over THREADS and, within each
 # round, over PRECISIONS (--precision P is added to ARGS), so that the
