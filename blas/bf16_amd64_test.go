@@ -136,7 +136,7 @@ func BenchmarkPeak(b *testing.B) {
 		for b.Loop() {
 			vfmaddLoop(1000)
 		}
-		b.ReportMetric(24*1000*32*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+		b.ReportMetric(peakFMAFlops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 	})
 	b.Run("vdpbf16ps", func(b *testing.B) {
 		if !cpu.X86.HasAVX512BF16 {
@@ -179,7 +179,7 @@ func BenchmarkPeakCores(b *testing.B) {
 		flops float64 // one call's
 		run   func()
 	}
-	loops := []loop{{"vfmadd231ps", 24 * 1000 * 32, func() { vfmaddLoop(1000) }}}
+	loops := []loop{{"vfmadd231ps", peakFMAFlops, func() { vfmaddLoop(1000) }}}
 	if f := peakAMXLoop(); f != nil {
 		loops = append(loops, loop{"tdpbf16ps", peakAMXFlops, f})
 	}
@@ -390,6 +390,10 @@ func TestTDPBF16PS(t *testing.T) {
 // amxBF16Name is the amx kernel's name, for the benchmarks that compare
 // it with the bare loop.
 const amxBF16Name = "amx"
+
+// peakFMAFlops is the flops of one vfmaddLoop(1000) call: 24 FMAs of 16
+// lanes a turn.
+const peakFMAFlops = 24 * 1000 * 32
 
 // peakAMXFlops is the flops of one peakAMXLoop call.
 const peakAMXFlops = 4 * 1000 * 16 * 16 * 32 * 2
