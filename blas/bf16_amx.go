@@ -236,10 +236,18 @@ func (t *tileCall) rows(b0, b1 int) {
 }
 
 // kBlocks computes k block by k block, for groups of group row blocks.
+// As in rows, the kernel converts the next row block's k block of A
+// while it multiplies this one's, where A is as stored, k whole chunks
+// and the calls have the room.
 func (t *tileCall) kBlocks(b0, b1, group int) {
 	g, ws := &t.g, t.ws
 	ws.acc = hugepage.Grow(ws.acc, group*t.nstr*1024)
-	ws.a = hugepage.Grow(ws.a, ceilDiv(t.chunks, t.nk)*chunkWords)
+	words := ceilDiv(t.chunks, t.nk) * chunkWords
+	ws.a = hugepage.Grow(ws.a, words)
+	inKernel := t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && t.nstr >= 8 && group > 1
+	if inKernel {
+		ws.next = hugepage.Grow(ws.next, words)
+	}
 	for gb := b0; gb < b1; gb += group {
 		ge := min(b1, gb+group)
 		for kb := 0; kb < t.nk; kb++ {
@@ -247,17 +255,25 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 			if t.bp == nil {
 				t.packB(c0, c1)
 			}
+			converted := false // ws.a holds block blk's k block already
 			for blk := gb; blk < ge; blk++ {
 				i0 := blk * amxBlock
 				rows := min(amxBlock, g.m-i0)
 				a := ws.a
 				if t.ap != nil {
 					a = t.ap[(blk*t.chunks+c0)*chunkWords:]
-				} else {
+				} else if !converted {
 					g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, a)
+				}
+				converted = inKernel && blk+1 < ge && i0+2*amxBlock <= g.m
+				if converted {
+					ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next)
 				}
 				acc := ws.acc[(blk-gb)*t.nstr*1024 : (blk-gb+1)*t.nstr*1024]
 				t.call(blk, rows, kb, c0, c1, a, acc)
+				if converted {
+					ws.a, ws.next = ws.next, ws.a
+				}
 			}
 		}
 	}

@@ -104,7 +104,8 @@ func tileKernels() []*bf16Kernel {
 // B packed; and that results do not depend on GOMAXPROCS nor on how
 // tileItem orders the work: with budgets (amxLimits) small enough that
 // k is split into blocks, strips into groups and row blocks into groups,
-// in both orders, each product has the bits it has in one piece.
+// in both orders, each product has the bits it has in one piece, also
+// where the kernel converts the next row block of A (97×256×256).
 func TestGemmBF16Tiles(t *testing.T) {
 	ks := tileKernels()
 	if len(ks) == 1 {
@@ -115,14 +116,15 @@ func TestGemmBF16Tiles(t *testing.T) {
 	defer func(l struct{ chunks, panelBytes, accBytes, aBytes int }) { amxLimits = l }(amxLimits)
 	limits := []struct{ chunks, panelBytes, accBytes, aBytes int }{
 		amxLimits,
-		{1, 1 << 20, 1 << 20, 1 << 20},  // k blocks of one chunk, one group
-		{2, 64 << 10, 4 << 10, 1 << 20}, // strip groups: rows first; B converted by the tiles, A whole first
-		{2, 64 << 10, 4 << 10, 0},       // the same, A converted for each strip group
-		{1, 2 << 10, 12 << 10, 1 << 20}, // row groups: k blocks first
-		{3, 1 << 20, 8 << 10, 1 << 20},  // k blocks first, ragged k blocks
+		{1, 1 << 20, 1 << 20, 1 << 20},   // k blocks of one chunk, one group
+		{2, 64 << 10, 4 << 10, 1 << 20},  // strip groups: rows first; B converted by the tiles, A whole first
+		{2, 64 << 10, 4 << 10, 0},        // the same, A converted for each strip group
+		{1, 2 << 10, 12 << 10, 1 << 20},  // row groups: k blocks first
+		{3, 1 << 20, 8 << 10, 1 << 20},   // k blocks first, ragged k blocks
+		{2, 16 << 10, 64 << 10, 1 << 20}, // k blocks first, row groups of 2 (97×256×256: the tiles convert A's next block)
 	}
 	rng := rand.New(rand.NewPCG(75, 76))
-	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {64, 48, 70}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}, {97, 160, 200}}
+	shapes := [][3]int{{33, 17, 5}, {64, 32, 32}, {64, 48, 70}, {70, 65, 33}, {97, 40, 64}, {40, 100, 31}, {97, 160, 200}, {97, 256, 256}}
 	for _, kn := range ks {
 		activeBF16 = kn
 		t.Run(kn.name, func(t *testing.T) {

@@ -181,7 +181,10 @@ type modelShape struct {
 // and so are the tied logits' (Embedding.Logits and its backward). The
 // gpt2 ones are the weight gradients of the GPT-2-small shape (d = 768,
 // 4096 tokens a step: bench train --shape gpt2-small), whose many
-// columns make the tiles convert B as they go and A once (gemmBF16.packA).
+// columns make the tiles convert B as they go and A once (gemmBF16.packA);
+// gpt2-glu-out and gpt2-dx-glu-in are two of its products whose long k
+// and B, a packed weight too large for L2, make the tiles go k block by
+// k block (tileCall.kBlocks).
 var modelShapes = []modelShape{
 	{"square", NoTrans, 1024, 1024, 1024, true},
 	{"qkv", NoTrans, 8192, 256, 768, true},
@@ -198,6 +201,8 @@ var modelShapes = []modelShape{
 	{"gpt2-dw-qkv", Trans, 768, 4096, 2304, false},
 	{"gpt2-dw-glu-in", Trans, 768, 4096, 6144, false},
 	{"gpt2-dw-glu-out", Trans, 3072, 4096, 768, false},
+	{"gpt2-glu-out", NoTrans, 4096, 3072, 768, true},
+	{"gpt2-dx-glu-in", NoTrans, 4096, 6144, 768, true},
 }
 
 // netShapes are the products of the default model's learned sketch
