@@ -348,27 +348,49 @@ func TestTDPBF16PS(t *testing.T) {
 		mask := colMask(cols)
 		tmp := make([]float32, amxBlock*nrBF16)
 		amxEmulated(a, b, bs, nstrips, chunks, wantAcc, mode, want, ldc, rows, alpha, beta, mask, tmp, nil)
-		// A next block for the kernel to convert (a block of more than
-		// 16 rows converts one): 32 rows of 1 to 6 chunks, from a matrix
-		// with more columns than that.
+		// What the kernel converts for the next calls (a block of more
+		// than 16 rows converts): a next block of A, 32 rows of 1 to 6
+		// chunks from a matrix with more columns than that; or pairs of
+		// B's rows, 1 to 40 pairs of 1 to 5 strips from a larger B, into
+		// strips of 16 or more pair rows (amxEmulated converts both as
+		// the Go packing does).
 		var cv amxConvert
 		var next, wantNext []uint32
+		kind := "the next block of A"
 		if rows > amxBlock/2 {
-			cc := 1 + rng.IntN(6)
-			src := General{Rows: 40, Cols: 32*cc + 40, Stride: 32*cc + 45}
-			src.Data = randSlice(rng, src.Rows*src.Stride)
-			i0, c0 := rng.IntN(9), rng.IntN(2)
-			next, wantNext = make([]uint32, cc*chunkWords), make([]uint32, cc*chunkWords)
-			packTilesGo(NoTrans, src, src.Cols, i0, amxBlock, c0, c0+cc, wantNext)
-			cv.set(src, i0, c0, c0+cc, next)
+			if rng.IntN(2) == 0 {
+				cc := 1 + rng.IntN(6)
+				src := General{Rows: 40, Cols: 32*cc + 40, Stride: 32*cc + 45}
+				src.Data = randSlice(rng, src.Rows*src.Stride)
+				i0, c0 := rng.IntN(9), rng.IntN(2)
+				next = make([]uint32, cc*chunkWords)
+				cv.set(src, i0, c0, c0+cc, next)
+			} else {
+				kind = "B's pairs"
+				pairs, ns := 1+rng.IntN(40), 1+rng.IntN(5)
+				src := General{Rows: 2*pairs + 5, Cols: nrBF16*ns + 7, Stride: nrBF16*ns + 9}
+				src.Data = randSlice(rng, src.Rows*src.Stride)
+				for i := range src.Data {
+					if rng.IntN(50) == 0 { // rounding's special values too
+						src.Data[i] = []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0x1p-140}[rng.IntN(4)]
+					}
+				}
+				k0, j0, stride := rng.IntN(5), rng.IntN(7), nrBF16*(pairs+rng.IntN(3))
+				next = make([]uint32, ns*stride)
+				cv.setPairs(src.Slice(k0, k0+2*pairs, j0, j0+nrBF16*ns), next, stride)
+			}
+			wantNext = append([]uint32(nil), next...)
+			wantCv := cv
+			wantCv.dst = wantNext
+			amxEmulated(a, b, bs, nstrips, chunks, append([]float32(nil), acc...), mode, append([]float32(nil), c...), ldc, rows, alpha, beta, mask, tmp, &wantCv)
 		}
 		tilesAMX(a, b, bs, nstrips, chunks, gotAcc, mode, got, ldc, rows, alpha, beta, mask, tmp, &cv)
 		if cv.state[0] != 0 {
-			t.Fatalf("case %d: the kernel returned with the next block of A unconverted", it)
+			t.Fatalf("case %d: the kernel returned with %s unconverted", it, kind)
 		}
 		for i := range next {
 			if next[i] != wantNext[i] {
-				t.Fatalf("case %d: the next block of A converted by the kernel: word %d (chunk %d) is %#08x, packTilesGo %#08x", it, i, i/chunkWords, next[i], wantNext[i])
+				t.Fatalf("case %d: %s converted by the kernel: word %d is %#08x, the Go packing %#08x", it, kind, i, next[i], wantNext[i])
 			}
 		}
 		what := fmt.Sprintf("case %d (%d chunks, %d strips, %d rows, %d columns in the last strip, mode %#x, alpha %v, beta %v)", it, chunks, nstrips, rows, cols, mode, alpha, beta)

@@ -55,23 +55,29 @@ const (
 // block of A for the kernel to convert while it computes (amxConvert).
 type tilesFunc func(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, cv *amxConvert)
 
-// amxConvert is the conversion that a tiles call makes of the next
-// call's row block of A while its tiles multiply, from the float32 rows
-// of op(A) = A (32 rows, whole chunks) to bf16 pairs in tile order, as
-// packTiles would. A call finishes it before it returns.
+// amxConvert is the conversion that a tiles call makes, while its tiles
+// multiply, of what the next calls read: the next call's row block of A,
+// from the float32 rows of op(A) = A (32 rows, whole chunks) to bf16
+// pairs in tile order, as packTiles would (set); or some of the row
+// pairs of B's next k block, from B as stored to the pair rows of whole
+// strips, as packStrips would (setPairs). A call finishes it before it
+// returns.
 type amxConvert struct {
-	// state is the kernel's, addresses and counts: the next chunk's
-	// source (0: nothing left) and destination, the chunks left in the
-	// row, the chunks a row, the rows left, the bytes from row to row,
-	// and the current row's first source and destination (see the
-	// generator).
-	state [8]int
+	// state is the kernel's, addresses and counts: the next chunk's (or
+	// strip's) source (0: nothing left) and destination, the chunks
+	// (strips) left in the row (pair), the chunks (strips) a row, the
+	// rows (pairs) left, the bytes from row to row, the current row's
+	// (pair's) first source and destination, 1 for pairs, and the bytes
+	// from strip to strip of the destination (see the generator).
+	state [10]int
 	// What state converts, for tiles written in Go; the slices also keep
 	// the arrays that state addresses alive (Go does not move heap
 	// arrays, and these are: a's escapes into the kernels' function
 	// values, dst is a workspace's).
-	a          General
+	a          General // A, or with pairs B's rows (2·pairs) by strips (32 columns each)
 	i0, c0, c1 int
+	pairs      bool
+	stride     int // with pairs: words from strip to strip of dst
 	dst        []uint32
 }
 
@@ -82,7 +88,19 @@ func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32) {
 	dst = dst[:(c1-c0)*chunkWords]
 	src := int(uintptr(unsafe.Pointer(&a.Data[i0*a.Stride+32*c0])))
 	d := int(uintptr(unsafe.Pointer(&dst[0])))
-	*cv = amxConvert{[8]int{src, d, c1 - c0, c1 - c0, amxBlock, 4 * a.Stride, src, d}, a, i0, c0, c1, dst}
+	*cv = amxConvert{state: [10]int{src, d, c1 - c0, c1 - c0, amxBlock, 4 * a.Stride, src, d, 0, 0}, a: a, i0: i0, c0: c0, c1: c1, dst: dst}
+}
+
+// setPairs sets cv to convert b, an even number of rows of B as stored
+// by whole strips, to its pair rows: pair p of strip s to the 32 words
+// at p·32 + s·stride of dst, pair by pair, strip by strip.
+func (cv *amxConvert) setPairs(b General, dst []uint32, stride int) {
+	pairs, strips := b.Rows/2, b.Cols/nrBF16
+	_ = b.Data[(2*pairs-1)*b.Stride+nrBF16*strips-1]
+	dst = dst[:(pairs-1)*nrBF16+(strips-1)*stride+nrBF16]
+	src := int(uintptr(unsafe.Pointer(&b.Data[0])))
+	d := int(uintptr(unsafe.Pointer(&dst[0])))
+	*cv = amxConvert{state: [10]int{src, d, strips, strips, pairs, 4 * b.Stride, src, d, 1, 4 * stride}, a: b, pairs: true, stride: stride, dst: dst}
 }
 
 // amxLimits are tileItem's budgets: chunks, the chunks of a k block (8
@@ -238,25 +256,52 @@ func (t *tileCall) rows(b0, b1 int) {
 // kBlocks computes k block by k block, for groups of group row blocks.
 // As in rows, the kernel converts the next row block's k block of A
 // while it multiplies this one's, where A is as stored, k whole chunks
-// and the calls have the room.
+// and the calls have the room. Where the tiles convert B as they go
+// (jitB), the calls of a k block convert B's next one instead, each a
+// share of its pairs, where its strips are whole and its rows within k.
 func (t *tileCall) kBlocks(b0, b1, group int) {
 	g, ws := &t.g, t.ws
 	ws.acc = hugepage.Grow(ws.acc, group*t.nstr*1024)
 	words := ceilDiv(t.chunks, t.nk) * chunkWords
 	ws.a = hugepage.Grow(ws.a, words)
-	inKernel := t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && t.nstr >= 8 && group > 1
-	if inKernel {
+	jit := t.bp == nil
+	nextB := jit && (t.s0+t.nstr)*nrBF16 <= g.n
+	nextA := !nextB && t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && t.nstr >= 8 && group > 1
+	if nextA {
 		ws.next = hugepage.Grow(ws.next, words)
 	}
 	for gb := b0; gb < b1; gb += group {
 		ge := min(b1, gb+group)
+		// Calls that may convert (a block of at most 16 rows converts
+		// nothing): all but a last block of so few rows.
+		calls := ge - gb
+		if g.m-(ge-1)*amxBlock <= amxBlock/2 {
+			calls--
+		}
+		ready := false // ws.b holds this k block of B already
 		for kb := 0; kb < t.nk; kb++ {
 			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
-			if t.bp == nil {
+			if jit && !ready {
 				t.packB(c0, c1)
 			}
+			// This k block's calls convert the next one's pairs
+			// [0, pairs), from chunk n0, strips stride words apart:
+			// where that is at most a pair of each strip for each
+			// chunk of a call's loop. At two (256 rows by 23 strips,
+			// eight calls a k block) the tiles waited on the loads, and
+			// the product ran slower than with the pairs converted
+			// apart; at a third of one, 5–15% faster (docs/bf16.md).
+			pairs, n0, stride := 0, 0, 0
+			if nextB && kb+1 < t.nk && calls > 0 {
+				n1 := (kb + 2) * t.chunks / t.nk
+				n0 = (kb + 1) * t.chunks / t.nk
+				if 32*n1 <= g.k && 16*(n1-n0) <= calls*(c1-c0) {
+					pairs, stride = 16*(n1-n0), (n1-n0)*chunkWords
+					ws.bnext = hugepage.Grow(ws.bnext, t.nstr*stride)
+				}
+			}
 			converted := false // ws.a holds block blk's k block already
-			for blk := gb; blk < ge; blk++ {
+			for blk, j := gb, 0; blk < ge; blk++ {
 				i0 := blk * amxBlock
 				rows := min(amxBlock, g.m-i0)
 				a := ws.a
@@ -265,15 +310,27 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 				} else if !converted {
 					g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, a)
 				}
-				converted = inKernel && blk+1 < ge && i0+2*amxBlock <= g.m
+				converted = nextA && blk+1 < ge && i0+2*amxBlock <= g.m
 				if converted {
 					ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next)
+				}
+				if pairs > 0 && rows > amxBlock/2 {
+					p0, p1 := j*pairs/calls, (j+1)*pairs/calls
+					j++
+					if p1 > p0 {
+						k0, j0 := 32*n0+2*p0, t.s0*nrBF16
+						ws.cv.setPairs(g.b.Slice(k0, k0+2*(p1-p0), j0, j0+t.nstr*nrBF16), ws.bnext[p0*nrBF16:], stride)
+					}
 				}
 				acc := ws.acc[(blk-gb)*t.nstr*1024 : (blk-gb+1)*t.nstr*1024]
 				t.call(blk, rows, kb, c0, c1, a, acc)
 				if converted {
 					ws.a, ws.next = ws.next, ws.a
 				}
+			}
+			ready = pairs > 0
+			if ready {
+				ws.b, ws.bnext = ws.bnext, ws.b
 			}
 		}
 	}

@@ -22,7 +22,16 @@ import (
 // instruction's bits.
 func amxEmulated(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int, c []float32, ldc, rows int, alpha, beta float32, mask uint32, tmp []float32, cv *amxConvert) {
 	if cv != nil && cv.state[0] != 0 {
-		packTilesGo(NoTrans, cv.a, 32*cv.c1, cv.i0, amxBlock, cv.c0, cv.c1, cv.dst)
+		if cv.pairs {
+			b := cv.a
+			for p := 0; p < b.Rows/2; p++ {
+				for j := 0; j < b.Cols; j++ {
+					cv.dst[p*nrBF16+j/nrBF16*cv.stride+j%nrBF16] = pairBF16(b.Data[2*p*b.Stride+j], b.Data[(2*p+1)*b.Stride+j])
+				}
+			}
+		} else {
+			packTilesGo(NoTrans, cv.a, 32*cv.c1, cv.i0, amxBlock, cv.c0, cv.c1, cv.dst)
+		}
 		cv.state[0] = 0
 	}
 	for t := 0; t < nstrips; t++ {

@@ -201,6 +201,7 @@ type bf16Workspace struct {
 	a, b, t  []uint32
 	ap       []uint32 // all of A, converted before the tiles (gemmBF16.packA)
 	next     []uint32 // the next row block of A, converted by the tiles kernel
+	bnext    []uint32 // B's next k block, converted by the tiles kernel (tileCall.kBlocks)
 	e        []uint32 // A's pairs expanded (bf16Kernel.expand)
 	tmp, acc []float32
 	pb       PackedBF16

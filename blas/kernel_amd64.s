@@ -13164,8 +13164,8 @@ fma_loop:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)
-// Requires: AVX, AVX512F, CMOV, MMX+
+// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
 TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI
 
@@ -13390,6 +13390,8 @@ amx_cdone:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop0
+	CMPQ       64(R14), $0x00
+	JNE        cv_pairs_loop0
 	VMOVUPS    (R10), Z1
 	VMOVUPS    64(R10), Z2
 	MOVQ       40(R14), R11
@@ -13433,11 +13435,66 @@ cv_end_loop0:
 
 cv_same_loop0:
 	MOVQ R10, (R14)
+	JMP  cv_done_loop0
+
+cv_pairs_loop0:
+	MOVQ    40(R14), R11
+	VMOVUPS (R10), Z1
+	VMOVUPS (R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 64(R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm2, zmm1
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x6f
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xc9
+	PREFETCHT0 (R10)(R11*4)
+	PREFETCHT0 64(R10)(R11*4)
+	LEAQ       (R11)(R11*4), R11
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	VMOVUPS    bf16interleave<>+0(SB), Z2
+	VPERMW     Z0, Z2, Z0
+	VPERMW     Z1, Z2, Z1
+	MOVQ       8(R14), R11
+	VMOVUPS    Z0, (R11)
+	VMOVUPS    Z1, 64(R11)
+	ADDQ       $0x00000080, R10
+	ADDQ       72(R14), R11
+	MOVQ       R11, 8(R14)
+	DECQ       16(R14)
+	JNZ        cv_same_loop0
+	MOVQ       48(R14), R10
+	ADDQ       40(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 48(R14)
+	MOVQ       56(R14), R11
+	ADDQ       $0x00000080, R11
+	MOVQ       R11, 56(R14)
+	MOVQ       R11, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JZ         cv_end_loop0
+	JMP        cv_same_loop0
 
 cv_done_loop0:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop1
+	CMPQ       64(R14), $0x00
+	JNE        cv_pairs_loop1
 	VMOVUPS    (R10), Z1
 	VMOVUPS    64(R10), Z2
 	MOVQ       40(R14), R11
@@ -13481,11 +13538,66 @@ cv_end_loop1:
 
 cv_same_loop1:
 	MOVQ R10, (R14)
+	JMP  cv_done_loop1
+
+cv_pairs_loop1:
+	MOVQ    40(R14), R11
+	VMOVUPS (R10), Z1
+	VMOVUPS (R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 64(R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm2, zmm1
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x6f
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xc9
+	PREFETCHT0 (R10)(R11*4)
+	PREFETCHT0 64(R10)(R11*4)
+	LEAQ       (R11)(R11*4), R11
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	VMOVUPS    bf16interleave<>+0(SB), Z2
+	VPERMW     Z0, Z2, Z0
+	VPERMW     Z1, Z2, Z1
+	MOVQ       8(R14), R11
+	VMOVUPS    Z0, (R11)
+	VMOVUPS    Z1, 64(R11)
+	ADDQ       $0x00000080, R10
+	ADDQ       72(R14), R11
+	MOVQ       R11, 8(R14)
+	DECQ       16(R14)
+	JNZ        cv_same_loop1
+	MOVQ       48(R14), R10
+	ADDQ       40(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 48(R14)
+	MOVQ       56(R14), R11
+	ADDQ       $0x00000080, R11
+	MOVQ       R11, 56(R14)
+	MOVQ       R11, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JZ         cv_end_loop1
+	JMP        cv_same_loop1
 
 cv_done_loop1:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop2
+	CMPQ       64(R14), $0x00
+	JNE        cv_pairs_loop2
 	VMOVUPS    (R10), Z1
 	VMOVUPS    64(R10), Z2
 	MOVQ       40(R14), R11
@@ -13529,11 +13641,66 @@ cv_end_loop2:
 
 cv_same_loop2:
 	MOVQ R10, (R14)
+	JMP  cv_done_loop2
+
+cv_pairs_loop2:
+	MOVQ    40(R14), R11
+	VMOVUPS (R10), Z1
+	VMOVUPS (R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 64(R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm2, zmm1
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x6f
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xc9
+	PREFETCHT0 (R10)(R11*4)
+	PREFETCHT0 64(R10)(R11*4)
+	LEAQ       (R11)(R11*4), R11
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	VMOVUPS    bf16interleave<>+0(SB), Z2
+	VPERMW     Z0, Z2, Z0
+	VPERMW     Z1, Z2, Z1
+	MOVQ       8(R14), R11
+	VMOVUPS    Z0, (R11)
+	VMOVUPS    Z1, 64(R11)
+	ADDQ       $0x00000080, R10
+	ADDQ       72(R14), R11
+	MOVQ       R11, 8(R14)
+	DECQ       16(R14)
+	JNZ        cv_same_loop2
+	MOVQ       48(R14), R10
+	ADDQ       40(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 48(R14)
+	MOVQ       56(R14), R11
+	ADDQ       $0x00000080, R11
+	MOVQ       R11, 56(R14)
+	MOVQ       R11, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JZ         cv_end_loop2
+	JMP        cv_same_loop2
 
 cv_done_loop2:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop3
+	CMPQ       64(R14), $0x00
+	JNE        cv_pairs_loop3
 	VMOVUPS    (R10), Z1
 	VMOVUPS    64(R10), Z2
 	MOVQ       40(R14), R11
@@ -13577,6 +13744,59 @@ cv_end_loop3:
 
 cv_same_loop3:
 	MOVQ R10, (R14)
+	JMP  cv_done_loop3
+
+cv_pairs_loop3:
+	MOVQ    40(R14), R11
+	VMOVUPS (R10), Z1
+	VMOVUPS (R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 64(R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm2, zmm1
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x6f
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xc9
+	PREFETCHT0 (R10)(R11*4)
+	PREFETCHT0 64(R10)(R11*4)
+	LEAQ       (R11)(R11*4), R11
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	VMOVUPS    bf16interleave<>+0(SB), Z2
+	VPERMW     Z0, Z2, Z0
+	VPERMW     Z1, Z2, Z1
+	MOVQ       8(R14), R11
+	VMOVUPS    Z0, (R11)
+	VMOVUPS    Z1, 64(R11)
+	ADDQ       $0x00000080, R10
+	ADDQ       72(R14), R11
+	MOVQ       R11, 8(R14)
+	DECQ       16(R14)
+	JNZ        cv_same_loop3
+	MOVQ       48(R14), R10
+	ADDQ       40(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 48(R14)
+	MOVQ       56(R14), R11
+	ADDQ       $0x00000080, R11
+	MOVQ       R11, 56(R14)
+	MOVQ       R11, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JZ         cv_end_loop3
+	JMP        cv_same_loop3
 
 cv_done_loop3:
 	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
@@ -13774,6 +13994,8 @@ cv_tail:
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_tail
+	CMPQ       64(R14), $0x00
+	JNE        cv_pairs_tail
 	VMOVUPS    (R10), Z1
 	VMOVUPS    64(R10), Z2
 	MOVQ       40(R14), R11
@@ -13817,6 +14039,59 @@ cv_end_tail:
 
 cv_same_tail:
 	MOVQ R10, (R14)
+	JMP  cv_done_tail
+
+cv_pairs_tail:
+	MOVQ    40(R14), R11
+	VMOVUPS (R10), Z1
+	VMOVUPS (R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm0, zmm2, zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x6f
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc1
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 64(R10)(R11*1), Z2
+
+	// bf16enc: vcvtne2ps2bf16 zmm1, zmm2, zmm1
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x6f
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xc9
+	PREFETCHT0 (R10)(R11*4)
+	PREFETCHT0 64(R10)(R11*4)
+	LEAQ       (R11)(R11*4), R11
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	VMOVUPS    bf16interleave<>+0(SB), Z2
+	VPERMW     Z0, Z2, Z0
+	VPERMW     Z1, Z2, Z1
+	MOVQ       8(R14), R11
+	VMOVUPS    Z0, (R11)
+	VMOVUPS    Z1, 64(R11)
+	ADDQ       $0x00000080, R10
+	ADDQ       72(R14), R11
+	MOVQ       R11, 8(R14)
+	DECQ       16(R14)
+	JNZ        cv_same_tail
+	MOVQ       48(R14), R10
+	ADDQ       40(R14), R10
+	ADDQ       40(R14), R10
+	MOVQ       R10, 48(R14)
+	MOVQ       56(R14), R11
+	ADDQ       $0x00000080, R11
+	MOVQ       R11, 56(R14)
+	MOVQ       R11, 8(R14)
+	MOVQ       24(R14), R11
+	MOVQ       R11, 16(R14)
+	DECQ       32(R14)
+	JZ         cv_end_tail
+	JMP        cv_same_tail
 
 cv_done_tail:
 	CMPQ (R14), $0x00
@@ -13824,7 +14099,7 @@ cv_done_tail:
 	VZEROUPPER
 	RET
 
-// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[8]int)
+// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
 // Requires: AVX, AVX512F
 TEXT ·amxBF16Half(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI

@@ -643,19 +643,24 @@ const (
 	cvLda    = 40 // bytes from row to row of A
 	cvRowSrc = 48 // the current row's first chunk
 	cvRowDst = 56 // and where it goes
+	cvPairs  = 64 // 0: rows of A to chunks in tile order; 1: row pairs of B to strips (pairStep)
+	cvStrip  = 72 // with cvPairs: bytes from strip to strip of the destination
 )
 
 // convertStep emits the conversion of one chunk of a row of the next
 // block of A (amxConvert's state at cv, 0 in its cvSrc when none is
 // left) to its 16 pairs in tile order, and the prefetch of the same
 // chunk two rows on: rows 0–15 go to lines 128 bytes apart, rows 16–31
-// to the second halves of the same lines. It uses R10, R11 and Z0–Z2.
+// to the second halves of the same lines; or, with cvPairs, pairStep's
+// step. It uses R10, R11 and Z0–Z2.
 func convertStep(cv GPPhysical, id string) {
 	done := "cv_done_" + id
 	src, dst := R10, R11
 	MOVQ(Mem{Base: cv, Disp: cvSrc}, src)
 	TESTQ(src, src)
 	JZ(LabelRef(done))
+	CMPQ(Mem{Base: cv, Disp: cvPairs}, U8(0))
+	JNE(LabelRef("cv_pairs_" + id))
 	VMOVUPS(Mem{Base: src}, Z1)
 	VMOVUPS(Mem{Base: src, Disp: 64}, Z2)
 	MOVQ(Mem{Base: cv, Disp: cvLda}, dst)
@@ -690,7 +695,57 @@ func convertStep(cv GPPhysical, id string) {
 	XORL(src.As32(), src.As32())
 	Label("cv_same_" + id)
 	MOVQ(src, Mem{Base: cv, Disp: cvSrc})
+	JMP(LabelRef(done))
+	pairStep(cv, id)
 	Label(done)
+}
+
+// pairStep emits convertStep's other kind (cvPairs): the conversion of
+// one strip's 32 columns of a pair of B's rows (2p and 2p+1, as stored,
+// cvLda bytes apart) to its pair row of 128 bytes, as pairRows packs it,
+// and the prefetch of the same columns two pairs on: strip after strip
+// (cvStrip bytes apart in the destination), then the next pair, 128
+// bytes on. It ends at convertStep's labels, with the source in R10.
+func pairStep(cv GPPhysical, id string) {
+	src, r := R10, R11
+	Label("cv_pairs_" + id)
+	MOVQ(Mem{Base: cv, Disp: cvLda}, r)
+	VMOVUPS(Mem{Base: src}, Z1)
+	VMOVUPS(Mem{Base: src, Index: r, Scale: 1}, Z2)
+	vcvtne2ps2bf16(Z0, Z2, Z1)
+	VMOVUPS(Mem{Base: src, Disp: 64}, Z1)
+	VMOVUPS(Mem{Base: src, Index: r, Scale: 1, Disp: 64}, Z2)
+	vcvtne2ps2bf16(Z1, Z2, Z1)
+	PREFETCHT0(Mem{Base: src, Index: r, Scale: 4})
+	PREFETCHT0(Mem{Base: src, Index: r, Scale: 4, Disp: 64})
+	LEAQ(Mem{Base: r, Index: r, Scale: 4}, r)
+	PREFETCHT0(Mem{Base: src, Index: r, Scale: 1})
+	PREFETCHT0(Mem{Base: src, Index: r, Scale: 1, Disp: 64})
+	VMOVUPS(interleaveIdx, Z2)
+	VPERMW(Z0, Z2, Z0)
+	VPERMW(Z1, Z2, Z1)
+	MOVQ(Mem{Base: cv, Disp: cvDst}, r)
+	VMOVUPS(Z0, Mem{Base: r})
+	VMOVUPS(Z1, Mem{Base: r, Disp: 64})
+	ADDQ(U32(128), src)
+	ADDQ(Mem{Base: cv, Disp: cvStrip}, r)
+	MOVQ(r, Mem{Base: cv, Disp: cvDst})
+	DECQ(Mem{Base: cv, Disp: cvLeft})
+	JNZ(LabelRef("cv_same_" + id))
+	// The next pair, or none.
+	MOVQ(Mem{Base: cv, Disp: cvRowSrc}, src)
+	ADDQ(Mem{Base: cv, Disp: cvLda}, src)
+	ADDQ(Mem{Base: cv, Disp: cvLda}, src)
+	MOVQ(src, Mem{Base: cv, Disp: cvRowSrc})
+	MOVQ(Mem{Base: cv, Disp: cvRowDst}, r)
+	ADDQ(U32(128), r)
+	MOVQ(r, Mem{Base: cv, Disp: cvRowDst})
+	MOVQ(r, Mem{Base: cv, Disp: cvDst})
+	MOVQ(Mem{Base: cv, Disp: cvPerRow}, r)
+	MOVQ(r, Mem{Base: cv, Disp: cvLeft})
+	DECQ(Mem{Base: cv, Disp: cvRows})
+	JZ(LabelRef("cv_end_" + id))
+	JMP(LabelRef("cv_same_" + id))
 }
 
 // amxBF16 generates the AMX kernel: for a block of 32 rows of A and
@@ -718,7 +773,8 @@ func convertStep(cv GPPhysical, id string) {
 // unit converts the next call's block of A from float32 (as the state
 // cv says, four chunks of its rows a chunk of the loop, the rest at the
 // end of the call), which converting between calls would add to their
-// time (1024³ on one thread: 1.62 ms against 1.87).
+// time (1024³ on one thread: 1.62 ms against 1.87); or, the same way,
+// pairs of B's rows of the next k block (four strips' a chunk).
 //
 // Tile state belongs to the OS thread, and Go moves goroutines between
 // threads between calls: each call loads the configuration, computes,
@@ -728,7 +784,7 @@ func convertStep(cv GPPhysical, id string) {
 // is built in Go). Each operand tile is loaded just before its first
 // use, so that loads and products overlap.
 func amxBF16() {
-	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[8]int)")
+	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[10]int)")
 	Pragma("noescape")
 	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums",
 		"of them, with AMX tiles (TDPBF16PS); see package _asm.")
@@ -901,7 +957,7 @@ func amxBF16() {
 // next block of A is converted (cv is not read: a block of at most 16
 // rows is a product's last).
 func amxHalf() {
-	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[8]int)")
+	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[10]int)")
 	Pragma("noescape")
 	Doc("amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows",
 		"16–31 are neither read nor written, and cv is not read; see package _asm.")
