@@ -257,8 +257,8 @@ func (t *tileCall) rows(b0, b1 int) {
 // As in rows, the kernel converts the next row block's k block of A
 // while it multiplies this one's, where A is as stored, k whole chunks
 // and the calls have the room. Where the tiles convert B as they go
-// (jitB), the calls of a k block convert B's next one instead, each a
-// share of its pairs, where its strips are whole and its rows within k.
+// (jitB), the calls of a k block may convert B's next one instead, each
+// a share of its pairs, where its strips are whole and its rows within k.
 func (t *tileCall) kBlocks(b0, b1, group int) {
 	g, ws := &t.g, t.ws
 	ws.acc = hugepage.Grow(ws.acc, group*t.nstr*1024)
@@ -266,7 +266,7 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 	ws.a = hugepage.Grow(ws.a, words)
 	jit := t.bp == nil
 	nextB := jit && (t.s0+t.nstr)*nrBF16 <= g.n
-	nextA := !nextB && t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && t.nstr >= 8 && group > 1
+	nextA := t.ap == nil && g.tA == NoTrans && g.k%32 == 0 && t.nstr >= 8 && group > 1
 	if nextA {
 		ws.next = hugepage.Grow(ws.next, words)
 	}
@@ -290,7 +290,8 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 			// chunk of a call's loop. At two (256 rows by 23 strips,
 			// eight calls a k block) the tiles waited on the loads, and
 			// the product ran slower than with the pairs converted
-			// apart; at a third of one, 5–15% faster (docs/bf16.md).
+			// apart; at a third of one, 8–15% faster (docs/bf16.md).
+			// (One conversion a call: A's next block where B's is not.)
 			pairs, n0, stride := 0, 0, 0
 			if nextB && kb+1 < t.nk && calls > 0 {
 				n1 := (kb + 2) * t.chunks / t.nk
@@ -310,7 +311,7 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 				} else if !converted {
 					g.kn.packTiles(g.tA, g.a, g.k, i0, rows, c0, c1, a)
 				}
-				converted = nextA && blk+1 < ge && i0+2*amxBlock <= g.m
+				converted = nextA && pairs == 0 && blk+1 < ge && i0+2*amxBlock <= g.m
 				if converted {
 					ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next)
 				}
