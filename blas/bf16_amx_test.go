@@ -25,8 +25,9 @@ func amxEmulated(a, b []uint32, bs, nstrips, chunks int, acc []float32, mode int
 		if cv.pairs {
 			b := cv.a
 			for p := 0; p < b.Rows/2; p++ {
-				for j := 0; j < b.Cols; j++ {
-					cv.dst[p*nrBF16+j/nrBF16*cv.stride+j%nrBF16] = pairBF16(b.Data[2*p*b.Stride+j], b.Data[(2*p+1)*b.Stride+j])
+				for s := 0; s < b.Cols/nrBF16; s++ {
+					r0, r1 := b.Data[2*p*b.Stride+s*nrBF16:], b.Data[(2*p+1)*b.Stride+s*nrBF16:]
+					interGo(cv.dst[p*nrBF16+s*cv.stride:], r0[:nrBF16], r1)
 				}
 			}
 		} else {
