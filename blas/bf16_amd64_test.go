@@ -364,7 +364,7 @@ func TestTDPBF16PS(t *testing.T) {
 				src.Data = randSlice(rng, src.Rows*src.Stride)
 				i0, c0 := rng.IntN(9), rng.IntN(2)
 				next = make([]uint32, cc*chunkWords)
-				cv.set(src, i0, c0, c0+cc, next)
+				cv.set(src, i0, c0, c0+cc, next, 1+rng.IntN(4))
 			} else {
 				kind = "B's pairs"
 				pairs, ns := 1+rng.IntN(40), 1+rng.IntN(5)

@@ -67,9 +67,11 @@ type amxConvert struct {
 	// strip's) source (0: nothing left) and destination, the chunks
 	// (strips) left in the row (pair), the chunks (strips) a row, the
 	// rows (pairs) left, the bytes from row to row, the current row's
-	// (pair's) first source and destination, 1 for pairs, and the bytes
-	// from strip to strip of the destination (see the generator).
-	state [10]int
+	// (pair's) first source and destination, 1 for pairs, the bytes
+	// from strip to strip of the destination, and the steps (chunks of a
+	// row, or pairs of a strip) each chunk of the kernel's loop takes, 1
+	// to 4 (see the generator).
+	state [11]int
 	// What state converts, for tiles written in Go; the slices also keep
 	// the arrays that state addresses alive (Go does not move heap
 	// arrays, and these are: a's escapes into the kernels' function
@@ -82,14 +84,26 @@ type amxConvert struct {
 }
 
 // set sets cv to convert chunks [c0, c1) of rows [i0, i0+32) of a into
-// dst, chunk c0 first.
-func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32) {
+// dst, chunk c0 first, steps (1 to 4) chunks of rows a chunk of the
+// kernel's loop (see convertSteps).
+func (cv *amxConvert) set(a General, i0, c0, c1 int, dst []uint32, steps int) {
 	_ = a.Data[(i0+amxBlock-1)*a.Stride+32*c1-1]
 	dst = dst[:(c1-c0)*chunkWords]
 	src := int(uintptr(unsafe.Pointer(&a.Data[i0*a.Stride+32*c0])))
 	d := int(uintptr(unsafe.Pointer(&dst[0])))
-	*cv = amxConvert{state: [10]int{src, d, c1 - c0, c1 - c0, amxBlock, 4 * a.Stride, src, d, 0, 0}, a: a, i0: i0, c0: c0, c1: c1, dst: dst}
+	*cv = amxConvert{state: [11]int{src, d, c1 - c0, c1 - c0, amxBlock, 4 * a.Stride, src, d, 0, 0, steps}, a: a, i0: i0, c0: c0, c1: c1, dst: dst}
 }
+
+// convertSteps returns the chunks of rows that a tiles call of nstrips
+// strips converts of the next block of A each chunk of its loop: as few
+// as finish the block's 32 rows of the call's k block by the end of the
+// loop (one for 32 strips or more), at most four. Spread thin, the
+// conversion holds the tiles back less than four a chunk did for every
+// call (one thread: the default model's GLU input, 64 strips a call,
+// 1.38×; 1024³ 1.06×; GPT-2-small's forward and input-gradient products
+// 1.05–1.10×; docs/bf16.md); left over for after the loop, it costs more
+// than it does in the loop.
+func convertSteps(nstrips int) int { return min(4, ceilDiv(amxBlock, nstrips)) }
 
 // setPairs sets cv to convert b, an even number of rows of B as stored
 // by whole strips, to its pair rows: pair p of strip s to the 32 words
@@ -100,7 +114,7 @@ func (cv *amxConvert) setPairs(b General, dst []uint32, stride int) {
 	dst = dst[:(pairs-1)*nrBF16+(strips-1)*stride+nrBF16]
 	src := int(uintptr(unsafe.Pointer(&b.Data[0])))
 	d := int(uintptr(unsafe.Pointer(&dst[0])))
-	*cv = amxConvert{state: [10]int{src, d, strips, strips, pairs, 4 * b.Stride, src, d, 1, 4 * stride}, a: b, pairs: true, stride: stride, dst: dst}
+	*cv = amxConvert{state: [11]int{src, d, strips, strips, pairs, 4 * b.Stride, src, d, 1, 4 * stride, 4}, a: b, pairs: true, stride: stride, dst: dst}
 }
 
 // amxLimits are tileItem's budgets: chunks, the chunks of a k block (8
@@ -212,8 +226,9 @@ func (t *tileCall) strips(s0, s1, last int) {
 // rows computes row block by row block. Where the next block is 32 rows
 // of A as stored, k is whole chunks, and the kernel has the room, it
 // converts the next block while it multiplies the current one, into the
-// other of two buffers: four chunks of rows a chunk of its loop, so that
-// 8 strips convert a block in one call, and on rows of at least 8
+// other of two buffers: as few chunks of rows a chunk of its loop as
+// finish it in the call, up to four, so that 8 strips convert a block in
+// one call (convertSteps), and on rows of at least 8
 // chunks (1 KB), as the model's products (1.02–1.23× their speed on one
 // thread, BenchmarkGemmBF16Kernels); the sketch networks' products, of
 // few strips or short rows, ran slower so (0.5–0.9×).
@@ -243,7 +258,7 @@ func (t *tileCall) rows(b0, b1 int) {
 		for kb := 0; kb < t.nk; kb++ {
 			c0, c1 := kb*t.chunks/t.nk, (kb+1)*t.chunks/t.nk
 			if converted {
-				ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next[c0*chunkWords:])
+				ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next[c0*chunkWords:], convertSteps(t.nstr))
 			}
 			t.call(blk, rows, kb, c0, c1, a[c0*chunkWords:], ws.acc)
 		}
@@ -313,7 +328,7 @@ func (t *tileCall) kBlocks(b0, b1, group int) {
 				}
 				converted = nextA && pairs == 0 && blk+1 < ge && i0+2*amxBlock <= g.m
 				if converted {
-					ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next)
+					ws.cv.set(g.a, i0+amxBlock, c0, c1, ws.next, convertSteps(t.nstr))
 				}
 				if pairs > 0 && rows > amxBlock/2 {
 					p0, p1 := j*pairs/calls, (j+1)*pairs/calls

@@ -182,7 +182,9 @@ type modelShape struct {
 // gpt2 ones are the weight gradients of the GPT-2-small shape (d = 768,
 // 4096 tokens a step: bench train --shape gpt2-small), whose many
 // columns make the tiles convert B as they go and A once (gemmBF16.packA);
-// gpt2-glu-out and gpt2-dx-glu-in are two of its products whose long k
+// gpt2-qkv, gpt2-glu-in and gpt2-dx-qkv are its forward products of many
+// strips and an input gradient; gpt2-glu-out and gpt2-dx-glu-in are two
+// of its products whose long k
 // and B, a packed weight too large for L2, make the tiles go k block by
 // k block (tileCall.kBlocks).
 var modelShapes = []modelShape{
@@ -201,6 +203,9 @@ var modelShapes = []modelShape{
 	{"gpt2-dw-qkv", Trans, 768, 4096, 2304, false},
 	{"gpt2-dw-glu-in", Trans, 768, 4096, 6144, false},
 	{"gpt2-dw-glu-out", Trans, 3072, 4096, 768, false},
+	{"gpt2-qkv", NoTrans, 4096, 768, 2304, true},
+	{"gpt2-glu-in", NoTrans, 4096, 768, 6144, true},
+	{"gpt2-dx-qkv", NoTrans, 4096, 2304, 768, true},
 	{"gpt2-glu-out", NoTrans, 4096, 3072, 768, true},
 	{"gpt2-dx-glu-in", NoTrans, 4096, 6144, 768, true},
 }

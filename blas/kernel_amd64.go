@@ -158,13 +158,13 @@ func vfmaddLoop(n int)
 // of them, with AMX tiles (TDPBF16PS); see package _asm.
 //
 //go:noescape
-func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
+func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[11]int)
 
 // amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows
 // 16–31 are neither read nor written, and cv is not read; see package _asm.
 //
 //go:noescape
-func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
+func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[11]int)
 
 // amxWideAVX512 computes one row by 128 columns of C from bf16 pairs of A and
 // 4 packed strips of B (bs words apart) in TDPBF16PS's order of addition, with

@@ -13164,7 +13164,7 @@ fma_loop:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
+// func amxBF16(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[11]int)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
 TEXT ·amxBF16(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI
@@ -13490,6 +13490,8 @@ cv_pairs_loop0:
 	JMP        cv_same_loop0
 
 cv_done_loop0:
+	CMPQ       80(R14), $0x01
+	JLE        amx_paced
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop1
@@ -13593,6 +13595,8 @@ cv_pairs_loop1:
 	JMP        cv_same_loop1
 
 cv_done_loop1:
+	CMPQ       80(R14), $0x02
+	JLE        amx_paced
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop2
@@ -13696,6 +13700,8 @@ cv_pairs_loop2:
 	JMP        cv_same_loop2
 
 cv_done_loop2:
+	CMPQ       80(R14), $0x03
+	JLE        amx_paced
 	MOVQ       (R14), R10
 	TESTQ      R10, R10
 	JZ         cv_done_loop3
@@ -13799,6 +13805,7 @@ cv_pairs_loop3:
 	JMP        cv_same_loop3
 
 cv_done_loop3:
+amx_paced:
 	// bf16enc: tdpbf16ps tmm3, tmm5, tmm7
 	BYTE  $0xc4
 	BYTE  $0xe2
@@ -14099,7 +14106,7 @@ cv_done_tail:
 	VZEROUPPER
 	RET
 
-// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[10]int)
+// func amxBF16Half(cfg *byte, a *uint32, b *uint32, bs int, nstrips int, chunks int, acc *float32, mode int, c *float32, ldc int, rows int, alpha float32, beta float32, mask uint32, tmp *float32, cv *[11]int)
 // Requires: AVX, AVX512F
 TEXT ·amxBF16Half(SB), NOSPLIT, $0-120
 	MOVQ cfg+0(FP), DI

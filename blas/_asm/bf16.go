@@ -645,6 +645,7 @@ const (
 	cvRowDst = 56 // and where it goes
 	cvPairs  = 64 // 0: rows of A to chunks in tile order; 1: row pairs of B to strips (pairStep)
 	cvStrip  = 72 // with cvPairs: bytes from strip to strip of the destination
+	cvSteps  = 80 // the steps a chunk of amxBF16's loop takes (1–4)
 )
 
 // convertStep emits the conversion of one chunk of a row of the next
@@ -771,8 +772,8 @@ func pairStep(cv GPPhysical, id string) {
 // chunk multiplies, the next chunk of B (the next strip's first, after
 // the last) is fetched into L1. And while the tiles multiply, the vector
 // unit converts the next call's block of A from float32 (as the state
-// cv says, four chunks of its rows a chunk of the loop, the rest at the
-// end of the call), which converting between calls would add to their
+// cv says, its cvSteps chunks of rows, one to four, a chunk of the loop,
+// the rest at the end of the call), which converting between calls would add to their
 // time (1024³ on one thread: 1.62 ms against 1.87); or, the same way,
 // pairs of B's rows of the next k block (four strips' a chunk).
 //
@@ -784,7 +785,7 @@ func pairStep(cv GPPhysical, id string) {
 // is built in Go). Each operand tile is loaded just before its first
 // use, so that loads and products overlap.
 func amxBF16() {
-	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[10]int)")
+	TEXT("amxBF16", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[11]int)")
 	Pragma("noescape")
 	Doc("amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums",
 		"of them, with AMX tiles (TDPBF16PS); see package _asm.")
@@ -861,11 +862,16 @@ func amxBF16() {
 		LEAQ(Mem{Base: cpf, Index: ldc, Scale: 2}, cpf)
 	}
 	Label("amx_cdone")
-	// Four chunks of the next block of A, converted while the tiles
-	// multiply.
+	// Up to four chunks of the next block of A (cvSteps of them),
+	// converted while the tiles multiply.
 	for q := 0; q < 4; q++ {
+		if q > 0 {
+			CMPQ(Mem{Base: cvp, Disp: cvSteps}, U8(q))
+			JLE(LabelRef("amx_paced"))
+		}
 		convertStep(cvp, fmt.Sprintf("loop%d", q))
 	}
+	Label("amx_paced")
 	tdpbf16ps(3, 5, 7)
 	ADDQ(U32(2048), aCur)
 	ADDQ(U32(2048), bCur)
@@ -957,7 +963,7 @@ func amxBF16() {
 // next block of A is converted (cv is not read: a block of at most 16
 // rows is a product's last).
 func amxHalf() {
-	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[10]int)")
+	TEXT("amxBF16Half", NOSPLIT, "func(cfg *byte, a *uint32, b *uint32, bs, nstrips, chunks int, acc *float32, mode int, c *float32, ldc, rows int, alpha, beta float32, mask uint32, tmp *float32, cv *[11]int)")
 	Pragma("noescape")
 	Doc("amxBF16Half is amxBF16 for rows ≤ 16, two strips at a time; acc's rows",
 		"16–31 are neither read nor written, and cv is not read; see package _asm.")
