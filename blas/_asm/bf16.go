@@ -772,9 +772,10 @@ func pairStep(cv GPPhysical, id string) {
 // chunk multiplies, the next chunk of B (the next strip's first, after
 // the last) is fetched into L1. And while the tiles multiply, the vector
 // unit converts the next call's block of A from float32 (as the state
-// cv says, its cvSteps chunks of rows, one to four, a chunk of the loop,
-// the rest at the end of the call), which converting between calls would add to their
-// time (1024³ on one thread: 1.62 ms against 1.87); or, the same way,
+// cv says, cvSteps chunks of its rows, one to four, a chunk of the loop,
+// the rest at the end of the call), which converting between calls
+// would add to their time (1024³ on one thread: 1.62 ms against 1.87);
+// or, the same way,
 // pairs of B's rows of the next k block (four strips' a chunk).
 //
 // Tile state belongs to the OS thread, and Go moves goroutines between
