@@ -228,10 +228,10 @@ func (t *tileCall) strips(s0, s1, last int) {
 // converts the next block while it multiplies the current one, into the
 // other of two buffers: as few chunks of rows a chunk of its loop as
 // finish it in the call, up to four, so that 8 strips convert a block in
-// one call (convertSteps), and on rows of at least 8
-// chunks (1 KB), as the model's products (1.02–1.23× their speed on one
-// thread, BenchmarkGemmBF16Kernels); the sketch networks' products, of
-// few strips or short rows, ran slower so (0.5–0.9×).
+// one call (convertSteps), and on rows of at least 8 chunks (1 KB), as
+// the model's products (1.02–1.23× their speed on one thread,
+// BenchmarkGemmBF16Kernels); the sketch networks' products, of few
+// strips or short rows, ran slower so (0.5–0.9×).
 func (t *tileCall) rows(b0, b1 int) {
 	g, ws := &t.g, t.ws
 	if t.ap == nil {

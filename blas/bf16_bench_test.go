@@ -184,9 +184,8 @@ type modelShape struct {
 // columns make the tiles convert B as they go and A once (gemmBF16.packA);
 // gpt2-qkv, gpt2-glu-in and gpt2-dx-qkv are its forward products of many
 // strips and an input gradient; gpt2-glu-out and gpt2-dx-glu-in are two
-// of its products whose long k
-// and B, a packed weight too large for L2, make the tiles go k block by
-// k block (tileCall.kBlocks).
+// of its products whose long k and B, a packed weight too large for L2,
+// make the tiles go k block by k block (tileCall.kBlocks).
 var modelShapes = []modelShape{
 	{"square", NoTrans, 1024, 1024, 1024, true},
 	{"qkv", NoTrans, 8192, 256, 768, true},

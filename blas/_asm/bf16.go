@@ -775,8 +775,8 @@ func pairStep(cv GPPhysical, id string) {
 // cv says, cvSteps chunks of its rows, one to four, a chunk of the loop,
 // the rest at the end of the call), which converting between calls
 // would add to their time (1024³ on one thread: 1.62 ms against 1.87);
-// or, the same way,
-// pairs of B's rows of the next k block (four strips' a chunk).
+// or, the same way, pairs of B's rows of the next k block (four strips'
+// a chunk).
 //
 // Tile state belongs to the OS thread, and Go moves goroutines between
 // threads between calls: each call loads the configuration, computes,
