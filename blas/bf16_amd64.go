@@ -252,6 +252,8 @@ var roundAsm = func() func(dst, src *float32, blocks int) {
 		return roundBF16CVT
 	case cpu.X86.HasAVX512F:
 		return roundBF16AVX512
+	case cpu.X86.HasAVX2:
+		return roundBF16AVX2
 	}
 	return nil
 }()

@@ -454,6 +454,9 @@ func TestCPUVendor(t *testing.T) {
 // roundings lists the roundings of roundBF16s this CPU runs.
 func roundings() map[string]func(dst, src []float32) {
 	rs := map[string]func(dst, src []float32){"roundBF16s": roundBF16s}
+	if cpu.X86.HasAVX2 {
+		rs["roundBF16AVX2"] = func(dst, src []float32) { roundBlocks(roundBF16AVX2, dst, src) }
+	}
 	if cpu.X86.HasAVX512F {
 		rs["roundBF16AVX512"] = func(dst, src []float32) { roundBlocks(roundBF16AVX512, dst, src) }
 	}

@@ -130,6 +130,11 @@ func cvtBF16AVX512(dst *uint32, src *float32, blocks int)
 //go:noescape
 func roundBF16AVX512(dst *float32, src *float32, blocks int)
 
+// roundBF16AVX2 is roundBF16AVX512 with AVX2 alone.
+//
+//go:noescape
+func roundBF16AVX2(dst *float32, src *float32, blocks int)
+
 // roundBF16CVT is roundBF16AVX512 by VCVTNEPS2BF16 (AVX512_BF16), which rounds
 // as toBF16 does in a third of the instructions.
 //

@@ -12713,6 +12713,65 @@ round_done:
 	VZEROUPPER
 	RET
 
+// func roundBF16AVX2(dst *float32, src *float32, blocks int)
+// Requires: AVX, AVX2
+TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         blocks+16(FP), DX
+	TESTQ        DX, DX
+	JZ           round2_done
+	VPBROADCASTD bf16round<>+0(SB), Y8
+	VPBROADCASTD bf16round<>+4(SB), Y9
+	VPBROADCASTD bf16round<>+8(SB), Y10
+	VPBROADCASTD bf16round<>+12(SB), Y11
+	VPBROADCASTD bf16round<>+16(SB), Y12
+	VPBROADCASTD bf16round<>+20(SB), Y13
+	VPBROADCASTD bf16hi<>+0(SB), Y14
+	VPXOR        Y15, Y15, Y15
+
+round2_loop:
+	VMOVDQU   (CX), Y0
+	VPSRLD    $0x10, Y0, Y1
+	VPAND     Y8, Y1, Y1
+	VPADDD    Y9, Y1, Y1
+	VPADDD    Y0, Y1, Y1
+	VPAND     Y14, Y1, Y1
+	VPAND     Y10, Y0, Y2
+	VPCMPGTD  Y11, Y2, Y2
+	VPOR      Y12, Y0, Y3
+	VPAND     Y14, Y3, Y3
+	VPBLENDVB Y2, Y3, Y1, Y1
+	VPAND     Y11, Y0, Y4
+	VPCMPEQD  Y15, Y4, Y4
+	VPAND     Y13, Y0, Y5
+	VPBLENDVB Y4, Y5, Y1, Y1
+	VMOVDQU   Y1, (AX)
+	VMOVDQU   32(CX), Y0
+	VPSRLD    $0x10, Y0, Y1
+	VPAND     Y8, Y1, Y1
+	VPADDD    Y9, Y1, Y1
+	VPADDD    Y0, Y1, Y1
+	VPAND     Y14, Y1, Y1
+	VPAND     Y10, Y0, Y2
+	VPCMPGTD  Y11, Y2, Y2
+	VPOR      Y12, Y0, Y3
+	VPAND     Y14, Y3, Y3
+	VPBLENDVB Y2, Y3, Y1, Y1
+	VPAND     Y11, Y0, Y4
+	VPCMPEQD  Y15, Y4, Y4
+	VPAND     Y13, Y0, Y5
+	VPBLENDVB Y4, Y5, Y1, Y1
+	VMOVDQU   Y1, 32(AX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x40, AX
+	DECQ      DX
+	JNZ       round2_loop
+
+round2_done:
+	VZEROUPPER
+	RET
+
 // func roundBF16CVT(dst *float32, src *float32, blocks int)
 // Requires: AVX, AVX512F
 TEXT ·roundBF16CVT(SB), NOSPLIT, $0-24

@@ -432,6 +432,54 @@ func roundBF16() {
 	VZEROUPPER()
 	RET()
 
+	// The same with AVX2 alone, eight lanes at a time: for the CPUs
+	// without AVX-512 (AMD's before Zen 4, Intel's client cores), whose
+	// sgemm kernel rounds every operand it packs.
+	TEXT("roundBF16AVX2", NOSPLIT, "func(dst, src *float32, blocks int)")
+	Pragma("noescape")
+	Doc("roundBF16AVX2 is roundBF16AVX512 with AVX2 alone.")
+	dst = Load(Param("dst"), RAX)
+	src = Load(Param("src"), RCX)
+	n = Load(Param("blocks"), RDX)
+	TESTQ(n, n)
+	JZ(LabelRef("round2_done"))
+	yOne, yHalf, yAbs, yExp, yQuiet, ySign, yHi, yZero := Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15
+	for _, c := range []struct {
+		y Op
+		m Mem
+	}{{yOne, one}, {yHalf, half}, {yAbs, abs}, {yExp, exp}, {yQuiet, quiet}, {ySign, sign}, {yHi, hiMask}} {
+		VPBROADCASTD(c.m, c.y)
+	}
+	VPXOR(yZero, yZero, yZero)
+	Label("round2_loop")
+	for h := 0; h < 2; h++ {
+		VMOVDQU(Mem{Base: src, Disp: 32 * h}, Y0)
+		VPSRLD(U8(16), Y0, Y1)
+		VPAND(yOne, Y1, Y1)
+		VPADDD(yHalf, Y1, Y1)
+		VPADDD(Y0, Y1, Y1)
+		VPAND(yHi, Y1, Y1)
+		// NaNs: |u| > Inf's bits, compared as signed, which |u| is not.
+		VPAND(yAbs, Y0, Y2)
+		VPCMPGTD(yExp, Y2, Y2)
+		VPOR(yQuiet, Y0, Y3)
+		VPAND(yHi, Y3, Y3)
+		VPBLENDVB(Y2, Y3, Y1, Y1)
+		// Zeros and denormals.
+		VPAND(yExp, Y0, Y4)
+		VPCMPEQD(yZero, Y4, Y4)
+		VPAND(ySign, Y0, Y5)
+		VPBLENDVB(Y4, Y5, Y1, Y1)
+		VMOVDQU(Y1, Mem{Base: dst, Disp: 32 * h})
+	}
+	ADDQ(U8(64), src)
+	ADDQ(U8(64), dst)
+	DECQ(n)
+	JNZ(LabelRef("round2_loop"))
+	Label("round2_done")
+	VZEROUPPER()
+	RET()
+
 	TEXT("roundBF16CVT", NOSPLIT, "func(dst, src *float32, blocks int)")
 	Pragma("noescape")
 	Doc("roundBF16CVT is roundBF16AVX512 by VCVTNEPS2BF16 (AVX512_BF16), which rounds",
