@@ -129,15 +129,17 @@ func TestVCVTNE2PS2BF16(t *testing.T) {
 }
 
 // BenchmarkPeak measures bare loops of VDPBF16PS and of float32 FMAs on
-// zmm registers on one thread: what the units reach with no memory
+// zmm registers (ymm where the CPU lacks AVX-512) on one thread: what the units reach with no memory
 // traffic, for comparison with the GEMM rates.
 func BenchmarkPeak(b *testing.B) {
-	b.Run("vfmadd231ps", func(b *testing.B) {
-		for b.Loop() {
-			vfmaddLoop(1000)
-		}
-		b.ReportMetric(peakFMAFlops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
-	})
+	if name, flops, loop := peakFMA(); loop != nil {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				loop()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+		})
+	}
 	b.Run("vdpbf16ps", func(b *testing.B) {
 		if !cpu.X86.HasAVX512BF16 {
 			b.Skip("this CPU has no AVX512_BF16")
@@ -179,7 +181,10 @@ func BenchmarkPeakCores(b *testing.B) {
 		flops float64 // one call's
 		run   func()
 	}
-	loops := []loop{{"vfmadd231ps", peakFMAFlops, func() { vfmaddLoop(1000) }}}
+	var loops []loop
+	if name, flops, f := peakFMA(); f != nil {
+		loops = append(loops, loop{name, flops, f})
+	}
 	if f := peakAMXLoop(); f != nil {
 		loops = append(loops, loop{"tdpbf16ps", peakAMXFlops, f})
 	}
@@ -413,9 +418,18 @@ func TestTDPBF16PS(t *testing.T) {
 // it with the bare loop.
 const amxBF16Name = "amx"
 
-// peakFMAFlops is the flops of one vfmaddLoop(1000) call: 24 FMAs of 16
-// lanes a turn.
-const peakFMAFlops = 24 * 1000 * 32
+// peakFMA returns the bare float32 FMA loop of the widest vectors this
+// CPU has (1000 turns of 24 FMAs), its name and the flops of one call, or
+// a nil loop where it has neither AVX-512 nor AVX2 with FMA.
+func peakFMA() (name string, flops float64, loop func()) {
+	switch {
+	case cpu.X86.HasAVX512F:
+		return "vfmadd231ps", 24 * 1000 * 32, func() { vfmaddLoop(1000) }
+	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+		return "vfmadd231ps-ymm", 24 * 1000 * 16, func() { vfmaddLoopAVX2(1000) }
+	}
+	return "", 0, nil
+}
 
 // peakAMXFlops is the flops of one peakAMXLoop call.
 const peakAMXFlops = 4 * 1000 * 16 * 16 * 32 * 2

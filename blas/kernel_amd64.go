@@ -159,6 +159,9 @@ func vdpbf16psLoop(n int)
 // vfmaddLoop runs 24·n VFMADD231PS on zmm registers (32 flops each).
 func vfmaddLoop(n int)
 
+// vfmaddLoopAVX2 runs 24·n VFMADD231PS on ymm registers (16 flops each).
+func vfmaddLoopAVX2(n int)
+
 // amxBF16 computes rows ≤ 32 rows by 32·nstrips columns of C, or partial sums
 // of them, with AMX tiles (TDPBF16PS); see package _asm.
 //

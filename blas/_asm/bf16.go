@@ -670,6 +670,24 @@ func peakLoops() {
 	JNZ(LabelRef("fma_loop"))
 	VZEROUPPER()
 	RET()
+
+	// The same on ymm registers, for CPUs without AVX-512: 12
+	// accumulators, enough for two FMA units of latency 4 or 5.
+	TEXT("vfmaddLoopAVX2", NOSPLIT, "func(n int)")
+	Doc("vfmaddLoopAVX2 runs 24·n VFMADD231PS on ymm registers (16 flops each).")
+	n = Load(Param("n"), RCX)
+	ymm := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13}
+	for _, y := range ymm {
+		VXORPS(y, y, y)
+	}
+	Label("fma2_loop")
+	for i := 0; i < 24; i++ {
+		VFMADD231PS(Y12, Y13, ymm[i%12])
+	}
+	DECQ(n)
+	JNZ(LabelRef("fma2_loop"))
+	VZEROUPPER()
+	RET()
 }
 
 // The modes of amxBF16, bits of its mode argument (as amxLoad etc. in
