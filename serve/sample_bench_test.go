@@ -74,6 +74,7 @@ func BenchmarkStepSampling(b *testing.B) {
 				for i := range S {
 					s.stepJ = append(s.stepJ, &job{sampler: sample.New(sample.Settings{Temperature: tc.temperature, TopP: tc.topP, TopK: tc.topK}, rand.New(rand.NewPCG(1, uint64(i))))})
 					s.drawn = append(s.drawn, i)
+					s.last = append(s.last, i) // job i's logits are row i
 				}
 				for b.Loop() {
 					s.sample(rows.logits, c.Vocab)
