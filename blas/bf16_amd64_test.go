@@ -129,8 +129,8 @@ func TestVCVTNE2PS2BF16(t *testing.T) {
 }
 
 // BenchmarkPeak measures bare loops of VDPBF16PS and of float32 FMAs on
-// zmm registers (ymm where the CPU lacks AVX-512) on one thread: what the units reach with no memory
-// traffic, for comparison with the GEMM rates.
+// zmm registers (ymm where the CPU lacks AVX-512) on one thread: what the
+// units reach with no memory traffic, for comparison with the GEMM rates.
 func BenchmarkPeak(b *testing.B) {
 	if name, flops, loop := peakFMA(); loop != nil {
 		b.Run(name, func(b *testing.B) {
