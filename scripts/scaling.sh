@@ -24,7 +24,8 @@
 # means anything),
 # train (bench train, default model,
 # N = 1024, 8192 tokens a step), serial (the serial share of one step at
-# GOMAXPROCS=1, split for the most threads), decode (BenchmarkBatchStep
+# GOMAXPROCS=1, split for the most threads, and each phase's speed-up on
+# them), decode (BenchmarkBatchStep
 # of ./model, S = 1 and 16 sequences), gpt2 (bench train at the
 # GPT-2-small shape: 12 layers, d 768, 12 heads of 64, 4096 tokens a step,
 # which need about 9 GiB; 8192 would need 17), on one thread and the most;
@@ -220,8 +221,8 @@ for section in $SECTIONS; do
 	serial)
 		for p in $PRECISIONS; do
 			echo
-			echo "## serial share, $p: GOMAXPROCS=1 bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases $max --precision $p"
-			GOMAXPROCS=1 flock "$lock" "$bin" bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases "$max" --precision "$p" | sed -n '3,20p'
+			echo "## serial share and phases, $p: GOMAXPROCS=$max bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases $max --precision $p"
+			GOMAXPROCS=$max flock "$lock" "$bin" bench train --attention polysketch:learned:block=64 --n 1024 --tokens 8192 --steps 1 --phases "$max" --precision "$p" | sed -n '3,24p'
 		done
 		;;
 	decode)

@@ -63,7 +63,12 @@ per item, shows there, apart from any waiting), the share of that
 step's time spent outside parallel phases (the serial part, which W
 threads cannot shorten), the speedup on W threads that Amdahl's law then
 allows phase by phase, and the phases themselves: where each is called
-from, its calls, its items per call and its share of the time.
+from, its calls, its items per call and its share of the time. Where
+GOMAXPROCS is W as well (and above 1), the same step then runs once more
+on the W threads, and each phase that the step calls itself (not those
+nested in the items of another) gets its speed-up there against its
+time on one thread; the time outside those phases on W threads is the
+step's serial part plus what starting and ending the phases costs.
 
 flags:
 `
@@ -82,11 +87,15 @@ type benchTrainRow struct {
 	// With --phases: the time of a step at GOMAXPROCS=1 split as for
 	// that many threads, its serial share, the speedup Amdahl's law
 	// allows on that many threads, and the phases.
-	SplitSeconds *float64     `json:"split_seconds,omitempty"`
-	SerialShare  *float64     `json:"serial_share,omitempty"`
-	Bound        *float64     `json:"amdahl_speedup,omitempty"`
-	Phases       []benchPhase `json:"phases,omitempty"`
-	note         string
+	SplitSeconds *float64 `json:"split_seconds,omitempty"`
+	SerialShare  *float64 `json:"serial_share,omitempty"`
+	Bound        *float64 `json:"amdahl_speedup,omitempty"`
+	// With --phases W at GOMAXPROCS=W > 1: that step's time on the W
+	// threads, and the share of it spent outside the phases it calls.
+	ThreadsSeconds *float64     `json:"threads_seconds,omitempty"`
+	OutsideShare   *float64     `json:"threads_outside_share,omitempty"`
+	Phases         []benchPhase `json:"phases,omitempty"`
+	note           string
 }
 
 // benchPhase is one parallel phase of a profiled step (see --phases).
@@ -98,6 +107,9 @@ type benchPhase struct {
 	Share    float64 `json:"share"` // of the step's time
 	Serial   bool    `json:"serial,omitempty"`
 	Nested   bool    `json:"nested,omitempty"`
+	// Speedup is its time at GOMAXPROCS=1 over its time on the threads
+	// (ThreadsSeconds); nil for nested phases, or without that step.
+	Speedup *float64 `json:"speedup,omitempty"`
 }
 
 type benchTrainConfig struct {
@@ -134,7 +146,7 @@ func benchTrain(args []string, stdout io.Writer) (err error) {
 	shape := shapeFlag(fs)
 	jsonFlag(fs, &cfg.json, "JSON lines (mechanism, n, batch, seconds, tokens_per_sec, peak_bytes) instead of a table")
 	addPrecisionFlag(fs, &cfg.precision)
-	fs.IntVar(&cfg.phases, "phases", 0, "also profile one step at GOMAXPROCS=1 split as for this many threads: the serial share and the parallel phases (0: no)")
+	fs.IntVar(&cfg.phases, "phases", 0, "also profile one step at GOMAXPROCS=1 split as for this many threads: the serial share and the parallel phases, and at GOMAXPROCS equal to it their speed-ups (0: no)")
 	var prof cpuProfile
 	prof.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -259,7 +271,14 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 	}
 	fmt.Fprintf(w, "  one step at GOMAXPROCS=1 split for %d threads: %.3f s (%.2f× the step above); %.1f%% serial; Amdahl's law allows %.1f× on %d threads\n",
 		cfg.phases, *r.SplitSeconds, *r.SplitSeconds / *r.Seconds, 100**r.SerialShare, *r.Bound, cfg.phases)
-	fmt.Fprintf(w, "  %7s %6s %11s  %s\n", "time", "calls", "items/call", "phase")
+	speedups := r.ThreadsSeconds != nil
+	if speedups {
+		fmt.Fprintf(w, "  the same step on %d threads: %.3f s (%.2f× the split step); %.1f%% of it outside the phases below\n",
+			cfg.phases, *r.ThreadsSeconds, *r.SplitSeconds / *r.ThreadsSeconds, 100**r.OutsideShare)
+		fmt.Fprintf(w, "  %7s %6s %11s %8s  %s\n", "time", "calls", "items/call", "speed-up", "phase")
+	} else {
+		fmt.Fprintf(w, "  %7s %6s %11s  %s\n", "time", "calls", "items/call", "phase")
+	}
 	for _, p := range r.Phases {
 		items := fmt.Sprint(p.MinItems)
 		if p.MaxItems != p.MinItems {
@@ -272,7 +291,15 @@ func (cfg *benchTrainConfig) print(w io.Writer, r benchTrainRow) error {
 		case p.Serial:
 			note = " (serial)"
 		}
-		if _, err := fmt.Fprintf(w, "  %6.2f%% %6d %11s  %s%s\n", 100*p.Share, p.Calls, items, p.Site, note); err != nil {
+		col := ""
+		if speedups {
+			x := "-"
+			if p.Speedup != nil {
+				x = fmt.Sprintf("%.2f×", *p.Speedup)
+			}
+			col = fmt.Sprintf(" %8s", x)
+		}
+		if _, err := fmt.Fprintf(w, "  %6.2f%% %6d %11s%s  %s%s\n", 100*p.Share, p.Calls, items, col, p.Site, note); err != nil {
 			return err
 		}
 	}
@@ -373,24 +400,46 @@ func (cfg *benchTrainConfig) measure(mech benchMechanism, n int, last **timing) 
 }
 
 // profile runs step once at GOMAXPROCS=1 with the phases split for
-// cfg.phases threads and adds what it found to r (see --phases).
+// cfg.phases threads, and where GOMAXPROCS is cfg.phases once more on
+// those threads, and adds what it found to r (see --phases).
 func (cfg *benchTrainConfig) profile(r *benchTrainRow, step func()) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	// A step sizes the buffers of the new split first: the split is the
-	// profile's (parallel.Threads returns its width only while it runs),
-	// so the step runs under one too.
-	parallel.StartProfile(cfg.phases)
-	step()
-	parallel.StopProfile()
-	parallel.StartProfile(cfg.phases)
-	step()
-	rep := parallel.StopProfile()
+	procs := runtime.GOMAXPROCS(1)
+	rep := profileStep(cfg.phases, step)
+	runtime.GOMAXPROCS(procs)
 	total := rep.Total.Seconds()
 	share := rep.Serial().Seconds() / total
 	bound := total / rep.Bound(cfg.phases).Seconds()
 	r.SplitSeconds, r.SerialShare, r.Bound = &total, &share, &bound
-	for _, p := range rep.Phases {
-		r.Phases = append(r.Phases, benchPhase{Site: p.Site, Calls: p.Calls, MinItems: p.MinItems, MaxItems: p.MaxItems,
-			Share: p.Time.Seconds() / total, Serial: p.Serial == p.Time, Nested: p.Nested})
+	var on map[string]time.Duration
+	if procs == cfg.phases && procs > 1 {
+		threads := profileStep(cfg.phases, step)
+		secs := threads.Total.Seconds()
+		outside := threads.Serial().Seconds() / secs
+		r.ThreadsSeconds, r.OutsideShare = &secs, &outside
+		on = map[string]time.Duration{}
+		for _, p := range threads.Phases {
+			on[p.Site] = p.Time
+		}
 	}
+	for _, p := range rep.Phases {
+		ph := benchPhase{Site: p.Site, Calls: p.Calls, MinItems: p.MinItems, MaxItems: p.MaxItems,
+			Share: p.Time.Seconds() / total, Serial: p.Serial == p.Time, Nested: p.Nested}
+		if t, ok := on[p.Site]; ok && !p.Nested && t > 0 {
+			x := p.Time.Seconds() / t.Seconds()
+			ph.Speedup = &x
+		}
+		r.Phases = append(r.Phases, ph)
+	}
+}
+
+// profileStep runs step under a profile of width threads and returns the
+// report of a second run. The first sizes the buffers of the profile's
+// split: parallel.Threads returns its width only while it runs.
+func profileStep(width int, step func()) parallel.Report {
+	parallel.StartProfile(width)
+	step()
+	parallel.StopProfile()
+	parallel.StartProfile(width)
+	step()
+	return parallel.StopProfile()
 }

@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -87,6 +89,49 @@ func TestBenchTrainPhases(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "one step at GOMAXPROCS=1 split for 4 threads") || !strings.Contains(out.String(), "items/call") {
 		t.Errorf("no phase table in:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "speed-up") && runtime.GOMAXPROCS(0) != 4 {
+		t.Errorf("speed-ups at GOMAXPROCS=%d, for --phases 4:\n%s", runtime.GOMAXPROCS(0), out.String())
+	}
+}
+
+// TestBenchTrainPhaseSpeedups checks --phases W at GOMAXPROCS=W: the step
+// on W threads, and the speed-up of every phase the step calls itself.
+func TestBenchTrainPhaseSpeedups(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var out bytes.Buffer
+	if err := run(append(tinyBenchTrain, "--attention", "polysketch:learned", "--n", "32", "--phases", "2", "--json"), &out); err != nil {
+		t.Fatal(err)
+	}
+	var r benchTrainRow
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if r.ThreadsSeconds == nil || *r.ThreadsSeconds <= 0 || r.OutsideShare == nil || *r.OutsideShare < 0 || *r.OutsideShare >= 1 {
+		t.Fatalf("step on 2 threads %v s, outside the phases %v: want a time and a share in [0, 1)", r.ThreadsSeconds, r.OutsideShare)
+	}
+	timed := 0
+	for _, p := range r.Phases {
+		switch {
+		case p.Nested && p.Speedup != nil:
+			t.Errorf("nested phase %+v has a speed-up", p)
+		case !p.Nested && p.Speedup == nil:
+			t.Errorf("phase %+v has no speed-up", p)
+		case p.Speedup != nil && !(*p.Speedup > 0 && !math.IsInf(*p.Speedup, 0)):
+			t.Errorf("phase %+v: speed-up %v", p, *p.Speedup)
+		case p.Speedup != nil:
+			timed++
+		}
+	}
+	if timed == 0 {
+		t.Errorf("no phase with a speed-up among %d", len(r.Phases))
+	}
+	out.Reset()
+	if err := run(append(tinyBenchTrain, "--attention", "polysketch:learned", "--n", "32", "--phases", "2"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "the same step on 2 threads") || !strings.Contains(out.String(), "speed-up") {
+		t.Errorf("no speed-ups in:\n%s", out.String())
 	}
 }
 

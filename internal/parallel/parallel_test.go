@@ -230,7 +230,7 @@ func TestProfile(t *testing.T) {
 		if Threads() != 1 {
 			t.Errorf("Threads() = %d after the profile at GOMAXPROCS=1", Threads())
 		}
-		if r.Width != 16 || len(r.Phases) != 3 {
+		if r.Width != 16 || r.Threads != 1 || len(r.Phases) != 3 {
 			t.Fatalf("report %+v, want width 16 and three phases", r)
 		}
 		var big, one, nested *Phase
@@ -259,6 +259,36 @@ func TestProfile(t *testing.T) {
 		}
 		if !contains(big.Site, "parallel.TestProfile") {
 			t.Errorf("site %q, want TestProfile", big.Site)
+		}
+	})
+}
+
+// TestProfileThreads profiles on more threads than one: the outermost
+// phases are recorded, with their items, and the phases nested in their
+// items, which overlap there, are not.
+func TestProfileThreads(t *testing.T) {
+	withProcs(4, func() {
+		StartProfile(4)
+		for range 2 {
+			Run(40, Threads(), func(_, _ int) { time.Sleep(100 * time.Microsecond) })
+		}
+		Run(4, Threads(), func(_, _ int) {
+			For(8, func(int) { time.Sleep(10 * time.Microsecond) })
+		})
+		r := StopProfile()
+		if r.Width != 4 || r.Threads != 4 || len(r.Phases) != 2 {
+			t.Fatalf("report %+v, want width 4, 4 threads and two phases", r)
+		}
+		for _, ph := range r.Phases {
+			if ph.Nested || ph.Serial != 0 || !contains(ph.Site, "parallel.TestProfileThreads") {
+				t.Errorf("phase %+v: want an outermost parallel phase of TestProfileThreads", ph)
+			}
+			if want := map[int]int{40: 2, 4: 1}[ph.MaxItems]; ph.Calls != want || ph.MinItems != ph.MaxItems {
+				t.Errorf("phase %+v: want 2 calls of 40 items or 1 of 4", ph)
+			}
+		}
+		if s := r.Serial(); s < 0 || s >= r.Total {
+			t.Errorf("serial %v of %v", s, r.Total)
 		}
 	})
 }

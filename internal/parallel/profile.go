@@ -13,13 +13,18 @@ import (
 
 // A Report describes the parallel phases run while a profile was on: how
 // much of the time they took, and how many items each had. It is meant
-// for one goroutine running one piece of work (a training step) at
-// GOMAXPROCS=1, where the time outside phases is the serial part that
-// more threads cannot shorten.
+// for one goroutine running one piece of work (a training step). At
+// GOMAXPROCS=1 the time outside phases is the serial part that more
+// threads cannot shorten, and every phase is recorded, nested ones too.
+// On more threads the items of a phase run on several goroutines at once,
+// and the phases nested in them overlap: only the outermost phases,
+// those the working goroutine calls itself, are recorded, so that each
+// one's time can be set against its time on one thread.
 type Report struct {
-	Width  int           // the threads the phases planned for
-	Total  time.Duration // between StartProfile and StopProfile
-	Phases []Phase       // by time, longest first
+	Width   int           // the threads the phases planned for
+	Threads int           // GOMAXPROCS while the profile ran
+	Total   time.Duration // between StartProfile and StopProfile
+	Phases  []Phase       // by time, longest first
 }
 
 // A Phase sums the calls of Run (or For) made from one place.
@@ -73,12 +78,13 @@ func (r Report) Bound(threads int) time.Duration {
 var prof atomic.Pointer[profile]
 
 type profile struct {
-	width int
-	start time.Time
-	mu    sync.Mutex
-	depth int
-	stack []region
-	sites map[string]*Phase
+	width   int
+	threads int // GOMAXPROCS at the start; above 1, nested phases are not recorded
+	start   time.Time
+	mu      sync.Mutex
+	depth   int
+	stack   []region
+	sites   map[string]*Phase
 }
 
 type region struct {
@@ -90,11 +96,11 @@ type region struct {
 
 // StartProfile starts recording the phases Run and For run, and makes
 // Threads return width, so that phases split as they would on width
-// threads whatever GOMAXPROCS is. It is for measurement, at
-// GOMAXPROCS=1: one goroutine should run phases while it is on, and no
-// other should start any.
+// threads whatever GOMAXPROCS is. It is for measurement: one goroutine
+// should run phases while it is on, and no other should start any but
+// the items of its phases (see Report).
 func StartProfile(width int) {
-	prof.Store(&profile{width: max(width, 1), start: time.Now(), sites: map[string]*Phase{}})
+	prof.Store(&profile{width: max(width, 1), threads: runtime.GOMAXPROCS(0), start: time.Now(), sites: map[string]*Phase{}})
 }
 
 // StopProfile ends the profile started by StartProfile and returns its
@@ -104,7 +110,7 @@ func StopProfile() Report {
 	if p == nil {
 		return Report{}
 	}
-	r := Report{Width: p.width, Total: time.Since(p.start)}
+	r := Report{Width: p.width, Threads: p.threads, Total: time.Since(p.start)}
 	for _, ph := range p.sites {
 		r.Phases = append(r.Phases, *ph)
 	}
@@ -114,22 +120,33 @@ func StopProfile() Report {
 	return r
 }
 
-func (p *profile) begin(n, workers int) *profile {
+// begin opens the region of a call of Run and reports whether it is
+// recorded: end must be given what it returned.
+func (p *profile) begin(n, workers int) bool {
+	p.mu.Lock()
+	nested := p.depth > 0
+	p.depth++
+	p.mu.Unlock()
+	if nested && p.threads > 1 {
+		return false
+	}
 	site := callSite()
 	p.mu.Lock()
-	p.depth++
 	p.stack = append(p.stack, region{site: site, items: n, workers: workers, start: time.Now()})
 	p.mu.Unlock()
-	return p
+	return true
 }
 
-func (p *profile) end(*profile) {
+func (p *profile) end(recorded bool) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.depth--
+	if !recorded {
+		return
+	}
 	r := p.stack[len(p.stack)-1]
 	p.stack = p.stack[:len(p.stack)-1]
-	p.depth--
 	ph := p.sites[r.site]
 	if ph == nil {
 		ph = &Phase{Site: r.site, MinItems: r.items}
