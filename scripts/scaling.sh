@@ -28,7 +28,10 @@
 # them), decode (BenchmarkBatchStep
 # of ./model, S = 1 and 16 sequences), gpt2 (bench train at the
 # GPT-2-small shape: 12 layers, d 768, 12 heads of 64, 4096 tokens a step,
-# which need about 9 GiB; 8192 would need 17), on one thread and the most;
+# which need about 9 GiB; 8192 would need 17; GPT2_TOKENS=2048 halves
+# the time), on one thread and the most; serve (bench serve, 1 and 16
+# clients, on the most threads: 16 clients should get 10× one client's
+# tokens/s);
 # kernels (one thread: the bare FMA, VDPBF16PS and TDPBF16PS loops, the
 # tile kernel alone, and Sgemm against each bf16 kernel at a square and
 # three of the default model's shapes; not in the default SECTIONS).
@@ -53,7 +56,8 @@ if [ -z "${THREADS:-}" ]; then
 fi
 ROUNDS=${ROUNDS:-3}
 PRECISIONS=${PRECISIONS:-fp32}
-SECTIONS=${SECTIONS:-control train serial decode gpt2}
+SECTIONS=${SECTIONS:-control train serial decode gpt2 serve}
+GPT2_TOKENS=${GPT2_TOKENS:-4096}
 max=$(echo "$THREADS" | tr ' ' '\n' | sort -n | tail -1)
 lock=/tmp/bench.lock
 
@@ -240,8 +244,17 @@ for section in $SECTIONS; do
 	gpt2)
 		all=$THREADS
 		THREADS="1 $max"
-		train gpt2-small --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens 4096 --mem-limit 16GiB --steps 2
+		train gpt2-small --shape gpt2-small --attention polysketch:learned:block=64 --n 1024 --tokens "$GPT2_TOKENS" --mem-limit 16GiB --steps 2
 		THREADS=$all
+		;;
+	serve)
+		for r in $(seq "$ROUNDS"); do
+			for p in $PRECISIONS; do
+				echo
+				echo "## serve, round $r, $p: GOMAXPROCS=$max bench serve --clients 1,16 --duration 3s --precision $p"
+				GOMAXPROCS=$max flock "$lock" "$bin" bench serve --clients 1,16 --duration 3s --precision "$p" | sed -n '3,$p'
+			done
+		done
 		;;
 	kernels)
 		bt=$(testbin BLAS_TEST ./blas)
@@ -252,7 +265,7 @@ for section in $SECTIONS; do
 			grep -E '^Benchmark'
 		;;
 	*)
-		echo "scaling.sh: unknown section $section (control, train, serial, decode, gpt2, kernels)" >&2
+		echo "scaling.sh: unknown section $section (control, train, serial, decode, gpt2, serve, kernels)" >&2
 		exit 2
 		;;
 	esac
