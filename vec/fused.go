@@ -4,8 +4,9 @@ import "fmt"
 
 // Fused passes: each computes in one pass over memory what a sequence of
 // the functions above computes in several, with the bits of that
-// sequence on every path. The AVX-512 kernels share one exponential
-// between GELU and its derivative; the other paths run the sequence.
+// sequence on every path. The AVX-512 and AVX2 kernels share one
+// exponential between GELU and its derivative; the portable path runs the
+// sequence.
 
 // BiasGELU computes, for each row of a (rows of len(b) elements), x = a + b
 // rounded as Add rounds it, h = GELU(x) and, unless d is nil, d = GELU'(x),

@@ -144,6 +144,26 @@ func geluMulAVX512(dst []float32, a []float32, b []float32)
 //go:noescape
 func geluMulBackwardAVX512(da []float32, db []float32, a []float32, b []float32, dy []float32)
 
+// biasGELUAVX2 computes h[i] = GELU(a[i]+b[i]) with AVX2 and FMA; len(a), len(b) ≥ len(h).
+//
+//go:noescape
+func biasGELUAVX2(h []float32, a []float32, b []float32)
+
+// biasGELUGradAVX2 computes x = a[i]+b[i], h[i] = GELU(x) and d[i] = GELU'(x) with AVX2 and FMA; len(d), len(a), len(b) ≥ len(h); d may alias a.
+//
+//go:noescape
+func biasGELUGradAVX2(h []float32, d []float32, a []float32, b []float32)
+
+// geluMulAVX2 computes dst[i] = GELU(a[i])·b[i] with AVX2 and FMA; len(a), len(b) ≥ len(dst).
+//
+//go:noescape
+func geluMulAVX2(dst []float32, a []float32, b []float32)
+
+// geluMulBackwardAVX2 computes da[i] = GELU'(a[i])·(dy[i]·b[i]) and db[i] = GELU(a[i])·dy[i] with AVX2 and FMA; len(db), len(a), len(b), len(dy) ≥ len(da).
+//
+//go:noescape
+func geluMulBackwardAVX2(da []float32, db []float32, a []float32, b []float32, dy []float32)
+
 // swapAddAVX512 sets x[i], run[i] = run[i], run[i]+x[i] with AVX-512F; len(x) ≥ len(run).
 //
 //go:noescape

@@ -185,29 +185,39 @@ func band(dst []int32, x, w []float32, lo, hi float32) (n, above int, weight flo
 
 func biasGELU(h, d, a, b []float32) {
 	switch {
-	case use != implAVX512:
-		biasGELUSeq(h, d, a, b)
-	case d == nil:
+	case use == implAVX512 && d == nil:
 		biasGELUAVX512(h, a, b)
-	default:
+	case use == implAVX512:
 		biasGELUGradAVX512(h, d, a, b)
+	case use == implAVX2 && d == nil:
+		biasGELUAVX2(h, a, b)
+	case use == implAVX2:
+		biasGELUGradAVX2(h, d, a, b)
+	default:
+		biasGELUSeq(h, d, a, b)
 	}
 }
 
 func geluMul(dst, a, b []float32) {
-	if use == implAVX512 {
+	switch use {
+	case implAVX512:
 		geluMulAVX512(dst, a, b)
-		return
+	case implAVX2:
+		geluMulAVX2(dst, a, b)
+	default:
+		geluMulSeq(dst, a, b)
 	}
-	geluMulSeq(dst, a, b)
 }
 
 func geluMulBackward(da, db, a, b, dy []float32) {
-	if use == implAVX512 {
+	switch use {
+	case implAVX512:
 		geluMulBackwardAVX512(da, db, a, b, dy)
-		return
+	case implAVX2:
+		geluMulBackwardAVX2(da, db, a, b, dy)
+	default:
+		geluMulBackwardSeq(da, db, a, b, dy)
 	}
-	geluMulBackwardSeq(da, db, a, b, dy)
 }
 
 func swapAdd(run, x []float32) {

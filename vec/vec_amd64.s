@@ -1267,19 +1267,19 @@ loopN:
 	VMULPS       Y2, Y8, Y8
 	VMULPS       Y7, Y8, Y8
 	VFMADD213PS  Y4, Y5, Y8
-	VMULPS       (DX), Y8, Y4
 	VADDPS       one<>+0(SB), Y11, Y2
 	VBROADCASTSS one<>+0(SB), Y3
 	VDIVPS       Y2, Y3, Y2
 	VMULPS       Y11, Y2, Y3
-	VBLENDVPS    Y6, Y2, Y3, Y5
-	VMOVUPS      geluD0<>+0(SB), Y6
-	VFMADD231PS  geluD1<>+0(SB), Y0, Y6
-	VMULPS       Y1, Y6, Y6
-	VMULPS       Y3, Y6, Y6
-	VFMADD213PS  Y5, Y2, Y6
-	VMULPS       32(DX), Y6, Y5
-	VMOVUPS      Y4, (AX)
+	VBLENDVPS    Y6, Y2, Y3, Y4
+	VMOVUPS      geluD0<>+0(SB), Y5
+	VFMADD231PS  geluD1<>+0(SB), Y0, Y5
+	VMULPS       Y1, Y5, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD213PS  Y4, Y2, Y5
+	VMULPS       (DX), Y8, Y8
+	VMULPS       32(DX), Y5, Y5
+	VMOVUPS      Y8, (AX)
 	VMOVUPS      Y5, 32(AX)
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
@@ -1326,8 +1326,8 @@ loop1:
 	VMULPS       Y1, Y5, Y5
 	VMULPS       Y4, Y5, Y5
 	VFMADD213PS  Y2, Y3, Y5
-	VMULPS       (DX), Y5, Y2
-	VMOVUPS      Y2, (AX)
+	VMULPS       (DX), Y5, Y5
+	VMOVUPS      Y5, (AX)
 	ADDQ         $0x00000020, AX
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, DX
@@ -1378,8 +1378,8 @@ tail:
 	VMULPS       Y1, Y7, Y7
 	VMULPS       Y6, Y7, Y7
 	VFMADD213PS  Y4, Y5, Y7
-	VMULPS       Y2, Y7, Y4
-	VMASKMOVPS   Y4, Y0, (AX)
+	VMULPS       Y2, Y7, Y7
+	VMASKMOVPS   Y7, Y0, (AX)
 
 done:
 	VZEROUPPER
@@ -4355,6 +4355,784 @@ tail:
 	VMULPS            Z0, Z6, Z6
 	VMOVUPS           Z6, K1, (AX)
 	VMOVUPS           Z1, K1, (CX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func biasGELUAVX2(h []float32, a []float32, b []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·biasGELUAVX2(SB), NOSPLIT, $0-72
+	MOVQ h_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ h_len+8(FP), BX
+
+loopN:
+	CMPQ         BX, $0x00000010
+	JB           loop1
+	VMOVUPS      (CX), Y0
+	VADDPS       (DX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       32(DX), Y1, Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y0, Y2, Y0
+	VMULPS       Y0, Y0, Y3
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y3, Y4
+	VMULPS       Y0, Y4, Y3
+	VORPS        signMask<>+0(SB), Y3, Y4
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y3, Y2
+	VORPS        signMask<>+0(SB), Y2, Y3
+	VBROADCASTSS expLo<>+0(SB), Y2
+	VMAXPS       Y4, Y2, Y4
+	VMAXPS       Y3, Y2, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y2
+	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VSUBPS       expMagic64<>+0(SB), Y2, Y6
+	VMOVUPS      expMagic64<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VSUBPS       expMagic64<>+0(SB), Y5, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VMOVUPS      expP4<>+0(SB), Y6
+	VMOVUPS      expP4<>+0(SB), Y7
+	VFMADD213PS  expP3<>+0(SB), Y4, Y6
+	VFMADD213PS  expP3<>+0(SB), Y3, Y7
+	VFMADD213PS  expP2<>+0(SB), Y4, Y6
+	VFMADD213PS  expP2<>+0(SB), Y3, Y7
+	VFMADD213PS  expP1<>+0(SB), Y4, Y6
+	VFMADD213PS  expP1<>+0(SB), Y3, Y7
+	VFMADD213PS  expP0<>+0(SB), Y4, Y6
+	VFMADD213PS  expP0<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VMULPS       twoMinus64<>+0(SB), Y6, Y6
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y5, Y7, Y7
+	VMULPS       twoMinus64<>+0(SB), Y7, Y7
+	VMULPS       Y0, Y6, Y2
+	VMAXPS       Y0, Y2, Y2
+	VADDPS       one<>+0(SB), Y6, Y6
+	VDIVPS       Y6, Y2, Y6
+	VMULPS       Y1, Y7, Y0
+	VMAXPS       Y1, Y0, Y0
+	VADDPS       one<>+0(SB), Y7, Y7
+	VDIVPS       Y7, Y0, Y7
+	VMOVUPS      Y6, (AX)
+	VMOVUPS      Y7, 32(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JMP          loopN
+
+loop1:
+	CMPQ         BX, $0x00000008
+	JB           tail
+	VMOVUPS      (CX), Y0
+	VADDPS       (DX), Y0, Y0
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VMAXPS       Y0, Y1, Y0
+	VMULPS       Y0, Y0, Y1
+	VMOVUPS      geluA<>+0(SB), Y2
+	VFMADD231PS  geluB<>+0(SB), Y1, Y2
+	VMULPS       Y0, Y2, Y1
+	VORPS        signMask<>+0(SB), Y1, Y2
+	VBROADCASTSS expLo<>+0(SB), Y1
+	VMAXPS       Y2, Y1, Y2
+	VMOVUPS      expMagic64<>+0(SB), Y1
+	VFMADD231PS  log2e<>+0(SB), Y2, Y1
+	VSUBPS       expMagic64<>+0(SB), Y1, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y3, Y2
+	VFNMADD231PS ln2Lo<>+0(SB), Y3, Y2
+	VMOVUPS      expP4<>+0(SB), Y3
+	VFMADD213PS  expP3<>+0(SB), Y2, Y3
+	VFMADD213PS  expP2<>+0(SB), Y2, Y3
+	VFMADD213PS  expP1<>+0(SB), Y2, Y3
+	VFMADD213PS  expP0<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VPSLLD       $0x17, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+	VMULPS       twoMinus64<>+0(SB), Y3, Y3
+	VMULPS       Y0, Y3, Y1
+	VMAXPS       Y0, Y1, Y1
+	VADDPS       one<>+0(SB), Y3, Y3
+	VDIVPS       Y3, Y1, Y3
+	VMOVUPS      Y3, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JMP          loop1
+
+tail:
+	TESTQ        BX, BX
+	JZ           done
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMASKMOVPS   (CX), Y0, Y1
+	VMASKMOVPS   (DX), Y0, Y2
+	VADDPS       Y2, Y1, Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y3, Y2
+	VORPS        signMask<>+0(SB), Y2, Y3
+	VBROADCASTSS expLo<>+0(SB), Y2
+	VMAXPS       Y3, Y2, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y2
+	VFMADD231PS  log2e<>+0(SB), Y3, Y2
+	VSUBPS       expMagic64<>+0(SB), Y2, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y4, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y4, Y3
+	VMOVUPS      expP4<>+0(SB), Y4
+	VFMADD213PS  expP3<>+0(SB), Y3, Y4
+	VFMADD213PS  expP2<>+0(SB), Y3, Y4
+	VFMADD213PS  expP1<>+0(SB), Y3, Y4
+	VFMADD213PS  expP0<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VFMADD213PS  one<>+0(SB), Y3, Y4
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y4, Y4
+	VMULPS       twoMinus64<>+0(SB), Y4, Y4
+	VMULPS       Y1, Y4, Y2
+	VMAXPS       Y1, Y2, Y2
+	VADDPS       one<>+0(SB), Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMASKMOVPS   Y4, Y0, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func biasGELUGradAVX2(h []float32, d []float32, a []float32, b []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·biasGELUGradAVX2(SB), NOSPLIT, $0-96
+	MOVQ h_base+0(FP), AX
+	MOVQ a_base+48(FP), CX
+	MOVQ b_base+72(FP), DX
+	MOVQ d_base+24(FP), BX
+	MOVQ h_len+8(FP), SI
+
+loopN:
+	CMPQ         SI, $0x00000010
+	JB           loop1
+	VMOVUPS      (CX), Y0
+	VADDPS       (DX), Y0, Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       32(DX), Y1, Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VBROADCASTSS plus100<>+0(SB), Y3
+	VMINPS       Y0, Y3, Y4
+	VMAXPS       Y4, Y2, Y4
+	VMULPS       Y4, Y4, Y5
+	VMOVUPS      geluA<>+0(SB), Y6
+	VFMADD231PS  geluB<>+0(SB), Y5, Y6
+	VMULPS       Y4, Y6, Y6
+	VORPS        signMask<>+0(SB), Y6, Y7
+	VMINPS       Y1, Y3, Y3
+	VMAXPS       Y3, Y2, Y3
+	VMULPS       Y3, Y3, Y2
+	VMOVUPS      geluA<>+0(SB), Y8
+	VFMADD231PS  geluB<>+0(SB), Y2, Y8
+	VMULPS       Y3, Y8, Y8
+	VORPS        signMask<>+0(SB), Y8, Y9
+	VBROADCASTSS expLo<>+0(SB), Y10
+	VMAXPS       Y7, Y10, Y7
+	VMAXPS       Y9, Y10, Y9
+	VMOVUPS      expMagic64<>+0(SB), Y10
+	VFMADD231PS  log2e<>+0(SB), Y7, Y10
+	VSUBPS       expMagic64<>+0(SB), Y10, Y12
+	VMOVUPS      expMagic64<>+0(SB), Y11
+	VFMADD231PS  log2e<>+0(SB), Y9, Y11
+	VSUBPS       expMagic64<>+0(SB), Y11, Y13
+	VFNMADD231PS ln2Hi<>+0(SB), Y12, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y12, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y13, Y9
+	VFNMADD231PS ln2Lo<>+0(SB), Y13, Y9
+	VMOVUPS      expP4<>+0(SB), Y12
+	VMOVUPS      expP4<>+0(SB), Y13
+	VFMADD213PS  expP3<>+0(SB), Y7, Y12
+	VFMADD213PS  expP3<>+0(SB), Y9, Y13
+	VFMADD213PS  expP2<>+0(SB), Y7, Y12
+	VFMADD213PS  expP2<>+0(SB), Y9, Y13
+	VFMADD213PS  expP1<>+0(SB), Y7, Y12
+	VFMADD213PS  expP1<>+0(SB), Y9, Y13
+	VFMADD213PS  expP0<>+0(SB), Y7, Y12
+	VFMADD213PS  expP0<>+0(SB), Y9, Y13
+	VFMADD213PS  one<>+0(SB), Y7, Y12
+	VFMADD213PS  one<>+0(SB), Y9, Y13
+	VFMADD213PS  one<>+0(SB), Y7, Y12
+	VFMADD213PS  one<>+0(SB), Y9, Y13
+	VPSLLD       $0x17, Y10, Y10
+	VPADDD       Y10, Y12, Y12
+	VMULPS       twoMinus64<>+0(SB), Y12, Y12
+	VPSLLD       $0x17, Y11, Y11
+	VPADDD       Y11, Y13, Y13
+	VMULPS       twoMinus64<>+0(SB), Y13, Y13
+	VADDPS       one<>+0(SB), Y12, Y7
+	VBROADCASTSS one<>+0(SB), Y9
+	VDIVPS       Y7, Y9, Y7
+	VMULPS       Y12, Y7, Y9
+	VBLENDVPS    Y6, Y7, Y9, Y6
+	VMOVUPS      geluD0<>+0(SB), Y10
+	VFMADD231PS  geluD1<>+0(SB), Y5, Y10
+	VMULPS       Y4, Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD213PS  Y6, Y7, Y10
+	VADDPS       one<>+0(SB), Y13, Y4
+	VBROADCASTSS one<>+0(SB), Y5
+	VDIVPS       Y4, Y5, Y4
+	VMULPS       Y13, Y4, Y5
+	VBLENDVPS    Y8, Y4, Y5, Y6
+	VMOVUPS      geluD0<>+0(SB), Y7
+	VFMADD231PS  geluD1<>+0(SB), Y2, Y7
+	VMULPS       Y3, Y7, Y7
+	VMULPS       Y5, Y7, Y7
+	VFMADD213PS  Y6, Y4, Y7
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y0, Y2, Y0
+	VMULPS       Y0, Y12, Y3
+	VMAXPS       Y0, Y3, Y3
+	VADDPS       one<>+0(SB), Y12, Y12
+	VDIVPS       Y12, Y3, Y12
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y13, Y0
+	VMAXPS       Y1, Y0, Y0
+	VADDPS       one<>+0(SB), Y13, Y13
+	VDIVPS       Y13, Y0, Y13
+	VMOVUPS      Y12, (AX)
+	VMOVUPS      Y10, (BX)
+	VMOVUPS      Y13, 32(AX)
+	VMOVUPS      Y7, 32(BX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	SUBQ         $0x00000010, SI
+	JMP          loopN
+
+loop1:
+	CMPQ         SI, $0x00000008
+	JB           tail
+	VMOVUPS      (CX), Y0
+	VADDPS       (DX), Y0, Y0
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VBROADCASTSS plus100<>+0(SB), Y2
+	VMINPS       Y0, Y2, Y2
+	VMAXPS       Y2, Y1, Y2
+	VMULPS       Y2, Y2, Y1
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y1, Y3
+	VMULPS       Y2, Y3, Y3
+	VORPS        signMask<>+0(SB), Y3, Y4
+	VBROADCASTSS expLo<>+0(SB), Y5
+	VMAXPS       Y4, Y5, Y4
+	VMOVUPS      expMagic64<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y4, Y5
+	VSUBPS       expMagic64<>+0(SB), Y5, Y6
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
+	VMOVUPS      expP4<>+0(SB), Y6
+	VFMADD213PS  expP3<>+0(SB), Y4, Y6
+	VFMADD213PS  expP2<>+0(SB), Y4, Y6
+	VFMADD213PS  expP1<>+0(SB), Y4, Y6
+	VFMADD213PS  expP0<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y5, Y6, Y6
+	VMULPS       twoMinus64<>+0(SB), Y6, Y6
+	VADDPS       one<>+0(SB), Y6, Y4
+	VBROADCASTSS one<>+0(SB), Y5
+	VDIVPS       Y4, Y5, Y4
+	VMULPS       Y6, Y4, Y5
+	VBLENDVPS    Y3, Y4, Y5, Y3
+	VMOVUPS      geluD0<>+0(SB), Y7
+	VFMADD231PS  geluD1<>+0(SB), Y1, Y7
+	VMULPS       Y2, Y7, Y7
+	VMULPS       Y5, Y7, Y7
+	VFMADD213PS  Y3, Y4, Y7
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VMAXPS       Y0, Y1, Y0
+	VMULPS       Y0, Y6, Y1
+	VMAXPS       Y0, Y1, Y1
+	VADDPS       one<>+0(SB), Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VMOVUPS      Y6, (AX)
+	VMOVUPS      Y7, (BX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	SUBQ         $0x00000008, SI
+	JMP          loop1
+
+tail:
+	TESTQ        SI, SI
+	JZ           done
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMASKMOVPS   (CX), Y0, Y1
+	VMASKMOVPS   (DX), Y0, Y2
+	VADDPS       Y2, Y1, Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VBROADCASTSS plus100<>+0(SB), Y3
+	VMINPS       Y1, Y3, Y3
+	VMAXPS       Y3, Y2, Y3
+	VMULPS       Y3, Y3, Y2
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y2, Y4
+	VMULPS       Y3, Y4, Y4
+	VORPS        signMask<>+0(SB), Y4, Y5
+	VBROADCASTSS expLo<>+0(SB), Y6
+	VMAXPS       Y5, Y6, Y5
+	VMOVUPS      expMagic64<>+0(SB), Y6
+	VFMADD231PS  log2e<>+0(SB), Y5, Y6
+	VSUBPS       expMagic64<>+0(SB), Y6, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y5
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y5
+	VMOVUPS      expP4<>+0(SB), Y7
+	VFMADD213PS  expP3<>+0(SB), Y5, Y7
+	VFMADD213PS  expP2<>+0(SB), Y5, Y7
+	VFMADD213PS  expP1<>+0(SB), Y5, Y7
+	VFMADD213PS  expP0<>+0(SB), Y5, Y7
+	VFMADD213PS  one<>+0(SB), Y5, Y7
+	VFMADD213PS  one<>+0(SB), Y5, Y7
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       Y6, Y7, Y7
+	VMULPS       twoMinus64<>+0(SB), Y7, Y7
+	VADDPS       one<>+0(SB), Y7, Y5
+	VBROADCASTSS one<>+0(SB), Y6
+	VDIVPS       Y5, Y6, Y5
+	VMULPS       Y7, Y5, Y6
+	VBLENDVPS    Y4, Y5, Y6, Y4
+	VMOVUPS      geluD0<>+0(SB), Y8
+	VFMADD231PS  geluD1<>+0(SB), Y2, Y8
+	VMULPS       Y3, Y8, Y8
+	VMULPS       Y6, Y8, Y8
+	VFMADD213PS  Y4, Y5, Y8
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y7, Y2
+	VMAXPS       Y1, Y2, Y2
+	VADDPS       one<>+0(SB), Y7, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMASKMOVPS   Y7, Y0, (AX)
+	VMASKMOVPS   Y8, Y0, (BX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluMulAVX2(dst []float32, a []float32, b []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluMulAVX2(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), AX
+	MOVQ a_base+24(FP), CX
+	MOVQ b_base+48(FP), DX
+	MOVQ dst_len+8(FP), BX
+
+loopN:
+	CMPQ         BX, $0x00000010
+	JB           loop1
+	VMOVUPS      (CX), Y0
+	VMOVUPS      32(CX), Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y0, Y2, Y0
+	VMULPS       Y0, Y0, Y3
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y3, Y4
+	VMULPS       Y0, Y4, Y3
+	VORPS        signMask<>+0(SB), Y3, Y4
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y3, Y2
+	VORPS        signMask<>+0(SB), Y2, Y3
+	VBROADCASTSS expLo<>+0(SB), Y2
+	VMAXPS       Y4, Y2, Y4
+	VMAXPS       Y3, Y2, Y3
+	VMOVUPS      expMagic64<>+0(SB), Y2
+	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VSUBPS       expMagic64<>+0(SB), Y2, Y6
+	VMOVUPS      expMagic64<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VSUBPS       expMagic64<>+0(SB), Y5, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VMOVUPS      expP4<>+0(SB), Y6
+	VMOVUPS      expP4<>+0(SB), Y7
+	VFMADD213PS  expP3<>+0(SB), Y4, Y6
+	VFMADD213PS  expP3<>+0(SB), Y3, Y7
+	VFMADD213PS  expP2<>+0(SB), Y4, Y6
+	VFMADD213PS  expP2<>+0(SB), Y3, Y7
+	VFMADD213PS  expP1<>+0(SB), Y4, Y6
+	VFMADD213PS  expP1<>+0(SB), Y3, Y7
+	VFMADD213PS  expP0<>+0(SB), Y4, Y6
+	VFMADD213PS  expP0<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y6, Y6
+	VMULPS       twoMinus64<>+0(SB), Y6, Y6
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y5, Y7, Y7
+	VMULPS       twoMinus64<>+0(SB), Y7, Y7
+	VMULPS       Y0, Y6, Y2
+	VMAXPS       Y0, Y2, Y2
+	VADDPS       one<>+0(SB), Y6, Y6
+	VDIVPS       Y6, Y2, Y6
+	VMULPS       Y1, Y7, Y0
+	VMAXPS       Y1, Y0, Y0
+	VADDPS       one<>+0(SB), Y7, Y7
+	VDIVPS       Y7, Y0, Y7
+	VMULPS       (DX), Y6, Y6
+	VMOVUPS      Y6, (AX)
+	VMULPS       32(DX), Y7, Y7
+	VMOVUPS      Y7, 32(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JMP          loopN
+
+loop1:
+	CMPQ         BX, $0x00000008
+	JB           tail
+	VMOVUPS      (CX), Y0
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VMAXPS       Y0, Y1, Y0
+	VMULPS       Y0, Y0, Y1
+	VMOVUPS      geluA<>+0(SB), Y2
+	VFMADD231PS  geluB<>+0(SB), Y1, Y2
+	VMULPS       Y0, Y2, Y1
+	VORPS        signMask<>+0(SB), Y1, Y2
+	VBROADCASTSS expLo<>+0(SB), Y1
+	VMAXPS       Y2, Y1, Y2
+	VMOVUPS      expMagic64<>+0(SB), Y1
+	VFMADD231PS  log2e<>+0(SB), Y2, Y1
+	VSUBPS       expMagic64<>+0(SB), Y1, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y3, Y2
+	VFNMADD231PS ln2Lo<>+0(SB), Y3, Y2
+	VMOVUPS      expP4<>+0(SB), Y3
+	VFMADD213PS  expP3<>+0(SB), Y2, Y3
+	VFMADD213PS  expP2<>+0(SB), Y2, Y3
+	VFMADD213PS  expP1<>+0(SB), Y2, Y3
+	VFMADD213PS  expP0<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VFMADD213PS  one<>+0(SB), Y2, Y3
+	VPSLLD       $0x17, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+	VMULPS       twoMinus64<>+0(SB), Y3, Y3
+	VMULPS       Y0, Y3, Y1
+	VMAXPS       Y0, Y1, Y1
+	VADDPS       one<>+0(SB), Y3, Y3
+	VDIVPS       Y3, Y1, Y3
+	VMULPS       (DX), Y3, Y3
+	VMOVUPS      Y3, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JMP          loop1
+
+tail:
+	TESTQ        BX, BX
+	JZ           done
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMASKMOVPS   (CX), Y0, Y1
+	VMASKMOVPS   (DX), Y0, Y2
+	VBROADCASTSS minus100<>+0(SB), Y3
+	VMAXPS       Y1, Y3, Y1
+	VMULPS       Y1, Y1, Y3
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y3, Y4
+	VMULPS       Y1, Y4, Y3
+	VORPS        signMask<>+0(SB), Y3, Y4
+	VBROADCASTSS expLo<>+0(SB), Y3
+	VMAXPS       Y4, Y3, Y4
+	VMOVUPS      expMagic64<>+0(SB), Y3
+	VFMADD231PS  log2e<>+0(SB), Y4, Y3
+	VSUBPS       expMagic64<>+0(SB), Y3, Y5
+	VFNMADD231PS ln2Hi<>+0(SB), Y5, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y5, Y4
+	VMOVUPS      expP4<>+0(SB), Y5
+	VFMADD213PS  expP3<>+0(SB), Y4, Y5
+	VFMADD213PS  expP2<>+0(SB), Y4, Y5
+	VFMADD213PS  expP1<>+0(SB), Y4, Y5
+	VFMADD213PS  expP0<>+0(SB), Y4, Y5
+	VFMADD213PS  one<>+0(SB), Y4, Y5
+	VFMADD213PS  one<>+0(SB), Y4, Y5
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       Y3, Y5, Y5
+	VMULPS       twoMinus64<>+0(SB), Y5, Y5
+	VMULPS       Y1, Y5, Y3
+	VMAXPS       Y1, Y3, Y3
+	VADDPS       one<>+0(SB), Y5, Y5
+	VDIVPS       Y5, Y3, Y5
+	VMULPS       Y2, Y5, Y5
+	VMASKMOVPS   Y5, Y0, (AX)
+
+done:
+	VZEROUPPER
+	RET
+
+// func geluMulBackwardAVX2(da []float32, db []float32, a []float32, b []float32, dy []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluMulBackwardAVX2(SB), NOSPLIT, $0-120
+	MOVQ da_base+0(FP), AX
+	MOVQ db_base+24(FP), CX
+	MOVQ a_base+48(FP), DX
+	MOVQ b_base+72(FP), BX
+	MOVQ dy_base+96(FP), SI
+	MOVQ da_len+8(FP), DI
+
+loopN:
+	CMPQ         DI, $0x00000010
+	JB           loop1
+	VMOVUPS      (DX), Y0
+	VMOVUPS      32(DX), Y1
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VBROADCASTSS plus100<>+0(SB), Y3
+	VMINPS       Y0, Y3, Y4
+	VMAXPS       Y4, Y2, Y4
+	VMULPS       Y4, Y4, Y5
+	VMOVUPS      geluA<>+0(SB), Y6
+	VFMADD231PS  geluB<>+0(SB), Y5, Y6
+	VMULPS       Y4, Y6, Y6
+	VORPS        signMask<>+0(SB), Y6, Y7
+	VMINPS       Y1, Y3, Y3
+	VMAXPS       Y3, Y2, Y3
+	VMULPS       Y3, Y3, Y2
+	VMOVUPS      geluA<>+0(SB), Y8
+	VFMADD231PS  geluB<>+0(SB), Y2, Y8
+	VMULPS       Y3, Y8, Y8
+	VORPS        signMask<>+0(SB), Y8, Y9
+	VBROADCASTSS expLo<>+0(SB), Y10
+	VMAXPS       Y7, Y10, Y7
+	VMAXPS       Y9, Y10, Y9
+	VMOVUPS      expMagic64<>+0(SB), Y10
+	VFMADD231PS  log2e<>+0(SB), Y7, Y10
+	VSUBPS       expMagic64<>+0(SB), Y10, Y12
+	VMOVUPS      expMagic64<>+0(SB), Y11
+	VFMADD231PS  log2e<>+0(SB), Y9, Y11
+	VSUBPS       expMagic64<>+0(SB), Y11, Y13
+	VFNMADD231PS ln2Hi<>+0(SB), Y12, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y12, Y7
+	VFNMADD231PS ln2Hi<>+0(SB), Y13, Y9
+	VFNMADD231PS ln2Lo<>+0(SB), Y13, Y9
+	VMOVUPS      expP4<>+0(SB), Y12
+	VMOVUPS      expP4<>+0(SB), Y13
+	VFMADD213PS  expP3<>+0(SB), Y7, Y12
+	VFMADD213PS  expP3<>+0(SB), Y9, Y13
+	VFMADD213PS  expP2<>+0(SB), Y7, Y12
+	VFMADD213PS  expP2<>+0(SB), Y9, Y13
+	VFMADD213PS  expP1<>+0(SB), Y7, Y12
+	VFMADD213PS  expP1<>+0(SB), Y9, Y13
+	VFMADD213PS  expP0<>+0(SB), Y7, Y12
+	VFMADD213PS  expP0<>+0(SB), Y9, Y13
+	VFMADD213PS  one<>+0(SB), Y7, Y12
+	VFMADD213PS  one<>+0(SB), Y9, Y13
+	VFMADD213PS  one<>+0(SB), Y7, Y12
+	VFMADD213PS  one<>+0(SB), Y9, Y13
+	VPSLLD       $0x17, Y10, Y10
+	VPADDD       Y10, Y12, Y12
+	VMULPS       twoMinus64<>+0(SB), Y12, Y12
+	VPSLLD       $0x17, Y11, Y11
+	VPADDD       Y11, Y13, Y13
+	VMULPS       twoMinus64<>+0(SB), Y13, Y13
+	VADDPS       one<>+0(SB), Y12, Y7
+	VBROADCASTSS one<>+0(SB), Y9
+	VDIVPS       Y7, Y9, Y7
+	VMULPS       Y12, Y7, Y9
+	VBLENDVPS    Y6, Y7, Y9, Y6
+	VMOVUPS      geluD0<>+0(SB), Y10
+	VFMADD231PS  geluD1<>+0(SB), Y5, Y10
+	VMULPS       Y4, Y10, Y10
+	VMULPS       Y9, Y10, Y10
+	VFMADD213PS  Y6, Y7, Y10
+	VADDPS       one<>+0(SB), Y13, Y4
+	VBROADCASTSS one<>+0(SB), Y5
+	VDIVPS       Y4, Y5, Y4
+	VMULPS       Y13, Y4, Y5
+	VBLENDVPS    Y8, Y4, Y5, Y6
+	VMOVUPS      geluD0<>+0(SB), Y7
+	VFMADD231PS  geluD1<>+0(SB), Y2, Y7
+	VMULPS       Y3, Y7, Y7
+	VMULPS       Y5, Y7, Y7
+	VFMADD213PS  Y6, Y4, Y7
+	VBROADCASTSS minus100<>+0(SB), Y2
+	VMAXPS       Y0, Y2, Y0
+	VMULPS       Y0, Y12, Y3
+	VMAXPS       Y0, Y3, Y3
+	VADDPS       one<>+0(SB), Y12, Y12
+	VDIVPS       Y12, Y3, Y12
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y1, Y13, Y0
+	VMAXPS       Y1, Y0, Y0
+	VADDPS       one<>+0(SB), Y13, Y13
+	VDIVPS       Y13, Y0, Y13
+	VMULPS       (SI), Y12, Y12
+	VMOVUPS      (SI), Y0
+	VMULPS       (BX), Y0, Y0
+	VMULPS       Y0, Y10, Y10
+	VMULPS       32(SI), Y13, Y13
+	VMOVUPS      32(SI), Y0
+	VMULPS       32(BX), Y0, Y0
+	VMULPS       Y0, Y7, Y7
+	VMOVUPS      Y10, (AX)
+	VMOVUPS      Y12, (CX)
+	VMOVUPS      Y7, 32(AX)
+	VMOVUPS      Y13, 32(CX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000040, BX
+	ADDQ         $0x00000040, SI
+	SUBQ         $0x00000010, DI
+	JMP          loopN
+
+loop1:
+	CMPQ         DI, $0x00000008
+	JB           tail
+	VMOVUPS      (DX), Y0
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VBROADCASTSS plus100<>+0(SB), Y2
+	VMINPS       Y0, Y2, Y2
+	VMAXPS       Y2, Y1, Y2
+	VMULPS       Y2, Y2, Y1
+	VMOVUPS      geluA<>+0(SB), Y3
+	VFMADD231PS  geluB<>+0(SB), Y1, Y3
+	VMULPS       Y2, Y3, Y3
+	VORPS        signMask<>+0(SB), Y3, Y4
+	VBROADCASTSS expLo<>+0(SB), Y5
+	VMAXPS       Y4, Y5, Y4
+	VMOVUPS      expMagic64<>+0(SB), Y5
+	VFMADD231PS  log2e<>+0(SB), Y4, Y5
+	VSUBPS       expMagic64<>+0(SB), Y5, Y6
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
+	VMOVUPS      expP4<>+0(SB), Y6
+	VFMADD213PS  expP3<>+0(SB), Y4, Y6
+	VFMADD213PS  expP2<>+0(SB), Y4, Y6
+	VFMADD213PS  expP1<>+0(SB), Y4, Y6
+	VFMADD213PS  expP0<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y6
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       Y5, Y6, Y6
+	VMULPS       twoMinus64<>+0(SB), Y6, Y6
+	VADDPS       one<>+0(SB), Y6, Y4
+	VBROADCASTSS one<>+0(SB), Y5
+	VDIVPS       Y4, Y5, Y4
+	VMULPS       Y6, Y4, Y5
+	VBLENDVPS    Y3, Y4, Y5, Y3
+	VMOVUPS      geluD0<>+0(SB), Y7
+	VFMADD231PS  geluD1<>+0(SB), Y1, Y7
+	VMULPS       Y2, Y7, Y7
+	VMULPS       Y5, Y7, Y7
+	VFMADD213PS  Y3, Y4, Y7
+	VBROADCASTSS minus100<>+0(SB), Y1
+	VMAXPS       Y0, Y1, Y0
+	VMULPS       Y0, Y6, Y1
+	VMAXPS       Y0, Y1, Y1
+	VADDPS       one<>+0(SB), Y6, Y6
+	VDIVPS       Y6, Y1, Y6
+	VMULPS       (SI), Y6, Y6
+	VMOVUPS      (SI), Y0
+	VMULPS       (BX), Y0, Y0
+	VMULPS       Y0, Y7, Y7
+	VMOVUPS      Y7, (AX)
+	VMOVUPS      Y6, (CX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000020, BX
+	ADDQ         $0x00000020, SI
+	SUBQ         $0x00000008, DI
+	JMP          loop1
+
+tail:
+	TESTQ        DI, DI
+	JZ           done
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMASKMOVPS   (DX), Y0, Y1
+	VMASKMOVPS   (BX), Y0, Y2
+	VMASKMOVPS   (SI), Y0, Y3
+	VBROADCASTSS minus100<>+0(SB), Y4
+	VBROADCASTSS plus100<>+0(SB), Y5
+	VMINPS       Y1, Y5, Y5
+	VMAXPS       Y5, Y4, Y5
+	VMULPS       Y5, Y5, Y4
+	VMOVUPS      geluA<>+0(SB), Y6
+	VFMADD231PS  geluB<>+0(SB), Y4, Y6
+	VMULPS       Y5, Y6, Y6
+	VORPS        signMask<>+0(SB), Y6, Y7
+	VBROADCASTSS expLo<>+0(SB), Y8
+	VMAXPS       Y7, Y8, Y7
+	VMOVUPS      expMagic64<>+0(SB), Y8
+	VFMADD231PS  log2e<>+0(SB), Y7, Y8
+	VSUBPS       expMagic64<>+0(SB), Y8, Y9
+	VFNMADD231PS ln2Hi<>+0(SB), Y9, Y7
+	VFNMADD231PS ln2Lo<>+0(SB), Y9, Y7
+	VMOVUPS      expP4<>+0(SB), Y9
+	VFMADD213PS  expP3<>+0(SB), Y7, Y9
+	VFMADD213PS  expP2<>+0(SB), Y7, Y9
+	VFMADD213PS  expP1<>+0(SB), Y7, Y9
+	VFMADD213PS  expP0<>+0(SB), Y7, Y9
+	VFMADD213PS  one<>+0(SB), Y7, Y9
+	VFMADD213PS  one<>+0(SB), Y7, Y9
+	VPSLLD       $0x17, Y8, Y8
+	VPADDD       Y8, Y9, Y9
+	VMULPS       twoMinus64<>+0(SB), Y9, Y9
+	VADDPS       one<>+0(SB), Y9, Y7
+	VBROADCASTSS one<>+0(SB), Y8
+	VDIVPS       Y7, Y8, Y7
+	VMULPS       Y9, Y7, Y8
+	VBLENDVPS    Y6, Y7, Y8, Y6
+	VMOVUPS      geluD0<>+0(SB), Y10
+	VFMADD231PS  geluD1<>+0(SB), Y4, Y10
+	VMULPS       Y5, Y10, Y10
+	VMULPS       Y8, Y10, Y10
+	VFMADD213PS  Y6, Y7, Y10
+	VBROADCASTSS minus100<>+0(SB), Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       Y1, Y9, Y4
+	VMAXPS       Y1, Y4, Y4
+	VADDPS       one<>+0(SB), Y9, Y9
+	VDIVPS       Y9, Y4, Y9
+	VMULPS       Y3, Y9, Y9
+	VMOVUPS      Y3, Y1
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y1, Y10, Y10
+	VMASKMOVPS   Y10, Y0, (AX)
+	VMASKMOVPS   Y9, Y0, (CX)
 
 done:
 	VZEROUPPER

@@ -51,6 +51,10 @@ func main() {
 	biasGELU512(true)
 	geluMul512()
 	geluMulBackward512()
+	biasGELU2(false)
+	biasGELU2(true)
+	geluMul2()
+	geluMulBackward2()
 	swapAdd512()
 	symOuter512()
 	symOuterBackward512()
@@ -647,36 +651,11 @@ func geluBackward() {
 	dx, x, dy := ptr("dx"), ptr("x"), ptr("dy")
 	n := Load(Param("dx").Len(), GP64())
 	f := func(xs, dys []Op) []VecVirtual {
-		k := len(xs)
-		lo, hi := broadcast("minus100", -100), broadcast("plus100", 100)
-		vs, x2s, ws, es := regs(k), regs(k), regs(k), regs(k)
-		for j := range xs {
-			VMINPS(xs[j], hi, vs[j])
-			VMAXPS(vs[j], lo, vs[j])
-			VMULPS(vs[j], vs[j], x2s[j])
-			VMOVUPS(splat("geluA", geluA), ws[j])
-			VFMADD231PS(splat("geluB", geluB), x2s[j], ws[j])
-			VMULPS(vs[j], ws[j], ws[j])                            // w = -2u
-			VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|w|
+		gs := geluSlope(geluPartsOf(xs))
+		for j, g := range gs {
+			VMULPS(dys[j], g, g)
 		}
-		es = expNegv(es) // NaN reaches the result through v
-		out := regs(k)
-		for j, e := range es {
-			d, ed, du := YMM(), YMM(), YMM()
-			VADDPS(one(), e, d)
-			VDIVPS(d, broadcast("one", 1), d) // D = 1/(1+E)
-			VMULPS(e, d, ed)                  // E·D
-			// σ(2u): E·D if w > 0 else D, choosing by the sign bit of
-			// w: for w = +0, E = 1 makes the two the same.
-			VBLENDVPS(ws[j], d, ed, out[j])
-			VMOVUPS(splat("geluD0", geluD0), du) // d(2u)/dx
-			VFMADD231PS(splat("geluD1", geluD1), x2s[j], du)
-			VMULPS(vs[j], du, du)
-			VMULPS(ed, du, du)
-			VFMADD213PS(out[j], d, du) // σ + x·2u'·E·D·D
-			VMULPS(dys[j], du, out[j])
-		}
-		return out
+		return gs
 	}
 	loop(n, bases(dx, x, dy), 2, func(k int) {
 		xs, dys := make([]Op, k), make([]Op, k)
@@ -696,6 +675,68 @@ func geluBackward() {
 	})
 	VZEROUPPER()
 	RET()
+}
+
+// geluParts2 holds, for vectors x, what GELU'(x) is made of (see
+// geluBackwardGeneric in ../generic.go): v = x clamped to [-100, 100], v²,
+// w = -2u of v, and E = e^-|w|.
+type geluParts2 struct{ vs, x2s, ws, es []VecVirtual }
+
+// geluPartsOf computes the parts of GELU' for xs (registers or memory
+// operands). E is also that of GELU(x) (geluv): for |x| ≤ 100 its
+// exponent is GELU's, and beyond, expNegv clamps both exponents to expLo.
+func geluPartsOf(xs []Op) geluParts2 {
+	k := len(xs)
+	lo, hi := broadcast("minus100", -100), broadcast("plus100", 100)
+	p := geluParts2{regs(k), regs(k), regs(k), regs(k)}
+	for j := range xs {
+		VMINPS(xs[j], hi, p.vs[j])
+		VMAXPS(p.vs[j], lo, p.vs[j])
+		VMULPS(p.vs[j], p.vs[j], p.x2s[j])
+		VMOVUPS(splat("geluA", geluA), p.ws[j])
+		VFMADD231PS(splat("geluB", geluB), p.x2s[j], p.ws[j])
+		VMULPS(p.vs[j], p.ws[j], p.ws[j])                          // w = -2u
+		VORPS(splatBits("signMask", 0x80000000), p.ws[j], p.es[j]) // -|w|
+	}
+	p.es = expNegv(p.es) // NaN reaches the result through v
+	return p
+}
+
+// geluSlope returns GELU'(x) from its parts, leaving E as it is.
+func geluSlope(p geluParts2) []VecVirtual {
+	out := regs(len(p.es))
+	for j, e := range p.es {
+		d, ed, du := YMM(), YMM(), YMM()
+		VADDPS(one(), e, d)
+		VDIVPS(d, broadcast("one", 1), d) // D = 1/(1+E)
+		VMULPS(e, d, ed)                  // E·D
+		// σ(2u): E·D if w > 0 else D, choosing by the sign bit of
+		// w: for w = +0, E = 1 makes the two the same.
+		VBLENDVPS(p.ws[j], d, ed, out[j])
+		VMOVUPS(splat("geluD0", geluD0), du) // d(2u)/dx
+		VFMADD231PS(splat("geluD1", geluD1), p.x2s[j], du)
+		VMULPS(p.vs[j], du, du)
+		VMULPS(ed, du, du)
+		VFMADD213PS(out[j], d, du) // σ + x·2u'·E·D·D
+		out[j] = du
+	}
+	return out
+}
+
+// geluValue returns GELU(x) = max(x, x·E)/(1+E) for each of xs, which it
+// clamps from below to -100 in place, from E = e^-|2u| (es, overwritten):
+// geluv's last steps.
+func geluValue(xs, es []VecVirtual) []VecVirtual {
+	lo := broadcast("minus100", -100)
+	for j, e := range es {
+		VMAXPS(xs[j], lo, xs[j]) // keeps NaN
+		num := YMM()
+		VMULPS(xs[j], e, num)
+		geluNum(xs[j], num)
+		VADDPS(one(), e, e)
+		VDIVPS(e, num, e)
+	}
+	return es
 }
 
 // expSubSum emits expSubSumAVX2, which sets dst[i] = e^(src[i]-m) and

@@ -534,3 +534,146 @@ func symOuterBackward512() {
 	VZEROUPPER()
 	RET()
 }
+
+// The AVX2 fused kernels: the same sequences on the AVX2 kernels' bits
+// (geluv, geluBackward, mul, add), GELU and GELU' sharing one exponential
+// (geluPartsOf), for the CPUs without AVX-512.
+
+// biasGELU2 emits biasGELUAVX2, h = GELU(a+b), and with grad
+// biasGELUGradAVX2, which also writes d = GELU'(a+b).
+func biasGELU2(grad bool) {
+	if grad {
+		TEXT("biasGELUGradAVX2", NOSPLIT, "func(h, d, a, b []float32)")
+		Doc("biasGELUGradAVX2 computes x = a[i]+b[i], h[i] = GELU(x) and d[i] = GELU'(x) with AVX2 and FMA; len(d), len(a), len(b) ≥ len(h); d may alias a.")
+	} else {
+		TEXT("biasGELUAVX2", NOSPLIT, "func(h, a, b []float32)")
+		Doc("biasGELUAVX2 computes h[i] = GELU(a[i]+b[i]) with AVX2 and FMA; len(a), len(b) ≥ len(h).")
+	}
+	Pragma("noescape")
+	h, a, b := ptr("h"), ptr("a"), ptr("b")
+	ptrs := []Mem{h, a, b}
+	var d Mem
+	if grad {
+		d = ptr("d")
+		ptrs = append(ptrs, d)
+	}
+	n := Load(Param("h").Len(), GP64())
+	// f takes x = a+b and returns GELU(x) and, with grad, GELU'(x).
+	f := func(xs []VecVirtual) (ys, gs []VecVirtual) {
+		if !grad {
+			return geluv(xs), nil
+		}
+		ops := make([]Op, len(xs))
+		for j, x := range xs {
+			ops[j] = x
+		}
+		p := geluPartsOf(ops)
+		gs = geluSlope(p)
+		return geluValue(xs, p.es), gs
+	}
+	loop(n, bases(ptrs...), 2, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(a.Offset(32*j), xs[j])
+			VADDPS(b.Offset(32*j), xs[j], xs[j]) // a + b, as add
+		}
+		ys, gs := f(xs)
+		for j := range ys {
+			VMOVUPS(ys[j], h.Offset(32*j))
+			if grad {
+				VMOVUPS(gs[j], d.Offset(32*j))
+			}
+		}
+	}, func(m VecVirtual) {
+		xv, bv := YMM(), YMM()
+		VMASKMOVPS(a, m, xv)
+		VMASKMOVPS(b, m, bv)
+		VADDPS(bv, xv, xv)
+		ys, gs := f([]VecVirtual{xv})
+		VMASKMOVPS(ys[0], m, h)
+		if grad {
+			VMASKMOVPS(gs[0], m, d)
+		}
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// geluMul2 emits geluMulAVX2, dst = GELU(a)·b.
+func geluMul2() {
+	TEXT("geluMulAVX2", NOSPLIT, "func(dst, a, b []float32)")
+	Pragma("noescape")
+	Doc("geluMulAVX2 computes dst[i] = GELU(a[i])·b[i] with AVX2 and FMA; len(a), len(b) ≥ len(dst).")
+	dst, a, b := ptr("dst"), ptr("a"), ptr("b")
+	n := Load(Param("dst").Len(), GP64())
+	loop(n, bases(dst, a, b), 2, func(k int) {
+		xs := regs(k)
+		for j := range xs {
+			VMOVUPS(a.Offset(32*j), xs[j])
+		}
+		ys := geluv(xs)
+		for j, y := range ys {
+			VMULPS(b.Offset(32*j), y, y) // GELU(a)·b, as mul
+			VMOVUPS(y, dst.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv, bv := YMM(), YMM()
+		VMASKMOVPS(a, m, xv)
+		VMASKMOVPS(b, m, bv)
+		y := geluv([]VecVirtual{xv})[0]
+		VMULPS(bv, y, y)
+		VMASKMOVPS(y, m, dst)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// geluMulBackward2 emits geluMulBackwardAVX2, the backward pass of
+// geluMulAVX2: da = GELU'(a)·(dy·b), db = GELU(a)·dy.
+func geluMulBackward2() {
+	TEXT("geluMulBackwardAVX2", NOSPLIT, "func(da, db, a, b, dy []float32)")
+	Pragma("noescape")
+	Doc("geluMulBackwardAVX2 computes da[i] = GELU'(a[i])·(dy[i]·b[i]) and db[i] = GELU(a[i])·dy[i] with AVX2 and FMA; len(db), len(a), len(b), len(dy) ≥ len(da).")
+	da, db, a, b, dy := ptr("da"), ptr("db"), ptr("a"), ptr("b"), ptr("dy")
+	n := Load(Param("da").Len(), GP64())
+	f := func(xs []VecVirtual, bs, dys []Op) (das, dbs []VecVirtual) {
+		ops := make([]Op, len(xs))
+		for j, x := range xs {
+			ops[j] = x
+		}
+		p := geluPartsOf(ops)
+		gs := geluSlope(p)
+		ys := geluValue(xs, p.es)
+		for j := range xs {
+			VMULPS(dys[j], ys[j], ys[j]) // GELU(a)·dy
+			t := YMM()
+			VMOVUPS(dys[j], t)
+			VMULPS(bs[j], t, t)     // dy·b
+			VMULPS(t, gs[j], gs[j]) // GELU'(a)·(dy·b), as geluBackward
+		}
+		return gs, ys
+	}
+	loop(n, bases(da, db, a, b, dy), 2, func(k int) {
+		xs := regs(k)
+		bs, dys := make([]Op, k), make([]Op, k)
+		for j := range xs {
+			VMOVUPS(a.Offset(32*j), xs[j])
+			bs[j], dys[j] = b.Offset(32*j), dy.Offset(32*j)
+		}
+		das, dbs := f(xs, bs, dys)
+		for j := range das {
+			VMOVUPS(das[j], da.Offset(32*j))
+			VMOVUPS(dbs[j], db.Offset(32*j))
+		}
+	}, func(m VecVirtual) {
+		xv, bv, dyv := YMM(), YMM(), YMM()
+		VMASKMOVPS(a, m, xv)
+		VMASKMOVPS(b, m, bv)
+		VMASKMOVPS(dy, m, dyv)
+		das, dbs := f([]VecVirtual{xv}, []Op{bv}, []Op{dyv})
+		VMASKMOVPS(das[0], m, da)
+		VMASKMOVPS(dbs[0], m, db)
+	})
+	VZEROUPPER()
+	RET()
+}
