@@ -999,44 +999,44 @@ loopN:
 	VMOVUPS      32(CX), Y1
 	VBROADCASTSS minus100<>+0(SB), Y2
 	VMAXPS       Y0, Y2, Y0
-	VMULPS       Y0, Y0, Y3
-	VMOVUPS      geluA<>+0(SB), Y4
-	VFMADD231PS  geluB<>+0(SB), Y3, Y4
-	VMULPS       Y0, Y4, Y3
-	VORPS        signMask<>+0(SB), Y3, Y4
 	VMAXPS       Y1, Y2, Y1
-	VMULPS       Y1, Y1, Y2
+	VMULPS       Y0, Y0, Y2
 	VMOVUPS      geluA<>+0(SB), Y3
 	VFMADD231PS  geluB<>+0(SB), Y2, Y3
-	VMULPS       Y1, Y3, Y2
+	VMULPS       Y0, Y3, Y2
 	VORPS        signMask<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y2, Y4
+	VMULPS       Y1, Y4, Y2
+	VORPS        signMask<>+0(SB), Y2, Y4
 	VBROADCASTSS expLo<>+0(SB), Y2
-	VMAXPS       Y4, Y2, Y4
 	VMAXPS       Y3, Y2, Y3
+	VMAXPS       Y4, Y2, Y4
 	VMOVUPS      expMagic64<>+0(SB), Y2
-	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VFMADD231PS  log2e<>+0(SB), Y3, Y2
 	VSUBPS       expMagic64<>+0(SB), Y2, Y6
 	VMOVUPS      expMagic64<>+0(SB), Y5
-	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VFMADD231PS  log2e<>+0(SB), Y4, Y5
 	VSUBPS       expMagic64<>+0(SB), Y5, Y7
-	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y4
 	VMOVUPS      expP4<>+0(SB), Y6
 	VMOVUPS      expP4<>+0(SB), Y7
-	VFMADD213PS  expP3<>+0(SB), Y4, Y6
-	VFMADD213PS  expP3<>+0(SB), Y3, Y7
-	VFMADD213PS  expP2<>+0(SB), Y4, Y6
-	VFMADD213PS  expP2<>+0(SB), Y3, Y7
-	VFMADD213PS  expP1<>+0(SB), Y4, Y6
-	VFMADD213PS  expP1<>+0(SB), Y3, Y7
-	VFMADD213PS  expP0<>+0(SB), Y4, Y6
-	VFMADD213PS  expP0<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  expP3<>+0(SB), Y3, Y6
+	VFMADD213PS  expP3<>+0(SB), Y4, Y7
+	VFMADD213PS  expP2<>+0(SB), Y3, Y6
+	VFMADD213PS  expP2<>+0(SB), Y4, Y7
+	VFMADD213PS  expP1<>+0(SB), Y3, Y6
+	VFMADD213PS  expP1<>+0(SB), Y4, Y7
+	VFMADD213PS  expP0<>+0(SB), Y3, Y6
+	VFMADD213PS  expP0<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
 	VPSLLD       $0x17, Y2, Y2
 	VPADDD       Y2, Y6, Y6
 	VMULPS       twoMinus64<>+0(SB), Y6, Y6
@@ -4377,44 +4377,44 @@ loopN:
 	VADDPS       32(DX), Y1, Y1
 	VBROADCASTSS minus100<>+0(SB), Y2
 	VMAXPS       Y0, Y2, Y0
-	VMULPS       Y0, Y0, Y3
-	VMOVUPS      geluA<>+0(SB), Y4
-	VFMADD231PS  geluB<>+0(SB), Y3, Y4
-	VMULPS       Y0, Y4, Y3
-	VORPS        signMask<>+0(SB), Y3, Y4
 	VMAXPS       Y1, Y2, Y1
-	VMULPS       Y1, Y1, Y2
+	VMULPS       Y0, Y0, Y2
 	VMOVUPS      geluA<>+0(SB), Y3
 	VFMADD231PS  geluB<>+0(SB), Y2, Y3
-	VMULPS       Y1, Y3, Y2
+	VMULPS       Y0, Y3, Y2
 	VORPS        signMask<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y2, Y4
+	VMULPS       Y1, Y4, Y2
+	VORPS        signMask<>+0(SB), Y2, Y4
 	VBROADCASTSS expLo<>+0(SB), Y2
-	VMAXPS       Y4, Y2, Y4
 	VMAXPS       Y3, Y2, Y3
+	VMAXPS       Y4, Y2, Y4
 	VMOVUPS      expMagic64<>+0(SB), Y2
-	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VFMADD231PS  log2e<>+0(SB), Y3, Y2
 	VSUBPS       expMagic64<>+0(SB), Y2, Y6
 	VMOVUPS      expMagic64<>+0(SB), Y5
-	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VFMADD231PS  log2e<>+0(SB), Y4, Y5
 	VSUBPS       expMagic64<>+0(SB), Y5, Y7
-	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y4
 	VMOVUPS      expP4<>+0(SB), Y6
 	VMOVUPS      expP4<>+0(SB), Y7
-	VFMADD213PS  expP3<>+0(SB), Y4, Y6
-	VFMADD213PS  expP3<>+0(SB), Y3, Y7
-	VFMADD213PS  expP2<>+0(SB), Y4, Y6
-	VFMADD213PS  expP2<>+0(SB), Y3, Y7
-	VFMADD213PS  expP1<>+0(SB), Y4, Y6
-	VFMADD213PS  expP1<>+0(SB), Y3, Y7
-	VFMADD213PS  expP0<>+0(SB), Y4, Y6
-	VFMADD213PS  expP0<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  expP3<>+0(SB), Y3, Y6
+	VFMADD213PS  expP3<>+0(SB), Y4, Y7
+	VFMADD213PS  expP2<>+0(SB), Y3, Y6
+	VFMADD213PS  expP2<>+0(SB), Y4, Y7
+	VFMADD213PS  expP1<>+0(SB), Y3, Y6
+	VFMADD213PS  expP1<>+0(SB), Y4, Y7
+	VFMADD213PS  expP0<>+0(SB), Y3, Y6
+	VFMADD213PS  expP0<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
 	VPSLLD       $0x17, Y2, Y2
 	VPADDD       Y2, Y6, Y6
 	VMULPS       twoMinus64<>+0(SB), Y6, Y6
@@ -4607,11 +4607,11 @@ loopN:
 	VFMADD213PS  Y6, Y4, Y7
 	VBROADCASTSS minus100<>+0(SB), Y2
 	VMAXPS       Y0, Y2, Y0
-	VMULPS       Y0, Y12, Y3
-	VMAXPS       Y0, Y3, Y3
-	VADDPS       one<>+0(SB), Y12, Y12
-	VDIVPS       Y12, Y3, Y12
 	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y0, Y12, Y2
+	VMAXPS       Y0, Y2, Y2
+	VADDPS       one<>+0(SB), Y12, Y12
+	VDIVPS       Y12, Y2, Y12
 	VMULPS       Y1, Y13, Y0
 	VMAXPS       Y1, Y0, Y0
 	VADDPS       one<>+0(SB), Y13, Y13
@@ -4756,44 +4756,44 @@ loopN:
 	VMOVUPS      32(CX), Y1
 	VBROADCASTSS minus100<>+0(SB), Y2
 	VMAXPS       Y0, Y2, Y0
-	VMULPS       Y0, Y0, Y3
-	VMOVUPS      geluA<>+0(SB), Y4
-	VFMADD231PS  geluB<>+0(SB), Y3, Y4
-	VMULPS       Y0, Y4, Y3
-	VORPS        signMask<>+0(SB), Y3, Y4
 	VMAXPS       Y1, Y2, Y1
-	VMULPS       Y1, Y1, Y2
+	VMULPS       Y0, Y0, Y2
 	VMOVUPS      geluA<>+0(SB), Y3
 	VFMADD231PS  geluB<>+0(SB), Y2, Y3
-	VMULPS       Y1, Y3, Y2
+	VMULPS       Y0, Y3, Y2
 	VORPS        signMask<>+0(SB), Y2, Y3
+	VMULPS       Y1, Y1, Y2
+	VMOVUPS      geluA<>+0(SB), Y4
+	VFMADD231PS  geluB<>+0(SB), Y2, Y4
+	VMULPS       Y1, Y4, Y2
+	VORPS        signMask<>+0(SB), Y2, Y4
 	VBROADCASTSS expLo<>+0(SB), Y2
-	VMAXPS       Y4, Y2, Y4
 	VMAXPS       Y3, Y2, Y3
+	VMAXPS       Y4, Y2, Y4
 	VMOVUPS      expMagic64<>+0(SB), Y2
-	VFMADD231PS  log2e<>+0(SB), Y4, Y2
+	VFMADD231PS  log2e<>+0(SB), Y3, Y2
 	VSUBPS       expMagic64<>+0(SB), Y2, Y6
 	VMOVUPS      expMagic64<>+0(SB), Y5
-	VFMADD231PS  log2e<>+0(SB), Y3, Y5
+	VFMADD231PS  log2e<>+0(SB), Y4, Y5
 	VSUBPS       expMagic64<>+0(SB), Y5, Y7
-	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y4
-	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y3
-	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Lo<>+0(SB), Y6, Y3
+	VFNMADD231PS ln2Hi<>+0(SB), Y7, Y4
+	VFNMADD231PS ln2Lo<>+0(SB), Y7, Y4
 	VMOVUPS      expP4<>+0(SB), Y6
 	VMOVUPS      expP4<>+0(SB), Y7
-	VFMADD213PS  expP3<>+0(SB), Y4, Y6
-	VFMADD213PS  expP3<>+0(SB), Y3, Y7
-	VFMADD213PS  expP2<>+0(SB), Y4, Y6
-	VFMADD213PS  expP2<>+0(SB), Y3, Y7
-	VFMADD213PS  expP1<>+0(SB), Y4, Y6
-	VFMADD213PS  expP1<>+0(SB), Y3, Y7
-	VFMADD213PS  expP0<>+0(SB), Y4, Y6
-	VFMADD213PS  expP0<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
-	VFMADD213PS  one<>+0(SB), Y4, Y6
-	VFMADD213PS  one<>+0(SB), Y3, Y7
+	VFMADD213PS  expP3<>+0(SB), Y3, Y6
+	VFMADD213PS  expP3<>+0(SB), Y4, Y7
+	VFMADD213PS  expP2<>+0(SB), Y3, Y6
+	VFMADD213PS  expP2<>+0(SB), Y4, Y7
+	VFMADD213PS  expP1<>+0(SB), Y3, Y6
+	VFMADD213PS  expP1<>+0(SB), Y4, Y7
+	VFMADD213PS  expP0<>+0(SB), Y3, Y6
+	VFMADD213PS  expP0<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
+	VFMADD213PS  one<>+0(SB), Y3, Y6
+	VFMADD213PS  one<>+0(SB), Y4, Y7
 	VPSLLD       $0x17, Y2, Y2
 	VPADDD       Y2, Y6, Y6
 	VMULPS       twoMinus64<>+0(SB), Y6, Y6
@@ -4987,11 +4987,11 @@ loopN:
 	VFMADD213PS  Y6, Y4, Y7
 	VBROADCASTSS minus100<>+0(SB), Y2
 	VMAXPS       Y0, Y2, Y0
-	VMULPS       Y0, Y12, Y3
-	VMAXPS       Y0, Y3, Y3
-	VADDPS       one<>+0(SB), Y12, Y12
-	VDIVPS       Y12, Y3, Y12
 	VMAXPS       Y1, Y2, Y1
+	VMULPS       Y0, Y12, Y2
+	VMAXPS       Y0, Y2, Y2
+	VADDPS       one<>+0(SB), Y12, Y12
+	VDIVPS       Y12, Y2, Y12
 	VMULPS       Y1, Y13, Y0
 	VMAXPS       Y1, Y0, Y0
 	VADDPS       one<>+0(SB), Y13, Y13

@@ -614,25 +614,25 @@ func tanhv(xs []VecVirtual) []VecVirtual {
 
 // geluv returns GELU(x) for each of xs; see geluGeneric in ../generic.go.
 func geluv(xs []VecVirtual) []VecVirtual {
-	lo := broadcast("minus100", -100)
+	clampGELU(xs)
 	ws, es := regs(len(xs)), regs(len(xs))
 	for j, x := range xs {
-		VMAXPS(x, lo, x) // keeps NaN, as in expv
 		VMULPS(x, x, ws[j])
 		VMOVUPS(splat("geluA", geluA), es[j])
 		VFMADD231PS(splat("geluB", geluB), ws[j], es[j])
 		VMULPS(x, es[j], ws[j])                                // v = -2u
 		VORPS(splatBits("signMask", 0x80000000), ws[j], es[j]) // -|v|
 	}
-	es = expNegv(es) // NaN reaches the result through x
-	for j, e := range es {
-		num := YMM()
-		VMULPS(xs[j], e, num)
-		geluNum(xs[j], num)
-		VADDPS(one(), e, e)
-		VDIVPS(e, num, e)
+	return geluValue(xs, expNegv(es)) // NaN reaches the result through x
+}
+
+// clampGELU clamps each of xs from below to -100 in place, as GELU does;
+// NaN stays, as in expv.
+func clampGELU(xs []VecVirtual) {
+	lo := broadcast("minus100", -100)
+	for _, x := range xs {
+		VMAXPS(x, lo, x)
 	}
-	return es
 }
 
 // geluNum turns num = x·E into the numerator of GELU, x·E if v > 0 else
@@ -723,13 +723,10 @@ func geluSlope(p geluParts2) []VecVirtual {
 	return out
 }
 
-// geluValue returns GELU(x) = max(x, x·E)/(1+E) for each of xs, which it
-// clamps from below to -100 in place, from E = e^-|2u| (es, overwritten):
-// geluv's last steps.
+// geluValue returns GELU(x) = max(x, x·E)/(1+E) for each of xs, clamped
+// (clampGELU), from E = e^-|2u| (es, overwritten).
 func geluValue(xs, es []VecVirtual) []VecVirtual {
-	lo := broadcast("minus100", -100)
 	for j, e := range es {
-		VMAXPS(xs[j], lo, xs[j]) // keeps NaN
 		num := YMM()
 		VMULPS(xs[j], e, num)
 		geluNum(xs[j], num)

@@ -569,6 +569,7 @@ func biasGELU2(grad bool) {
 		}
 		p := geluPartsOf(ops)
 		gs = geluSlope(p)
+		clampGELU(xs)
 		return geluValue(xs, p.es), gs
 	}
 	loop(n, bases(ptrs...), 2, func(k int) {
@@ -643,6 +644,7 @@ func geluMulBackward2() {
 		}
 		p := geluPartsOf(ops)
 		gs := geluSlope(p)
+		clampGELU(xs)
 		ys := geluValue(xs, p.es)
 		for j := range xs {
 			VMULPS(dys[j], ys[j], ys[j]) // GELU(a)·dy
