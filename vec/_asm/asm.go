@@ -723,6 +723,20 @@ func geluSlope(p geluParts2) []VecVirtual {
 	return out
 }
 
+// geluAndSlope returns GELU(x) and GELU'(x) for each of xs from one
+// exponential, with the bits of geluv and of geluSlope on its own; it
+// clamps xs from below to -100 in place, as geluv does.
+func geluAndSlope(xs []VecVirtual) (ys, gs []VecVirtual) {
+	ops := make([]Op, len(xs))
+	for j, x := range xs {
+		ops[j] = x
+	}
+	p := geluPartsOf(ops)
+	gs = geluSlope(p)
+	clampGELU(xs)
+	return geluValue(xs, p.es), gs
+}
+
 // geluValue returns GELU(x) = max(x, x·E)/(1+E) for each of xs, clamped
 // (clampGELU), from E = e^-|2u| (es, overwritten).
 func geluValue(xs, es []VecVirtual) []VecVirtual {

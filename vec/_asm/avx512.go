@@ -256,6 +256,22 @@ func geluParts512(xs []Op, lo, hi VecVirtual) geluParts {
 	return geluParts{e: exp512(es, nil), du: dus, pos: pos}
 }
 
+// geluAndSlope512 returns GELU(x) and GELU'(x) for each of xs from one
+// exponential, with the bits of geluv512 and of geluSlope512 on its own;
+// it clamps xs from below to -100 in place, as geluv512 does.
+func geluAndSlope512(xs []VecVirtual, lo, hi VecVirtual) (ys, gs []VecVirtual) {
+	ops := make([]Op, len(xs))
+	for j, x := range xs {
+		ops[j] = x
+	}
+	p := geluParts512(ops, lo, hi)
+	for _, x := range xs {
+		VMAXPS(x, lo, x) // as geluv512 clamps it; keeps NaN
+	}
+	ys = geluValue512(xs, p.e)
+	return ys, geluSlope512(p)
+}
+
 // geluSlope512 returns GELU'(x) from its parts, which it overwrites.
 func geluSlope512(p geluParts) []VecVirtual {
 	ds := zregs(len(p.e))

@@ -42,16 +42,7 @@ func biasGELU512(grad bool) {
 		if !grad {
 			return geluv512(xs, lo, elo), nil
 		}
-		ops := make([]Op, len(xs))
-		for j, x := range xs {
-			ops[j] = x
-		}
-		p := geluParts512(ops, lo, hi)
-		for _, x := range xs {
-			VMAXPS(x, lo, x) // as geluv512 clamps it; keeps NaN
-		}
-		ys = geluValue512(xs, p.e)
-		return ys, geluSlope512(p)
+		return geluAndSlope512(xs, lo, hi)
 	}
 	loop512(n, bases(ptrs...), 2, func(k int) {
 		xs := zregs(k)
@@ -121,16 +112,7 @@ func geluMulBackward512() {
 	n := Load(Param("da").Len(), GP64())
 	lo, hi := geluClamps512()
 	f := func(xs []VecVirtual, bs, dys []Op) (das, dbs []VecVirtual) {
-		ops := make([]Op, len(xs))
-		for j, x := range xs {
-			ops[j] = x
-		}
-		p := geluParts512(ops, lo, hi)
-		for _, x := range xs {
-			VMAXPS(x, lo, x)
-		}
-		ys := geluValue512(xs, p.e)
-		gs := geluSlope512(p)
+		ys, gs := geluAndSlope512(xs, lo, hi)
 		for j := range xs {
 			VMULPS(dys[j], ys[j], ys[j]) // GELU(a)·dy
 			t := ZMM()
@@ -537,7 +519,7 @@ func symOuterBackward512() {
 
 // The AVX2 fused kernels: the same sequences on the AVX2 kernels' bits
 // (geluv, geluBackward, mul, add), GELU and GELU' sharing one exponential
-// (geluPartsOf), for the CPUs without AVX-512.
+// (geluAndSlope), for the CPUs without AVX-512.
 
 // biasGELU2 emits biasGELUAVX2, h = GELU(a+b), and with grad
 // biasGELUGradAVX2, which also writes d = GELU'(a+b).
@@ -563,14 +545,7 @@ func biasGELU2(grad bool) {
 		if !grad {
 			return geluv(xs), nil
 		}
-		ops := make([]Op, len(xs))
-		for j, x := range xs {
-			ops[j] = x
-		}
-		p := geluPartsOf(ops)
-		gs = geluSlope(p)
-		clampGELU(xs)
-		return geluValue(xs, p.es), gs
+		return geluAndSlope(xs)
 	}
 	loop(n, bases(ptrs...), 2, func(k int) {
 		xs := regs(k)
@@ -638,14 +613,7 @@ func geluMulBackward2() {
 	da, db, a, b, dy := ptr("da"), ptr("db"), ptr("a"), ptr("b"), ptr("dy")
 	n := Load(Param("da").Len(), GP64())
 	f := func(xs []VecVirtual, bs, dys []Op) (das, dbs []VecVirtual) {
-		ops := make([]Op, len(xs))
-		for j, x := range xs {
-			ops[j] = x
-		}
-		p := geluPartsOf(ops)
-		gs := geluSlope(p)
-		clampGELU(xs)
-		ys := geluValue(xs, p.es)
+		ys, gs := geluAndSlope(xs)
 		for j := range xs {
 			VMULPS(dys[j], ys[j], ys[j]) // GELU(a)·dy
 			t := YMM()
