@@ -56,10 +56,11 @@ func TestBenchTrainJSON(t *testing.T) {
 // the CPU time and spin of every row.
 func TestBenchTrainPhases(t *testing.T) {
 	r, table := benchTrainPhases(t, "4")
-	if r.CPUSeconds == nil || *r.CPUSeconds <= 0 || r.SpinSeconds == nil || *r.SpinSeconds < 0 {
+	// Which fields are there, not how long anything took.
+	if r.CPUSeconds == nil || *r.CPUSeconds < 0 || r.SpinSeconds == nil || *r.SpinSeconds < 0 {
 		t.Errorf("CPU %v s, spin %v s per step", r.CPUSeconds, r.SpinSeconds)
 	}
-	if r.SplitSeconds == nil || *r.SplitSeconds <= 0 {
+	if r.SplitSeconds == nil || *r.SplitSeconds < 0 {
 		t.Errorf("split step %v s", r.SplitSeconds)
 	}
 	if r.SerialShare == nil || *r.SerialShare < 0 || *r.SerialShare >= 1 || r.Bound == nil || *r.Bound < 1 || *r.Bound > 4 {
